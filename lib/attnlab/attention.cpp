@@ -1,0 +1,44 @@
+#include "attnlab/attention.hpp"
+
+#include "attnlab/error.hpp"
+
+namespace attnlab {
+
+std::string Support::describe() const {
+  std::string out;
+  auto item = [&](bool on, const char* what) {
+    if (!on) return;
+    if (!out.empty()) out += ", ";
+    out += what;
+  };
+  item(causal, "causal");
+  item(causal_cross, "causal cross-attention");
+  item(key_lengths, "key padding");
+  item(allowed, "boolean mask");
+  item(cross, "cross-attention (Nq != Nk)");
+  item(value_dim, "Dv != Dk");
+  return out.empty() ? "no masks" : out;
+}
+
+std::string Attention::name() const {
+  const std::string s = spec();
+  return s.substr(0, s.find(':'));
+}
+
+Tensor Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Mask& mask) const {
+  const Dims d = check_qkv(q, k, v);
+  mask.validate(d);
+  const Support s = support();
+  const bool causal = mask.causal != Causal::none;
+  if (causal && !s.causal) throw Unsupported(name(), "causal masks");
+  if (causal && d.nq != d.nk && !s.causal_cross)
+    throw Unsupported(name(), "causal masks with Nq != Nk");
+  if (mask.has_key_lengths() && !s.key_lengths) throw Unsupported(name(), "key padding");
+  if (mask.has_allowed() && !s.allowed) throw Unsupported(name(), "boolean masks");
+  if (d.nq != d.nk && !s.cross) throw Unsupported(name(), "cross-attention (Nq != Nk)");
+  if (d.dv != d.dk && !s.value_dim) throw Unsupported(name(), "Dv != Dk");
+  return compute(q, k, v, mask, d);
+}
+
+}  // namespace attnlab

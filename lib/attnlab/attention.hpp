@@ -1,0 +1,49 @@
+// The one attention interface. Every backend, exact or approximate, is an Attention built by
+// make_attention("name:key=value,...") and called as forward(q, k, v, mask); the harness, the
+// CLI, the model layers and the tests all go through this door.
+#pragma once
+
+#include <string>
+
+#include "attnlab/mask.hpp"
+#include "attnlab/tensor.hpp"
+
+namespace attnlab {
+
+/// What a backend can honour. Anything requested outside it throws Unsupported.
+struct Support {
+  bool causal = true;        // causal masks with Nq == Nk
+  bool causal_cross = true;  // causal masks with Nq != Nk (both alignments)
+  bool key_lengths = true;   // key padding
+  bool allowed = true;       // arbitrary boolean masks
+  bool cross = true;         // Nq != Nk
+  bool value_dim = true;     // Dv != Dk
+
+  /// "causal, key padding, boolean mask, ...": the features that are supported.
+  std::string describe() const;
+};
+
+class Attention {
+ public:
+  virtual ~Attention() = default;
+
+  /// q [B,H,Nq,Dk], k [B,H,Nk,Dk], v [B,H,Nk,Dv] -> [B,H,Nq,Dv]. Validates shapes and mask
+  /// (throws Error), then refuses what support() excludes (throws Unsupported), then computes.
+  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask = {}) const;
+
+  /// The canonical factory string, every key in a fixed order: make_attention(spec()) rebuilds
+  /// an identical backend.
+  virtual std::string spec() const = 0;
+
+  virtual Support support() const = 0;
+
+  /// The factory name, the part of spec() before ':'.
+  std::string name() const;
+
+ protected:
+  /// Called with validated, supported input only.
+  virtual Tensor compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                         const Dims& d) const = 0;
+};
+
+}  // namespace attnlab

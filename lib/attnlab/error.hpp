@@ -1,0 +1,26 @@
+// Errors: two tiers, as in faiss. User mistakes throw attnlab::Error with a message naming the
+// parameter, the value and what was expected; internal invariants use ATTNLAB_ASSERT (debug only).
+#pragma once
+
+#include <cassert>
+#include <stdexcept>
+#include <string>
+
+namespace attnlab {
+
+/// Bad input from a user: a shape, a parameter, a file or a factory string.
+class Error : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+/// A backend was asked for a mask or option it cannot honour. Never silently ignored.
+class Unsupported : public Error {
+ public:
+  Unsupported(const std::string& variant, const std::string& feature)
+      : Error(variant + " does not support " + feature) {}
+};
+
+}  // namespace attnlab
+
+#define ATTNLAB_ASSERT(cond) assert(cond)

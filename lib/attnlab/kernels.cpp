@@ -1,0 +1,114 @@
+#include "attnlab/kernels.hpp"
+
+#include <cmath>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define ATTNLAB_AVX2 1
+#endif
+
+namespace attnlab::kernels {
+
+#ifdef ATTNLAB_AVX2
+namespace {
+
+// R rows of C by W vectors of 8 columns, kept in registers across the whole k loop.
+template <int R, int W>
+inline void block(std::size_t k, const float* a, std::size_t lda, const float* b,
+                  std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
+  __m256 acc[R][W];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w)
+      acc[r][w] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8 * w) : _mm256_setzero_ps();
+  for (std::size_t p = 0; p < k; ++p) {
+    __m256 row[W];
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w) row[w] = _mm256_loadu_ps(b + p * ldb + 8 * w);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 s = _mm256_broadcast_ss(a + r * lda + p);
+#pragma GCC unroll 4
+      for (int w = 0; w < W; ++w) acc[r][w] = _mm256_fmadd_ps(s, row[w], acc[r][w]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int w = 0; w < W; ++w) _mm256_storeu_ps(c + r * ldc + 8 * w, acc[r][w]);
+}
+
+inline void scalar_cell(std::size_t k, const float* a, std::size_t lda, const float* b,
+                        std::size_t ldb, float* c, bool accumulate) {
+  (void)lda;
+  float sum = accumulate ? *c : 0.0f;
+  for (std::size_t p = 0; p < k; ++p) sum += a[p] * b[p * ldb];
+  *c = sum;
+}
+
+template <int R>
+inline void row_panel(std::size_t n, std::size_t k, const float* a, std::size_t lda,
+                      const float* b, std::size_t ldb, float* c, std::size_t ldc,
+                      bool accumulate) {
+  std::size_t j = 0;
+  for (; j + 16 <= n; j += 16) block<R, 2>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
+  for (; j + 8 <= n; j += 8) block<R, 1>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
+  for (; j < n; ++j)
+    for (int r = 0; r < R; ++r)
+      scalar_cell(k, a + r * lda, lda, b + j, ldb, c + r * ldc + j, accumulate);
+}
+
+}  // namespace
+
+void gemm_tile(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
+               const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
+  std::size_t i = 0;
+  for (; i + 6 <= m; i += 6)
+    row_panel<6>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+  for (; i < m; ++i) row_panel<1>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+}
+
+void exp2_inplace(float* x, std::size_t n) {
+  const __m256 lo = _mm256_set1_ps(-126.0f), hi = _mm256_set1_ps(127.0f);
+  // Taylor series of 2^f = e^(f ln 2) on |f| <= 1/2: relative error below 1e-8.
+  const float c[] = {1.0f, 0.69314718f, 0.24022651f, 0.05550411f, 0.00961813f,
+                     0.00133336f, 0.00015404f, 0.00001525f};
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 under = _mm256_cmp_ps(v, lo, _CMP_LT_OQ);
+    v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+    const __m256 whole = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_sub_ps(v, whole);
+    __m256 p = _mm256_set1_ps(c[7]);
+    for (int d = 6; d >= 0; --d) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c[d]));
+    const __m256i bits = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(whole), _mm256_set1_epi32(127)), 23);
+    _mm256_storeu_ps(x + i, _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(bits))));
+  }
+  for (; i < n; ++i) x[i] = x[i] < -126.0f ? 0.0f : std::exp2(x[i]);
+}
+
+#else  // portable fallback: same results up to rounding, slower
+
+void gemm_tile(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
+               const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
+  for (std::size_t i = 0; i < m; ++i) {
+    float* row = c + i * ldc;
+    if (!accumulate)
+      for (std::size_t j = 0; j < n; ++j) row[j] = 0.0f;
+    for (std::size_t p = 0; p < k; ++p) {
+      const float s = a[i * lda + p];
+      for (std::size_t j = 0; j < n; ++j) row[j] += s * b[p * ldb + j];
+    }
+  }
+}
+
+void exp2_inplace(float* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = x[i] < -126.0f ? 0.0f : std::exp2(x[i]);
+}
+
+#endif
+
+}  // namespace attnlab::kernels

@@ -1,0 +1,22 @@
+// Error of an output against a reference, defined once for the harness and the tests.
+// Rows are the [b, h, i, :] vectors of length Dv.
+#pragma once
+
+#include <string>
+
+#include "attnlab/tensor.hpp"
+
+namespace attnlab {
+
+struct ErrorMetrics {
+  double rel_fro = 0;   // ||out - ref||_F / ||ref||_F  (||out - ref||_F when ref is all zero)
+  double max_abs = 0;   // max |out - ref|
+  double mean_cos = 1;  // mean cosine similarity of rows; 1 for a pair of zero rows, 0 for one
+  double p99_row = 0;   // 99th percentile of per-row ||out - ref|| / ||ref|| (absolute if ref = 0)
+  std::string str() const;
+};
+
+/// Shapes must match (throws Error otherwise).
+ErrorMetrics compare(const Tensor& out, const Tensor64& ref);
+
+}  // namespace attnlab

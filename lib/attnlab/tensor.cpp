@@ -1,0 +1,34 @@
+#include "attnlab/tensor.hpp"
+
+#include "attnlab/error.hpp"
+
+namespace attnlab {
+
+std::string shape_string(const Tensor& t) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < t.dimension(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(t.shape()[i]);
+  }
+  return s + "]";
+}
+
+Dims check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const auto& qs = q.shape();
+  const auto& ks = k.shape();
+  const auto& vs = v.shape();
+  auto fail = [&](const std::string& why) {
+    throw Error("attention inputs q " + shape_string(q) + ", k " + shape_string(k) + ", v " +
+                shape_string(v) + ": " + why);
+  };
+  if (qs[0] != ks[0] || qs[0] != vs[0]) fail("batch sizes differ");
+  if (qs[1] != ks[1] || qs[1] != vs[1]) fail("head counts differ");
+  if (ks[2] != vs[2]) fail("k and v have different sequence lengths");
+  if (qs[3] != ks[3]) fail("q and k have different head dims (Dk)");
+  Dims d{qs[0], qs[1], qs[2], ks[2], qs[3], vs[3]};
+  if (d.batch == 0 || d.heads == 0 || d.nq == 0 || d.nk == 0 || d.dk == 0 || d.dv == 0)
+    fail("every dimension must be at least 1");
+  return d;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,30 @@
+// Tensors and their shapes.
+//
+// Layout, used everywhere in attnlab: float32, row-major, [batch, heads, seq, dim].
+//   q [B, H, Nq, Dk], k [B, H, Nk, Dk], v [B, H, Nk, Dv]  ->  output [B, H, Nq, Dv].
+// Nq may differ from Nk (cross-attention) and Dv from Dk.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include <xtensor/xtensor.hpp>
+
+namespace attnlab {
+
+using Tensor = xt::xtensor<float, 4>;
+using Tensor64 = xt::xtensor<double, 4>;
+
+/// The sizes of one attention problem, read off validated q, k, v.
+struct Dims {
+  std::size_t batch = 0, heads = 0, nq = 0, nk = 0, dk = 0, dv = 0;
+  bool operator==(const Dims&) const = default;
+};
+
+/// Checks that q, k, v fit together (see the layout above); throws Error naming the mismatch.
+Dims check_qkv(const Tensor& q, const Tensor& k, const Tensor& v);
+
+/// "[2, 8, 128, 64]": for error messages.
+std::string shape_string(const Tensor& t);
+
+}  // namespace attnlab

@@ -1,0 +1,182 @@
+// The common interface: factory strings, masks, validation, error metrics, and the contract
+// every registered variant must keep (driven through the one Attention pointer, hnswlib-style).
+#include <cmath>
+
+#include "helpers.hpp"
+
+using namespace attnlab;
+using attnlab::test::random_tensor;
+
+namespace {
+
+// Runs `f` and checks it throws E whose message contains every fragment.
+template <class E, class F>
+void require_error(F&& f, std::initializer_list<std::string> fragments) {
+  try {
+    f();
+  } catch (const E& e) {
+    const std::string what = e.what();
+    for (const auto& part : fragments) {
+      INFO("message: " << what);
+      CHECK(what.find(part) != std::string::npos);
+    }
+    return;
+  }
+  FAIL("expected an exception mentioning " << *fragments.begin());
+}
+
+// A backend that honours nothing beyond plain self-attention, to test the refusals.
+class Plain final : public Attention {
+ public:
+  std::string spec() const override { return "plain"; }
+  Support support() const override { return {false, false, false, false, false, false}; }
+
+ protected:
+  Tensor compute(const Tensor& q, const Tensor&, const Tensor&, const Mask&,
+                 const Dims&) const override {
+    return q;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("factory strings parse, and errors quote the token", "[core]") {
+  Params p("demo: a=3, b=0.25 ,c=sum");
+  CHECK(p.name() == "demo");
+  CHECK(p.integer("a", 0) == 3);
+  CHECK(p.number("b", 0) == 0.25);
+  CHECK(p.choice("c", "x", {"sum", "delta"}) == "sum");
+  CHECK(p.integer("missing", 42) == 42);
+  p.check_all_used();
+
+  require_error<Error>([] { Params("demo:a=1.5").integer("a", 0); }, {"a=1.5", "integer"});
+  require_error<Error>([] { Params("demo:a=x").number("a", 0); }, {"a=x", "number"});
+  require_error<Error>([] { Params("demo:c=mul").choice("c", "sum", {"sum", "delta"}); },
+                       {"c=mul", "sum|delta"});
+  require_error<Error>([] { Params("demo:a"); }, {"'a'", "key=value"});
+  require_error<Error>([] { Params("demo:a=1,a=2"); }, {"'a'", "twice"});
+  require_error<Error>([] { Params(":a=1"); }, {"missing variant name"});
+  require_error<Error>([] { Params p("demo:zz=1"); p.check_all_used(); }, {"zz=1", "unknown key"});
+}
+
+TEST_CASE("make_attention rejects unknown names and keys", "[core]") {
+  require_error<Error>([] { make_attention("fulll"); }, {"'fulll'", "unknown variant", "full"});
+  require_error<Error>([] { make_attention("full:window=3"); }, {"window=3", "unknown key"});
+}
+
+TEST_CASE("SpecWriter prints values that parse back exactly", "[core]") {
+  const std::string s = SpecWriter("x").add("a", std::int64_t{7}).add("b", 0.1).add("c", "sum").str();
+  CHECK(s == "x:a=7,b=0.1,c=sum");
+  Params p(s);
+  CHECK(p.number("b", 0) == 0.1);
+}
+
+TEST_CASE("shapes are validated with messages that name the mismatch", "[core]") {
+  const auto full = make_attention("full");
+  const Tensor q = random_tensor(1, 2, 5, 8, 1);
+  require_error<Error>([&] { full->forward(q, random_tensor(2, 2, 5, 8, 2), q); }, {"batch"});
+  require_error<Error>([&] { full->forward(q, random_tensor(1, 3, 5, 8, 2), q); }, {"head counts"});
+  require_error<Error>([&] { full->forward(q, random_tensor(1, 2, 5, 4, 2), q); }, {"Dk"});
+  require_error<Error>([&] { full->forward(q, q, random_tensor(1, 2, 6, 8, 2)); },
+                       {"sequence lengths"});
+  require_error<Error>([&] { full->forward(random_tensor(1, 2, 0, 8, 1), q, q); }, {"at least 1"});
+}
+
+TEST_CASE("masks are validated against the problem", "[core]") {
+  const auto full = make_attention("full");
+  const Tensor x = random_tensor(2, 1, 5, 8, 1);
+  Mask m;
+  m.key_lengths = {5};
+  require_error<Error>([&] { full->forward(x, x, x, m); }, {"key_lengths", "one per batch item"});
+  m.key_lengths = {5, 6};
+  require_error<Error>([&] { full->forward(x, x, x, m); }, {"key_lengths[1] = 6", "Nk = 5"});
+  m = {};
+  m.allow(xt::xtensor<bool, 2>::from_shape({5, 4}));
+  require_error<Error>([&] { full->forward(x, x, x, m); }, {"boolean mask", "[5, 5]"});
+  m = {};
+  m.scale = -1.0;
+  require_error<Error>([&] { full->forward(x, x, x, m); }, {"scale"});
+  require_error<Error>([] { parse_causal("diagonal"); }, {"'diagonal'", "top-left"});
+  CHECK(parse_causal("bottom-right") == Causal::bottom_right);
+}
+
+TEST_CASE("causal alignments follow the FlashAttention convention", "[core]") {
+  const Dims d{1, 1, 2, 5, 4, 4};  // Nq = 2, Nk = 5
+  Mask top, bottom;
+  top.causal = Causal::top_left;
+  bottom.causal = Causal::bottom_right;
+  CHECK(top.visible_keys(0, 0, d) == 1);     // 1 0 0 0 0
+  CHECK(top.visible_keys(0, 1, d) == 2);     // 1 1 0 0 0
+  CHECK(bottom.visible_keys(0, 0, d) == 4);  // 1 1 1 1 0
+  CHECK(bottom.visible_keys(0, 1, d) == 5);  // 1 1 1 1 1
+  const Dims tall{1, 1, 5, 2, 4, 4};         // Nq = 5, Nk = 2
+  CHECK(bottom.visible_keys(0, 0, tall) == 0);
+  CHECK(bottom.visible_keys(0, 3, tall) == 1);
+  CHECK(top.visible_keys(0, 4, tall) == 2);
+}
+
+TEST_CASE("a backend refuses what it cannot honour, naming itself and the feature", "[core]") {
+  Plain plain;
+  const Tensor x = random_tensor(1, 1, 4, 8, 1);
+  Mask m;
+  m.causal = Causal::top_left;
+  require_error<Unsupported>([&] { plain.forward(x, x, x, m); }, {"plain", "causal"});
+  m = {};
+  m.key_lengths = {2};
+  require_error<Unsupported>([&] { plain.forward(x, x, x, m); }, {"plain", "key padding"});
+  m = {};
+  m.allow(xt::ones<bool>({4, 4}));
+  require_error<Unsupported>([&] { plain.forward(x, x, x, m); }, {"plain", "boolean"});
+  require_error<Unsupported>([&] { plain.forward(random_tensor(1, 1, 3, 8, 1), x, x); },
+                             {"plain", "cross-attention"});
+  require_error<Unsupported>([&] { plain.forward(x, x, random_tensor(1, 1, 4, 5, 1)); },
+                             {"plain", "Dv != Dk"});
+  CHECK((plain.forward(x, x, x) == x));
+  CHECK(Support{}.describe().find("boolean mask") != std::string::npos);
+}
+
+TEST_CASE("error metrics match hand-computed values", "[core]") {
+  Tensor out = {{{{1, 0}, {0, 0}, {3, 4}}}};
+  Tensor64 ref = {{{{1, 0}, {0, 0}, {3, 3}}}};
+  const ErrorMetrics m = compare(out, ref);
+  CHECK(m.max_abs == Approx(1.0));
+  CHECK(m.rel_fro == Approx(1.0 / std::sqrt(1.0 + 18.0)));
+  // cosines: 1, 1 (both zero), (9 + 12) / (5 * sqrt(18))
+  CHECK(m.mean_cos == Approx((2.0 + 21.0 / (5.0 * std::sqrt(18.0))) / 3.0));
+  CHECK(m.p99_row == Approx(1.0 / std::sqrt(18.0)));  // nearest rank: the worst of 3 rows
+  CHECK(m.str().find("rel_fro=") != std::string::npos);
+  require_error<Error>([&] { compare(out, Tensor64::from_shape({1, 1, 2, 2})); }, {"shapes"});
+}
+
+TEST_CASE("every registered variant keeps the common contract", "[core]") {
+  const Tensor q = random_tensor(2, 2, 64, 16, 1), k = random_tensor(2, 2, 64, 16, 2),
+               v = random_tensor(2, 2, 64, 16, 3);
+  for (const std::string& name : attention_names()) {
+    INFO("variant " << name);
+    const auto a = make_attention(name);
+    CHECK(a->name() == name);
+    // The canonical spec round-trips, and so does the spec of a variant built from it.
+    CHECK(make_attention(a->spec())->spec() == a->spec());
+    // Same spec, bitwise-same output.
+    const Tensor out = a->forward(q, k, v);
+    CHECK((out == make_attention(a->spec())->forward(q, k, v)));
+    CHECK(shape_string(out) == "[2, 2, 64, 16]");
+    CHECK(xt::all(xt::isfinite(out)));
+    // Each feature is either honoured or refused with Unsupported, never ignored.
+    const Support s = a->support();
+    Mask causal;
+    causal.causal = Causal::top_left;
+    Mask padded;
+    padded.key_lengths = {64, 40};
+    Mask boolean;
+    boolean.allow(xt::ones<bool>({64ul, 64ul}));
+    const std::pair<bool, Mask> cases[] = {{s.causal, causal}, {s.key_lengths, padded},
+                                           {s.allowed, boolean}};
+    for (const auto& [supported, mask] : cases) {
+      if (supported)
+        CHECK_NOTHROW(a->forward(q, k, v, mask));
+      else
+        CHECK_THROWS_AS(a->forward(q, k, v, mask), Unsupported);
+    }
+  }
+}

@@ -1,0 +1,33 @@
+// full: exact softmax attention, softmax(q k^T * scale) v (Vaswani et al. 2017).
+//
+// Spec: "full" (no parameters).
+// Kernel: fused and tiled with the online softmax of FlashAttention (Dao et al. 2022): scores
+// are computed one tile of queries x keys at a time and folded into a running max, sum and
+// output, so no Nq x Nk matrix is ever formed. Tiles run in parallel (OpenMP) over batch, heads
+// and query tiles; under a causal mask tiles that are fully masked are skipped.
+// Cost: O(B·H·Nq·Nk·(Dk + Dv)) time, O(B·H·(Nq·Dv + Nk·Dk)) memory.
+// Masks: everything in Mask (causal both alignments, key padding, boolean masks),
+// cross-attention and Dv != Dk. A query that sees no key outputs zeros.
+// Numerics: float32 with max-subtracted exponentials; logits of +-1e4 stay finite.
+#pragma once
+
+#include <memory>
+
+#include "attnlab/attention.hpp"
+#include "attnlab/factory.hpp"
+
+namespace attnlab {
+
+class FullAttention final : public Attention {
+ public:
+  std::string spec() const override { return "full"; }
+  Support support() const override { return {}; }
+
+ protected:
+  Tensor compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                 const Dims& d) const override;
+};
+
+std::unique_ptr<Attention> make_full(Params& params);
+
+}  // namespace attnlab
