@@ -1,6 +1,8 @@
 #include "attnlab/kernels.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -110,5 +112,73 @@ void exp2_inplace(float* x, std::size_t n) {
 }
 
 #endif
+
+}  // namespace attnlab::kernels
+
+namespace attnlab::kernels {
+namespace {
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+}  // namespace
+
+std::vector<float> transpose_keys(const Tensor& k, const Dims& d) {
+  std::vector<float> kt(d.batch * d.heads * d.dk * d.nk);
+  const std::ptrdiff_t heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t bh = 0; bh < heads; ++bh) {
+    const float* src = k.data() + bh * d.nk * d.dk;
+    float* dst = kt.data() + bh * d.dk * d.nk;
+    for (std::size_t j = 0; j < d.nk; ++j)
+      for (std::size_t c = 0; c < d.dk; ++c) dst[c * d.nk + j] = src[j * d.dk + c];
+  }
+  return kt;
+}
+
+OnlineSoftmax::OnlineSoftmax(std::size_t dk, std::size_t dv)
+    : dk_(dk), dv_(dv), q_(kRows * dk), scores_(kRows * kCols), acc_(kRows * dv), max_(kRows),
+      sum_(kRows) {}
+
+void OnlineSoftmax::start(const float* q, std::size_t rows, float scale) {
+  rows_ = rows;
+  const float log2_scale = scale * kLog2e;  // softmax in base 2: exp(x) = 2^(x log2 e)
+  for (std::size_t i = 0; i < rows * dk_; ++i) q_[i] = q[i] * log2_scale;
+  std::fill(max_.begin(), max_.end(), kNegInf);
+  std::fill(sum_.begin(), sum_.end(), 0.0f);
+  std::fill(acc_.begin(), acc_.end(), 0.0f);
+}
+
+float* OnlineSoftmax::scores(const float* kt, std::size_t ldk, std::size_t cols) {
+  gemm_tile(rows_, cols, dk_, q_.data(), dk_, kt, ldk, scores_.data(), kCols, false);
+  return scores_.data();
+}
+
+void OnlineSoftmax::fold(const float* v, std::size_t ldv, std::size_t cols) {
+  for (std::size_t r = 0; r < rows_; ++r) {
+    float* row = scores_.data() + r * kCols;
+    const float top = *std::max_element(row, row + cols);
+    if (top == kNegInf) {  // nothing visible in this block: contributes nothing
+      std::fill(row, row + cols, 0.0f);
+      continue;
+    }
+    const float new_max = std::max(max_[r], top);
+    for (std::size_t j = 0; j < cols; ++j) row[j] -= new_max;
+    exp2_inplace(row, cols);
+    float block_sum = 0.0f;
+    for (std::size_t j = 0; j < cols; ++j) block_sum += row[j];
+    const float rescale = std::exp2(max_[r] - new_max);  // 0 on the first visible block
+    float* acc = acc_.data() + r * dv_;
+    for (std::size_t c = 0; c < dv_; ++c) acc[c] *= rescale;
+    sum_[r] = sum_[r] * rescale + block_sum;
+    max_[r] = new_max;
+  }
+  gemm_tile(rows_, dv_, cols, scores_.data(), kCols, v, ldv, acc_.data(), dv_, true);
+}
+
+void OnlineSoftmax::finish(float* out, std::size_t ldo) const {
+  for (std::size_t r = 0; r < rows_; ++r) {
+    const float inv = sum_[r] > 0 ? 1.0f / sum_[r] : 0.0f;  // no visible key: zeros
+    for (std::size_t c = 0; c < dv_; ++c) out[r * ldo + c] = acc_[r * dv_ + c] * inv;
+  }
+}
 
 }  // namespace attnlab::kernels

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
+
+#include "attnlab/tensor.hpp"
 
 namespace attnlab::kernels {
 
@@ -13,5 +16,41 @@ void gemm_tile(std::size_t m, std::size_t n, std::size_t k, const float* a, std:
 
 /// x[i] = 2^x[i]; inputs below -126 (including -inf) give exactly 0.
 void exp2_inplace(float* x, std::size_t n);
+
+/// k [B, H, Nk, Dk] as B*H blocks of [Dk, Nk] (keys contiguous), so score tiles are plain GEMMs.
+/// Parallel over heads (OpenMP); call it outside your own parallel region.
+std::vector<float> transpose_keys(const Tensor& k, const Dims& d);
+
+/// The online softmax of FlashAttention (Dao et al. 2022) for one tile of at most kRows queries:
+/// scores against any sequence of key blocks (contiguous, strided or gathered) are folded into a
+/// running max, sum and output, so no full row of scores is ever formed. One object per thread.
+/// Typical use: start(q); for each key block { s = scores(kt, ldk, cols); mask s with -inf;
+/// fold(v, ldv, cols); } finish(out, ldo).
+class OnlineSoftmax {
+ public:
+  static constexpr std::size_t kRows = 48;   // a multiple of the 6-row GEMM block
+  static constexpr std::size_t kCols = 128;  // a 48 x 128 score tile stays in L1/L2
+
+  OnlineSoftmax(std::size_t dk, std::size_t dv);
+
+  /// Starts `rows` <= kRows queries q[r * dk + c] with softmax scale `scale`.
+  void start(const float* q, std::size_t rows, float scale);
+
+  /// Scores (in log2 units) of the current queries against `cols` <= kCols keys given transposed,
+  /// kt[c * ldk + j]. Returns the tile, row stride kCols: set entries to -infinity to mask them.
+  float* scores(const float* kt, std::size_t ldk, std::size_t cols);
+
+  /// Folds the masked score tile and the matching values v[j * ldv + c] into the running state.
+  void fold(const float* v, std::size_t ldv, std::size_t cols);
+
+  /// Writes the normalised rows, out[r * ldo + c]; a row that saw no key at all is zeros.
+  void finish(float* out, std::size_t ldo) const;
+
+  std::size_t rows() const { return rows_; }
+
+ private:
+  std::size_t dk_, dv_, rows_ = 0;
+  std::vector<float> q_, scores_, acc_, max_, sum_;
+};
 
 }  // namespace attnlab::kernels
