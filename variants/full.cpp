@@ -43,6 +43,13 @@ void attend_tile(const Tensor& q, const float* kt, const Tensor& v, const Mask& 
 
 }  // namespace
 
+double FullAttention::flops(const Dims& d, const Mask& mask) const {
+  double pairs = 0;  // visible (query, key) pairs of one head, summed over the batch
+  for (std::size_t b = 0; b < d.batch; ++b)
+    for (std::size_t i = 0; i < d.nq; ++i) pairs += static_cast<double>(mask.visible_keys(b, i, d));
+  return 2.0 * pairs * static_cast<double>(d.heads * (d.dk + d.dv));
+}
+
 Tensor FullAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                               const Dims& d) const {
   Tensor out = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});

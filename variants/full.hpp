@@ -6,6 +6,9 @@
 // output, so no Nq x Nk matrix is ever formed. Tiles run in parallel (OpenMP) over batch, heads
 // and query tiles; under a causal mask tiles that are fully masked are skipped.
 // Cost: O(B·H·Nq·Nk·(Dk + Dv)) time, O(B·H·(Nq·Dv + Nk·Dk)) memory.
+// FLOPs (flops()): 2·(Dk + Dv) per visible (query, key) pair, i.e. 4·B·H·N²·D without a mask and
+// about half that causal; exponentials and the normalisation are not counted (FlashAttention's
+// convention).
 // Masks: everything in Mask (causal both alignments, key padding, boolean masks),
 // cross-attention and Dv != Dk. A query that sees no key outputs zeros.
 // Numerics: float32 with max-subtracted exponentials; logits of +-1e4 stay finite.
@@ -22,6 +25,7 @@ class FullAttention final : public Attention {
  public:
   std::string spec() const override { return "full"; }
   Support support() const override { return {}; }
+  double flops(const Dims& d, const Mask& mask) const override;
 
  protected:
   Tensor compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,

@@ -1,5 +1,7 @@
 #include "attnlab/attention.hpp"
 
+#include <limits>
+
 #include "attnlab/error.hpp"
 
 namespace attnlab {
@@ -18,6 +20,10 @@ std::string Support::describe() const {
   item(cross, "cross-attention (Nq != Nk)");
   item(value_dim, "Dv != Dk");
   return out.empty() ? "no masks" : out;
+}
+
+double Attention::flops(const Dims&, const Mask&) const {
+  return std::numeric_limits<double>::quiet_NaN();
 }
 
 std::string Attention::name() const {

@@ -40,6 +40,11 @@ class Attention {
   /// The factory name, the part of spec() before ':'.
   std::string name() const;
 
+  /// Useful floating-point operations of one forward call on these sizes (a multiply-add counts
+  /// 2), as the variant's header documents them; the harness divides by the time for GFLOP/s.
+  /// NaN when the variant does not say (the default).
+  virtual double flops(const Dims& d, const Mask& mask) const;
+
  protected:
   /// Called with validated, supported input only.
   virtual Tensor compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
