@@ -1,0 +1,66 @@
+// attnlab: the command-line tool. Each subcommand lives in its own cli/cmd_<name>.cpp, which
+// exports `void add_<name>_command(CLI::App&)`; adding one is that file, one line in kCommands
+// below (with its declaration) and one line in cli/meson.build.
+//
+// The one error policy: bad input of any kind (attnlab::Error, a command-line mistake, any other
+// std::exception) prints ONE line "attnlab: error: ..." on stderr and exits 2; success exits 0.
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "attnlab/attnlab.hpp"
+
+#ifndef ATTNLAB_VERSION
+#define ATTNLAB_VERSION "unknown"
+#endif
+
+namespace attnlab::cli {
+void add_run_command(CLI::App& app);
+void add_demo_command(CLI::App& app);
+}  // namespace attnlab::cli
+
+namespace {
+
+using AddCommand = void (*)(CLI::App&);
+
+// The subcommands, in the order --help lists them.
+constexpr AddCommand kCommands[] = {
+    attnlab::cli::add_run_command,
+    attnlab::cli::add_demo_command,
+};
+
+int fail(std::string message) {
+  for (char& c : message)
+    if (c == '\n' || c == '\r') c = ' ';  // one line, whatever the message
+  std::fprintf(stderr, "attnlab: error: %s\n", message.c_str());
+  return 2;
+}
+
+std::string variant_list() {
+  std::string names;
+  for (const auto& n : attnlab::attention_names()) names += (names.empty() ? "" : ", ") + n;
+  return names;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("attnlab " ATTNLAB_VERSION ": efficient attention variants behind one interface.\n"
+               "Variants (factory names): " + variant_list(),
+               "attnlab");
+  app.set_version_flag("--version", std::string("attnlab ") + ATTNLAB_VERSION);
+  app.require_subcommand(1);
+  for (AddCommand add : kCommands) add(app);
+  try {
+    app.parse(argc, argv);  // the chosen subcommand runs inside parse, as its callback
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help, --version: printed on stdout, exit 0
+  } catch (const CLI::ParseError& e) {
+    return fail(std::string(e.what()) + " (see attnlab --help)");
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  return 0;
+}
