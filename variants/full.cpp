@@ -25,7 +25,7 @@ void attend_tile(const Tensor& q, const float* kt, const Tensor& v, const Mask& 
   softmax.start(&q(b, h, i0, 0), rows, scale);
   for (std::size_t c0 = 0; c0 < any_sees; c0 += OnlineSoftmax::kCols) {  // later blocks: skipped
     const std::size_t cols = std::min(OnlineSoftmax::kCols, any_sees - c0);
-    float* s = softmax.scores(kt + c0, d.nk, cols);
+    float* s = softmax.scores(kt + c0 * d.dk, OnlineSoftmax::kCols, cols);  // tile c0 / kCols
     for (std::size_t r = 0; r < rows; ++r) {
       float* row = s + r * OnlineSoftmax::kCols;
       if (c0 + cols > all_see) {
@@ -53,7 +53,8 @@ double FullAttention::flops(const Dims& d, const Mask& mask) const {
 Tensor FullAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                               const Dims& d) const {
   Tensor out = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});
-  const std::vector<float> kt = kernels::transpose_keys(k, d);
+  const std::vector<float> kt = kernels::transpose_keys(k, d, OnlineSoftmax::kCols);
+  const std::size_t per_head = kt.size() / (d.batch * d.heads);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
   const std::size_t tiles = (d.nq + OnlineSoftmax::kRows - 1) / OnlineSoftmax::kRows;
   const std::ptrdiff_t tasks = static_cast<std::ptrdiff_t>(d.batch * d.heads * tiles);
@@ -65,7 +66,7 @@ Tensor FullAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
       // Last query tiles first: under a causal mask they are the longest.
       const std::size_t tile = tiles - 1 - static_cast<std::size_t>(t) % tiles;
       const std::size_t bh = static_cast<std::size_t>(t) / tiles;
-      attend_tile(q, kt.data() + bh * d.dk * d.nk, v, mask, d, bh / d.heads, bh % d.heads,
+      attend_tile(q, kt.data() + bh * per_head, v, mask, d, bh / d.heads, bh % d.heads,
                   tile * OnlineSoftmax::kRows, scale, softmax, out);
     }
   }

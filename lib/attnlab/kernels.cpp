@@ -71,25 +71,62 @@ void gemm_tile(std::size_t m, std::size_t n, std::size_t k, const float* a, std:
   for (; i < m; ++i) row_panel<1>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
 }
 
-void exp2_inplace(float* x, std::size_t n) {
+// 2^v for one vector; lanes below -126 (including -inf) give exactly 0.
+inline __m256 exp2_vec(__m256 v) {
   const __m256 lo = _mm256_set1_ps(-126.0f), hi = _mm256_set1_ps(127.0f);
   // Taylor series of 2^f = e^(f ln 2) on |f| <= 1/2: relative error below 1e-8.
-  const float c[] = {1.0f, 0.69314718f, 0.24022651f, 0.05550411f, 0.00961813f,
-                     0.00133336f, 0.00015404f, 0.00001525f};
+  constexpr float c[] = {1.0f, 0.69314718f, 0.24022651f, 0.05550411f, 0.00961813f,
+                         0.00133336f, 0.00015404f, 0.00001525f};
+  const __m256 under = _mm256_cmp_ps(v, lo, _CMP_LT_OQ);
+  v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+  const __m256 whole = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(v, whole);
+  __m256 p = _mm256_set1_ps(c[7]);
+  for (int d = 6; d >= 0; --d) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c[d]));
+  const __m256i bits = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(whole), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+}
+
+inline float horizontal_sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float scalar_exp2(float x) { return x < -126.0f ? 0.0f : std::exp2(x); }
+
+void exp2_inplace(float* x, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp2_vec(_mm256_loadu_ps(x + i)));
+  for (; i < n; ++i) x[i] = scalar_exp2(x[i]);
+}
+
+float exp2_shifted_sum(float* x, std::size_t n, float shift) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 total = _mm256_setzero_ps();
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m256 v = _mm256_loadu_ps(x + i);
-    const __m256 under = _mm256_cmp_ps(v, lo, _CMP_LT_OQ);
-    v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-    const __m256 whole = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256 f = _mm256_sub_ps(v, whole);
-    __m256 p = _mm256_set1_ps(c[7]);
-    for (int d = 6; d >= 0; --d) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c[d]));
-    const __m256i bits = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvtps_epi32(whole), _mm256_set1_epi32(127)), 23);
-    _mm256_storeu_ps(x + i, _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(bits))));
+    const __m256 e = exp2_vec(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(x + i, e);
+    total = _mm256_add_ps(total, e);
   }
-  for (; i < n; ++i) x[i] = x[i] < -126.0f ? 0.0f : std::exp2(x[i]);
+  float sum = horizontal_sum(total);
+  for (; i < n; ++i) sum += x[i] = scalar_exp2(x[i] - shift);
+  return sum;
+}
+
+float row_max(const float* x, std::size_t n) {
+  __m256 top = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(x + i));
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  float result = _mm_cvtss_f32(m);
+  for (; i < n; ++i) result = std::max(result, x[i]);
+  return result;
 }
 
 #else  // portable fallback: same results up to rounding, slower
@@ -107,8 +144,22 @@ void gemm_tile(std::size_t m, std::size_t n, std::size_t k, const float* a, std:
   }
 }
 
+inline float scalar_exp2(float x) { return x < -126.0f ? 0.0f : std::exp2(x); }
+
 void exp2_inplace(float* x, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) x[i] = x[i] < -126.0f ? 0.0f : std::exp2(x[i]);
+  for (std::size_t i = 0; i < n; ++i) x[i] = scalar_exp2(x[i]);
+}
+
+float exp2_shifted_sum(float* x, std::size_t n, float shift) {
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) sum += x[i] = scalar_exp2(x[i] - shift);
+  return sum;
+}
+
+float row_max(const float* x, std::size_t n) {
+  float result = -std::numeric_limits<float>::infinity();
+  for (std::size_t i = 0; i < n; ++i) result = std::max(result, x[i]);
+  return result;
 }
 
 #endif
@@ -121,15 +172,19 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 }  // namespace
 
-std::vector<float> transpose_keys(const Tensor& k, const Dims& d) {
-  std::vector<float> kt(d.batch * d.heads * d.dk * d.nk);
+std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t block) {
+  if (block == 0) block = d.nk;
+  const std::size_t blocks = (d.nk + block - 1) / block, per_head = blocks * d.dk * block;
+  std::vector<float> kt(d.batch * d.heads * per_head, 0.0f);
   const std::ptrdiff_t heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
 #pragma omp parallel for schedule(static)
   for (std::ptrdiff_t bh = 0; bh < heads; ++bh) {
     const float* src = k.data() + bh * d.nk * d.dk;
-    float* dst = kt.data() + bh * d.dk * d.nk;
-    for (std::size_t j = 0; j < d.nk; ++j)
-      for (std::size_t c = 0; c < d.dk; ++c) dst[c * d.nk + j] = src[j * d.dk + c];
+    float* dst = kt.data() + bh * per_head;
+    for (std::size_t j = 0; j < d.nk; ++j) {
+      float* col = dst + (j / block) * d.dk * block + j % block;
+      for (std::size_t c = 0; c < d.dk; ++c) col[c * block] = src[j * d.dk + c];
+    }
   }
   return kt;
 }
@@ -155,16 +210,13 @@ float* OnlineSoftmax::scores(const float* kt, std::size_t ldk, std::size_t cols)
 void OnlineSoftmax::fold(const float* v, std::size_t ldv, std::size_t cols) {
   for (std::size_t r = 0; r < rows_; ++r) {
     float* row = scores_.data() + r * kCols;
-    const float top = *std::max_element(row, row + cols);
+    const float top = row_max(row, cols);
     if (top == kNegInf) {  // nothing visible in this block: contributes nothing
       std::fill(row, row + cols, 0.0f);
       continue;
     }
     const float new_max = std::max(max_[r], top);
-    for (std::size_t j = 0; j < cols; ++j) row[j] -= new_max;
-    exp2_inplace(row, cols);
-    float block_sum = 0.0f;
-    for (std::size_t j = 0; j < cols; ++j) block_sum += row[j];
+    const float block_sum = exp2_shifted_sum(row, cols, new_max);
     const float rescale = std::exp2(max_[r] - new_max);  // 0 on the first visible block
     float* acc = acc_.data() + r * dv_;
     for (std::size_t c = 0; c < dv_; ++c) acc[c] *= rescale;

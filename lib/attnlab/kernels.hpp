@@ -17,9 +17,18 @@ void gemm_tile(std::size_t m, std::size_t n, std::size_t k, const float* a, std:
 /// x[i] = 2^x[i]; inputs below -126 (including -inf) give exactly 0.
 void exp2_inplace(float* x, std::size_t n);
 
-/// k [B, H, Nk, Dk] as B*H blocks of [Dk, Nk] (keys contiguous), so score tiles are plain GEMMs.
-/// Parallel over heads (OpenMP); call it outside your own parallel region.
-std::vector<float> transpose_keys(const Tensor& k, const Dims& d);
+/// x[i] = 2^(x[i] - shift), returning the sum of the results (the softmax's inner loop).
+float exp2_shifted_sum(float* x, std::size_t n, float shift);
+
+/// max of x[0..n); -infinity when n = 0.
+float row_max(const float* x, std::size_t n);
+
+/// k [B, H, Nk, Dk] transposed so that score tiles are plain GEMMs, parallel over heads (OpenMP;
+/// call it outside your own parallel region). block = 0: each head is one [Dk, Nk] matrix (key j
+/// of head bh at kt[bh * Dk * Nk + c * Nk + j]). block > 0: each head is ceil(Nk / block) tiles
+/// of [Dk, block], zero-padded, contiguous (key j at kt[bh * per_head + (j / block) * Dk * block
+/// + c * block + j % block]): short unit strides, no cache-set aliasing at power-of-two Nk.
+std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t block = 0);
 
 /// The online softmax of FlashAttention (Dao et al. 2022) for one tile of at most kRows queries:
 /// scores against any sequence of key blocks (contiguous, strided or gathered) are folded into a
