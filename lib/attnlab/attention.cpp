@@ -36,14 +36,17 @@ Tensor Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v,
   const Dims d = check_qkv(q, k, v);
   mask.validate(d);
   const Support s = support();
+  const auto refuse = [&](const std::string& feature) {
+    const std::string why = why_unsupported(feature);
+    throw Unsupported(name(), why.empty() ? feature : feature + ": " + why);
+  };
   const bool causal = mask.causal != Causal::none;
-  if (causal && !s.causal) throw Unsupported(name(), "causal masks");
-  if (causal && d.nq != d.nk && !s.causal_cross)
-    throw Unsupported(name(), "causal masks with Nq != Nk");
-  if (mask.has_key_lengths() && !s.key_lengths) throw Unsupported(name(), "key padding");
-  if (mask.has_allowed() && !s.allowed) throw Unsupported(name(), "boolean masks");
-  if (d.nq != d.nk && !s.cross) throw Unsupported(name(), "cross-attention (Nq != Nk)");
-  if (d.dv != d.dk && !s.value_dim) throw Unsupported(name(), "Dv != Dk");
+  if (causal && !s.causal) refuse("causal masks");
+  if (causal && d.nq != d.nk && !s.causal_cross) refuse("causal masks with Nq != Nk");
+  if (mask.has_key_lengths() && !s.key_lengths) refuse("key padding");
+  if (mask.has_allowed() && !s.allowed) refuse("boolean masks");
+  if (d.nq != d.nk && !s.cross) refuse("cross-attention (Nq != Nk)");
+  if (d.dv != d.dk && !s.value_dim) refuse("Dv != Dk");
   return compute(q, k, v, mask, d);
 }
 

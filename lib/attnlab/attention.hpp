@@ -46,6 +46,10 @@ class Attention {
   virtual double flops(const Dims& d, const Mask& mask) const;
 
  protected:
+  /// Why this backend cannot honour `feature` ("causal masks", "boolean masks", ...): appended
+  /// to the Unsupported message, so a user learns the reason, not just the refusal. Empty: none.
+  virtual std::string why_unsupported(const std::string& /*feature*/) const { return {}; }
+
   /// Called with validated, supported input only.
   virtual Tensor compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                          const Dims& d) const = 0;

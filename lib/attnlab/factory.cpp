@@ -5,6 +5,7 @@
 
 #include "attnlab/error.hpp"
 #include "variants/full.hpp"
+#include "variants/linformer.hpp"
 
 namespace attnlab {
 namespace {
@@ -18,6 +19,7 @@ struct Entry {
 };
 constexpr Entry kTable[] = {
     {"full", make_full},
+    {"linformer", make_linformer},
 };
 
 std::string trim(std::string_view s) {

@@ -1,0 +1,236 @@
+#include "variants/linformer.hpp"
+
+#include <cblas.h>
+
+#include <cmath>
+
+#include "attnlab/error.hpp"
+#include "variants/full.hpp"
+
+namespace attnlab {
+namespace {
+
+const char* share_name(LinformerAttention::Share s) {
+  using S = LinformerAttention::Share;
+  return s == S::none ? "none" : s == S::kv ? "kv" : "layer";
+}
+
+const char* init_name(LinformerAttention::Init i) {
+  using I = LinformerAttention::Init;
+  return i == I::gaussian ? "gaussian"
+         : i == I::xavier ? "xavier"
+         : i == I::identity ? "identity"
+                            : "supplied";
+}
+
+std::string shape_of(const xt::xarray<float>& t) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < t.dimension(); ++i)
+    out += (i ? ", " : "") + std::to_string(t.shape()[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+LinformerAttention::LinformerAttention(std::size_t k, Share share, Init init, std::size_t max_len,
+                                       std::uint64_t seed)
+    : k_(k), max_len_(max_len), share_(share), init_(init), seed_(seed) {
+  if (k == 0) throw Error("linformer: k = 0: must be at least 1");
+  if (max_len == 0) throw Error("linformer: max_len = 0: must be at least 1");
+  if (k > max_len)
+    throw Error("linformer: k = " + std::to_string(k) + " must not exceed max_len = " +
+                std::to_string(max_len) + " (E and F are k x max_len)");
+  if (init == Init::supplied)
+    throw Error("linformer: init = supplied: give the matrices with set_projections");
+}
+
+std::string LinformerAttention::spec() const {
+  return SpecWriter("linformer")
+      .add("k", static_cast<std::int64_t>(k_))
+      .add("share", share_name(share_))
+      .add("init", init_name(init_))
+      .add("max_len", static_cast<std::int64_t>(max_len_))
+      .add("seed", static_cast<std::int64_t>(seed_))
+      .str();
+}
+
+Support LinformerAttention::support() const {
+  Support s;
+  s.causal = s.causal_cross = false;
+  s.allowed = false;
+  return s;
+}
+
+std::string LinformerAttention::why_unsupported(const std::string& feature) const {
+  if (feature.starts_with("causal"))
+    return "each projected key E·K (and value F·V) is a weighted sum over all Nk positions, "
+           "future ones included, so no query can be kept from seeing the future";
+  if (feature == "boolean masks")
+    return "a mask over the Nk original keys has no counterpart on the k projected keys, each "
+           "of which mixes all of them (key padding, applied before the projection, is supported)";
+  return {};
+}
+
+double LinformerAttention::flops(const Dims& d, const Mask& mask) const {
+  double projected = 0;  // keys that enter the projections, summed over the batch
+  for (std::size_t b = 0; b < d.batch; ++b)
+    projected += mask.has_key_lengths()
+                     ? static_cast<double>(std::min<std::int64_t>(
+                           mask.key_lengths[b], static_cast<std::int64_t>(d.nk)))
+                     : static_cast<double>(d.nk);
+  const double per_row = 2.0 * static_cast<double>(k_ * (d.dk + d.dv)) * d.heads;
+  return per_row * (projected + static_cast<double>(d.batch * d.nq));
+}
+
+void LinformerAttention::draw_columns(Matrix& m, std::size_t columns) const {
+  m.et.resize(columns * k_);
+  const float a = static_cast<float>(std::sqrt(6.0 / static_cast<double>(k_ + max_len_)));
+  std::normal_distribution<float> normal(0.0f, static_cast<float>(1.0 / std::sqrt(double(k_))));
+  std::uniform_real_distribution<float> uniform(-a, a);
+  for (std::size_t j = m.columns; j < columns; ++j) {
+    float* column = m.et.data() + j * k_;
+    for (std::size_t r = 0; r < k_; ++r) {
+      switch (init_) {
+        case Init::gaussian: column[r] = normal(m.rng); break;
+        case Init::xavier: column[r] = uniform(m.rng); break;
+        default: column[r] = r == j ? 1.0f : 0.0f; break;
+      }
+    }
+  }
+  m.columns = columns;
+}
+
+const LinformerAttention::Matrix& LinformerAttention::matrix(char which, std::size_t head,
+                                                             std::size_t columns) const {
+  int slot = which == 'E' ? 0 : 1;
+  if (init_ == Init::supplied) {
+    auto it = matrices_.find({slot, supplied_heads_ == 1 ? 0 : head});
+    ATTNLAB_ASSERT(it != matrices_.end());
+    return it->second;
+  }
+  if (share_ != Share::none) slot = 0;
+  if (share_ == Share::layer) head = 0;
+  auto [it, fresh] = matrices_.try_emplace({slot, head});
+  if (fresh) {
+    std::seed_seq seq{seed_ & 0xffffffffu, seed_ >> 32, std::uint64_t(slot), std::uint64_t(head)};
+    it->second.rng.seed(seq);
+  }
+  if (it->second.columns < columns) draw_columns(it->second, columns);
+  return it->second;
+}
+
+void LinformerAttention::set_projections(const xt::xarray<float>& e, const xt::xarray<float>& f) {
+  const auto check = [&](const xt::xarray<float>& t, const char* name) {
+    const auto& s = t.shape();
+    const bool ok = (t.dimension() == 2 && s[0] == k_ && s[1] == max_len_) ||
+                    (t.dimension() == 3 && s[0] >= 1 && s[1] == k_ && s[2] == max_len_);
+    if (!ok)
+      throw Error(std::string("linformer: ") + name + " has shape " + shape_of(t) +
+                  ", expected [k, max_len] = [" + std::to_string(k_) + ", " +
+                  std::to_string(max_len_) + "] or [H, " + std::to_string(k_) + ", " +
+                  std::to_string(max_len_) + "]");
+    if (!xt::all(xt::isfinite(t)))
+      throw Error(std::string("linformer: ") + name + " has non-finite entries");
+  };
+  check(e, "E");
+  check(f, "F");
+  if (e.shape() != f.shape())
+    throw Error("linformer: E has shape " + shape_of(e) + " but F has shape " + shape_of(f) +
+                ": both must be shared or both per head");
+  const std::size_t heads = e.dimension() == 2 ? 1 : e.shape()[0];
+  std::lock_guard lock(mutex_);
+  matrices_.clear();
+  for (int slot = 0; slot < 2; ++slot) {
+    const float* src = (slot == 0 ? e : f).data();
+    for (std::size_t h = 0; h < heads; ++h) {
+      Matrix& m = matrices_[{slot, h}];
+      m.et.resize(max_len_ * k_);
+      for (std::size_t r = 0; r < k_; ++r)
+        for (std::size_t j = 0; j < max_len_; ++j)
+          m.et[j * k_ + r] = src[(h * k_ + r) * max_len_ + j];
+      m.columns = max_len_;
+    }
+  }
+  init_ = Init::supplied;
+  supplied_heads_ = heads;
+}
+
+xt::xtensor<float, 2> LinformerAttention::projection(char which, std::size_t head,
+                                                     std::size_t columns) const {
+  if (which != 'E' && which != 'F')
+    throw Error(std::string("linformer: projection '") + which + "': expected 'E' or 'F'");
+  if (columns > max_len_)
+    throw Error("linformer: " + std::to_string(columns) + " columns requested, max_len = " +
+                std::to_string(max_len_));
+  if (init_ == Init::supplied && supplied_heads_ > 1 && head >= supplied_heads_)
+    throw Error("linformer: head " + std::to_string(head) + " requested, the supplied E and F "
+                "have " + std::to_string(supplied_heads_) + " heads");
+  std::lock_guard lock(mutex_);
+  const Matrix& m = matrix(which, head, columns);
+  xt::xtensor<float, 2> out = xt::xtensor<float, 2>::from_shape({k_, columns});
+  for (std::size_t r = 0; r < k_; ++r)
+    for (std::size_t j = 0; j < columns; ++j) out(r, j) = m.et[j * k_ + r];
+  return out;
+}
+
+Tensor LinformerAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Mask& mask, const Dims& d) const {
+  if (d.nk > max_len_)
+    throw Error("linformer: Nk = " + std::to_string(d.nk) + " exceeds max_len = " +
+                std::to_string(max_len_) + " (E and F have max_len columns)");
+  if (init_ == Init::supplied && supplied_heads_ > 1 && supplied_heads_ != d.heads)
+    throw Error("linformer: the supplied E and F have " + std::to_string(supplied_heads_) +
+                " heads, the input has " + std::to_string(d.heads));
+  Tensor kp = xt::zeros<float>({d.batch, d.heads, k_, d.dk});
+  Tensor vp = xt::zeros<float>({d.batch, d.heads, k_, d.dv});
+  {
+    // Top-level sgemm calls: OpenBLAS threads each one (never call it inside our OpenMP regions).
+    std::lock_guard lock(mutex_);
+    const auto m = static_cast<int>(k_);
+    for (std::size_t b = 0; b < d.batch; ++b) {
+      // Padded keys and values are zeroed before the projection: only the first n columns count.
+      const auto n = static_cast<int>(
+          mask.has_key_lengths()
+              ? std::min<std::int64_t>(mask.key_lengths[b], static_cast<std::int64_t>(d.nk))
+              : static_cast<std::int64_t>(d.nk));
+      if (n == 0) continue;
+      for (std::size_t h = 0; h < d.heads; ++h) {
+        const Matrix& e = matrix('E', h, d.nk);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, int(d.dk), n, 1.0f, e.et.data(),
+                    m, &k(b, h, 0, 0), int(d.dk), 0.0f, &kp(b, h, 0, 0), int(d.dk));
+        const Matrix& f = matrix('F', h, d.nk);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, int(d.dv), n, 1.0f, f.et.data(),
+                    m, &v(b, h, 0, 0), int(d.dv), 0.0f, &vp(b, h, 0, 0), int(d.dv));
+      }
+    }
+  }
+  Mask scaled;
+  scaled.scale = mask.softmax_scale(d.dk);
+  return FullAttention().forward(q, kp, vp, scaled);
+}
+
+std::unique_ptr<Attention> make_linformer(Params& params) {
+  const std::int64_t k = params.integer("k", 256);
+  const std::string share = params.choice("share", "none", {"none", "kv", "layer"});
+  const std::string init =
+      params.choice("init", "gaussian", {"gaussian", "xavier", "identity", "supplied"});
+  const std::int64_t max_len = params.integer("max_len", 4096);
+  const std::int64_t seed = params.integer("seed", 0);
+  if (k < 1) params.fail("k", "must be at least 1");
+  if (max_len < 1) params.fail("max_len", "must be at least 1");
+  if (k > max_len)
+    params.fail("k", "must not exceed max_len = " + std::to_string(max_len) +
+                         " (E and F are k x max_len)");
+  if (seed < 0) params.fail("seed", "must be >= 0");
+  if (init == "supplied")
+    params.fail("init", "learned matrices are not in the spec: give them with "
+                        "LinformerAttention::set_projections or `attnlab run --E e.npy --F f.npy`");
+  using S = LinformerAttention::Share;
+  using I = LinformerAttention::Init;
+  return std::make_unique<LinformerAttention>(
+      static_cast<std::size_t>(k), share == "none" ? S::none : share == "kv" ? S::kv : S::layer,
+      init == "gaussian" ? I::gaussian : init == "xavier" ? I::xavier : I::identity,
+      static_cast<std::size_t>(max_len), static_cast<std::uint64_t>(seed));
+}
+
+}  // namespace attnlab

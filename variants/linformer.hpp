@@ -1,0 +1,106 @@
+// linformer: softmax attention over keys and values projected to k rows along the sequence
+// (Wang et al. 2020, "Linformer: Self-Attention with Linear Complexity", arXiv 2006.04768).
+//
+// For each item b and head h, with E_h, F_h in R^{k x max_len} and Nk <= max_len keys:
+//   K' = E_h[:, :Nk] · K   [k, Dk],   V' = F_h[:, :Nk] · V   [k, Dv],
+//   out = softmax(Q K'^T · scale) V'   — only the first Nk columns are used (the fairseq way), so
+// any length up to max_len works. The attention over (Q, K', V') is our exact `full` kernel.
+//
+// Spec: "linformer:k=256,share=none,init=gaussian,max_len=4096,seed=0"
+//   k        rows of E and F (the projected length); 1 <= k <= max_len. k may exceed Nk: the
+//            k projected keys are then mixtures of fewer tokens (correct, only not cheaper).
+//   share    none: each head has its own E_h and F_h (2·H matrices);
+//            kv: E_h = F_h for each head (H matrices; the paper's key-value sharing);
+//            layer: one matrix E for every head and for both keys and values (F = E; the paper's
+//            "layerwise" sharing, restricted to this one attention object).
+//   init     gaussian: i.i.d. N(0, 1/k) entries (the paper's Johnson-Lindenstrauss theory);
+//            xavier: Glorot uniform U(-a, a), a = sqrt(6 / (k + max_len)) (fan_in = max_len,
+//            fan_out = k; fairseq uses xavier_uniform_ for its compress_k layer);
+//            identity: E = [I_k | 0] (keeps the first k tokens).
+//            Drawn per (matrix, head) column by column from seed, so column j never depends on
+//            Nk and the same seed gives bitwise-identical output. Columns are drawn on first use
+//            and kept: they are the layer's parameters.
+//   max_len  columns of E and F, the longest key sequence accepted; >= 1.
+//   seed     >= 0; the only source of randomness.
+// Learned matrices: set_projections(E, F) with shape [k, max_len] (shared by all heads) or
+// [H, k, max_len] (one per head; H must then equal the heads of every call); spec() then says
+// init=supplied, which make_attention refuses (the matrices are not in the string).
+// Cost: O(B·H·Nk·k·(Dk + Dv)) for the projections (BLAS sgemm) plus O(B·H·Nq·k·(Dk + Dv)) for the
+// attention: linear in N for fixed k. Memory O(B·H·k·(Dk + Dv)) beyond inputs and output, plus
+// the drawn matrices, k·Nk floats per distinct matrix.
+// Masks: key padding (keys and values j >= key_lengths[b] are zeroed before the projection, so
+// they still hold softmax weight exp(0 - max) but add nothing to the values — the fairseq rule),
+// cross-attention (projection on the key side), Dv != Dk, explicit scale. Causal masks and boolean
+// masks are Unsupported: every projected key mixes all positions (see why_unsupported).
+// Exact reduction: k = Nk with init=identity gives full attention (K' = K, V' = V exactly).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
+
+#include "attnlab/attention.hpp"
+#include "attnlab/factory.hpp"
+
+namespace attnlab {
+
+class LinformerAttention final : public Attention {
+ public:
+  enum class Share { none, kv, layer };
+  enum class Init { gaussian, xavier, identity, supplied };
+
+  /// Throws Error naming k or max_len when 1 <= k <= max_len does not hold.
+  LinformerAttention(std::size_t k, Share share, Init init, std::size_t max_len,
+                     std::uint64_t seed);
+
+  std::string spec() const override;
+  Support support() const override;
+  double flops(const Dims& d, const Mask& mask) const override;
+
+  /// Replaces the drawn matrices by learned ones: [k, max_len] shared by all heads, or
+  /// [H, k, max_len] one per head. Throws Error naming E or F and the expected shape.
+  void set_projections(const xt::xarray<float>& e, const xt::xarray<float>& f);
+
+  /// The first `columns` columns of E (which = 'E') or F (which = 'F') for `head`, [k, columns].
+  xt::xtensor<float, 2> projection(char which, std::size_t head, std::size_t columns) const;
+
+  std::size_t k() const { return k_; }
+  std::size_t max_len() const { return max_len_; }
+
+ protected:
+  std::string why_unsupported(const std::string& feature) const override;
+  Tensor compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                 const Dims& d) const override;
+
+ private:
+  // One matrix, stored transposed ([columns, k]: column j of E contiguous) so that it grows by
+  // columns without moving the ones already drawn.
+  struct Matrix {
+    std::mt19937_64 rng;
+    std::vector<float> et;
+    std::size_t columns = 0;
+  };
+  // The matrix playing `which` ('E' or 'F') for `head`, with at least `columns` columns drawn.
+  // Call with mutex_ held; the reference stays valid while it is held.
+  const Matrix& matrix(char which, std::size_t head, std::size_t columns) const;
+  void draw_columns(Matrix& m, std::size_t columns) const;
+
+  std::size_t k_, max_len_;
+  Share share_;
+  Init init_;
+  std::uint64_t seed_;
+  mutable std::mutex mutex_;  // guards matrices_, which forward() grows on demand
+  mutable std::map<std::pair<int, std::size_t>, Matrix> matrices_;  // (0 = E / 1 = F, head)
+  std::size_t supplied_heads_ = 0;  // 1 or H after set_projections
+};
+
+std::unique_ptr<Attention> make_linformer(Params& params);
+
+}  // namespace attnlab
