@@ -6,6 +6,7 @@
 #include "attnlab/error.hpp"
 #include "variants/full.hpp"
 #include "variants/linformer.hpp"
+#include "variants/sliding.hpp"
 
 namespace attnlab {
 namespace {
@@ -20,6 +21,7 @@ struct Entry {
 constexpr Entry kTable[] = {
     {"full", make_full},
     {"linformer", make_linformer},
+    {"sliding", make_sliding},
 };
 
 std::string trim(std::string_view s) {

@@ -1,0 +1,61 @@
+// sliding: local attention with a (dilated) sliding window and Longformer-style global tokens
+// (Beltagy et al. 2020, "Longformer", arXiv 2004.05150; dilation as in its dilated windows).
+//
+// Spec: "sliding:left=L,right=R,dilation=S,global=G", defaults left=128, right=128, dilation=1,
+// global=0.
+//   left     L >= 0   query i attends keys i - S·a for a = 0..L (the key at i itself included)
+//   right    R >= 0   ... and keys i + S·b for b = 0..R
+//   dilation S >= 1   distance between two attended window keys
+//   global   G >= 0   queries i < G attend every key, and every query attends keys j < G
+// Keys outside the sequence are simply absent: any N, no padding visible, no divisibility rule.
+// Cross-attention (Nq != Nk): query i sits at key position p(i) = i, except under a causal
+// bottom-right mask, where p(i) = i + Nk - Nq (the last query at the last key, as in decoding
+// with a KV cache); the window is then centred on p(i). For Nq == Nk both are p(i) = i.
+// Masks: the pattern is ANDed with every part of Mask (causal both alignments, key padding,
+// boolean masks shared or per head); Dv != Dk. Causal drops the right half of the window. A
+// query that sees no key outputs zeros. Nothing is refused.
+// Kernel: the online softmax of FlashAttention over the window's keys only, tiled by 48 queries
+// and parallel (OpenMP) over batch, heads and query tiles. With S > 1 the keys and queries of
+// each residue class mod S are gathered into contiguous blocks, where the dilated window is a
+// plain one; global keys are an extra key block, global queries full attention rows.
+// Cost: O(B·H·Nq·(L + R + 1 + G)·(Dk + Dv)) time (plus O(Nq·Nk) for the G global query rows),
+// O(B·H·(Nq·Dv + Nk·(Dk + Dv))) memory; no Nq x Nk matrix is ever formed.
+// Exact: left >= Nk and right >= Nk with dilation=1 (or global >= Nq) equals full attention.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "attnlab/attention.hpp"
+#include "attnlab/factory.hpp"
+
+namespace attnlab {
+
+struct SlidingConfig {
+  std::int64_t left = 128, right = 128, dilation = 1, global = 0;
+};
+
+class SlidingAttention final : public Attention {
+ public:
+  explicit SlidingAttention(const SlidingConfig& config);
+
+  std::string spec() const override;
+  Support support() const override { return {}; }
+
+  /// 2 · (Dk + Dv) per attended (query, key) pair, counting the window, global and mask
+  /// (causal, padding; not the boolean mask) exactly: the useful work, not the computed tiles.
+  double flops(const Dims& d, const Mask& mask) const override;
+
+  const SlidingConfig& config() const { return config_; }
+
+ protected:
+  Tensor compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                 const Dims& d) const override;
+
+ private:
+  SlidingConfig config_;
+};
+
+std::unique_ptr<Attention> make_sliding(Params& params);
+
+}  // namespace attnlab
