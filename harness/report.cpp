@@ -1,0 +1,745 @@
+#include "harness/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "attnlab/error.hpp"
+#include "harness/anchors.hpp"
+
+namespace attnlab::harness {
+namespace fs = std::filesystem;
+namespace {
+
+const std::string kDash = "—";
+
+// ---------------------------------------------------------------- CSV
+
+// Reads one RFC-4180 record (quoted fields may hold commas, quotes and newlines).
+bool read_record(std::istream& in, std::vector<std::string>& fields, std::size_t& line) {
+  fields.clear();
+  if (in.peek() == EOF) return false;
+  std::string field;
+  bool quoted = false, any = false;
+  for (int c; (c = in.get()) != EOF;) {
+    any = true;
+    if (quoted) {
+      if (c == '"' && in.peek() == '"') field += char(in.get());
+      else if (c == '"') quoted = false;
+      else {
+        if (c == '\n') ++line;
+        field += char(c);
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.push_back(std::move(field));
+      field.clear();
+    } else if (c == '\n') {
+      ++line;
+      break;
+    } else if (c != '\r') {
+      field += char(c);
+    }
+  }
+  fields.push_back(std::move(field));
+  return any;
+}
+
+std::string fmt(const char* format, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, x);
+  return buf;
+}
+
+std::string opt_fmt(const char* format, const std::optional<double>& x) {
+  return x ? fmt(format, *x) : kDash;
+}
+
+std::string md_escape(std::string s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n') out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+std::string code(const std::string& s) { return "`" + md_escape(s) + "`"; }
+
+
+// ---------------------------------------------------------------- grouping
+
+// The problem a row solves apart from its length: batch, heads, dim, causal, input.
+using Context = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::string, std::string>;
+Context context_of(const ReportRow& r) { return {r.batch, r.heads, r.dim, r.causal, r.input}; }
+
+std::string describe(const Context& c) {
+  return "B=" + std::to_string(std::get<0>(c)) + ", H=" + std::to_string(std::get<1>(c)) +
+         ", D=" + std::to_string(std::get<2>(c)) + ", causal " + std::get<3>(c) + ", input " +
+         code(std::get<4>(c));
+}
+
+// The context with most ok rows passing `keep`, non-causal preferred; nullopt when none.
+template <class Keep>
+std::optional<Context> main_context(const std::vector<ReportRow>& rows, Keep keep) {
+  std::map<Context, std::pair<int, std::size_t>> count;  // ok rows, first index
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].ok() || !keep(rows[i])) continue;
+    auto [it, fresh] = count.emplace(context_of(rows[i]), std::make_pair(0, i));
+    it->second.first += rows[i].causal == "none" ? 1000000 : 1;
+  }
+  std::optional<Context> best;
+  std::pair<int, std::size_t> best_score{-1, 0};
+  for (const auto& [c, s] : count)
+    if (s.first > best_score.first || (s.first == best_score.first && s.second < best_score.second)) {
+      best = c;
+      best_score = s;
+    }
+  return best;
+}
+
+bool has_token(const std::string& spec, const std::string& token) {
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos) return false;
+  std::stringstream ss(spec.substr(colon + 1));
+  for (std::string t; std::getline(ss, t, ',');)
+    if (t == token) return true;
+  return false;
+}
+
+// The spec of `variant` shown for it: most preferred tokens, then most ok rows, then first.
+std::optional<std::string> representative_spec(const std::vector<ReportRow>& rows,
+                                               const std::string& variant,
+                                               const std::vector<std::string>& prefer,
+                                               const std::optional<Context>& ctx) {
+  std::map<std::string, std::pair<int, int>> score;  // spec -> (preferred tokens, ok rows)
+  std::vector<std::string> order;
+  for (const auto& r : rows) {
+    if (r.variant != variant || !r.ok() || (ctx && context_of(r) != *ctx)) continue;
+    auto [it, fresh] = score.emplace(r.spec, std::make_pair(0, 0));
+    if (fresh) {
+      order.push_back(r.spec);
+      for (const auto& t : prefer) it->second.first += has_token(r.spec, t);
+    }
+    ++it->second.second;
+  }
+  std::optional<std::string> best;
+  for (const auto& s : order)
+    if (!best || score[s] > score[*best]) best = s;
+  return best;
+}
+
+const ReportRow* find_row(const std::vector<ReportRow>& rows, const std::string& spec,
+                          std::int64_t n, const Context& ctx) {
+  const ReportRow* found = nullptr;
+  for (const auto& r : rows)
+    if (r.spec == spec && r.n == n && context_of(r) == ctx) {
+      if (r.ok()) return &r;
+      if (!found) found = &r;
+    }
+  return found;
+}
+
+std::vector<std::string> variants_in_order(const std::vector<ReportRow>& rows) {
+  std::vector<std::string> out;
+  for (const auto& r : rows)
+    if (std::find(out.begin(), out.end(), r.variant) == out.end()) out.push_back(r.variant);
+  // full first, peers last: the reading order of every table and plot.
+  std::stable_sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
+    auto rank = [](const std::string& v) { return v == "full" ? 0 : (v == "numpy" || v == "torch") ? 2 : 1; };
+    return rank(a) < rank(b);
+  });
+  return out;
+}
+
+std::vector<std::string> preferred_tokens(const std::string& variant) {
+  for (const auto& a : anchors::lra_rows())
+    if (a.variant == variant) return a.setting;
+  return {};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- rows
+
+std::vector<ReportRow> parse_report_rows(std::istream& in, const std::string& what) {
+  std::vector<std::string> header, fields;
+  std::size_t line = 0;
+  if (!read_record(in, header, line)) throw Error(what + ": empty file (expected a header line)");
+  std::map<std::string, std::size_t> column;
+  for (std::size_t i = 0; i < header.size(); ++i) column[header[i]] = i;
+  for (const char* required : {"spec", "variant", "n", "status"})
+    if (!column.count(required))
+      throw Error(what + ": header has no '" + required + "' column");
+
+  std::vector<ReportRow> rows;
+  for (std::size_t record_line = line + 1; read_record(in, fields, line); record_line = line + 1) {
+    if (fields.size() == 1 && fields[0].empty()) continue;  // blank line
+    auto text = [&](const char* name) -> std::string {
+      const auto it = column.find(name);
+      return it == column.end() || it->second >= fields.size() ? "" : fields[it->second];
+    };
+    auto number = [&](const char* name) -> std::optional<double> {
+      const std::string t = text(name);
+      if (t.empty()) return std::nullopt;
+      char* end = nullptr;
+      const double x = std::strtod(t.c_str(), &end);
+      if (end != t.c_str() + t.size())
+        throw Error(what + ": line " + std::to_string(record_line) + ": column '" + name +
+                    "': '" + t + "' is not a number");
+      return x;
+    };
+    auto integer = [&](const char* name) -> std::int64_t {
+      return static_cast<std::int64_t>(number(name).value_or(0));
+    };
+    ReportRow r;
+    r.key = text("key");
+    r.spec = text("spec");
+    r.variant = text("variant");
+    if (r.variant.empty()) r.variant = r.spec.substr(0, r.spec.find(':'));
+    r.n = integer("n");
+    r.batch = integer("batch");
+    r.heads = integer("heads");
+    r.dim = integer("dim");
+    r.causal = text("causal");
+    r.input = text("input");
+    r.seed = text("seed");
+    r.status = text("status");
+    r.message = text("message");
+    r.reps = integer("reps");
+    r.time_median_s = number("time_median_s");
+    r.time_min_s = number("time_min_s");
+    r.time_max_s = number("time_max_s");
+    r.time_iqr_s = number("time_iqr_s");
+    r.peak_mem_bytes = number("peak_mem_bytes");
+    r.flops = number("flops");
+    r.gflops = number("gflops");
+    r.sgemm_gflops = number("sgemm_gflops");
+    r.sgemm_fraction = number("sgemm_fraction");
+    r.err_rows = number("err_rows");
+    r.rel_fro = number("rel_fro");
+    r.max_abs = number("max_abs");
+    r.mean_cos = number("mean_cos");
+    r.p99_row = number("p99_row");
+    r.shard = text("shard");
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+std::vector<ReportRow> read_report_rows(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("report: cannot open '" + path + "'");
+  return parse_report_rows(in, path);
+}
+
+std::vector<Relative> relative_to_full(const std::vector<ReportRow>& rows) {
+  // (n, context) -> indices of ok full rows
+  std::map<std::pair<std::int64_t, Context>, std::vector<std::size_t>> full;
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].variant == "full" && rows[i].ok() && rows[i].time_median_s)
+      full[{rows[i].n, context_of(rows[i])}].push_back(i);
+  std::vector<Relative> out(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const ReportRow& r = rows[i];
+    const auto it = full.find({r.n, context_of(r)});
+    if (!r.ok() || it == full.end()) continue;
+    const ReportRow* partner = &rows[it->second.front()];
+    for (std::size_t j : it->second)
+      if (rows[j].seed == r.seed) {
+        partner = &rows[j];
+        break;
+      }
+    if (r.time_median_s && *r.time_median_s > 0)
+      out[i].speedup = *partner->time_median_s / *r.time_median_s;
+    if (r.peak_mem_bytes && partner->peak_mem_bytes && *partner->peak_mem_bytes > 0)
+      out[i].memory_ratio = *r.peak_mem_bytes / *partner->peak_mem_bytes;
+  }
+  return out;
+}
+
+std::vector<std::size_t> pareto_frontier(const std::vector<ParetoPoint>& points) {
+  std::vector<std::size_t> order(points.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // Fastest first; among equal speed-ups the smaller error first, then the earlier point.
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (points[a].speedup != points[b].speedup) return points[a].speedup > points[b].speedup;
+    return points[a].error < points[b].error;
+  });
+  std::vector<std::size_t> frontier;
+  double best_error = INFINITY;
+  for (std::size_t i : order)
+    if (points[i].error < best_error) {  // strictly better than every faster point
+      frontier.push_back(i);
+      best_error = points[i].error;
+    }
+  std::reverse(frontier.begin(), frontier.end());
+  return frontier;
+}
+
+// ---------------------------------------------------------------- tables
+
+std::string lra_table(const std::vector<ReportRow>& rows) {
+  const auto rel = relative_to_full(rows);
+  auto in_lra = [](const ReportRow& r) {
+    return std::find(std::begin(anchors::kLraLengths), std::end(anchors::kLraLengths), r.n) !=
+           std::end(anchors::kLraLengths);
+  };
+  std::ostringstream out;
+  out << "## Long Range Arena efficiency table\n\n";
+  const auto ctx = main_context(rows, [&](const ReportRow& r) { return r.variant == "full" && in_lra(r); });
+  if (!ctx) {
+    out << "No ok `full` rows at N = 1K, 2K, 3K or 4K: speed-ups need them. " << kDash << "\n\n";
+    return out.str();
+  }
+  out << "Ours: forward time and peak extra memory of one call, " << describe(*ctx)
+      << ", as speed-up over our `full` (fused, exact) and memory as a fraction of its memory. "
+      << "Paper: " << anchors::kLraCitation << "; the paper's speed-ups are steps/s over the "
+      << "Transformer's, its memory ratios are computed here from its GB figures. "
+      << "Absolute numbers do not transfer between a TPU training step and a CPU forward call; "
+      << "ratios transfer better, and even they depend on the hardware.\n\n";
+  out << "| Model | source | 1K | 2K | 3K | 4K | mem 1K | mem 2K | mem 3K | mem 4K |\n";
+  out << "|---|---|---|---|---|---|---|---|---|---|\n";
+  const auto& anchor_rows = anchors::lra_rows();
+  const auto& base = anchor_rows.front();
+  for (const auto& a : anchor_rows) {
+    std::optional<std::string> spec =
+        a.variant == "full" ? std::optional<std::string>("full")
+                            : representative_spec(rows, a.variant, a.setting, ctx);
+    // Performer is only "ours" when a favor spec exists; never shown as another linear spec.
+    if (spec && !a.setting.empty() && a.setting.front().rfind("feature=", 0) == 0 &&
+        !has_token(*spec, a.setting.front()))
+      spec.reset();
+    out << "| " << a.model << " | ours " << (spec ? code(*spec) : kDash);
+    std::string mem;
+    for (int n : anchors::kLraLengths) {
+      const ReportRow* r = spec ? find_row(rows, *spec, n, *ctx) : nullptr;
+      const std::size_t i = r ? std::size_t(r - rows.data()) : 0;
+      if (a.variant == "full") {
+        out << " | " << (r && r->ok() ? opt_fmt("%.3g ms", r->time_median_s.value() * 1e3) : kDash);
+        mem += " | " + (r && r->ok() && r->peak_mem_bytes ? fmt("%.1f MiB", *r->peak_mem_bytes / 1048576.0) : kDash);
+      } else {
+        out << " | " << (r && rel[i].speedup ? fmt("%.2fx", *rel[i].speedup) : kDash);
+        mem += " | " + (r && rel[i].memory_ratio
+                            ? fmt("%.2fx", *rel[i].memory_ratio) + " (" +
+                                  fmt("%.1f MiB", *r->peak_mem_bytes / 1048576.0) + ")"
+                            : kDash);
+      }
+    }
+    out << mem << " |\n| | paper (TPU v3)";
+    for (int j = 0; j < 4; ++j)
+      out << " | " << fmt("%.1f steps/s", a.steps_per_s[j])
+          << (a.variant == "full" ? "" : fmt(" (%.2fx)", a.steps_per_s[j] / base.steps_per_s[j]));
+    for (int j = 0; j < 4; ++j)
+      out << " | "
+          << (a.variant == "full" ? fmt("%.2f GB", a.memory_gb[j])
+                                  : fmt("%.2fx", a.memory_gb[j] / base.memory_gb[j]) +
+                                        fmt(" (%.2f GB)", a.memory_gb[j]));
+    out << " |\n";
+  }
+  out << "\nOur spec per model: the one matching most of the paper's setting ("
+      << "local: sliding defaults; Linformer: k=256, share=kv; BigBird: ITC defaults; linear: "
+      << "elu+1, sum rule; Performer: FAVOR+), then the one with most points. LRA's local "
+      << "attention used non-overlapping blocks, ours is a sliding window.\n\n";
+  return out.str();
+}
+
+std::string linformer_table(const std::vector<ReportRow>& rows) {
+  const auto rel = relative_to_full(rows);
+  std::ostringstream out;
+  out << "## Linformer: speed-up over full, n x k\n\n";
+  const auto ctx = main_context(rows, [](const ReportRow& r) { return r.variant == "linformer"; });
+  if (!ctx) {
+    out << "No ok `linformer` rows. " << kDash << "\n\n";
+    return out.str();
+  }
+  // One spec per k: the paper's setting where there is a choice.
+  std::map<int, std::string> spec_for_k;
+  for (int k : anchors::kLinformerK) {
+    std::vector<ReportRow> with_k;
+    for (const auto& r : rows)
+      if (r.variant == "linformer" && has_token(r.spec, "k=" + std::to_string(k))) with_k.push_back(r);
+    if (auto s = representative_spec(with_k, "linformer", {"share=kv", "init=gaussian"}, ctx))
+      spec_for_k[k] = *s;
+  }
+  out << "Each cell: ours / paper. Ours: " << describe(*ctx) << ", time of our `full` over "
+      << "linformer's, same run. Paper: " << anchors::kLinformerCitation << ". \"" << kDash
+      << "\": no point (ours not measured or not ok; the paper has none where k >= n).\n\n";
+  out << "| n \\ k |";
+  for (int k : anchors::kLinformerK) out << " " << k << " |";
+  out << "\n|---|";
+  for (std::size_t j = 0; j < std::size(anchors::kLinformerK); ++j) out << "---|";
+  out << "\n";
+  for (int n : anchors::kLinformerN) {
+    out << "| " << n << " |";
+    for (int k : anchors::kLinformerK) {
+      std::string ours = kDash;
+      if (spec_for_k.count(k))
+        if (const ReportRow* r = find_row(rows, spec_for_k[k], n, *ctx)) {
+          const auto i = std::size_t(r - rows.data());
+          if (rel[i].speedup) ours = fmt("%.2fx", *rel[i].speedup);
+        }
+      const auto paper = anchors::linformer_speedup(n, k);
+      out << " " << ours << " / " << (paper ? fmt("%.3gx", *paper) : kDash) << " |";
+    }
+    out << "\n";
+  }
+  out << "\nSpecs shown:";
+  for (const auto& [k, s] : spec_for_k) out << " " << code(s);
+  if (spec_for_k.empty()) out << " " << kDash;
+  out << ".\n\n";
+  return out.str();
+}
+
+std::string error_tables(const std::vector<ReportRow>& rows) {
+  const auto rel = relative_to_full(rows);
+  std::set<std::int64_t> lengths;
+  for (const auto& r : rows) lengths.insert(r.n);
+  const auto variants = variants_in_order(rows);
+  std::ostringstream out;
+  out << "## Error against the exact result, per length\n\n"
+      << "Against the fp64 reference on `err rows` query rows (all, or a seeded sample at long N). "
+      << "rel_fro = ||out - ref||_F / ||ref||_F; mean_cos = mean row cosine; p99 = 99th "
+      << "percentile of the row relative error. Speed-up: our `full` time over the row's time "
+      << "on the same problem.\n\n";
+  for (std::int64_t n : lengths) {
+    out << "### N = " << n << "\n\n"
+        << "| spec | input | causal | B,H,D | status | rel_fro | max_abs | mean_cos | p99 | err rows | speed-up |\n"
+        << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& v : variants)
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const ReportRow& r = rows[i];
+        if (r.n != n || r.variant != v) continue;
+        out << "| " << code(r.spec) << " | " << code(r.input) << " | " << r.causal << " | "
+            << r.batch << "," << r.heads << "," << r.dim << " | "
+            << (r.ok() ? "ok" : md_escape(r.status + (r.message.empty() ? "" : ": " + r.message)))
+            << " | " << opt_fmt("%.2e", r.rel_fro) << " | " << opt_fmt("%.2e", r.max_abs)
+            << " | " << opt_fmt("%.6f", r.mean_cos) << " | " << opt_fmt("%.2e", r.p99_row)
+            << " | " << opt_fmt("%.0f", r.err_rows) << " | " << opt_fmt("%.2fx", rel[i].speedup)
+            << " |\n";
+      }
+    out << "\n";
+  }
+  return out.str();
+}
+
+std::string peers_table(const std::vector<ReportRow>& rows) {
+  std::ostringstream out;
+  out << "## Peers: exact attention in NumPy and PyTorch (CPU), same shapes, same run\n\n";
+  bool any = false;
+  for (const auto& r : rows) any |= r.variant == "numpy" || r.variant == "torch";
+  if (!any) {
+    out << "No peer rows (run the sweep with `--peers`).\n\n";
+    return out.str();
+  }
+  out << "Median time of one call; in brackets the peer's time over our `full`'s (how much "
+      << "faster `full` is).\n\n| N | B,H,D | causal | input | full | numpy | torch |\n"
+      << "|---|---|---|---|---|---|---|\n";
+  std::map<std::pair<std::int64_t, Context>, std::map<std::string, const ReportRow*>> table;
+  for (const auto& r : rows)
+    if (r.variant == "full" || r.variant == "numpy" || r.variant == "torch")
+      table[{r.n, context_of(r)}].emplace(r.variant, &r);
+  for (const auto& [key, cells] : table) {
+    const auto& c = key.second;
+    auto cell = [&](const std::string& v) -> std::string {
+      const auto it = cells.find(v);
+      if (it == cells.end()) return kDash;
+      const ReportRow& r = *it->second;
+      if (!r.ok() || !r.time_median_s) return md_escape(r.status + (r.message.empty() ? "" : ": " + r.message));
+      std::string s = fmt("%.3g ms", *r.time_median_s * 1e3);
+      const auto full = cells.find("full");
+      if (v != "full" && full != cells.end() && full->second->ok() && full->second->time_median_s)
+        s += fmt(" (%.2fx)", *r.time_median_s / *full->second->time_median_s);
+      return s;
+    };
+    out << "| " << key.first << " | " << std::get<0>(c) << "," << std::get<1>(c) << ","
+        << std::get<2>(c) << " | " << std::get<3>(c) << " | " << code(std::get<4>(c)) << " | "
+        << cell("full") << " | " << cell("numpy") << " | " << cell("torch") << " |\n";
+  }
+  out << "\n";
+  return out.str();
+}
+
+// ---------------------------------------------------------------- plots
+
+namespace {
+
+struct Series {
+  std::string title;
+  std::vector<std::pair<double, double>> xy;
+};
+
+std::string slug(const std::string& s) {
+  std::string out;
+  for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return out;
+}
+
+std::string gp_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) out += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+  return out + "\"";
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+class Plotter {
+ public:
+  Plotter(fs::path dir, const ReportOptions& options, ReportOutput& output)
+      : dir_(std::move(dir)), options_(options), output_(output) {
+    fs::create_directories(dir_);
+    const std::string probe = shell_quote(options.gnuplot) + " -e " +
+                              shell_quote("set terminal pngcairo") + " >/dev/null 2>&1";
+    const std::string exists = shell_quote(options.gnuplot) + " -V >/dev/null 2>&1";
+    available_ = std::system(exists.c_str()) == 0;
+    terminal_ = available_ && std::system(probe.c_str()) == 0
+                    ? "pngcairo size 1000,700 font ',11'"
+                    : "png size 1000,700";
+    if (!available_)
+      output_.plot_note = "gnuplot ('" + options.gnuplot + "') could not be run: the .dat and .gp "
+                          "files are written, run `gnuplot NAME.gp` in plots/ to draw them";
+  }
+
+  // Writes NAME.dat (one block per series) and NAME.gp, then runs gnuplot when it exists.
+  void plot(const std::string& name, const std::vector<Series>& series, const std::string& setup,
+            const std::string& style_all, const std::string& extra = "") {
+    const fs::path dat = dir_ / (name + ".dat"), gp = dir_ / (name + ".gp");
+    {
+      std::ofstream d(dat);
+      for (std::size_t s = 0; s < series.size(); ++s) {
+        d << "# " << series[s].title << "\n";
+        for (const auto& [x, y] : series[s].xy) d << fmt("%.9g", x) << " " << fmt("%.9g", y) << "\n";
+        d << "\n\n";
+      }
+    }
+    {
+      std::ofstream g(gp);
+      g << "# Restyle freely and rerun: gnuplot " << name << ".gp (data in " << name << ".dat)\n"
+        << "set terminal " << terminal_ << "\nset output '" << name << ".png'\n"
+        << setup << extra << "plot ";
+      for (std::size_t s = 0; s < series.size(); ++s)
+        g << (s ? ", \\\n     " : "") << "'" << name << ".dat' index " << s << " "
+          << style_all << " title " << gp_quote(series[s].title);
+      if (series.empty()) g << "NaN notitle";
+      g << "\n";
+    }
+    output_.data_files.push_back(dat.string());
+    output_.data_files.push_back(gp.string());
+    if (!available_) return;
+    const std::string cmd = "cd " + shell_quote(dir_.string()) + " && " +
+                            shell_quote(options_.gnuplot) + " " + shell_quote(name + ".gp") +
+                            " >" + shell_quote(name + ".log") + " 2>&1";
+    if (std::system(cmd.c_str()) == 0 && fs::exists(dir_ / (name + ".png")))
+      output_.pngs.push_back((dir_ / (name + ".png")).string());
+    else
+      output_.plot_note = "gnuplot failed on " + name + ".gp (see plots/" + name + ".log)";
+  }
+
+  // A raw script for plots that need more than one style (the Pareto plots).
+  void raw(const std::string& name, const std::string& data, const std::string& body) {
+    const fs::path dat = dir_ / (name + ".dat"), gp = dir_ / (name + ".gp");
+    std::ofstream(dat) << data;
+    std::ofstream(gp) << "# Restyle freely and rerun: gnuplot " << name << ".gp (data in "
+                      << name << ".dat)\nset terminal " << terminal_ << "\nset output '" << name
+                      << ".png'\n" << body;
+    output_.data_files.push_back(dat.string());
+    output_.data_files.push_back(gp.string());
+    if (!available_) return;
+    const std::string cmd = "cd " + shell_quote(dir_.string()) + " && " +
+                            shell_quote(options_.gnuplot) + " " + shell_quote(name + ".gp") +
+                            " >" + shell_quote(name + ".log") + " 2>&1";
+    if (std::system(cmd.c_str()) == 0 && fs::exists(dir_ / (name + ".png")))
+      output_.pngs.push_back((dir_ / (name + ".png")).string());
+    else
+      output_.plot_note = "gnuplot failed on " + name + ".gp (see plots/" + name + ".log)";
+  }
+
+ private:
+  fs::path dir_;
+  const ReportOptions& options_;
+  ReportOutput& output_;
+  bool available_ = false;
+  std::string terminal_;
+};
+
+// Errors of exactly 0 cannot sit on a log axis; they are drawn at this floor.
+constexpr double kErrorFloor = 1e-9;
+
+std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& dir,
+                          const ReportOptions& options, ReportOutput& output) {
+  std::ostringstream md;
+  md << "## Plots\n\n";
+  const auto ctx = main_context(rows, [](const ReportRow&) { return true; });
+  if (!ctx) {
+    md << "No ok rows to plot.\n\n";
+    return md.str();
+  }
+  Plotter plotter(dir / "plots", options, output);
+  const auto variants = variants_in_order(rows);
+  md << "Problem: " << describe(*ctx) << "; one line per variant (its spec as in the LRA "
+     << "table, else the spec with most points). Data and gnuplot scripts sit beside the PNGs.\n\n";
+
+  std::vector<Series> times;
+  for (const auto& v : variants) {
+    const auto spec = v == "full" ? std::optional<std::string>("full")
+                                  : representative_spec(rows, v, preferred_tokens(v), ctx);
+    if (!spec) continue;
+    Series s{*spec, {}};
+    for (const auto& r : rows)
+      if (r.spec == *spec && r.ok() && r.time_median_s && context_of(r) == *ctx)
+        s.xy.emplace_back(double(r.n), *r.time_median_s);
+    std::sort(s.xy.begin(), s.xy.end());
+    if (!s.xy.empty()) times.push_back(std::move(s));
+  }
+  const std::string common = "set grid\nset key outside right top noenhanced\nset logscale x 2\n";
+  plotter.plot("time_vs_n", times,
+               common + "set logscale y\nset xlabel 'sequence length N'\nset ylabel "
+                        "'seconds per forward call'\nset title " +
+                   gp_quote("Time vs N (" + describe(*ctx) + ")") + " noenhanced\n",
+               "using 1:2 with linespoints lw 2 pt 7");
+  md << "![time vs N](plots/time_vs_n.png)\n\n";
+
+  std::set<std::string> inputs;
+  for (const auto& r : rows)
+    if (r.ok() && r.rel_fro) inputs.insert(r.input);
+  for (const auto& input : inputs) {
+    Context c = *ctx;
+    std::get<4>(c) = input;
+    std::vector<Series> errors;
+    for (const auto& v : variants) {
+      const auto spec = v == "full" ? std::optional<std::string>("full")
+                                    : representative_spec(rows, v, preferred_tokens(v), c);
+      if (!spec) continue;
+      Series s{*spec, {}};
+      for (const auto& r : rows)
+        if (r.spec == *spec && r.ok() && r.rel_fro && context_of(r) == c)
+          s.xy.emplace_back(double(r.n), std::max(*r.rel_fro, kErrorFloor));
+      std::sort(s.xy.begin(), s.xy.end());
+      if (!s.xy.empty()) errors.push_back(std::move(s));
+    }
+    if (errors.empty()) continue;
+    const std::string name = "error_vs_n_" + slug(input);
+    plotter.plot(name, errors,
+                 common + "set logscale y\nset format y '10^{%L}'\nset xlabel 'sequence length N'\n"
+                          "set ylabel 'relative Frobenius error vs fp64 exact'\nset title " +
+                     gp_quote("Error vs N, input " + input) + " noenhanced\n",
+                 "using 1:2 with linespoints lw 2 pt 7");
+    md << "![error vs N, " << md_escape(input) << "](plots/" << name << ".png)\n\n";
+  }
+
+  // Pareto per N: every (spec, input) of the main problem shape and causal mode.
+  const auto rel = relative_to_full(rows);
+  std::set<std::int64_t> lengths;
+  for (const auto& r : rows) lengths.insert(r.n);
+  for (std::int64_t n : lengths) {
+    std::vector<ParetoPoint> points;
+    std::vector<std::string> labels;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const ReportRow& r = rows[i];
+      Context c = context_of(r);
+      std::get<4>(c) = std::get<4>(*ctx);
+      if (r.n != n || c != *ctx || !rel[i].speedup || !r.rel_fro || r.variant == "numpy" ||
+          r.variant == "torch" || r.input != std::get<4>(*ctx))
+        continue;
+      points.push_back({*rel[i].speedup, std::max(*r.rel_fro, kErrorFloor)});
+      labels.push_back(r.spec);
+    }
+    if (points.size() < 2) continue;
+    const auto front = pareto_frontier(points);
+    std::string data = "# all points: speedup rel_fro spec\n";
+    for (std::size_t i = 0; i < points.size(); ++i)
+      data += fmt("%.9g", points[i].speedup) + " " + fmt("%.9g", points[i].error) + " " +
+              gp_quote(labels[i]) + "\n";
+    data += "\n\n# Pareto frontier (larger speed-up, smaller error)\n";
+    for (std::size_t i : front)
+      data += fmt("%.9g", points[i].speedup) + " " + fmt("%.9g", points[i].error) + " " +
+              gp_quote(labels[i]) + "\n";
+    const std::string name = "pareto_n" + std::to_string(n);
+    plotter.raw(name, data,
+                "set grid\nset logscale xy\nset format y '10^{%L}'\nset key bottom right noenhanced\n"
+                "set offsets graph 0.05, graph 0.4, graph 0.3, graph 0.05\n"
+                "set xlabel 'speed-up over full (same run)'\nset ylabel 'relative Frobenius error'\n"
+                "set title " + gp_quote("Error vs speed-up, N = " + std::to_string(n) + ", input " +
+                                        std::get<4>(*ctx)) + " noenhanced\n"
+                "plot '" + name + ".dat' index 0 using 1:2 with points pt 7 ps 1.2 lc rgb '#c8c8c8' title 'all points', \\\n"
+                "     '" + name + ".dat' index 1 using 1:2 with linespoints lw 3 pt 7 ps 1.5 lc rgb '#1f3a93' title 'Pareto frontier', \\\n"
+                "     '" + name + ".dat' index 1 using 1:2:3 with labels offset char 1,0.6 left font ',8' noenhanced notitle\n");
+    md << "![Pareto N=" << n << "](plots/" << name << ".png)\n\n";
+  }
+  if (!output.plot_note.empty()) md << "Note: " << md_escape(output.plot_note) << ".\n\n";
+  return md.str();
+}
+
+std::string meta_section(const fs::path& meta_path) {
+  std::ostringstream md;
+  md << "## Context\n\n";
+  std::ifstream in(meta_path);
+  if (!in) {
+    md << "No meta.json beside rows.csv: the run's context is unknown.\n\n";
+    return md.str();
+  }
+  try {
+    nlohmann::json meta;
+    in >> meta;
+    for (const auto& [key, value] : meta.items()) {
+      if (value.is_object()) {
+        for (const auto& [k2, v2] : value.items()) {
+          std::string text = v2.is_string() ? v2.get<std::string>() : v2.dump();
+          if (text.size() > 160) text = text.substr(0, 157) + "...";
+          md << "- " << key << "." << k2 << ": " << md_escape(text) << "\n";
+        }
+      } else {
+        std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+        if (text.size() > 160) text = text.substr(0, 157) + "...";
+        md << "- " << key << ": " << md_escape(text) << "\n";
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    md << "meta.json could not be read: " << e.what() << "\n";
+  }
+  md << "\n";
+  return md.str();
+}
+
+}  // namespace
+
+ReportOutput render_report(const std::string& dir, const ReportOptions& options) {
+  const fs::path base(dir);
+  const auto rows = read_report_rows((base / "rows.csv").string());
+  ReportOutput output;
+  std::map<std::string, int> status_count;
+  for (const auto& r : rows) ++status_count[r.status];
+
+  std::ostringstream md;
+  md << "# attnlab results: " << md_escape(base.filename().empty() ? base.parent_path().filename().string()
+                                                                  : base.filename().string())
+     << "\n\nRendered by `attnlab report` from `rows.csv` (" << rows.size() << " rows:";
+  for (const auto& [s, c] : status_count) md << " " << c << " " << s;
+  md << "), nothing re-run. \"" << kDash << "\" marks a point that was not measured or not ok.\n\n";
+  md << meta_section(base / "meta.json");
+  md << lra_table(rows) << linformer_table(rows) << peers_table(rows);
+  if (options.plots) md << plots_section(rows, base, options, output);
+  md << error_tables(rows);
+
+  output.markdown_path = (base / "report.md").string();
+  std::ofstream out(output.markdown_path);
+  if (!(out << md.str())) throw Error("report: cannot write '" + output.markdown_path + "'");
+  return output;
+}
+
+}  // namespace attnlab::harness

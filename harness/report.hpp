@@ -1,0 +1,73 @@
+// `attnlab report <dir>`: tables and plots rendered from <dir>/rows.csv (+ meta.json), never by
+// re-running anything (the ann-benchmarks way: raw rows first, metrics and plots later).
+//
+// Speed-up and memory ratios are derived here by joining each row with the `full` row of the
+// same (n, batch, heads, dim, causal, input), preferring the same seed. A point that is missing
+// or not `ok` prints as "—", never as a number.
+//
+// Output: <dir>/report.md, and under <dir>/plots/ a gnuplot data file (.dat), script (.gp) and
+// PNG per plot: time vs N (log-log), error vs N per input distribution, and per N the Pareto
+// frontier of error against speed-up over full (all points faint, the frontier bold).
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attnlab::harness {
+
+/// One row of rows.csv (columns documented in /tmp/rows_schema.md and results/README.md).
+/// Empty numeric cells are nullopt.
+struct ReportRow {
+  std::string key, spec, variant, causal, input, status, message, shard;
+  std::int64_t n = 0, batch = 0, heads = 0, dim = 0, reps = 0;
+  std::string seed;
+  std::optional<double> time_median_s, time_min_s, time_max_s, time_iqr_s, peak_mem_bytes, flops,
+      gflops, sgemm_gflops, sgemm_fraction, err_rows, rel_fro, max_abs, mean_cos, p99_row;
+  bool ok() const { return status == "ok"; }
+};
+
+/// RFC-4180 CSV with a header line; columns are found by name. Throws Error naming `what`, the
+/// line and the column for a missing required column or a malformed number.
+std::vector<ReportRow> parse_report_rows(std::istream& in, const std::string& what = "rows.csv");
+std::vector<ReportRow> read_report_rows(const std::string& path);
+
+/// What a row gains from its `full` partner: full time / row time, row memory / full memory.
+struct Relative {
+  std::optional<double> speedup, memory_ratio;
+};
+/// One entry per row, in order. Rows that are not ok, or have no ok full partner, get nullopt.
+std::vector<Relative> relative_to_full(const std::vector<ReportRow>& rows);
+
+/// A point of the Pareto plot: larger speed-up and smaller error are better.
+struct ParetoPoint {
+  double speedup = 0, error = 0;
+};
+/// Indices of the points no other point beats on both axes (ties on both keep the first), in
+/// increasing speed-up.
+std::vector<std::size_t> pareto_frontier(const std::vector<ParetoPoint>& points);
+
+/// The markdown sections, each usable on its own (the tests check them one by one).
+std::string lra_table(const std::vector<ReportRow>& rows);
+std::string linformer_table(const std::vector<ReportRow>& rows);
+std::string error_tables(const std::vector<ReportRow>& rows);
+std::string peers_table(const std::vector<ReportRow>& rows);
+
+struct ReportOptions {
+  bool plots = true;
+  std::string gnuplot = "gnuplot";  // skipped with a note in report.md when it cannot be run
+};
+
+struct ReportOutput {
+  std::string markdown_path;
+  std::vector<std::string> data_files;  // .dat and .gp, always written when plots = true
+  std::vector<std::string> pngs;        // only when gnuplot ran
+  std::string plot_note;                // why there are no PNGs, when there are none
+};
+
+/// Reads <dir>/rows.csv and <dir>/meta.json (optional), writes report.md and plots/.
+ReportOutput render_report(const std::string& dir, const ReportOptions& options = {});
+
+}  // namespace attnlab::harness

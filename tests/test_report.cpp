@@ -1,0 +1,212 @@
+// attnlab report: tables and plots rendered from a FIXED rows file (tests/data/report_rows.csv),
+// whose numbers are chosen so every expected ratio is exact in decimal (e.g. 0.01 s / 0.005 s).
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "attnlab/error.hpp"
+#include "harness/anchors.hpp"
+#include "harness/report.hpp"
+
+using namespace attnlab;
+using namespace attnlab::harness;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kRows = std::string(ATTNLAB_TEST_DATA) + "/report_rows.csv";
+const std::string kSliding = "sliding:left=128,right=128,dilation=1,global=0";
+
+const ReportRow& find(const std::vector<ReportRow>& rows, const std::string& spec, std::int64_t n,
+                      const std::string& causal = "none") {
+  for (const auto& r : rows)
+    if (r.spec == spec && r.n == n && r.causal == causal) return r;
+  FAIL("no row " << spec << " n=" << n << " causal=" << causal);
+  throw;  // unreachable
+}
+
+bool contains(const std::string& text, const std::string& piece) {
+  return text.find(piece) != std::string::npos;
+}
+
+// Ratios of decimal inputs are not exact in binary floating point: compare to 1e-12.
+constexpr double kRatioTol = 1e-12;
+
+}  // namespace
+
+TEST_CASE("rows.csv is parsed by column name, quotes and empty cells included", "[report]") {
+  const auto rows = read_report_rows(kRows);
+  REQUIRE(rows.size() == 18);
+  const auto& bad = find(rows, "linformer:k=256,share=kv,init=gaussian,max_len=65536,seed=0", 2048);
+  CHECK(bad.status == "error");
+  CHECK(bad.message == "boom, \"bad\" input");
+  CHECK_FALSE(bad.time_median_s.has_value());
+  const auto& s = find(rows, kSliding, 1024);
+  CHECK(s.variant == "sliding");
+  CHECK(s.batch == 1);
+  CHECK(s.heads == 8);
+  CHECK(s.dim == 64);
+  CHECK(s.input == "gaussian:temp=1");
+  CHECK(*s.time_median_s == 0.005);
+  CHECK(*s.rel_fro == 0.31);
+  CHECK_FALSE(s.gflops.has_value());
+}
+
+TEST_CASE("bad rows files are refused with the file, line and column", "[report]") {
+  std::istringstream no_status("key,spec,variant,n\na,full,full,64\n");
+  CHECK_THROWS_WITH(parse_report_rows(no_status, "x.csv"),
+                    Catch::Contains("x.csv") && Catch::Contains("'status'"));
+  std::istringstream bad_number("spec,variant,n,status,time_median_s\nfull,full,64,ok,fast\n");
+  CHECK_THROWS_WITH(parse_report_rows(bad_number, "y.csv"),
+                    Catch::Contains("y.csv: line 2") && Catch::Contains("time_median_s") &&
+                        Catch::Contains("'fast'"));
+  CHECK_THROWS_AS(read_report_rows("/nonexistent/rows.csv"), Error);
+  std::istringstream empty("");
+  CHECK_THROWS_WITH(parse_report_rows(empty, "z.csv"), Catch::Contains("z.csv: empty"));
+}
+
+TEST_CASE("speed-up and memory are joined with full of the same problem", "[report]") {
+  const auto rows = read_report_rows(kRows);
+  const auto rel = relative_to_full(rows);
+  auto at = [&](const ReportRow& r) { return rel[std::size_t(&r - rows.data())]; };
+  const auto s1 = at(find(rows, kSliding, 1024));
+  CHECK(*s1.speedup == Approx(2.0).epsilon(kRatioTol));
+  CHECK(*s1.memory_ratio == Approx(0.5).epsilon(kRatioTol));
+  CHECK(*at(find(rows, kSliding, 4096)).speedup == Approx(10.0).epsilon(kRatioTol));
+  // The causal sliding row joins the causal full row (0.004 s), not the non-causal one.
+  CHECK(*at(find(rows, kSliding, 1024, "top-left")).speedup == Approx(4.0).epsilon(kRatioTol));
+  // No full row at 3072, and a failed row: no numbers.
+  CHECK_FALSE(at(find(rows, kSliding, 3072)).speedup.has_value());
+  CHECK_FALSE(
+      at(find(rows, "linformer:k=256,share=kv,init=gaussian,max_len=65536,seed=0", 2048)).speedup);
+  CHECK(*at(find(rows, "full", 1024)).speedup == 1.0);
+}
+
+TEST_CASE("LRA table: ours beside the paper's, missing points as a dash", "[report]") {
+  const std::string t = lra_table(read_report_rows(kRows));
+  // The paper-setting spec is shown for local attention, not the faster left=64 one.
+  CHECK(contains(t, "| Local Attention | ours `" + kSliding +
+                        "` | 2.00x | 5.00x | — | 10.00x | 0.50x (0.5 MiB) | 0.38x (0.8 MiB) | — | "
+                        "0.25x (1.0 MiB) |"));
+  CHECK_FALSE(contains(t, "left=64"));
+  // Paper: 9.2 / 8.1 steps/s = 1.14x and 0.42 / 0.85 GB = 0.49x at 1K.
+  CHECK(contains(t, "| | paper (TPU v3) | 9.2 steps/s (1.14x) | 8.4 steps/s (1.71x) | "
+                    "7.4 steps/s (3.22x) | 7.4 steps/s (5.29x) | 0.49x (0.42 GB)"));
+  CHECK(contains(t, "| Linformer | ours `linformer:k=256,share=kv,init=gaussian,max_len=65536,"
+                    "seed=0` | 2.50x | — | — | 8.00x |"));
+  CHECK(contains(t, "| BigBird | ours — | — | — | — | — | — | — | — | — |"));
+  CHECK(contains(t, "| Linear Transformer | ours `linear:feature=elu1,m=64,nu=1,rule=sum,beta=1,"
+                    "eps=1e-06,seed=0` | 5.00x |"));
+  // No favor spec in the rows: the Performer row has no "ours" (never another linear spec).
+  CHECK(contains(t, "| Performer | ours — | — |"));
+  CHECK(contains(t, "| Transformer | ours `full` | 10 ms | 40 ms | — | 160 ms | 1.0 MiB |"));
+  CHECK(contains(t, "Tay et al. 2020"));
+}
+
+TEST_CASE("Linformer n x k table: ours / paper per cell", "[report]") {
+  const std::string t = linformer_table(read_report_rows(kRows));
+  CHECK(contains(t, "| 1024 | 4.00x / 1.7x | 2.50x / 1.6x | — / 1.3x | — / — | — / — |"));
+  CHECK(contains(t, "| 4096 | — / 3.4x | 8.00x / 3.2x | — / 2.8x | — / 2.2x | — / 1.3x |"));
+  CHECK(contains(t, "| 65536 | — / 20x | — / 18x | — / 16x | — / 14x | — / 7.9x |"));
+  CHECK(contains(t, "Wang et al. 2020"));
+  // The anchor table itself: a value, and the paper's "-" where k >= n.
+  CHECK(*anchors::linformer_speedup(16384, 256) == 7.8);
+  CHECK_FALSE(anchors::linformer_speedup(512, 512).has_value());
+}
+
+TEST_CASE("error tables list every row per length, failures with their status", "[report]") {
+  const std::string t = error_tables(read_report_rows(kRows));
+  CHECK(contains(t, "### N = 1024"));
+  CHECK(contains(t, "### N = 3072"));
+  CHECK(contains(t, "| `" + kSliding + "` | `gaussian:temp=1` | none | 1,8,64 | ok | 3.10e-01 | "
+                    "5.00e-02 | 0.930000 | 5.20e-01 | 1024 | 2.00x |"));
+  CHECK(contains(t, "| error: boom, \"bad\" input | — | — | — | — | — | — |"));
+  CHECK(contains(t, "| `peer:torch` | `gaussian:temp=1` | none | 1,8,64 | skipped: torch not "
+                    "importable | — |"));
+  // Full comes first in each length's table.
+  const auto n1024 = t.find("### N = 1024");
+  CHECK(t.find("| `full` |", n1024) < t.find("| `sliding:", n1024));
+}
+
+TEST_CASE("peers table: time and ratio to full, skipped peers say why", "[report]") {
+  const std::string t = peers_table(read_report_rows(kRows));
+  CHECK(contains(t, "| 1024 | 1,8,64 | none | `gaussian:temp=1` | 10 ms | 50 ms (5.00x) | "
+                    "skipped: torch not importable |"));
+  CHECK(contains(peers_table({}), "No peer rows"));
+}
+
+TEST_CASE("Pareto frontier on a hand-made set", "[report]") {
+  const std::vector<ParetoPoint> points = {
+      {1, 1e-7},   // 0: exact and slowest: on the frontier
+      {2, 1e-3},   // 1: on
+      {2, 1e-2},   // 2: same speed, worse error than 1: off
+      {5, 1e-1},   // 3: as bad as 5 and slower: off
+      {3, 1e-1},   // 4: off
+      {10, 1e-1},  // 5: fastest: on
+      {10, 1e-1},  // 6: duplicate of 5: the first one is kept
+      {0.5, 1},    // 7: slower and worse than everything: off
+  };
+  CHECK(pareto_frontier(points) == std::vector<std::size_t>{0, 1, 5});
+  CHECK(pareto_frontier({}).empty());
+  CHECK(pareto_frontier({{3, 0.2}}) == std::vector<std::size_t>{0});
+}
+
+TEST_CASE("render_report writes report.md and the plots", "[report]") {
+  const fs::path dir = fs::temp_directory_path() / ("attnlab-report-test-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(kRows, dir / "rows.csv");
+  std::ofstream(dir / "meta.json") << R"({"git": {"commit": "abc123", "dirty": false}, "threads": 2})";
+
+  SECTION("with gnuplot when it can run") {
+    const auto out = render_report(dir.string());
+    std::ifstream in(out.markdown_path);
+    std::stringstream md;
+    md << in.rdbuf();
+    CHECK(contains(md.str(), "## Long Range Arena efficiency table"));
+    CHECK(contains(md.str(), "## Linformer"));
+    CHECK(contains(md.str(), "## Error against the exact result"));
+    CHECK(contains(md.str(), "- git.commit: abc123"));
+    CHECK(contains(md.str(), "18 rows: 1 error 16 ok 1 skipped"));
+    CHECK(fs::exists(dir / "plots" / "time_vs_n.dat"));
+    CHECK(fs::exists(dir / "plots" / "time_vs_n.gp"));
+    CHECK(fs::exists(dir / "plots" / "pareto_n1024.gp"));
+    if (std::system("gnuplot -V >/dev/null 2>&1") != 0) {
+      WARN("gnuplot not found: PNGs not checked (" << out.plot_note << ")");
+    } else {
+      INFO(out.plot_note);
+      for (const char* png : {"time_vs_n.png", "error_vs_n_gaussian_temp_1.png", "pareto_n1024.png"}) {
+        INFO(png);
+        REQUIRE(fs::exists(dir / "plots" / png));
+        CHECK(fs::file_size(dir / "plots" / png) > 1000);
+      }
+      CHECK(contains(md.str(), "![time vs N](plots/time_vs_n.png)"));
+    }
+  }
+  SECTION("without gnuplot: data and scripts, and a note") {
+    ReportOptions options;
+    options.gnuplot = "/nonexistent/gnuplot";
+    const auto out = render_report(dir.string(), options);
+    CHECK(out.pngs.empty());
+    CHECK(contains(out.plot_note, "could not be run"));
+    CHECK_FALSE(out.data_files.empty());
+  }
+  // N=1024, non-causal: full (1x, 1.5e-7), sliding-128 (2x, 0.31), sliding-64 (5x, 0.6) are the
+  // frontier; linear (5x, 0.95) and both linformers (2.5x, 0.8; 4x, 0.9) are beaten by sliding-64.
+  std::ifstream dat(dir / "plots" / "pareto_n1024.dat");
+  std::stringstream text;
+  text << dat.rdbuf();
+  const auto all = text.str().substr(0, text.str().find("# Pareto frontier"));
+  const auto frontier = text.str().substr(text.str().find("# Pareto frontier"));
+  CHECK(contains(all, "\"linear:feature=elu1"));
+  CHECK(contains(frontier, "\"full\""));
+  CHECK(contains(frontier, "left=128"));
+  CHECK(contains(frontier, "left=64"));
+  CHECK_FALSE(contains(frontier, "linear:"));
+  CHECK_FALSE(contains(frontier, "linformer:"));
+  CHECK_FALSE(contains(frontier, "peer:"));
+  fs::remove_all(dir);
+}
