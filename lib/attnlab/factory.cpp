@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "attnlab/error.hpp"
+#include "variants/bigbird.hpp"
 #include "variants/full.hpp"
 #include "variants/linformer.hpp"
 #include "variants/sliding.hpp"
@@ -20,6 +21,7 @@ struct Entry {
 };
 constexpr Entry kTable[] = {
     {"full", make_full},
+    {"bigbird", make_bigbird},
     {"linformer", make_linformer},
     {"sliding", make_sliding},
 };

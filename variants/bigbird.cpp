@@ -1,0 +1,249 @@
+#include "variants/bigbird.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "attnlab/error.hpp"
+#include "attnlab/kernels.hpp"
+
+namespace attnlab {
+namespace {
+
+using kernels::OnlineSoftmax;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// SplitMix64 (Steele et al. 2014): a portable generator, so a seed draws the same blocks with
+// every compiler and standard library (std:: distributions are implementation-defined).
+std::uint64_t splitmix(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
+
+// First ceil(G/2) and last floor(G/2) of `count` blocks.
+bool is_global(std::size_t j, std::size_t count, std::int64_t global) {
+  const auto front = static_cast<std::size_t>(global / 2 + global % 2);
+  const auto back = static_cast<std::size_t>(global / 2);
+  return j < front || j + back >= count;
+}
+
+// The (key block, kind) row of query block i in head h; `row` has key_blocks entries.
+void layout_row(const BigBirdConfig& c, const BigBirdLayout& l, std::size_t h, std::size_t i,
+                std::vector<BlockKind>& row, std::vector<std::uint32_t>& candidates) {
+  const std::size_t last = l.causal ? std::min(i, l.key_blocks - 1) : l.key_blocks - 1;
+  std::fill(row.begin(), row.end(), BlockKind::none);
+  if (is_global(i, l.query_blocks, c.global)) {
+    std::fill(row.begin(), row.begin() + last + 1, BlockKind::global);
+    return;
+  }
+  for (std::size_t j = 0; j <= last; ++j)
+    if (is_global(j, l.key_blocks, c.global)) row[j] = BlockKind::global;
+  const auto half = static_cast<std::size_t>((c.window - 1) / 2);
+  for (std::size_t j = i > half ? i - half : 0; j <= std::min(last, i + half); ++j)
+    if (row[j] == BlockKind::none) row[j] = BlockKind::window;
+  candidates.clear();
+  for (std::size_t j = 0; j <= last; ++j)
+    if (row[j] == BlockKind::none) candidates.push_back(static_cast<std::uint32_t>(j));
+  // A partial Fisher-Yates shuffle: the first R picks do not depend on R.
+  std::uint64_t state = static_cast<std::uint64_t>(c.seed);  // one stream per (seed, h, i)
+  state = splitmix(state) ^ h;
+  state = splitmix(state) ^ i;
+  const std::size_t draws = std::min(static_cast<std::size_t>(c.random), candidates.size());
+  for (std::size_t r = 0; r < draws; ++r) {
+    const std::size_t pick = r + splitmix(state) % (candidates.size() - r);
+    std::swap(candidates[r], candidates[pick]);
+    row[candidates[r]] = BlockKind::random;
+  }
+}
+
+// Contiguous key ranges [first, second) covered by a sorted list of key blocks.
+void key_ranges(std::span<const std::uint32_t> blocks, std::size_t block, std::size_t nk,
+                std::vector<std::pair<std::size_t, std::size_t>>& ranges) {
+  ranges.clear();
+  for (const std::uint32_t j : blocks) {
+    const std::size_t lo = j * block, hi = std::min(nk, lo + block);
+    if (!ranges.empty() && ranges.back().second == lo)
+      ranges.back().second = hi;
+    else
+      ranges.emplace_back(lo, hi);
+  }
+}
+
+// Rows [i0, i0 + rows) of one head folded over the given key ranges, element masks applied.
+void attend_rows(const Tensor& q, const float* kt, const Tensor& v, const Mask& mask,
+                 const Dims& d, std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
+                 const std::vector<std::pair<std::size_t, std::size_t>>& ranges, float scale,
+                 OnlineSoftmax& softmax, Tensor& out) {
+  std::size_t all_see = d.nk, any_sees = 0;  // keys visible to every / to some row
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t n = mask.visible_keys(b, i0 + r, d);
+    all_see = std::min(all_see, n);
+    any_sees = std::max(any_sees, n);
+  }
+  softmax.start(&q(b, h, i0, 0), rows, scale);
+  for (const auto& [lo, hi] : ranges) {
+    for (std::size_t c0 = lo; c0 < std::min(hi, any_sees); c0 += OnlineSoftmax::kCols) {
+      const std::size_t cols = std::min({OnlineSoftmax::kCols, hi - c0, any_sees - c0});
+      float* s = softmax.scores(kt + c0, d.nk, cols);
+      for (std::size_t r = 0; r < rows; ++r) {
+        float* row = s + r * OnlineSoftmax::kCols;
+        if (c0 + cols > all_see) {
+          const std::size_t n = mask.visible_keys(b, i0 + r, d);
+          for (std::size_t j = std::max(c0, n); j < c0 + cols; ++j) row[j - c0] = kNegInf;
+        }
+        if (const bool* allowed = mask.allowed_row(b, h, i0 + r))
+          for (std::size_t j = 0; j < cols; ++j)
+            if (!allowed[c0 + j]) row[j] = kNegInf;
+      }
+      softmax.fold(&v(b, h, c0, 0), d.dv, cols);
+    }
+  }
+  softmax.finish(&out(b, h, i0, 0), d.dv);
+}
+
+}  // namespace
+
+void BigBirdConfig::validate() const {
+  auto fail = [](const std::string& token, const std::string& why) {
+    throw Error("bigbird: " + token + ": " + why);
+  };
+  if (block < 1) fail("block=" + std::to_string(block), "expected an integer >= 1");
+  if (window < 1 || window % 2 == 0)
+    fail("window=" + std::to_string(window), "expected an odd integer >= 1");
+  if (global < 0) fail("global=" + std::to_string(global), "expected an integer >= 0");
+  if (random < 0) fail("random=" + std::to_string(random), "expected an integer >= 0");
+  if (seed < 0) fail("seed=" + std::to_string(seed), "expected an integer >= 0");
+}
+
+std::span<const std::uint32_t> BigBirdLayout::blocks(std::size_t h, std::size_t i) const {
+  const std::size_t row = h * query_blocks + i;
+  return {blocks_.data() + offsets_[row], offsets_[row + 1] - offsets_[row]};
+}
+
+BlockKind BigBirdLayout::kind(std::size_t h, std::size_t i, std::size_t j) const {
+  const auto row = blocks(h, i);
+  const auto it = std::lower_bound(row.begin(), row.end(), j);
+  if (it == row.end() || *it != j) return BlockKind::none;
+  return kinds_[offsets_[h * query_blocks + i] + static_cast<std::size_t>(it - row.begin())];
+}
+
+double BigBirdLayout::pairs(std::size_t nq, std::size_t nk) const {
+  double total = 0;
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t i = 0; i < query_blocks; ++i) {
+      std::size_t keys = 0;
+      for (const std::uint32_t j : blocks(h, i)) keys += std::min(nk, (j + 1) * block) - j * block;
+      total += double(std::min(nq, (i + 1) * block) - i * block) * double(keys);
+    }
+  return total;
+}
+
+BigBirdLayout bigbird_layout(const BigBirdConfig& config, std::size_t heads, std::size_t nq,
+                             std::size_t nk, bool causal) {
+  config.validate();
+  if (causal && nq != nk)
+    throw Error("bigbird layout: causal needs Nq == Nk (got " + std::to_string(nq) + " and " +
+                std::to_string(nk) + ")");
+  if (nq == 0 || nk == 0) throw Error("bigbird layout: sequence lengths must be at least 1");
+  BigBirdLayout l;
+  l.heads = heads;
+  l.block = static_cast<std::size_t>(config.block);
+  l.query_blocks = ceil_div(nq, l.block);
+  l.key_blocks = ceil_div(nk, l.block);
+  l.causal = causal;
+  l.offsets_.reserve(heads * l.query_blocks + 1);
+  l.offsets_.push_back(0);
+  std::vector<BlockKind> row(l.key_blocks);
+  std::vector<std::uint32_t> candidates;
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t i = 0; i < l.query_blocks; ++i) {
+      layout_row(config, l, h, i, row, candidates);
+      for (std::size_t j = 0; j < l.key_blocks; ++j)
+        if (row[j] != BlockKind::none) {
+          l.blocks_.push_back(static_cast<std::uint32_t>(j));
+          l.kinds_.push_back(row[j]);
+        }
+      l.offsets_.push_back(l.blocks_.size());
+    }
+  return l;
+}
+
+BigBirdAttention::BigBirdAttention(const BigBirdConfig& config) : config_(config) {
+  config_.validate();
+}
+
+std::string BigBirdAttention::spec() const {
+  return SpecWriter("bigbird")
+      .add("block", config_.block)
+      .add("window", config_.window)
+      .add("global", config_.global)
+      .add("random", config_.random)
+      .add("seed", config_.seed)
+      .str();
+}
+
+Support BigBirdAttention::support() const {
+  Support s;
+  s.causal_cross = false;  // the block diagonal is only defined for Nq == Nk
+  return s;
+}
+
+Tensor BigBirdAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Mask& mask, const Dims& d) const {
+  const BigBirdLayout layout =
+      bigbird_layout(config_, d.heads, d.nq, d.nk, mask.causal != Causal::none);
+  Tensor out = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});
+  const std::vector<float> kt = kernels::transpose_keys(k, d);
+  const float scale = static_cast<float>(mask.softmax_scale(d.dk));
+  // Global query blocks (the heaviest tasks) first, so the dynamic schedule ends balanced.
+  std::vector<std::size_t> order;
+  for (int pass = 0; pass < 2; ++pass)
+    for (std::size_t i = 0; i < layout.query_blocks; ++i)
+      if (is_global(i, layout.query_blocks, config_.global) == (pass == 0)) order.push_back(i);
+  // Each query block is cut into equal row tiles of at most kRows, multiples of the 6-row GEMM
+  // block where possible (64 -> 36 + 28).
+  const std::size_t block = layout.block;
+  const std::size_t tiles = ceil_div(std::min(block, d.nq), OnlineSoftmax::kRows);
+  const std::size_t tile_rows =
+      std::min(OnlineSoftmax::kRows, ceil_div(ceil_div(std::min(block, d.nq), tiles), 6) * 6);
+  const auto tasks = static_cast<std::ptrdiff_t>(d.batch * d.heads * layout.query_blocks);
+#pragma omp parallel
+  {
+    OnlineSoftmax softmax(d.dk, d.dv);
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
+#pragma omp for schedule(dynamic, 1)
+    for (std::ptrdiff_t t = 0; t < tasks; ++t) {
+      const std::size_t bh = static_cast<std::size_t>(t) / layout.query_blocks;
+      const std::size_t b = bh / d.heads, h = bh % d.heads;
+      const std::size_t qb = order[static_cast<std::size_t>(t) % layout.query_blocks];
+      key_ranges(layout.blocks(h, qb), block, d.nk, ranges);
+      const std::size_t end = std::min(d.nq, (qb + 1) * block);
+      for (std::size_t i0 = qb * block; i0 < end; i0 += tile_rows)
+        attend_rows(q, kt.data() + bh * d.dk * d.nk, v, mask, d, b, h, i0,
+                    std::min(tile_rows, end - i0), ranges, scale, softmax, out);
+    }
+  }
+  return out;
+}
+
+std::unique_ptr<Attention> make_bigbird(Params& params) {
+  BigBirdConfig c;
+  c.block = params.integer("block", c.block);
+  c.window = params.integer("window", c.window);
+  c.global = params.integer("global", c.global);
+  c.random = params.integer("random", c.random);
+  c.seed = params.integer("seed", c.seed);
+  if (c.block < 1) params.fail("block", "expected an integer >= 1");
+  if (c.window < 1 || c.window % 2 == 0) params.fail("window", "expected an odd integer >= 1");
+  if (c.global < 0) params.fail("global", "expected an integer >= 0");
+  if (c.random < 0) params.fail("random", "expected an integer >= 0");
+  if (c.seed < 0) params.fail("seed", "expected an integer >= 0");
+  return std::make_unique<BigBirdAttention>(c);
+}
+
+}  // namespace attnlab

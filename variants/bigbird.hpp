@@ -1,0 +1,91 @@
+// bigbird: block-sparse attention, the ITC construction of BigBird (Zaheer et al. 2020,
+// arXiv 2007.14062): window, global and random key blocks per query block.
+//
+// Spec: "bigbird:block=B,window=W,global=G,random=R,seed=S", defaults 64, 3, 2, 3, 0 (the paper's).
+//   block   B >= 1    tokens per block; the last block may be partial (any N works).
+//   window  W >= 1, odd: query block i attends key blocks i-(W-1)/2 .. i+(W-1)/2.
+//   global  G >= 0    the first ceil(G/2) and the last floor(G/2) blocks attend to every block and
+//                     are attended by every block.
+//   random  R >= 0    every other query block also attends R key blocks drawn, per head and per
+//                     query block, from the blocks it does not already attend (all of them when
+//                     fewer than R remain). Draws for R + 1 extend those for R (same seed).
+//   seed    S >= 0    the only source of randomness: same seed, bitwise-same output.
+// The layout (which key blocks each query block of each head attends) is bigbird_layout() below:
+// the kernel, the tests' dense reference and `attnlab mask` all read it from there.
+// Cost: O(B·H·Nq·(W+G+R)·block·(Dk+Dv)) time (global query blocks: O(block·Nk) each),
+// O(B·H·(Nq·Dv + Nk·Dk)) memory; never a dense Nq x Nk mask or score matrix.
+// Masks: causal for Nq == Nk (blocks above the diagonal are dropped, random blocks come only from
+// the past, and the element-level diagonal applies inside the diagonal block); key padding and
+// boolean masks (intersected with the layout); cross-attention (Nq != Nk, blocks counted on each
+// side, not causal); Dv != Dk. A query that sees no key outputs zeros.
+// Exact reduction: G >= number of blocks, or W >= 2·blocks - 1, gives full attention (so does
+// any N <= B: a single block is global).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "attnlab/attention.hpp"
+#include "attnlab/factory.hpp"
+
+namespace attnlab {
+
+struct BigBirdConfig {
+  std::int64_t block = 64, window = 3, global = 2, random = 3, seed = 0;
+
+  /// Throws Error naming the first parameter out of range.
+  void validate() const;
+};
+
+/// Why a query block attends a key block (none: it does not).
+enum class BlockKind : std::uint8_t { none, window, global, random };
+
+/// Which key blocks each query block of each head attends: the semantics, stated once.
+class BigBirdLayout {
+ public:
+  std::size_t heads = 0, query_blocks = 0, key_blocks = 0, block = 0;
+  bool causal = false;
+
+  /// Key blocks of query block i in head h, ascending, without duplicates.
+  std::span<const std::uint32_t> blocks(std::size_t h, std::size_t i) const;
+
+  /// The kind of (query block i, key block j) in head h; none when not attended.
+  BlockKind kind(std::size_t h, std::size_t i, std::size_t j) const;
+
+  /// Number of attended (query, key) token pairs, before element-level masks.
+  double pairs(std::size_t nq, std::size_t nk) const;
+
+ private:
+  friend BigBirdLayout bigbird_layout(const BigBirdConfig&, std::size_t, std::size_t, std::size_t,
+                                      bool);
+  std::vector<std::size_t> offsets_;  // heads * query_blocks + 1 entries into blocks_/kinds_
+  std::vector<std::uint32_t> blocks_;
+  std::vector<BlockKind> kinds_;
+};
+
+/// The layout for `heads` heads, nq queries and nk keys (blocks of config.block on each side).
+/// causal (needs nq == nk): blocks above the diagonal dropped, random blocks drawn from the past.
+BigBirdLayout bigbird_layout(const BigBirdConfig& config, std::size_t heads, std::size_t nq,
+                             std::size_t nk, bool causal);
+
+class BigBirdAttention final : public Attention {
+ public:
+  explicit BigBirdAttention(const BigBirdConfig& config);
+  std::string spec() const override;
+  Support support() const override;
+  const BigBirdConfig& config() const { return config_; }
+
+ protected:
+  Tensor compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                 const Dims& d) const override;
+
+ private:
+  BigBirdConfig config_;
+};
+
+std::unique_ptr<Attention> make_bigbird(Params& params);
+
+}  // namespace attnlab
