@@ -6,6 +6,7 @@
 #include "attnlab/error.hpp"
 #include "variants/bigbird.hpp"
 #include "variants/full.hpp"
+#include "variants/linear.hpp"
 #include "variants/linformer.hpp"
 #include "variants/sliding.hpp"
 
@@ -24,6 +25,7 @@ constexpr Entry kTable[] = {
     {"bigbird", make_bigbird},
     {"linformer", make_linformer},
     {"sliding", make_sliding},
+    {"linear", make_linear},
 };
 
 std::string trim(std::string_view s) {

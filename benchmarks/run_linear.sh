@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Regenerates results/linear/: linear attention against our own exact `full` and the OpenBLAS
+# sgemm yardstick, all from one run of one binary (bench_linear), then the table and ratios.
+# Usage: benchmarks/run_linear.sh [build-dir]   (default: build; needs bench_linear built)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+out=results/linear
+mkdir -p "$out"
+flags=$(meson introspect --buildoptions "$build" 2>/dev/null |
+  /usr/bin/python3 -c 'import json,sys; o={x["name"]:x["value"] for x in json.load(sys.stdin)}; print(f"buildtype={o.get(\"buildtype\")} native={o.get(\"native\")} b_ndebug={o.get(\"b_ndebug\")}")' ||
+  echo unknown)
+context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff --quiet -- variants/linear.cpp variants/feature_maps.cpp benchmarks/bench_linear.cpp || echo -dirty)"
+         --benchmark_context=openblas_coretype="${OPENBLAS_CORETYPE:-unset}"
+         --benchmark_context=omp_num_threads="${OMP_NUM_THREADS:-unset}"
+         --benchmark_context=compiler="$(c++ --version | head -1)"
+         --benchmark_context=build="$flags"
+         --benchmark_context=cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) x $(nproc)"
+         --benchmark_context=load_before="$(cut -d' ' -f1-3 /proc/loadavg)")
+"$build/benchmarks/bench_linear" --benchmark_repetitions=3 --benchmark_min_time=0.5 \
+  --benchmark_out="$out/bench_linear.json" --benchmark_out_format=json "${context[@]}"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" > "$out/load_after.txt"
+/usr/bin/python3 benchmarks/render_linear.py "$out" > "$out/README.md"
+cat "$out/README.md"

@@ -1,0 +1,126 @@
+#include "variants/feature_maps.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "attnlab/error.hpp"
+#include "attnlab/kernels.hpp"
+
+namespace attnlab {
+
+const char* feature_name(Feature f) {
+  switch (f) {
+    case Feature::elu1: return "elu1";
+    case Feature::relu: return "relu";
+    case Feature::favor: return "favor";
+    case Feature::dpfp: return "dpfp";
+  }
+  return "?";
+}
+
+xt::xtensor<float, 2> favor_projection(std::size_t m, std::size_t dk, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  xt::xtensor<float, 2> w = xt::xtensor<float, 2>::from_shape({m, dk});
+  std::vector<double> block(dk * dk);
+  for (std::size_t r0 = 0; r0 < m; r0 += dk) {
+    // Rows of a Gaussian matrix, orthonormalised (modified Gram-Schmidt): a uniformly random
+    // orthonormal block, independent of the other blocks.
+    for (double& x : block) x = normal(rng);
+    for (std::size_t i = 0; i < dk; ++i) {
+      double* row = &block[i * dk];
+      for (std::size_t j = 0; j < i; ++j) {
+        const double* prev = &block[j * dk];
+        double dot = 0;
+        for (std::size_t c = 0; c < dk; ++c) dot += row[c] * prev[c];
+        for (std::size_t c = 0; c < dk; ++c) row[c] -= dot * prev[c];
+      }
+      double norm = 0;
+      for (std::size_t c = 0; c < dk; ++c) norm += row[c] * row[c];
+      norm = std::sqrt(norm);
+      for (std::size_t c = 0; c < dk; ++c) row[c] /= norm;
+    }
+    // Each direction gets the length of an independent Gaussian vector (chi(Dk)), so every row
+    // is marginally N(0, I): what makes the estimate unbiased.
+    for (std::size_t i = 0; i < dk && r0 + i < m; ++i) {
+      double len = 0;
+      for (std::size_t c = 0; c < dk; ++c) {
+        const double g = normal(rng);
+        len += g * g;
+      }
+      len = std::sqrt(len);
+      for (std::size_t c = 0; c < dk; ++c)
+        w(r0 + i, c) = static_cast<float>(block[i * dk + c] * len);
+    }
+  }
+  return w;
+}
+
+FeatureMap::FeatureMap(Feature f, std::size_t dk, std::size_t m, std::size_t nu,
+                       std::uint64_t seed, double scale)
+    : feature_(f), dk_(dk), dim_(dk), nu_(nu) {
+  ATTNLAB_ASSERT(dk >= 1);
+  if (f == Feature::dpfp) {
+    ATTNLAB_ASSERT(nu >= 1 && nu < 2 * dk);
+    dim_ = 2 * dk * nu;
+  }
+  if (f == Feature::favor) {
+    ATTNLAB_ASSERT(m >= 1);
+    dim_ = m;
+    scale_ = static_cast<float>(scale);
+    log_norm_ = static_cast<float>(-0.5 * std::log(static_cast<double>(m)));
+    const xt::xtensor<float, 2> w = favor_projection(m, dk, seed);
+    const double root = std::sqrt(scale);
+    wt_.resize(dk * m);
+    for (std::size_t r = 0; r < m; ++r)
+      for (std::size_t c = 0; c < dk; ++c)
+        wt_[c * m + r] = static_cast<float>(w(r, c) * root);
+  }
+}
+
+void FeatureMap::map(const float* x, std::size_t rows, float* out) const {
+  switch (feature_) {
+    case Feature::elu1: {
+      // exp(min(x, 0)) by the vectorised exp2, then x + 1 where x > 0.
+      constexpr float kLog2e = 1.4426950408889634f;
+      const std::size_t n = rows * dk_;
+      for (std::size_t i = 0; i < n; ++i) out[i] = std::min(x[i], 0.0f) * kLog2e;
+      kernels::exp2_inplace(out, n);
+      for (std::size_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] + 1.0f : out[i];
+      return;
+    }
+    case Feature::relu:
+      for (std::size_t i = 0; i < rows * dk_; ++i) out[i] = std::max(x[i], 0.0f);
+      return;
+    case Feature::favor:
+      // log phi = w·x' - |x'|^2 / 2 - log sqrt(m), with x' = x sqrt(scale) folded into wt_.
+      kernels::gemm_tile(rows, dim_, dk_, x, dk_, wt_.data(), dim_, out, dim_, false);
+      for (std::size_t i = 0; i < rows; ++i) {
+        const float* row = x + i * dk_;
+        float sq = 0.0f;
+        for (std::size_t c = 0; c < dk_; ++c) sq += row[c] * row[c];
+        const float shift = 0.5f * scale_ * sq - log_norm_;
+        float* o = out + i * dim_;
+        for (std::size_t r = 0; r < dim_; ++r) o[r] -= shift;
+      }
+      return;
+    case Feature::dpfp: {
+      const std::size_t d2 = 2 * dk_;
+      std::vector<float> xp(d2);
+      for (std::size_t i = 0; i < rows; ++i) {
+        const float* row = x + i * dk_;
+        for (std::size_t c = 0; c < dk_; ++c) {
+          xp[c] = std::max(row[c], 0.0f);
+          xp[dk_ + c] = std::max(-row[c], 0.0f);
+        }
+        float* o = out + i * dim_;
+        for (std::size_t j = 1; j <= nu_; ++j)
+          for (std::size_t a = 0; a < d2; ++a) o[(j - 1) * d2 + a] = xp[a] * xp[(a + d2 - j) % d2];
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace attnlab

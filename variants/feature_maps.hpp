@@ -1,0 +1,56 @@
+// Feature maps phi for linear attention: a query or key row x of length Dk becomes a non-negative
+// row phi(x) of length dim(), so that phi(q)·phi(k) stands in for a similarity kernel.
+//
+//   elu1   elu(x) + 1                                  dim Dk   (Katharopoulos et al. 2020)
+//   relu   max(x, 0)                                   dim Dk
+//   favor  exp(w_r·x' - |x'|^2 / 2) / sqrt(m), r < m   dim m    (Choromanski et al. 2020)
+//          with x' = x · scale^(1/2): phi(q)·phi(k) is an unbiased estimate of exp(q·k · scale).
+//          The w_r are positive orthogonal random features: blocks of Dk orthonormal directions
+//          (Gram-Schmidt of a Gaussian Dk x Dk matrix, in float64) whose rows are rescaled by
+//          independent chi(Dk) norms, drawn from `seed` (favor_projection).
+//   dpfp   x' = [relu(x), relu(-x)]; phi = concatenation over j = 1..nu of x' * roll(x', j),
+//          roll(x', j)[a] = x'[(a - j) mod 2Dk]       dim 2·Dk·nu (Schlag et al. 2021), nu < 2Dk
+//
+// favor is returned in log form (logarithmic() == true): map() writes log phi(x), and the caller
+// subtracts a stabilising constant before exponentiating (see variants/linear.hpp for which).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <xtensor/xtensor.hpp>
+
+namespace attnlab {
+
+enum class Feature { elu1, relu, favor, dpfp };
+
+const char* feature_name(Feature f);
+
+/// The m x Dk FAVOR+ projection for `seed`: orthogonal blocks with chi(Dk)-distributed row norms.
+/// Same (m, dk, seed), bitwise-same matrix.
+xt::xtensor<float, 2> favor_projection(std::size_t m, std::size_t dk, std::uint64_t seed);
+
+class FeatureMap {
+ public:
+  /// m: favor's feature count; nu: dpfp's roll count (1 <= nu < 2·dk); scale: favor's q·k scale.
+  FeatureMap(Feature f, std::size_t dk, std::size_t m, std::size_t nu, std::uint64_t seed,
+             double scale);
+
+  Feature feature() const { return feature_; }
+  std::size_t dim() const { return dim_; }
+  std::size_t dk() const { return dk_; }
+  /// True for favor: map() then writes log phi(x) (unstabilised).
+  bool logarithmic() const { return feature_ == Feature::favor; }
+
+  /// x [rows x Dk] (row-major, contiguous) -> out [rows x dim()].
+  void map(const float* x, std::size_t rows, float* out) const;
+
+ private:
+  Feature feature_;
+  std::size_t dk_, dim_, nu_;
+  float scale_ = 1.0f, log_norm_ = 0.0f;  // favor: q·k scale and log(1 / sqrt(m))
+  std::vector<float> wt_;                   // favor: projection^T · sqrt(scale), [Dk x m]
+};
+
+}  // namespace attnlab

@@ -1,0 +1,129 @@
+// linear: linear ("fast-weight") attention, a feature map phi in place of the softmax kernel,
+// so that attention becomes a running memory of key-value outer products (Katharopoulos et al.
+// 2020, "Transformers are RNNs"; Schlag, Irie, Schmidhuber 2021, "Linear Transformers Are
+// Secretly Fast Weight Programmers"; Choromanski et al. 2020, Performer / FAVOR+).
+//
+// Spec: "linear:feature=elu1,m=256,nu=1,rule=sum,beta=1,eps=1e-06,seed=1" (the defaults).
+//   feature  elu1 | relu | favor | dpfp, the map phi (variants/feature_maps.hpp)   default elu1
+//   m        favor's number of random features, >= 1                              default 256
+//   nu       dpfp's number of rolls, 1 <= nu < 2·Dk (checked at forward time)      default 1
+//   rule     sum | delta                                                           default sum
+//   beta     delta rule's write strength, 0 < beta <= 1                            default 1
+//   eps      sum rule's denominator guard, finite, >= 0                            default 1e-6
+//   seed     favor's random projection                                             default 1
+//
+// What it computes, for each batch item and head:
+//   rule=sum    out_i = phi(q_i)^T S / (phi(q_i)^T z + eps), S = sum_j phi(k_j) v_j^T,
+//               z = sum_j phi(k_j); a row with phi(q_i)^T z = 0 outputs zeros.
+//   rule=delta  phi(q), phi(k) sum-normalised (phi / sum(phi); a zero phi stays zero);
+//               W_0 = 0, W_j = W_{j-1} + beta (v_j - W_{j-1} phi(k_j)) phi(k_j)^T.
+//               Causal: out_i = W_i phi(q_i); non-causal: every query reads W_N.
+// Sums and writes run over the keys a query sees: all valid keys, or under a causal mask keys
+// j <= i (causal forms need Nq == Nk, where top-left and bottom-right agree).
+// The softmax scale (Mask::scale, default 1/sqrt(Dk)) is used by favor only.
+//
+// FAVOR+ stabilisation: phi = exp(log phi - c) with c subtracted before exponentiating.
+//   queries: c = the row's own max over its m log-features (cancels between numerator and
+//            denominator up to eps; cancels exactly under the delta rule's normalisation);
+//   keys:    sum rule: c_i = the max log-feature over all keys query i sees (global per head
+//            when non-causal, the running prefix max when causal, so the recurrent state and
+//            the causal batch agree and nothing overflows); delta rule: per key row (cancels).
+//   The sum rule with favor is therefore exp-stabilised softmax-kernel estimation in which eps
+//   is measured in units of the stabilised features.
+//
+// Kernels: one OpenMP task per (batch, head); products by attnlab::kernels::gemm_tile.
+//   non-causal sum: S and z accumulated over key chunks, then every query chunk reads them.
+//   causal sum: chunked parallel form, chunks of 48 tokens: within a chunk a masked 48 x 48
+//     product phi(Q) phi(K)^T, across chunks the carried (S, z).
+//   delta: sequential per head (each write reads the memory the previous one left).
+// Cost: O(B·H·N·Dphi·Dv) time (+ O(B·H·N·48·(Dphi + Dv)) causal), O(B·H·Dphi·Dv) state memory;
+//   Dphi = Dk (elu1, relu), m (favor), 2·Dk·nu (dpfp).
+// Masks: causal (Nq == Nk), key padding (padded keys write nothing), cross-attention for the
+//   non-causal forms, Dv != Dk. Boolean masks: Unsupported (no per-pair weights exist).
+// Exactness: none against softmax; feature=favor approaches softmax attention as m grows.
+// A recurrent LinearState decodes token by token at O(Dphi·Dv) per head and token.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnlab/attention.hpp"
+#include "attnlab/factory.hpp"
+#include "variants/feature_maps.hpp"
+
+namespace attnlab {
+
+enum class LinearRule { sum, delta };
+
+struct LinearConfig {
+  Feature feature = Feature::elu1;
+  std::int64_t m = 256;
+  std::int64_t nu = 1;
+  LinearRule rule = LinearRule::sum;
+  double beta = 1.0;
+  double eps = 1e-6;
+  std::int64_t seed = 1;
+};
+
+/// {key, why} for the first broken constraint of `c` ({"", ""} when it is valid). Constraints
+/// that need Dk (nu < 2·Dk) are checked at forward time.
+std::pair<std::string, std::string> linear_config_problem(const LinearConfig& c);
+
+class LinearState;
+
+class LinearAttention final : public Attention {
+ public:
+  /// Throws Error naming the broken parameter.
+  explicit LinearAttention(const LinearConfig& config);
+
+  std::string spec() const override;
+  Support support() const override;
+  const LinearConfig& config() const { return config_; }
+
+  /// phi for head size dk and q·k scale; throws Error when nu >= 2·dk under dpfp.
+  FeatureMap feature_map(std::size_t dk, double scale) const;
+
+  /// An empty recurrent state for `batch` x `heads` sequences; scale defaults to 1/sqrt(dk).
+  LinearState start(std::size_t batch, std::size_t heads, std::size_t dk, std::size_t dv,
+                    std::optional<double> scale = {}) const;
+
+ protected:
+  Tensor compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                 const Dims& d) const override;
+
+ private:
+  LinearConfig config_;
+};
+
+/// Token-by-token decoding: the causal form as a recurrence. The memory is (S, z) per head for
+/// the sum rule and W per head for the delta rule, O(Dphi·Dv) whatever the position.
+class LinearState {
+ public:
+  /// q, k [B, H, 1, Dk], v [B, H, 1, Dv] -> [B, H, 1, Dv]: the next row of the causal output.
+  /// Throws Error when the shapes do not match the state.
+  Tensor step(const Tensor& q, const Tensor& k, const Tensor& v);
+
+  /// Tokens consumed so far.
+  std::size_t position() const { return position_; }
+
+ private:
+  friend class LinearAttention;
+  LinearState(const LinearConfig& config, FeatureMap map, std::size_t batch, std::size_t heads,
+              std::size_t dv);
+
+  LinearConfig config_;
+  FeatureMap map_;
+  std::size_t batch_, heads_, dv_, position_ = 0;
+  std::vector<float> memory_;  // per head: S [Dphi x Dv] (sum) or W^T [Dphi x Dv] (delta)
+  std::vector<float> z_;       // per head: z [Dphi] (sum rule)
+  std::vector<float> c_;       // per head: favor's key stabiliser (sum rule)
+  std::vector<float> fq_, fk_; // one row of features each
+};
+
+std::unique_ptr<Attention> make_linear(Params& params);
+
+}  // namespace attnlab
