@@ -303,6 +303,26 @@ TEST_CASE("bigbird: error does not grow as the pattern grows", "[bigbird]") {
   CHECK(previous < 1e-5);
 }
 
+TEST_CASE("bigbird declares its FLOPs from the layout", "[bigbird]") {
+  const BigBirdAttention a(config(16, 3, 2, 3, 0));
+  const Dims d{2, 3, 200, 200, 8, 24};
+  const BigBirdLayout layout = bigbird_layout(a.config(), 3, 200, 200, false);
+  // Without masks: every layout pair, for both batch items, 2 (Dk + Dv) FLOPs each.
+  CHECK(a.flops(d, {}) == Approx(2 * layout.pairs(200, 200) * 2 * 32));
+  // Exact reduction: every block global gives full attention's count, 4 B H N^2 D (Dk=Dv=D).
+  const Dims square{1, 2, 100, 100, 16, 16};
+  CHECK(BigBirdAttention(config(16, 3, 7, 3, 0)).flops(square, {}) ==
+        Approx(make_attention("full")->flops(square, {})));
+  Mask causal;
+  causal.causal = Causal::top_left;
+  CHECK(BigBirdAttention(config(16, 3, 7, 3, 0)).flops(square, causal) ==
+        Approx(make_attention("full")->flops(square, causal)));
+  Mask padded;
+  padded.key_lengths = {50};
+  CHECK(BigBirdAttention(config(16, 3, 7, 3, 0)).flops(square, padded) ==
+        Approx(make_attention("full")->flops(square, padded)));
+}
+
 TEST_CASE("bigbird: bad parameters name the parameter", "[bigbird]") {
   require_error<Error>([] { make_attention("bigbird:block=0"); }, {"block=0", ">= 1"});
   require_error<Error>([] { make_attention("bigbird:block=-3"); }, {"block=-3"});

@@ -75,6 +75,7 @@ void key_ranges(std::span<const std::uint32_t> blocks, std::size_t block, std::s
 }
 
 // Rows [i0, i0 + rows) of one head folded over the given key ranges, element masks applied.
+// kt holds the head's keys as transpose_keys tiles of kCols keys; chunks never cross a tile.
 void attend_rows(const Tensor& q, const float* kt, const Tensor& v, const Mask& mask,
                  const Dims& d, std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
                  const std::vector<std::pair<std::size_t, std::size_t>>& ranges, float scale,
@@ -87,9 +88,10 @@ void attend_rows(const Tensor& q, const float* kt, const Tensor& v, const Mask& 
   }
   softmax.start(&q(b, h, i0, 0), rows, scale);
   for (const auto& [lo, hi] : ranges) {
-    for (std::size_t c0 = lo; c0 < std::min(hi, any_sees); c0 += OnlineSoftmax::kCols) {
-      const std::size_t cols = std::min({OnlineSoftmax::kCols, hi - c0, any_sees - c0});
-      float* s = softmax.scores(kt + c0, d.nk, cols);
+    constexpr std::size_t tile = OnlineSoftmax::kCols;
+    for (std::size_t c0 = lo, cols = 0; c0 < std::min(hi, any_sees); c0 += cols) {
+      cols = std::min({tile - c0 % tile, hi - c0, any_sees - c0});
+      float* s = softmax.scores(kt + (c0 / tile) * d.dk * tile + c0 % tile, tile, cols);
       for (std::size_t r = 0; r < rows; ++r) {
         float* row = s + r * OnlineSoftmax::kCols;
         if (c0 + cols > all_see) {
@@ -193,12 +195,31 @@ Support BigBirdAttention::support() const {
   return s;
 }
 
+double BigBirdAttention::flops(const Dims& d, const Mask& mask) const {
+  const bool causal = mask.causal != Causal::none;
+  if (causal && d.nq != d.nk) return std::numeric_limits<double>::quiet_NaN();  // unsupported
+  const BigBirdLayout layout = bigbird_layout(config_, d.heads, d.nq, d.nk, causal);
+  double pairs = 0;
+  for (std::size_t b = 0; b < d.batch; ++b)
+    for (std::size_t h = 0; h < d.heads; ++h)
+      for (std::size_t i = 0; i < d.nq; ++i) {
+        const std::size_t visible = mask.visible_keys(b, i, d);
+        for (const std::uint32_t j : layout.blocks(h, i / layout.block)) {
+          const std::size_t lo = j * layout.block;
+          if (lo >= visible) break;  // blocks ascend
+          pairs += double(std::min(visible, lo + layout.block) - lo);
+        }
+      }
+  return 2.0 * pairs * double(d.dk + d.dv);
+}
+
 Tensor BigBirdAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Mask& mask, const Dims& d) const {
   const BigBirdLayout layout =
       bigbird_layout(config_, d.heads, d.nq, d.nk, mask.causal != Causal::none);
   Tensor out = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});
-  const std::vector<float> kt = kernels::transpose_keys(k, d);
+  const std::vector<float> kt = kernels::transpose_keys(k, d, OnlineSoftmax::kCols);
+  const std::size_t per_head = kt.size() / (d.batch * d.heads);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
   // Global query blocks (the heaviest tasks) first, so the dynamic schedule ends balanced.
   std::vector<std::size_t> order;
@@ -224,7 +245,7 @@ Tensor BigBirdAttention::compute(const Tensor& q, const Tensor& k, const Tensor&
       key_ranges(layout.blocks(h, qb), block, d.nk, ranges);
       const std::size_t end = std::min(d.nq, (qb + 1) * block);
       for (std::size_t i0 = qb * block; i0 < end; i0 += tile_rows)
-        attend_rows(q, kt.data() + bh * d.dk * d.nk, v, mask, d, b, h, i0,
+        attend_rows(q, kt.data() + bh * per_head, v, mask, d, b, h, i0,
                     std::min(tile_rows, end - i0), ranges, scale, softmax, out);
     }
   }

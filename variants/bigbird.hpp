@@ -14,6 +14,8 @@
 // the kernel, the tests' dense reference and `attnlab mask` all read it from there.
 // Cost: O(B·H·Nq·(W+G+R)·block·(Dk+Dv)) time (global query blocks: O(block·Nk) each),
 // O(B·H·(Nq·Dv + Nk·Dk)) memory; never a dense Nq x Nk mask or score matrix.
+// FLOPs (flops()): 2·(Dk + Dv) per computed (query, key) pair: the layout's pairs that pass the
+// causal and padding limits (a boolean mask is not subtracted, as for full).
 // Masks: causal for Nq == Nk (blocks above the diagonal are dropped, random blocks come only from
 // the past, and the element-level diagonal applies inside the diagonal block); key padding and
 // boolean masks (intersected with the layout); cross-attention (Nq != Nk, blocks counted on each
@@ -76,6 +78,7 @@ class BigBirdAttention final : public Attention {
   explicit BigBirdAttention(const BigBirdConfig& config);
   std::string spec() const override;
   Support support() const override;
+  double flops(const Dims& d, const Mask& mask) const override;
   const BigBirdConfig& config() const { return config_; }
 
  protected:

@@ -68,6 +68,15 @@ void gemm_tile(std::size_t m, std::size_t n, std::size_t k, const float* a, std:
   std::size_t i = 0;
   for (; i + 6 <= m; i += 6)
     row_panel<6>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+  // Leftover rows in panels of 4 and 2 before single rows: a 64-row block is 10 x 6 + 4.
+  if (i + 4 <= m) {
+    row_panel<4>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+    i += 4;
+  }
+  if (i + 2 <= m) {
+    row_panel<2>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+    i += 2;
+  }
   for (; i < m; ++i) row_panel<1>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
 }
 
