@@ -13,6 +13,14 @@ using kernels::OnlineSoftmax;
 using Index = std::int64_t;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr std::size_t kRows = OnlineSoftmax::kRows, kCols = OnlineSoftmax::kCols;
+#ifndef SLIDING_TILE
+#define SLIDING_TILE 24
+#endif
+// Queries per tile. A tile's keys form a parallelogram inside the rectangle that is computed:
+// with T rows the rectangle is T + L + R keys wide for L + R + 1 useful ones, so tiles shorter
+// than the softmax's 48 rows waste less (24: 280 computed for 257 useful at L = R = 128).
+constexpr std::size_t kTileRows = SLIDING_TILE;
+static_assert(kTileRows <= kRows);
 
 Index floor_mod(Index a, Index m) { return ((a % m) + m) % m; }
 
@@ -67,7 +75,7 @@ struct Task {
 
 std::vector<Task> plan_tiles(const Layout& g) {
   std::vector<Task> tasks;
-  const Index tile = static_cast<Index>(kRows);
+  const Index tile = static_cast<Index>(kTileRows);
   for (Index i0 = 0; i0 < g.gq; i0 += tile)  // first: global rows are the longest
     tasks.push_back({true, i0, 1, std::min(tile, g.gq - i0)});
   for (Index rho = 0; rho < g.s; ++rho) {
