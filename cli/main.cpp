@@ -19,6 +19,7 @@
 namespace attnlab::cli {
 void add_run_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 }  // namespace attnlab::cli
 
 namespace {
@@ -29,6 +30,7 @@ using AddCommand = void (*)(CLI::App&);
 constexpr AddCommand kCommands[] = {
     attnlab::cli::add_run_command,
     attnlab::cli::add_demo_command,
+    attnlab::cli::add_report_command,
 };
 
 int fail(std::string message) {

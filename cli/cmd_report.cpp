@@ -1,0 +1,33 @@
+// attnlab report DIR: renders DIR/report.md and DIR/plots/ from DIR/rows.csv (+ meta.json),
+// without re-running anything (harness/report.hpp).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "harness/report.hpp"
+
+namespace attnlab::cli {
+
+void add_report_command(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  auto options = std::make_shared<harness::ReportOptions>();
+  auto no_plots = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand(
+      "report",
+      "Render DIR/report.md (tables beside the papers' numbers) and DIR/plots/ (gnuplot) from "
+      "DIR/rows.csv, re-running nothing");
+  cmd->add_option("dir", *dir, "result directory holding rows.csv (and meta.json)")->required();
+  cmd->add_flag("--no-plots", *no_plots, "tables only");
+  cmd->add_option("--gnuplot", options->gnuplot, "gnuplot executable")->capture_default_str();
+  cmd->callback([dir, options, no_plots] {
+    options->plots = !*no_plots;
+    const harness::ReportOutput out = harness::render_report(*dir, *options);
+    std::printf("report: %s, %zu plots\n", out.markdown_path.c_str(), out.pngs.size());
+    if (options->plots && !out.plot_note.empty())
+      std::fprintf(stderr, "report: %s\n", out.plot_note.c_str());
+  });
+}
+
+}  // namespace attnlab::cli
