@@ -7,7 +7,52 @@
 #include "attnlab/error.hpp"
 #include "attnlab/kernels.hpp"
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define ATTNLAB_FEATURES_AVX2 1
+#endif
+
 namespace attnlab {
+namespace {
+
+// GCC keeps min/max/select loops on floats scalar and branchy under the default trapping-math
+// rules, which made the feature maps cost more than the products; hence the intrinsics.
+constexpr float kLog2e = 1.4426950408889634f;
+
+// out = elu(x) + 1 = x + 1 for x > 0, exp(x) otherwise.
+void elu1(const float* x, float* out, std::size_t n) {
+  std::size_t i = 0;
+#ifdef ATTNLAB_FEATURES_AVX2
+  const __m256 zero = _mm256_setzero_ps(), log2e = _mm256_set1_ps(kLog2e);
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_min_ps(_mm256_loadu_ps(x + i), zero), log2e));
+#endif
+  for (; i < n; ++i) out[i] = std::min(x[i], 0.0f) * kLog2e;
+  kernels::exp2_inplace(out, n);
+  i = 0;
+#ifdef ATTNLAB_FEATURES_AVX2
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 positive = _mm256_cmp_ps(v, zero, _CMP_GT_OQ);
+    _mm256_storeu_ps(out + i,
+                     _mm256_blendv_ps(_mm256_loadu_ps(out + i), _mm256_add_ps(v, one), positive));
+  }
+#endif
+  for (; i < n; ++i)
+    if (x[i] > 0.0f) out[i] = x[i] + 1.0f;
+}
+
+void relu(const float* x, float* out, std::size_t n) {
+  std::size_t i = 0;
+#ifdef ATTNLAB_FEATURES_AVX2
+  const __m256 zero = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_max_ps(_mm256_loadu_ps(x + i), zero));
+#endif
+  for (; i < n; ++i) out[i] = std::max(x[i], 0.0f);
+}
+
+}  // namespace
 
 const char* feature_name(Feature f) {
   switch (f) {
@@ -81,17 +126,11 @@ FeatureMap::FeatureMap(Feature f, std::size_t dk, std::size_t m, std::size_t nu,
 
 void FeatureMap::map(const float* x, std::size_t rows, float* out) const {
   switch (feature_) {
-    case Feature::elu1: {
-      // exp(min(x, 0)) by the vectorised exp2, then x + 1 where x > 0.
-      constexpr float kLog2e = 1.4426950408889634f;
-      const std::size_t n = rows * dk_;
-      for (std::size_t i = 0; i < n; ++i) out[i] = std::min(x[i], 0.0f) * kLog2e;
-      kernels::exp2_inplace(out, n);
-      for (std::size_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] + 1.0f : out[i];
+    case Feature::elu1:
+      elu1(x, out, rows * dk_);
       return;
-    }
     case Feature::relu:
-      for (std::size_t i = 0; i < rows * dk_; ++i) out[i] = std::max(x[i], 0.0f);
+      relu(x, out, rows * dk_);
       return;
     case Feature::favor:
       // log phi = w·x' - |x'|^2 / 2 - log sqrt(m), with x' = x sqrt(scale) folded into wt_.
