@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnlab/error.hpp"
-#include "harness/npy.hpp"
+#include "attnlab/npy.hpp"
 
 namespace attnlab::harness {
 namespace fs = std::filesystem;
@@ -110,9 +110,9 @@ PeerResult run_peer(const std::string& which, const Tensor& q, const Tensor& k, 
     return skipped(which + ": harness/peers.py not found (set ATTNLAB_PEERS_SCRIPT)");
 
   ScratchDir dir;
-  save_npy((dir.path / "q.npy").string(), q);
-  save_npy((dir.path / "k.npy").string(), k);
-  save_npy((dir.path / "v.npy").string(), v);
+  attnlab::save_npy((dir.path / "q.npy").string(), q);
+  attnlab::save_npy((dir.path / "k.npy").string(), k);
+  attnlab::save_npy((dir.path / "v.npy").string(), v);
   std::vector<std::string> argv = {options.python, script, which, dir.path.string(),
                                    "--reps", std::to_string(reps),
                                    "--warmup", std::to_string(options.warmup)};
@@ -153,7 +153,12 @@ PeerResult run_peer(const std::string& which, const Tensor& q, const Tensor& k, 
   r.time_max_s = sorted.back();
   r.time_median_s = quantile(sorted, 0.5);
   r.time_iqr_s = quantile(sorted, 0.75) - quantile(sorted, 0.25);
-  r.output = load_npy((dir.path / "out.npy").string());
+  try {
+    r.output = to_bhnd(load_npy_float((dir.path / "out.npy").string(), {4}), "out.npy");
+  } catch (const Error& e) {  // e.g. a NaN in the peer's output
+    r.status = "error";
+    r.message = which + ": " + e.what();
+  }
   return r;
 }
 
