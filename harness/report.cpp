@@ -412,11 +412,13 @@ std::string error_tables(const std::vector<ReportRow>& rows) {
       << "Against the fp64 reference on `err rows` query rows (all, or a seeded sample at long N). "
       << "rel_fro = ||out - ref||_F / ||ref||_F; mean_cos = mean row cosine; p99 = 99th "
       << "percentile of the row relative error. Speed-up: our `full` time over the row's time "
-      << "on the same problem.\n\n";
+      << "on the same problem; time: median seconds per call; GFLOP/s of the useful work the "
+      << "variant declares, in brackets as a fraction of the OpenBLAS sgemm rate of the same run."
+      << "\n\n";
   for (std::int64_t n : lengths) {
     out << "### N = " << n << "\n\n"
-        << "| spec | input | causal | B,H,D | status | rel_fro | max_abs | mean_cos | p99 | err rows | speed-up |\n"
-        << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+        << "| spec | input | causal | B,H,D | status | rel_fro | max_abs | mean_cos | p99 | err rows | speed-up | time | GFLOP/s (of sgemm) |\n"
+        << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& v : variants)
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const ReportRow& r = rows[i];
@@ -427,6 +429,8 @@ std::string error_tables(const std::vector<ReportRow>& rows) {
             << " | " << opt_fmt("%.2e", r.rel_fro) << " | " << opt_fmt("%.2e", r.max_abs)
             << " | " << opt_fmt("%.6f", r.mean_cos) << " | " << opt_fmt("%.2e", r.p99_row)
             << " | " << opt_fmt("%.0f", r.err_rows) << " | " << opt_fmt("%.2fx", rel[i].speedup)
+            << " | " << (r.ok() ? opt_fmt("%.3g ms", r.time_median_s ? std::optional<double>(*r.time_median_s * 1e3) : std::nullopt) : kDash)
+            << " | " << (r.ok() && r.gflops ? fmt("%.3g", *r.gflops) + (r.sgemm_fraction ? fmt(" (%.2f)", *r.sgemm_fraction) : "") : kDash)
             << " |\n";
       }
     out << "\n";

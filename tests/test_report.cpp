@@ -122,10 +122,12 @@ TEST_CASE("error tables list every row per length, failures with their status", 
   CHECK(contains(t, "### N = 1024"));
   CHECK(contains(t, "### N = 3072"));
   CHECK(contains(t, "| `" + kSliding + "` | `gaussian:temp=1` | none | 1,8,64 | ok | 3.10e-01 | "
-                    "5.00e-02 | 0.930000 | 5.20e-01 | 1024 | 2.00x |"));
+                    "5.00e-02 | 0.930000 | 5.20e-01 | 1024 | 2.00x | 5 ms | — |"));
   CHECK(contains(t, "| error: boom, \"bad\" input | — | — | — | — | — | — |"));
   CHECK(contains(t, "| `peer:torch` | `gaussian:temp=1` | none | 1,8,64 | skipped: torch not "
                     "importable | — |"));
+  CHECK(contains(t, "| `full` | `gaussian:temp=1` | none | 1,8,64 | ok | 1.50e-07 | 2.00e-06 | "
+                    "1.000000 | 3.00e-07 | 1024 | 1.00x | 10 ms | 107 (0.54) |"));
   // Full comes first in each length's table.
   const auto n1024 = t.find("### N = 1024");
   CHECK(t.find("| `full` |", n1024) < t.find("| `sliding:", n1024));
