@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "attnlab/kernels.hpp"
@@ -188,22 +189,23 @@ void attend_tile(const Layout& g, const Head& head, const Tensor& q, const Mask&
 
 // k [B,H,Nk,Dk] -> per head [Dk, ldk], keys in class order; v likewise reordered by rows when
 // the dilation is above 1 (left empty otherwise: the rows are already in order).
+// Left uninitialised (no memset): the padding columns past each head's Nk keys are never read.
 void lay_out_keys(const Layout& g, const Tensor& k, const Tensor& v, const Dims& d,
-                  std::vector<float>& kt, std::vector<float>& vc) {
-  kt.assign(d.batch * d.heads * d.dk * g.ldk, 0.0f);
-  if (g.s > 1) vc.resize(d.batch * d.heads * d.nk * d.dv);
+                  std::unique_ptr<float[]>& kt, std::unique_ptr<float[]>& vc) {
+  kt.reset(new float[d.batch * d.heads * d.dk * g.ldk]);
+  if (g.s > 1) vc.reset(new float[d.batch * d.heads * d.nk * d.dv]);
   const std::ptrdiff_t heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
 #pragma omp parallel for schedule(static)
   for (std::ptrdiff_t bh = 0; bh < heads; ++bh) {
     const float* ksrc = k.data() + bh * d.nk * d.dk;
     const float* vsrc = v.data() + bh * d.nk * d.dv;
-    float* kdst = kt.data() + bh * d.dk * g.ldk;
+    float* kdst = kt.get() + bh * d.dk * g.ldk;
     for (Index rho = 0; rho < g.s; ++rho)
       for (Index t = 0; t < g.count[rho]; ++t) {
         const std::size_t j = static_cast<std::size_t>(rho + g.s * t);
         const std::size_t col = static_cast<std::size_t>(g.column[rho] + t);
         for (std::size_t c = 0; c < d.dk; ++c) kdst[c * g.ldk + col] = ksrc[j * d.dk + c];
-        if (g.s > 1) std::copy_n(vsrc + j * d.dv, d.dv, vc.data() + (bh * d.nk + col) * d.dv);
+        if (g.s > 1) std::copy_n(vsrc + j * d.dv, d.dv, vc.get() + (bh * d.nk + col) * d.dv);
       }
   }
 }
@@ -245,7 +247,7 @@ Tensor SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor&
                                  const Mask& mask, const Dims& d) const {
   const Layout g(config_, d, mask);
   Tensor out = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});
-  std::vector<float> kt, vc;
+  std::unique_ptr<float[]> kt, vc;
   lay_out_keys(g, k, v, d, kt, vc);
   const std::vector<Task> tiles = plan_tiles(g);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
@@ -256,8 +258,8 @@ Tensor SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor&
 #pragma omp for schedule(dynamic, 4)
     for (std::ptrdiff_t t = 0; t < tasks; ++t) {
       const std::size_t bh = static_cast<std::size_t>(t) / tiles.size();
-      const Head head{kt.data() + bh * d.dk * g.ldk,
-                      (g.s > 1 ? vc.data() : v.data()) + bh * d.nk * d.dv, bh / d.heads,
+      const Head head{kt.get() + bh * d.dk * g.ldk,
+                      (g.s > 1 ? vc.get() : v.data()) + bh * d.nk * d.dv, bh / d.heads,
                       bh % d.heads};
       attend_tile(g, head, q, mask, d, tiles[static_cast<std::size_t>(t) % tiles.size()], scale,
                   scratch, out);

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Regenerates results/sliding/: sliding-window attention (left = right = 128) against our own full
+# attention and OpenBLAS sgemm (one binary, one run), and the peak memory of one N = 65536 call.
+# Usage: benchmarks/run_sliding.sh [build-dir]   (default: build; needs bench_sliding built)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+out=results/sliding
+mkdir -p "$out"
+context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff --quiet -- variants/sliding.* variants/full.* lib/attnlab/kernels.* || echo -dirty)"
+         --benchmark_context=openblas_coretype="${OPENBLAS_CORETYPE:-unset}"
+         --benchmark_context=compiler="$(c++ --version | head -1)"
+         --benchmark_context=load_before="$(cut -d' ' -f1-3 /proc/loadavg)")
+# Repetitions are interleaved at random, so load that comes and goes on this shared machine
+# hits every benchmark alike and the ratios stay fair. Values with '=' cannot go through --benchmark_context: a side file the renderer reads.
+{
+  echo "flags: $(grep -o '"command": "[^"]*variants/sliding.cpp' "$build/compile_commands.json" |
+    grep -oE ' -(O[0-3s]|march=[a-z0-9-]+|std=[a-z0-9+]+|fopenmp|DNDEBUG)' | sort -u | tr -d '\n')"
+  echo "omp_num_threads: ${OMP_NUM_THREADS:-unset (one thread per core)}"
+} > "$out/context.txt"
+"$build/benchmarks/bench_sliding" --benchmark_filter='BM_sliding/|BM_sliding_dilated/|BM_full/|BM_sgemm' \
+  --benchmark_min_time=0.2 --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true \
+  --benchmark_out="$out/bench_sliding.json" --benchmark_out_format=json "${context[@]}"
+# Alone in its process, so ru_maxrss is this call's peak.
+"$build/benchmarks/bench_sliding" --benchmark_filter='BM_sliding_long' \
+  --benchmark_out="$out/bench_sliding_long.json" --benchmark_out_format=json "${context[@]}"
+/usr/bin/python3 benchmarks/render_sliding.py "$out" > "$out/README.md"
+cat "$out/README.md"
