@@ -10,7 +10,7 @@ mkdir -p "$out"
 flags=$(meson introspect --buildoptions "$build" | /usr/bin/python3 -c '
 import json, sys
 o = {x["name"]: x["value"] for x in json.load(sys.stdin)}
-print(" ".join(f"{k}={o.get(k)}" for k in ("buildtype", "native", "b_ndebug", "b_sanitize")))')
+print(" ".join(f"{k}:{o.get(k)}" for k in ("buildtype", "native", "b_ndebug", "b_sanitize")))')
 context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff --quiet -- variants/linear.cpp variants/feature_maps.cpp benchmarks/bench_linear.cpp || echo -dirty)"
          --benchmark_context=openblas_coretype="${OPENBLAS_CORETYPE:-unset}"
          --benchmark_context=omp_num_threads="${OMP_NUM_THREADS:-unset}"
