@@ -201,11 +201,18 @@ void lay_out_keys(const Layout& g, const Tensor& k, const Tensor& v, const Dims&
     const float* vsrc = v.data() + bh * d.nk * d.dv;
     float* kdst = kt.get() + bh * d.dk * g.ldk;
     for (Index rho = 0; rho < g.s; ++rho)
-      for (Index t = 0; t < g.count[rho]; ++t) {
-        const std::size_t j = static_cast<std::size_t>(rho + g.s * t);
-        const std::size_t col = static_cast<std::size_t>(g.column[rho] + t);
-        for (std::size_t c = 0; c < d.dk; ++c) kdst[c * g.ldk + col] = ksrc[j * d.dk + c];
-        if (g.s > 1) std::copy_n(vsrc + j * d.dv, d.dv, vc.get() + (bh * d.nk + col) * d.dv);
+      for (Index t0 = 0; t0 < g.count[rho]; t0 += 16) {  // 16 keys: 64-byte runs of writes
+        const std::size_t keys = static_cast<std::size_t>(std::min<Index>(16, g.count[rho] - t0));
+        const std::size_t col = static_cast<std::size_t>(g.column[rho] + t0);
+        const std::size_t j0 = static_cast<std::size_t>(rho + g.s * t0);
+        const std::size_t step = static_cast<std::size_t>(g.s);
+        for (std::size_t c = 0; c < d.dk; ++c)
+          for (std::size_t t = 0; t < keys; ++t)
+            kdst[c * g.ldk + col + t] = ksrc[(j0 + step * t) * d.dk + c];
+        if (g.s > 1)
+          for (std::size_t t = 0; t < keys; ++t)
+            std::copy_n(vsrc + (j0 + step * t) * d.dv, d.dv,
+                        vc.get() + (bh * d.nk + col + t) * d.dv);
       }
   }
 }
