@@ -46,6 +46,19 @@ std::string variant_list() {
   return names;
 }
 
+bool is_command(const CLI::App& app, const std::string& name) {
+  for (const CLI::App* sub : app.get_subcommands({}))
+    if (sub->get_name() == name) return true;
+  return false;
+}
+
+std::string command_list(const CLI::App& app) {
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands({}))
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  return names;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,6 +68,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("attnlab ") + ATTNLAB_VERSION);
   app.require_subcommand(1);
   for (AddCommand add : kCommands) add(app);
+  // CLI11 would answer a mistyped command with "a subcommand is required": name it instead.
+  if (argc > 1 && argv[1][0] != '-' && !is_command(app, argv[1]))
+    return fail(std::string("unknown command '") + argv[1] + "' (commands: " + command_list(app) + ")");
   try {
     app.parse(argc, argv);  // the chosen subcommand runs inside parse, as its callback
   } catch (const CLI::Success& e) {

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages attnlab needs, and only those dpkg reports as not installed, so a
+# machine that has everything never calls apt-get. Extra package names may be given as arguments
+# (.ci/run adds cmake for its install check). Non-interactive; uses sudo when not root.
+set -euo pipefail
+
+PACKAGES=(
+  meson ninja-build pkg-config g++
+  libxtensor-dev libxtensor-blas-dev libopenblas-dev
+  catch2 libbenchmark-dev libcli11-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
+  gnuplot-nox openmpi-bin libopenmpi-dev
+  python3-numpy python3-torch
+  "$@"
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  # dpkg -s also knows removed packages whose config files remain: require "install ok installed".
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ $status == "install ok installed" ]] || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q
+"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null

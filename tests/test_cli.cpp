@@ -1,0 +1,203 @@
+// End-to-end tests of the attnlab executable (path in $ATTNLAB_CLI, set by meson test): exit codes,
+// the one-line error messages, no output file on failure, and that a good run's output equals
+// make_attention(spec)->forward in-process.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+
+#include "attnlab/npy.hpp"
+#include "helpers.hpp"
+#include "npy_helpers.hpp"
+
+using namespace attnlab;
+using attnlab::test::random_tensor;
+using attnlab::test::raw_bytes;
+using attnlab::test::read_text;
+using attnlab::test::TempDir;
+using attnlab::test::write_npy_raw;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs `attnlab <args>` with the working directory `dir`.
+Result attnlab_cli(const TempDir& dir, const std::string& args) {
+  const char* exe = std::getenv("ATTNLAB_CLI");
+  if (exe == nullptr) FAIL("ATTNLAB_CLI is not set: run this test through `meson test`");
+  const std::string cmd = "cd '" + dir.path().string() + "' && '" + exe + "' " + args +
+                          " >stdout.txt 2>stderr.txt </dev/null";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_text(dir.file("stdout.txt"));
+  r.err = read_text(dir.file("stderr.txt"));
+  return r;
+}
+
+// Saves t, [B,H,N,D], as a .npy of `rank` axes (leading axes of t must be 1 where dropped).
+void save(const TempDir& dir, const std::string& name, const Tensor& t, std::size_t rank = 4) {
+  save_npy(dir.file(name), from_bhnd(t, rank));
+}
+
+// A failed run: exit 2, exactly one line "attnlab: error: ..." holding every fragment, no o.npy.
+void require_failure(const TempDir& dir, const std::string& args,
+                     std::initializer_list<std::string> fragments) {
+  std::filesystem::remove(dir.file("o.npy"));
+  const Result r = attnlab_cli(dir, args);
+  INFO("attnlab " << args << "\nstderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(r.err.rfind("attnlab: error: ", 0) == 0);
+  REQUIRE(!r.err.empty());
+  CHECK(r.err.find('\n') == r.err.size() - 1);  // one line
+  for (const auto& part : fragments) CHECK(r.err.find(part) != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.file("o.npy")));
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))  // no temp file left
+    CHECK(entry.path().filename().string().find(".tmp") == std::string::npos);
+}
+
+// Runs the CLI on q, k, v already saved in dir and checks o.npy against forward in-process.
+void require_same_as_library(const TempDir& dir, const std::string& spec, const std::string& flags,
+                             const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                             std::size_t rank) {
+  std::filesystem::remove(dir.file("o.npy"));
+  const Result r = attnlab_cli(dir, "run --spec '" + spec + "' --q q.npy --k k.npy --v v.npy " +
+                                        flags + " --out o.npy");
+  INFO("flags: " << flags << "\nstderr: " << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.empty());
+  const auto out = load_npy_float(dir.file("o.npy"));
+  REQUIRE(out.dimension() == rank);
+  const Tensor expected = make_attention(spec)->forward(q, k, v, mask);
+  const Tensor got = to_bhnd(out, "o.npy");
+  REQUIRE(shape_string(got) == shape_string(expected));
+  // Same code on the same data; allowed to differ only by the float32 rounding of a different
+  // OpenMP schedule, so the bound is a few ulps of O(1) outputs.
+  const float max_diff = xt::amax(xt::abs(got - expected))();
+  CHECK(max_diff <= 1e-6f);
+}
+
+}  // namespace
+
+TEST_CASE("--help and --version behave as users expect", "[cli]") {
+  TempDir dir("cli");
+  Result r = attnlab_cli(dir, "--help");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("Usage: attnlab") != std::string::npos);
+  CHECK(r.out.find("run") != std::string::npos);
+  CHECK(r.out.find("full") != std::string::npos);  // lists the variants
+  CHECK(r.err.empty());
+
+  r = attnlab_cli(dir, "run --help");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("--key-lengths") != std::string::npos);
+
+  r = attnlab_cli(dir, "--version");
+  CHECK(r.code == 0);
+  CHECK(r.out == std::string("attnlab ") + ATTNLAB_VERSION + "\n");
+
+  require_failure(dir, "", {"subcommand is required", "--help"});
+  require_failure(dir, "frobnicate", {"unknown command 'frobnicate'", "run"});
+}
+
+TEST_CASE("run on rank 4, 3 and 2 inputs equals forward in-process, output keeps the rank", "[cli]") {
+  TempDir dir("cli");
+  const Tensor q = random_tensor(2, 3, 7, 5, 1), k = random_tensor(2, 3, 9, 5, 2),
+               v = random_tensor(2, 3, 9, 4, 3);
+  save(dir, "q.npy", q), save(dir, "k.npy", k), save(dir, "v.npy", v);
+  require_same_as_library(dir, "full", "", q, k, v, {}, 4);
+
+  Mask m;
+  m.causal = Causal::bottom_right;
+  m.key_lengths = {9, 6};
+  m.scale = 0.3;
+  require_same_as_library(dir, "full", "--causal bottom-right --key-lengths 9,6 --scale 0.3", q, k, v,
+                          m, 4);
+
+  const Tensor q3 = random_tensor(1, 3, 8, 5, 4), k3 = random_tensor(1, 3, 8, 5, 5),
+               v3 = random_tensor(1, 3, 8, 5, 6);
+  save(dir, "q.npy", q3, 3), save(dir, "k.npy", k3, 3), save(dir, "v.npy", v3, 3);
+  Mask causal;
+  causal.causal = Causal::top_left;
+  require_same_as_library(dir, "full", "--causal top-left", q3, k3, v3, causal, 3);
+
+  const Tensor q2 = random_tensor(1, 1, 6, 8, 7), k2 = random_tensor(1, 1, 10, 8, 8),
+               v2 = random_tensor(1, 1, 10, 3, 9);
+  save(dir, "q.npy", q2, 2), save(dir, "k.npy", k2, 2), save(dir, "v.npy", v2, 2);
+  require_same_as_library(dir, "full", "", q2, k2, v2, {}, 2);
+  // the output file is float32 ('<f4') whatever the input
+  CHECK(read_text(dir.file("o.npy")).find("'descr': '<f4'") != std::string::npos);
+}
+
+TEST_CASE("run reads float64 inputs and bool or uint8 mask files", "[cli]") {
+  TempDir dir("cli");
+  const Tensor q = random_tensor(1, 1, 5, 4, 11), k = random_tensor(1, 1, 6, 4, 12),
+               v = random_tensor(1, 1, 6, 4, 13);
+  // float64 files holding float32-representable values, so the in-process inputs are identical
+  const auto as_f64 = [](const Tensor& t) { return std::vector<double>(t.begin(), t.end()); };
+  write_npy_raw(dir.file("q.npy"), "<f8", "5, 4", raw_bytes(as_f64(q)));
+  write_npy_raw(dir.file("k.npy"), "<f8", "6, 4", raw_bytes(as_f64(k)));
+  write_npy_raw(dir.file("v.npy"), "<f8", "6, 4", raw_bytes(as_f64(v)));
+  require_same_as_library(dir, "full", "", q, k, v, {}, 2);
+
+  xt::xtensor<bool, 2> allowed = xt::xtensor<bool, 2>::from_shape({5, 6});
+  std::string bits;
+  for (std::size_t i = 0; i < 5; ++i)
+    for (std::size_t j = 0; j < 6; ++j) {
+      allowed(i, j) = (i + 2 * j) % 3 != 0;
+      bits += allowed(i, j) ? '\1' : '\0';
+    }
+  Mask m;
+  m.allow(allowed);
+  write_npy_raw(dir.file("m.npy"), "|b1", "5, 6", bits);
+  require_same_as_library(dir, "full", "--mask m.npy", q, k, v, m, 2);
+  write_npy_raw(dir.file("m.npy"), "|u1", "5, 6", bits);
+  require_same_as_library(dir, "full", "--mask m.npy", q, k, v, m, 2);
+}
+
+TEST_CASE("bad input exits 2 with one line naming the problem and writes nothing", "[cli]") {
+  TempDir dir("cli");
+  const Tensor q = random_tensor(2, 2, 6, 4, 21);
+  save(dir, "q.npy", q), save(dir, "k.npy", q), save(dir, "v.npy", q);
+  const std::string base = "run --spec full --q q.npy --k k.npy --v v.npy --out o.npy";
+  const auto with = [&](const std::string& a, const std::string& b) {
+    std::string s = base;
+    return s.replace(s.find(a), a.size(), b);
+  };
+
+  require_failure(dir, with("--q q.npy", "--q missing.npy"), {"missing.npy", "no such file"});
+
+  const std::string bytes = read_text(dir.file("k.npy"));
+  std::ofstream(dir.file("trunc.npy"), std::ios::binary) << bytes.substr(0, bytes.size() - 10);
+  require_failure(dir, with("--k k.npy", "--k trunc.npy"), {"trunc.npy", "truncated"});
+
+  write_npy_raw(dir.file("i4.npy"), "<i4", "2, 2, 6, 4", raw_bytes(std::vector<std::int32_t>(96, 1)));
+  require_failure(dir, with("--v v.npy", "--v i4.npy"), {"i4.npy", "dtype '<i4'", "float32"});
+
+  save(dir, "k5.npy", random_tensor(2, 2, 6, 5, 22));
+  require_failure(dir, with("--k k.npy", "--k k5.npy"), {"Dk"});
+  save(dir, "v3.npy", random_tensor(1, 2, 6, 4, 23), 3);
+  require_failure(dir, with("--v v.npy", "--v v3.npy"), {"v3.npy", "same rank"});
+
+  std::vector<float> nan(96, 0.5f);
+  nan[50] = std::nanf("");
+  write_npy_raw(dir.file("nan.npy"), "<f4", "2, 2, 6, 4", raw_bytes(nan));
+  require_failure(dir, with("--q q.npy", "--q nan.npy"), {"nan.npy", "NaN at index [1, 0, 0, 2]"});
+
+  require_failure(dir, with("--spec full", "--spec fulll"), {"'fulll'", "unknown variant"});
+  require_failure(dir, with("--spec full", "--spec full:window=3"), {"window=3", "unknown key"});
+  require_failure(dir, base + " --key-lengths 5,x", {"--key-lengths '5,x'", "'x'"});
+  require_failure(dir, base + " --key-lengths 5", {"key_lengths has 1 entries", "batch"});
+  require_failure(dir, base + " --key-lengths 5,7", {"key_lengths[1] = 7", "Nk = 6"});
+  require_failure(dir, base + " --causal sideways", {"causal mode 'sideways'", "top-left"});
+  require_failure(dir, base + " --scale -1", {"scale", "> 0"});
+  require_failure(dir, base + " --scale abc", {"--scale", "abc"});
+  require_failure(dir, base + " --mask q.npy", {"q.npy", "dtype '<f4'", "mask"});
+  write_npy_raw(dir.file("m.npy"), "|b1", "6, 5", std::string(30, '\1'));
+  require_failure(dir, base + " --mask m.npy", {"boolean mask", "[Nq, Nk] = [6, 6]"});
+  require_failure(dir, "run --spec full --q q.npy --k k.npy --v v.npy", {"--out", "required"});
+  require_failure(dir, with("--out o.npy", "--out no-dir/o.npy"), {"no-dir/o.npy", "cannot write"});
+}
