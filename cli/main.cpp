@@ -19,6 +19,7 @@
 namespace attnlab::cli {
 void add_run_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
+void add_mask_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 }  // namespace attnlab::cli
 
@@ -30,6 +31,7 @@ using AddCommand = void (*)(CLI::App&);
 constexpr AddCommand kCommands[] = {
     attnlab::cli::add_run_command,
     attnlab::cli::add_demo_command,
+    attnlab::cli::add_mask_command,
     attnlab::cli::add_report_command,
 };
 
