@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Regenerates results/bigbird/: BigBird (defaults) against our own exact `full` and the OpenBLAS
+# sgemm yardstick, all from one run of one binary (bench_bigbird), then the N = 65536 call alone in
+# its process for its peak memory, then the table of measured ratios.
+# Usage: benchmarks/run_bigbird.sh [build-dir]   (default: build; needs bench_bigbird built)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+out=results/bigbird
+mkdir -p "$out"
+flags=$(meson introspect --buildoptions "$build" | /usr/bin/python3 -c '
+import json, sys
+o = {x["name"]: x["value"] for x in json.load(sys.stdin)}
+print(" ".join(f"{k}:{o.get(k)}" for k in ("buildtype", "native", "b_ndebug", "b_sanitize")))')
+context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- variants/bigbird.cpp variants/bigbird.hpp lib/attnlab/kernels.cpp benchmarks/bench_bigbird.cpp || echo -dirty)"
+         --benchmark_context=openblas_coretype="${OPENBLAS_CORETYPE:-unset}"
+         --benchmark_context=omp_num_threads="${OMP_NUM_THREADS:-unset}"
+         --benchmark_context=compiler="$(c++ --version | head -1)"
+         --benchmark_context=build="$flags"
+         --benchmark_context=cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) x $(nproc)"
+         --benchmark_context=load_before="$(cut -d' ' -f1-3 /proc/loadavg)")
+# Three repetitions, randomly interleaved so that the shared machine's load drifts hit every
+# configuration alike; the renderer takes medians.
+"$build/benchmarks/bench_bigbird" --benchmark_filter='BM_bigbird/|BM_full/|BM_sgemm' \
+  --benchmark_repetitions=3 --benchmark_min_time=0.3 --benchmark_enable_random_interleaving=true \
+  --benchmark_out="$out/bench_bigbird.json" --benchmark_out_format=json "${context[@]}"
+# Alone in its process, so ru_maxrss is this call's peak (inputs, keys transposed and output).
+"$build/benchmarks/bench_bigbird" --benchmark_filter='BM_bigbird_long' \
+  --benchmark_out="$out/bench_bigbird_long.json" --benchmark_out_format=json "${context[@]}"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" > "$out/load_after.txt"
+/usr/bin/python3 benchmarks/render_bigbird.py "$out" > "$out/README.md"
+cat "$out/README.md"
