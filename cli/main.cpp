@@ -21,6 +21,8 @@ void add_run_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
 void add_mask_command(CLI::App& app);
 void add_report_command(CLI::App& app);
+void add_sweep_command(CLI::App& app);
+void add_merge_command(CLI::App& app);
 }  // namespace attnlab::cli
 
 namespace {
@@ -33,6 +35,8 @@ constexpr AddCommand kCommands[] = {
     attnlab::cli::add_demo_command,
     attnlab::cli::add_mask_command,
     attnlab::cli::add_report_command,
+    attnlab::cli::add_sweep_command,
+    attnlab::cli::add_merge_command,
 };
 
 int fail(std::string message) {

@@ -1,0 +1,141 @@
+// attnlab sweep: runs a grid of (variant spec x N x batch x heads x dim x causal x input x seed)
+// into results/<name>/rows.csv + meta.json. The engine is in harness/sweep.hpp; the config
+// format, columns and commands are in docs/sweep.md.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "attnlab/error.hpp"
+#include "harness/config.hpp"
+#include "harness/mpi.hpp"
+#include "harness/sweep.hpp"
+
+namespace attnlab::cli {
+namespace {
+
+using namespace attnlab::harness;
+
+struct SweepFlags {
+  std::string config, name, out, n, batch, heads, dim, seed, causal, shard;
+  std::vector<std::string> variants, inputs;
+  int reps = 0, warmup = -1;
+  double target_seconds = 0, memory_budget = 0;
+  std::int64_t error_rows = 0;
+  bool peers = false, mpi = false, quiet = false, dry_run = false;
+};
+
+SweepConfig build_config(const SweepFlags& f) {
+  SweepConfig c = f.config.empty() ? default_config() : load_config(f.config);
+  if (!f.name.empty()) c.name = f.name;
+  if (!f.variants.empty()) {
+    c.specs.clear();
+    c.max_n.clear();
+    for (const auto& v : f.variants) {
+      try {
+        for (const auto& s : expand_spec(v))
+          if (std::find(c.specs.begin(), c.specs.end(), s) == c.specs.end()) c.specs.push_back(s);
+      } catch (const Error& e) {
+        throw Error(std::string("--variant: ") + e.what());
+      }
+    }
+  }
+  if (!f.n.empty()) c.n = parse_int_list("--n", f.n);
+  if (!f.batch.empty()) c.batch = parse_int_list("--batch", f.batch);
+  if (!f.heads.empty()) c.heads = parse_int_list("--heads", f.heads);
+  if (!f.dim.empty()) c.dim = parse_int_list("--dim", f.dim);
+  if (!f.seed.empty()) c.seed = parse_int_list("--seed", f.seed);
+  if (!f.causal.empty()) c.causal = parse_causal_list("--causal", f.causal);
+  if (!f.inputs.empty()) {
+    c.input.clear();
+    for (const auto& i : f.inputs)
+      for (const auto& x : parse_input_list("--input", i)) c.input.push_back(x);
+  }
+  if (f.reps > 0) c.measure.min_reps = c.measure.max_reps = f.reps;
+  if (f.warmup >= 0) c.measure.warmup = f.warmup;
+  if (f.target_seconds > 0) c.measure.target_seconds = f.target_seconds;
+  if (f.error_rows > 0) c.measure.error_rows = f.error_rows;
+  if (f.memory_budget > 0) c.measure.memory_budget = f.memory_budget;
+  if (f.peers) c.peers = true;
+  c.origin += " (with command-line overrides)";
+  validate(c);
+  return c;
+}
+
+void sweep(const SweepFlags& f) {
+  const SweepConfig config = build_config(f);
+  SweepOptions options;
+  options.out_dir = f.out;
+  options.mpi = f.mpi;
+  options.progress = f.quiet ? nullptr : stderr;
+  if (!f.shard.empty()) options.shard = parse_shard(f.shard);
+  if (f.dry_run) {
+    for (const Point& p : make_grid(config))
+      if (options.shard.contains(p.index))
+        std::printf("%s %s n=%lld batch=%lld heads=%lld dim=%lld causal=%s input=%s seed=%lld\n",
+                    p.key.c_str(), p.spec.c_str(), (long long)p.n, (long long)p.batch,
+                    (long long)p.heads, (long long)p.dim, p.causal.c_str(), p.input.c_str(),
+                    (long long)p.seed);
+    return;
+  }
+  SweepSummary s;
+  try {
+    s = run_sweep(config, options);
+  } catch (...) {
+    if (f.mpi) mpi::finalize();
+    throw;
+  }
+  const bool root = !f.mpi || mpi::rank() == 0;
+  if (f.mpi) mpi::finalize();
+  if (!root) return;
+  std::string statuses;
+  for (const auto& [status, count] : s.by_status)
+    statuses += (statuses.empty() ? "" : ", ") + std::to_string(count) + " " + status;
+  std::printf("sweep %s: %zu of %zu grid points in this run, %zu already done, %zu run (%s); "
+              "sgemm %.1f GFLOP/s -> %s/rows.csv\n",
+              config.name.c_str(), s.selected, s.grid, s.done_before, s.ran,
+              statuses.empty() ? "none" : statuses.c_str(), s.sgemm_gflops, s.dir.c_str());
+}
+
+}  // namespace
+
+void add_sweep_command(CLI::App& app) {
+  auto f = std::make_shared<SweepFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "sweep",
+      "Run a grid of variant specs x N x batch x heads x dim x causal x input x seed and append "
+      "one row per point to <out>/rows.csv (resumable; see docs/sweep.md). Without --config: the "
+      "built-in default (benchmarks/configs/default.toml). Flags override the config.");
+  cmd->add_option("--config", f->config, "TOML grid (docs/sweep.md)")->check(CLI::ExistingFile);
+  cmd->add_option("--name", f->name, "result set name: results/<name>/");
+  cmd->add_option("--out", f->out, "output directory (default results/<name>)");
+  cmd->add_option("--variant", f->variants,
+                  "spec with optional lists, e.g. 'linformer:k=[64,128]' or '*' (repeatable; "
+                  "replaces the config's variants)");
+  cmd->add_option("--n", f->n, "sequence lengths: 256,1024 or 256..65536 (powers of two)");
+  cmd->add_option("--batch", f->batch, "batch sizes, e.g. 1,4");
+  cmd->add_option("--heads", f->heads, "head counts");
+  cmd->add_option("--dim", f->dim, "head dimensions");
+  cmd->add_option("--causal", f->causal, "none,top-left,bottom-right (comma-separated)");
+  cmd->add_option("--input", f->inputs,
+                  "gaussian:temp=T | lowrank:r=R[,temp=T] | local:width=W[,gap=G] | npy:<dir> "
+                  "(repeatable)");
+  cmd->add_option("--seed", f->seed, "seeds, e.g. 1,2,3");
+  cmd->add_option("--reps", f->reps, "exactly R timed calls per point");
+  cmd->add_option("--warmup", f->warmup, "untimed calls before timing");
+  cmd->add_option("--target-seconds", f->target_seconds, "timing budget per point");
+  cmd->add_option("--error-rows", f->error_rows, "query rows sampled for the error at long N");
+  cmd->add_option("--memory-budget", f->memory_budget,
+                  "<= 1: fraction of MemAvailable; > 1: bytes. Larger points get status oom");
+  cmd->add_flag("--peers", f->peers, "add NumPy and PyTorch exact-attention rows");
+  cmd->add_option("--shard", f->shard, "run the I-th of N disjoint slices of the grid: I/N");
+  cmd->add_flag("--mpi", f->mpi, "split the grid across MPI ranks (mpirun -n P attnlab sweep --mpi)");
+  cmd->add_flag("--quiet", f->quiet, "no progress on stderr");
+  cmd->add_flag("--dry-run", f->dry_run, "print the points (key, spec, shape) and exit");
+  cmd->callback([f] { sweep(*f); });
+}
+
+}  // namespace attnlab::cli

@@ -1,0 +1,88 @@
+#include "harness/grid.hpp"
+
+#include <charconv>
+
+#include "attnlab/error.hpp"
+#include "attnlab/npy.hpp"
+#include "harness/peers.hpp"
+
+namespace attnlab::harness {
+namespace {
+
+struct Shape {
+  std::int64_t n, batch, heads, dim;
+};
+
+std::vector<Shape> shapes_of(const SweepConfig& c, const std::string& input) {
+  std::vector<Shape> shapes;
+  if (input.rfind("npy:", 0) == 0) {
+    const std::string path = input.substr(4) + "/q.npy";
+    const Tensor q = to_bhnd(load_npy_float(path), path);
+    shapes.push_back({static_cast<std::int64_t>(q.shape(2)), static_cast<std::int64_t>(q.shape(0)),
+                      static_cast<std::int64_t>(q.shape(1)), static_cast<std::int64_t>(q.shape(3))});
+    return shapes;
+  }
+  for (auto n : c.n)
+    for (auto b : c.batch)
+      for (auto h : c.heads)
+        for (auto d : c.dim) shapes.push_back({n, b, h, d});
+  return shapes;
+}
+
+}  // namespace
+
+std::string point_key(const Point& p) {
+  const std::string text = p.spec + "|" + std::to_string(p.n) + "|" + std::to_string(p.batch) +
+                           "|" + std::to_string(p.heads) + "|" + std::to_string(p.dim) + "|" +
+                           p.causal + "|" + p.input + "|" + std::to_string(p.seed);
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::vector<Point> make_grid(const SweepConfig& c) {
+  std::vector<Point> grid;
+  for (const auto& input : c.input)
+    for (auto seed : c.seed)
+      for (const Shape& s : shapes_of(c, input))
+        for (const auto& causal : c.causal) {
+          auto add = [&](const std::string& spec, const std::string& variant, bool peer) {
+            Point p;
+            p.index = grid.size();
+            p.spec = spec;
+            p.variant = variant;
+            p.peer = peer;
+            p.n = s.n, p.batch = s.batch, p.heads = s.heads, p.dim = s.dim, p.seed = seed;
+            p.causal = causal;
+            p.input = input;
+            p.key = point_key(p);
+            grid.push_back(std::move(p));
+          };
+          for (const auto& spec : c.specs) {
+            const auto limit = c.max_n.find(spec);
+            if (limit != c.max_n.end() && s.n > limit->second) continue;
+            add(spec, spec.substr(0, spec.find(':')), false);
+          }
+          if (c.peers)
+            for (const auto& name : peer_names()) add("peer:" + name, name, true);
+        }
+  return grid;
+}
+
+Shard parse_shard(const std::string& text) {
+  Shard s;
+  const auto slash = text.find('/');
+  auto parse = [&](std::string_view t, int& out) {
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), out);
+    return !t.empty() && ec == std::errc() && end == t.data() + t.size();
+  };
+  if (slash == std::string::npos || !parse(std::string_view(text).substr(0, slash), s.index) ||
+      !parse(std::string_view(text).substr(slash + 1), s.count) || s.count < 1 || s.index < 1 ||
+      s.index > s.count)
+    throw Error("--shard '" + text + "': expected I/N with 1 <= I <= N (e.g. 2/4)");
+  return s;
+}
+
+}  // namespace attnlab::harness

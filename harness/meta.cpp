@@ -1,0 +1,146 @@
+#include "harness/meta.hpp"
+
+#include <unistd.h>
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "attnlab/error.hpp"
+#include "harness/build_info.hpp"
+
+extern "C" {
+char* openblas_get_config(void);
+char* openblas_get_corename(void);
+}
+
+namespace attnlab::harness {
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// "model name" and "flags" of the first processor in /proc/cpuinfo.
+std::pair<std::string, std::string> cpu_info() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, model, flags;
+  while (std::getline(in, line) && (model.empty() || flags.empty())) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+    if (key == "model name" && model.empty()) model = value;
+    if (key == "flags" && flags.empty()) flags = value;
+  }
+  return {model, flags};
+}
+
+}  // namespace
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+nlohmann::json run_context() {
+  nlohmann::json j;
+  const std::string commit = build_info::git_describe();
+  const bool dirty = commit.size() > 6 && commit.substr(commit.size() - 6) == "-dirty";
+  j["git_commit"] = dirty ? commit.substr(0, commit.size() - 6) : commit;
+  j["git_dirty"] = dirty;
+  j["compiler"] = build_info::compiler();
+  j["compiler_flags"] = build_info::flags();
+  j["build_type"] = build_info::build_type();
+  const auto [model, flags] = cpu_info();
+  j["cpu_model"] = model;
+  j["cpu_flags"] = flags;
+  j["blas"] = {{"config", openblas_get_config()}, {"corename", openblas_get_corename()}};
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  j["OPENBLAS_CORETYPE"] = coretype ? nlohmann::json(coretype) : nlohmann::json(nullptr);
+  j["threads"] = {{"omp_max_threads", omp_get_max_threads()},
+                  {"nproc", std::thread::hardware_concurrency()}};
+  j["date"] = utc_now();
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  j["hostname"] = host;
+  std::ifstream load("/proc/loadavg");
+  std::string l1, l5, l15;
+  load >> l1 >> l5 >> l15;
+  j["load_average"] = l1 + " " + l5 + " " + l15;
+  return j;
+}
+
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw Error("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error("cannot rename " + tmp + " to " + path);
+  }
+}
+
+void record_run(const std::string& dir, const SweepConfig& config, const nlohmann::json& extra) {
+  const std::string path = dir + "/meta.json";
+  nlohmann::json meta = nlohmann::json::object();
+  if (std::filesystem::exists(path)) {
+    try {
+      meta = nlohmann::json::parse(read_text(path));
+    } catch (const std::exception& e) {
+      throw Error(path + ": not valid JSON (" + e.what() + ")");
+    }
+  }
+  nlohmann::json run = run_context();
+  run["config_origin"] = config.origin;
+  run["config"] = config.text;
+  for (auto it = extra.begin(); it != extra.end(); ++it) run[it.key()] = it.value();
+  nlohmann::json runs = meta.contains("runs") ? meta["runs"] : nlohmann::json::array();
+  runs.push_back(run);
+  meta = run;
+  meta["runs"] = runs;
+  write_atomically(path, meta.dump(2) + "\n");
+}
+
+void write_merged_meta(const std::string& out_dir, const std::vector<std::string>& in_dirs) {
+  nlohmann::json merged = nlohmann::json::object(), from = nlohmann::json::array();
+  for (const auto& dir : in_dirs) {
+    const std::string path = dir + "/meta.json";
+    nlohmann::json m = nullptr;
+    if (std::filesystem::exists(path)) {
+      try {
+        m = nlohmann::json::parse(read_text(path));
+      } catch (const std::exception& e) {
+        throw Error(path + ": not valid JSON (" + e.what() + ")");
+      }
+    }
+    if (merged.empty() && m.is_object())
+      for (auto it = m.begin(); it != m.end(); ++it)
+        if (it.key() != "runs") merged[it.key()] = it.value();
+    from.push_back({{"dir", dir}, {"meta", m}});
+  }
+  merged["merged_at"] = utc_now();
+  merged["merged_by"] = run_context();
+  merged["merged_from"] = from;
+  write_atomically(out_dir + "/meta.json", merged.dump(2) + "\n");
+}
+
+}  // namespace attnlab::harness

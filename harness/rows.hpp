@@ -1,0 +1,78 @@
+// rows.csv: the raw results of a sweep, one row per grid point (docs/sweep.md lists the columns).
+//
+// RFC 4180 CSV, header first. Rows are appended by one write(2) of the whole line to an O_APPEND
+// descriptor followed by fsync, so a killed sweep leaves at most a torn LAST line (a crash inside
+// write); opening the file for appending drops such a line (no trailing '\n') and truncates it
+// away, and the point is run again. The file is flock()ed while a sweep appends to it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace attnlab::harness {
+
+enum class Col : std::size_t {
+  key, spec, variant, n, batch, heads, dim, causal, input, seed, status, message, reps,
+  time_median_s, time_min_s, time_max_s, time_iqr_s, peak_mem_bytes, flops, gflops,
+  sgemm_gflops, sgemm_fraction, err_rows, rel_fro, max_abs, mean_cos, p99_row, shard,
+  count
+};
+inline constexpr std::size_t kColumnCount = static_cast<std::size_t>(Col::count);
+
+/// The header names, in file order.
+const std::array<const char*, kColumnCount>& column_names();
+
+/// Columns that depend on the machine's speed or load, not on the point: the rest of a row
+/// must be reproducible (shard + merge and MPI runs are checked against an unsharded run on it).
+bool is_timing_column(Col c);
+
+struct Row {
+  std::array<std::string, kColumnCount> cells;
+  std::string& operator[](Col c) { return cells[static_cast<std::size_t>(c)]; }
+  const std::string& operator[](Col c) const { return cells[static_cast<std::size_t>(c)]; }
+};
+
+/// "%.9g" (round-trips a float; doubles to 9 digits), "nan"/"inf" as such.
+std::string format_number(double x);
+
+/// One CSV line with '\n'; fields quoted when they contain a comma, quote or line break.
+std::string csv_line(const std::vector<std::string>& fields);
+std::string csv_line(const Row& row);
+
+/// Parses CSV text (quoted fields may hold commas, quotes and line breaks). A last record without
+/// a terminating '\n' is reported through `torn_tail_offset` (its start), else npos.
+std::vector<std::vector<std::string>> parse_csv(const std::string& text,
+                                                std::size_t* torn_tail_offset = nullptr);
+
+/// Reads a rows.csv: checks the header and the column count of every row (Error naming the file
+/// and line otherwise); a torn last line is ignored (not repaired: the file is not written).
+std::vector<Row> read_rows(const std::string& path);
+
+/// A rows.csv opened for appending (created with its header when missing).
+class RowsFile {
+ public:
+  explicit RowsFile(const std::string& path);
+  ~RowsFile();
+  RowsFile(const RowsFile&) = delete;
+  RowsFile& operator=(const RowsFile&) = delete;
+
+  const std::vector<Row>& rows() const { return rows_; }
+  bool has(const std::string& key) const { return keys_.count(key) != 0; }
+  /// Bytes of a torn last line removed when the file was opened (0 normally).
+  std::size_t repaired_bytes() const { return repaired_; }
+
+  /// Appends one row atomically (single write + fsync). Throws Error on an I/O failure.
+  void append(const Row& row);
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::vector<Row> rows_;
+  std::unordered_set<std::string> keys_;
+  std::size_t repaired_ = 0;
+};
+
+}  // namespace attnlab::harness

@@ -1,0 +1,247 @@
+#include "harness/sweep.hpp"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unordered_set>
+
+#include <nlohmann/json.hpp>
+
+#include "attnlab/error.hpp"
+#include "harness/measure.hpp"
+#include "harness/meta.hpp"
+#include "harness/mpi.hpp"
+#include "harness/progress.hpp"
+
+namespace attnlab::harness {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string label(const Point& p) {
+  return p.spec + " n=" + std::to_string(p.n) + " b=" + std::to_string(p.batch) +
+         " h=" + std::to_string(p.heads) + " d=" + std::to_string(p.dim) + " " + p.causal + " " +
+         p.input + " seed=" + std::to_string(p.seed);
+}
+
+std::int64_t budget_bytes(const MeasureOptions& m) {
+  if (m.memory_budget > 1) return static_cast<std::int64_t>(m.memory_budget);
+  const std::int64_t available = mem_available_bytes();
+  return available > 0 ? static_cast<std::int64_t>(m.memory_budget * double(available))
+                       : std::int64_t{8} << 30;  // unknown: 8 GiB
+}
+
+// <dir>/running: "key attempts" of the point in progress, so a process killed by a point (the
+// OOM killer) does not die on it forever.
+class RunningMarker {
+ public:
+  explicit RunningMarker(std::string dir) : path_(std::move(dir) + "/running") {}
+
+  /// Attempts already made on `key` by earlier processes that died during it.
+  int previous_attempts(const std::string& key) const {
+    std::ifstream in(path_);
+    std::string k;
+    int attempts = 0;
+    if (in >> k >> attempts && k == key) return attempts;
+    return 0;
+  }
+  void begin(const std::string& key, int attempts) {
+    write_atomically(path_, key + " " + std::to_string(attempts) + "\n");
+  }
+  void end() { std::remove(path_.c_str()); }
+
+ private:
+  std::string path_;
+};
+
+Row parse_row_line(const std::string& line) {
+  const auto records = parse_csv(line);
+  if (records.size() != 1 || records[0].size() != kColumnCount)
+    throw Error("MPI: a malformed row arrived from another rank");
+  Row r;
+  for (std::size_t c = 0; c < kColumnCount; ++c) r.cells[c] = records[0][c];
+  return r;
+}
+
+}  // namespace
+
+SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
+  validate(config);
+  SweepSummary summary;
+  summary.dir = options.out_dir.empty() ? "results/" + config.name : options.out_dir;
+  const bool use_mpi = options.mpi;
+  if (use_mpi) mpi::init();
+  const int rank = use_mpi ? mpi::rank() : 0, ranks = use_mpi ? mpi::size() : 1;
+  const bool root = rank == 0;
+
+  const std::vector<Point> grid = make_grid(config);
+  summary.grid = grid.size();
+  std::vector<const Point*> selected;
+  for (const Point& p : grid)
+    if (options.shard.contains(p.index)) selected.push_back(&p);
+  summary.selected = selected.size();
+
+  // Rank 0 (or the only process) owns the directory and knows what is done.
+  std::unique_ptr<RowsFile> rows;
+  std::string done_keys;
+  if (root) {
+    fs::create_directories(summary.dir);
+    rows = std::make_unique<RowsFile>(summary.dir + "/rows.csv");
+    for (const Row& r : rows->rows()) done_keys += r[Col::key] + "\n";
+  }
+  if (use_mpi) mpi::broadcast(done_keys);
+  std::unordered_set<std::string> done;
+  {
+    std::istringstream in(done_keys);
+    for (std::string k; std::getline(in, k);) done.insert(k);
+  }
+
+  std::vector<const Point*> todo, mine;
+  for (const Point* p : selected) {
+    if (done.count(p->key)) {
+      ++summary.done_before;
+      continue;
+    }
+    todo.push_back(p);
+  }
+  for (std::size_t i = 0; i < todo.size(); ++i)
+    if (static_cast<int>(i % static_cast<std::size_t>(ranks)) == rank) mine.push_back(todo[i]);
+
+  summary.sgemm_gflops = measure_sgemm_gflops();
+  const std::int64_t budget = budget_bytes(config.measure);
+  const std::string shard =
+      use_mpi ? std::to_string(rank + 1) + "/" + std::to_string(ranks)
+              : (options.shard.active() ? options.shard.str() : "");
+  if (root) {
+    nlohmann::json extra = {{"sgemm_gflops", summary.sgemm_gflops},
+                            {"memory_budget_bytes", budget},
+                            {"shard", options.shard.active() ? options.shard.str() : ""},
+                            {"mpi_ranks", use_mpi ? ranks : 0},
+                            {"grid_points", summary.grid},
+                            {"selected_points", summary.selected},
+                            {"done_before", summary.done_before}};
+    const MeasureOptions& m = config.measure;
+    extra["grid"] = {{"name", config.name}, {"specs", config.specs}, {"n", config.n},
+                     {"batch", config.batch}, {"heads", config.heads}, {"dim", config.dim},
+                     {"causal", config.causal}, {"input", config.input}, {"seed", config.seed},
+                     {"peers", config.peers}, {"max_n", config.max_n},
+                     {"measure", {{"warmup", m.warmup}, {"min_reps", m.min_reps},
+                                  {"max_reps", m.max_reps}, {"target_seconds", m.target_seconds},
+                                  {"long_call_seconds", m.long_call_seconds},
+                                  {"error_rows", m.error_rows},
+                                  {"memory_budget", m.memory_budget}}}};
+    record_run(summary.dir, config, extra);
+  }
+
+  PointRunner runner(config.measure, summary.sgemm_gflops, budget, shard);
+  if (root)
+    for (const Row& r : rows->rows()) runner.remember(r);
+  Progress progress(todo.size(), root ? options.progress : nullptr);
+  RunningMarker running(summary.dir);
+
+  auto store = [&](const Row& r) {  // rank 0 only
+    rows->append(r);
+    ++summary.ran;
+    ++summary.by_status[r[Col::status]];
+    if (options.on_row) options.on_row(r);
+  };
+  int ranks_finished = 0;
+  auto drain = [&](bool block) {  // rank 0: rows other ranks sent
+    std::string line;
+    bool finished = false;
+    while (mpi::receive(line, finished, block)) {
+      if (finished) {
+        ++ranks_finished;
+      } else {
+        const Row r = parse_row_line(line);
+        store(r);
+        progress.done(r[Col::spec] + " n=" + r[Col::n] + " (rank)", r[Col::status], 0.0);
+      }
+      if (block) return;
+    }
+  };
+
+  for (const Point* p : mine) {
+    progress.start(label(*p));
+    const auto t0 = std::chrono::steady_clock::now();
+    Row r;
+    const int attempts = root ? running.previous_attempts(p->key) : 0;
+    if (attempts >= 2) {
+      r = status_row(*p, "error",
+                     "the process died twice while running this point (SIGKILL, e.g. the kernel "
+                     "OOM killer); not tried again",
+                     shard);
+    } else {
+      if (root) running.begin(p->key, attempts + 1);
+      r = runner.run(*p);
+    }
+    runner.remember(r);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (root) {
+      store(r);
+      running.end();
+      progress.done(label(*p), r[Col::status], seconds);
+      if (use_mpi) drain(false);
+    } else {
+      mpi::send_row(csv_line(r));
+    }
+  }
+  if (use_mpi) {
+    if (root) {
+      while (ranks_finished < ranks - 1) drain(true);
+    } else {
+      mpi::send_done();
+    }
+    mpi::barrier();
+    summary.ran = root ? summary.ran : 0;
+  }
+  return summary;
+}
+
+MergeSummary merge_results(const std::string& out_dir, const std::vector<std::string>& in_dirs) {
+  if (in_dirs.empty()) throw Error("merge: no input directories");
+  std::vector<std::string> sources;
+  const std::string out_rows = out_dir + "/rows.csv";
+  if (fs::exists(out_rows)) sources.push_back(out_dir);
+  for (const auto& d : in_dirs) {
+    if (!fs::exists(d + "/rows.csv")) throw Error("merge: " + d + "/rows.csv does not exist");
+    bool listed = false;  // the same directory given twice is read once
+    for (const auto& s : sources) listed = listed || fs::equivalent(s, d);
+    if (!listed) sources.push_back(d);
+  }
+  MergeSummary summary;
+  std::vector<Row> merged;
+  std::map<std::string, std::pair<std::size_t, std::string>> seen;  // key -> (index, source)
+  for (const auto& dir : sources) {
+    for (const Row& r : read_rows(dir + "/rows.csv")) {
+      const auto it = seen.find(r[Col::key]);
+      if (it == seen.end()) {
+        seen.emplace(r[Col::key], std::make_pair(merged.size(), dir));
+        merged.push_back(r);
+        continue;
+      }
+      ++summary.duplicates;
+      const Row& first = merged[it->second.first];
+      for (std::size_t c = 0; c < kColumnCount; ++c) {
+        const auto col = static_cast<Col>(c);
+        if (is_timing_column(col) || first.cells[c] == r.cells[c]) continue;
+        throw Error("merge: key " + r[Col::key] + " (" + r[Col::spec] + " n=" + r[Col::n] +
+                    ") has conflicting " + column_names()[c] + ": '" + first.cells[c] + "' in " +
+                    it->second.second + " and '" + r.cells[c] + "' in " + dir);
+      }
+    }
+  }
+  fs::create_directories(out_dir);
+  std::string text;
+  const auto& names = column_names();
+  text += csv_line(std::vector<std::string>(names.begin(), names.end()));
+  for (const Row& r : merged) text += csv_line(r);
+  write_merged_meta(out_dir, sources);  // before rows: reads out_dir/meta.json if it is a source
+  write_atomically(out_rows, text);
+  summary.rows = merged.size();
+  return summary;
+}
+
+}  // namespace attnlab::harness

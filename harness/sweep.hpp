@@ -1,0 +1,51 @@
+// attnlab sweep and attnlab merge: run a grid (harness/config.hpp) point by point into
+// <dir>/rows.csv + meta.json, resumably, in shards or across MPI ranks; and join result sets.
+//
+// Resume: a point whose key is already in rows.csv is not run again, whatever its status; a
+// point that was running when the process died (SIGKILL, the kernel's OOM killer) is run again,
+// and after dying twice on the same point it is recorded as status "error" instead (the key and
+// attempt count of the running point live in <dir>/running).
+#pragma once
+
+#include <cstddef>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "harness/config.hpp"
+#include "harness/grid.hpp"
+#include "harness/rows.hpp"
+
+namespace attnlab::harness {
+
+struct SweepOptions {
+  std::string out_dir;                 // empty: results/<config.name>
+  Shard shard;                         // 1/1: the whole grid
+  bool mpi = false;                    // split across MPI ranks, rows gathered on rank 0
+  std::FILE* progress = stderr;        // nullptr: silent
+  std::function<void(const Row&)> on_row;  // called after each row is safely appended
+};
+
+struct SweepSummary {
+  std::string dir;
+  std::size_t grid = 0;      // points in the whole grid
+  std::size_t selected = 0;  // in this shard
+  std::size_t done_before = 0;  // of those, already in rows.csv
+  std::size_t ran = 0;       // rows written by this run (all ranks)
+  std::map<std::string, std::size_t> by_status;
+  double sgemm_gflops = 0;
+};
+
+SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options);
+
+struct MergeSummary {
+  std::size_t rows = 0, duplicates = 0;
+};
+
+/// Joins the rows of `in_dirs` (and of out_dir/rows.csv if it exists) into out_dir, deduplicated
+/// by key; the same key with different non-timing columns throws Error naming both places.
+MergeSummary merge_results(const std::string& out_dir, const std::vector<std::string>& in_dirs);
+
+}  // namespace attnlab::harness

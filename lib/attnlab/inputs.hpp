@@ -1,0 +1,47 @@
+// Seeded input distributions for benchmarks and sweeps. Approximation error depends on the input
+// more than on anything else, so the harness names its inputs with these strings and records
+// them beside every result:
+//
+//   gaussian:temp=T      q, k, v entries i.i.d. normal; q and k scaled so the logits
+//                        q·k / sqrt(D) have standard deviation 1/T: T small gives sharp attention
+//                        (few keys matter), T large flat attention (close to a mean of v, which
+//                        flatters low-rank and kernel approximations). Default T = 1.
+//   lowrank:r=R,temp=T   q and k rows lie in one random R-dimensional subspace per (item, head),
+//                        so the logit matrix has rank <= R (R <= D); logits scaled as above.
+//   local:width=W,gap=G  positional structure: q_i = a·f(i) + c_i, k_j = a·f(j) + c'_j, where
+//                        f are random Fourier features of a Gaussian kernel of width W positions
+//                        (f(i)·f(j) ≈ exp(-(i-j)² / 2W²)) and c, c' Gaussian content of std 0.5.
+//                        a is chosen so a key at distance 0 has a logit about G above a far key
+//                        (default G = 6): attention concentrates within a few W of the diagonal.
+// v is standard normal in every case. Each (item, head) slice has its own random stream derived
+// from the seed, so the tensors do not depend on the number of threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "attnlab/tensor.hpp"
+
+namespace attnlab {
+
+struct QKV {
+  Tensor q, k, v;
+};
+
+/// A parsed distribution string; parse_inputs throws Error quoting the text and the bad token.
+struct InputDistribution {
+  enum class Kind { gaussian, lowrank, local } kind = Kind::gaussian;
+  double temp = 1.0;   // gaussian, lowrank
+  std::size_t rank = 0;  // lowrank: r
+  double width = 32;   // local
+  double gap = 6;      // local
+};
+InputDistribution parse_inputs(const std::string& text);
+
+/// Self-attention inputs q, k, v of shape [batch, heads, n, dim]. Throws Error when the
+/// distribution does not fit the shape (lowrank r > dim).
+QKV make_inputs(const std::string& distribution, std::size_t batch, std::size_t heads,
+                std::size_t n, std::size_t dim, std::uint64_t seed);
+
+}  // namespace attnlab

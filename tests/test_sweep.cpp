@@ -1,0 +1,589 @@
+// The sweep engine: config parsing and its errors, input distributions, the rows file (quoting,
+// torn lines), a tiny sweep end to end, resume after a SIGKILL mid-run, shard + merge == an
+// unsharded run, and (tag [mpi], run by the sweep_mpi test when MPI is found) mpirun -n 2.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "attnlab/inputs.hpp"
+#include "harness/config.hpp"
+#include "harness/grid.hpp"
+#include "harness/heap.hpp"
+#include "harness/measure.hpp"
+#include "harness/rows.hpp"
+#include "harness/sweep.hpp"
+#include "helpers.hpp"
+
+using namespace attnlab;
+using namespace attnlab::harness;
+namespace fs = std::filesystem;
+
+namespace {
+
+template <class F>
+void require_error(F&& f, std::initializer_list<std::string> fragments) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    INFO("message: " << what);
+    for (const auto& part : fragments) CHECK(what.find(part) != std::string::npos);
+    return;
+  }
+  FAIL("expected an attnlab::Error mentioning " << *fragments.begin());
+}
+
+// A fresh directory under the system temp dir, removed at scope exit.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() /
+           ("attnlab_sweep_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string str(const std::string& sub = "") const { return (path / sub).string(); }
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Small and fast: timing is not what these tests check.
+const char* kMeasure = R"(
+[measure]
+warmup = 1
+min_reps = 1
+max_reps = 2
+target_seconds = 0.001
+error_rows = 24
+)";
+
+// Exact kernels only (full, sliding): their outputs do not depend on the thread count, so runs
+// in different processes give identical non-timing columns.
+std::string small_config(const std::string& name) {
+  return "name = \"" + name + "\"\n" +
+         R"(variants = ["full", "sliding:left=[4,16],right=0"]
+n = [32, 48]
+batch = 1
+heads = 2
+dim = 8
+causal = ["none", "top-left"]
+input = ["gaussian:temp=0.5", "local:width=4"]
+seed = 3
+)" + kMeasure;
+}
+
+std::map<std::string, Row> by_key(const std::vector<Row>& rows) {
+  std::map<std::string, Row> m;
+  for (const Row& r : rows) {
+    INFO("duplicate key " << r[Col::key]);
+    CHECK(m.emplace(r[Col::key], r).second);
+  }
+  return m;
+}
+
+// Same keys, and every non-timing column equal.
+void require_same_results(const std::vector<Row>& a, const std::vector<Row>& b) {
+  const auto ma = by_key(a), mb = by_key(b);
+  REQUIRE(ma.size() == mb.size());
+  for (const auto& [key, ra] : ma) {
+    const auto it = mb.find(key);
+    REQUIRE(it != mb.end());
+    for (std::size_t c = 0; c < kColumnCount; ++c) {
+      if (is_timing_column(static_cast<Col>(c))) continue;
+      INFO("key " << key << " column " << column_names()[c]);
+      CHECK(ra.cells[c] == it->second.cells[c]);
+    }
+  }
+}
+
+SweepSummary sweep_quietly(const SweepConfig& c, const std::string& dir, Shard shard = {}) {
+  SweepOptions o;
+  o.out_dir = dir;
+  o.shard = shard;
+  o.progress = nullptr;
+  return run_sweep(c, o);
+}
+
+std::string driver() {
+  const char* path = std::getenv("SWEEP_DRIVER");
+  return path ? path : "";
+}
+
+int run_command(const std::string& cmd) {
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("a config file gives the grid it says", "[harness]") {
+  const SweepConfig c = parse_config(R"(
+name = "demo"
+variants = ["full"]
+n = "64..256"
+batch = [1, 2]
+heads = 4
+dim = 16
+causal = ["none", "top-left"]
+input = ["gaussian:temp=0.5", "lowrank:r=4,temp=2"]
+seed = [1, 2]
+peers = false
+
+[[variant]]
+spec = "sliding:right=0"
+left = [8, 32]
+max_n = 128
+
+[max_n]
+full = 128
+
+[measure]
+min_reps = 2
+max_reps = 4
+error_rows = 100
+memory_budget = 0.25
+)", "demo.toml");
+  CHECK(c.name == "demo");
+  CHECK(c.n == std::vector<std::int64_t>{64, 128, 256});
+  CHECK(c.batch == std::vector<std::int64_t>{1, 2});
+  CHECK(c.heads == std::vector<std::int64_t>{4});
+  CHECK(c.causal == std::vector<std::string>{"none", "top-left"});
+  CHECK(c.input == std::vector<std::string>{"gaussian:temp=0.5", "lowrank:r=4,temp=2"});
+  REQUIRE(c.specs.size() == 3);
+  CHECK(c.specs[0] == "full");
+  // [[variant]] lists expand to one canonical spec per value, every key printed.
+  CHECK(c.specs[1] == make_attention("sliding:left=8,right=0")->spec());
+  CHECK(c.specs[2] == make_attention("sliding:left=32,right=0")->spec());
+  CHECK(c.max_n.at("full") == 128);
+  CHECK(c.max_n.at(c.specs[1]) == 128);
+  CHECK(c.measure.min_reps == 2);
+  CHECK(c.measure.error_rows == 100);
+  CHECK(c.measure.memory_budget == 0.25);
+
+  // 3 specs x 3 n x 2 batch x 2 causal x 2 inputs x 2 seeds, minus n = 256 for all three specs.
+  const auto grid = make_grid(c);
+  CHECK(grid.size() == 3 * 2 * 2 * 2 * 2 * 2);
+  std::set<std::string> keys;
+  for (const auto& p : grid) {
+    CHECK(p.n <= 128);
+    CHECK(p.key == point_key(p));
+    keys.insert(p.key);
+  }
+  CHECK(keys.size() == grid.size());
+}
+
+TEST_CASE("spec lists expand through the factory", "[harness]") {
+  const auto specs = expand_spec("sliding:left=[4,8],right=[0,2]");
+  CHECK(specs.size() == 4);
+  CHECK(specs[0] == make_attention("sliding:left=4,right=0")->spec());
+  const auto all = expand_spec("*");
+  CHECK(all.size() == attention_names().size());  // every registered variant, new ones included
+  require_error([] { expand_spec("sliding:left=[4,8"); }, {"left=[4,8", "missing ']'"});
+  require_error([] { expand_spec("sliding:left=[]"); }, {"empty value"});
+  require_error([] { expand_spec("nosuch:k=[1,2]"); }, {"unknown variant", "nosuch"});
+}
+
+TEST_CASE("config errors name the file, line and key", "[harness]") {
+  require_error([] { parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\nbogus = 1\n", "a.toml"); },
+                {"a.toml:4", "bogus", "unknown key"});
+  require_error([] { parse_config("variants = [\"full\"]\ninput = \"gaussian\"\nn = [64, \"x\"]\n", "b.toml"); },
+                {"b.toml:3", "n", "integer"});
+  require_error([] { parse_config("n = [64]\ninput = \"gaussian\"\nvariants = [\"fulll\"]\n", "c.toml"); },
+                {"c.toml:3", "variants", "fulll", "unknown variant"});
+  require_error([] { parse_config("n = [64]\ninput = \"gaussian\"\nvariants = [\"full:window=3\"]\n", "d.toml"); },
+                {"d.toml:3", "window=3", "unknown key"});
+  require_error([] { parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian:temp=-1\"\n", "e.toml"); },
+                {"e.toml:3", "input", "temp=-1", "positive"});
+  require_error([] { parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\ncausal = \"sideways\"\n", "f.toml"); },
+                {"f.toml:4", "causal", "sideways"});
+  require_error([] { parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\n[measure]\nmin_reps = 0\n", "g.toml"); },
+                {"g.toml", "measure.min_reps", ">= 1"});
+  require_error([] { parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\n[measure]\nreps = 3\n", "h.toml"); },
+                {"h.toml:5", "measure.reps", "unknown key"});
+  require_error([] { parse_config("n = [64\n", "i.toml"); }, {"i.toml:"});
+  require_error([] { parse_config("variants = [\"full\"]\ninput = \"gaussian\"\n", "j.toml"); },
+                {"j.toml", "n", "no values"});
+  require_error([] { parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\n[max_n]\nlinformer = 4\n", "k.toml"); },
+                {"k.toml:5", "max_n.linformer", "no variant"});
+  require_error([] { load_config("/nonexistent/sweep.toml"); }, {"/nonexistent/sweep.toml"});
+  require_error([] { parse_int_list("--n", "64,0"); }, {"--n", "'0'"});
+  require_error([] { parse_input_list("--input", "lowrank:temp=2"); }, {"--input", "r=R"});
+  require_error([] { parse_shard("3/2"); }, {"--shard", "3/2"});
+  require_error([] { parse_shard("1of2"); }, {"--shard", "1of2"});
+}
+
+TEST_CASE("the built-in default config parses and covers every variant", "[harness]") {
+  const SweepConfig c = default_config();
+  CHECK(c.name == "default");
+  for (const auto& name : attention_names()) {
+    bool found = false;
+    for (const auto& s : c.specs) found = found || s.substr(0, s.find(':')) == name;
+    INFO("variant " << name);
+    CHECK(found);
+  }
+  // The compiled-in text is benchmarks/configs/default.toml.
+  CHECK(c.text == read_file(std::string(ATTNLAB_SOURCE_DIR) + "/benchmarks/configs/default.toml"));
+}
+
+TEST_CASE("input distributions are seeded and shaped as documented", "[harness]") {
+  const QKV a = make_inputs("gaussian:temp=0.5", 1, 2, 64, 16, 7);
+  const QKV b = make_inputs("gaussian:temp=0.5", 1, 2, 64, 16, 7);
+  const QKV c = make_inputs("gaussian:temp=0.5", 1, 2, 64, 16, 8);
+  CHECK(a.q == b.q);
+  CHECK(a.v == b.v);
+  CHECK(a.q != c.q);
+
+  // Logits q·k/sqrt(D) have standard deviation 1/T (sample estimate over 2·64·64 logits).
+  auto logit_std = [](const QKV& t) {
+    double sum = 0, sq = 0, count = 0;
+    const std::size_t d = t.q.shape(3);
+    for (std::size_t h = 0; h < t.q.shape(1); ++h)
+      for (std::size_t i = 0; i < t.q.shape(2); ++i)
+        for (std::size_t j = 0; j < t.k.shape(2); ++j) {
+          double dot = 0;
+          for (std::size_t c = 0; c < d; ++c) dot += t.q(0, h, i, c) * t.k(0, h, j, c);
+          dot /= std::sqrt(double(d));
+          sum += dot, sq += dot * dot, ++count;
+        }
+    return std::sqrt(sq / count - (sum / count) * (sum / count));
+  };
+  CHECK(logit_std(make_inputs("gaussian:temp=0.5", 1, 2, 64, 16, 1)) == Approx(2.0).epsilon(0.1));
+  CHECK(logit_std(make_inputs("gaussian:temp=4", 1, 2, 64, 16, 1)) == Approx(0.25).epsilon(0.1));
+  CHECK(logit_std(make_inputs("lowrank:r=4,temp=1", 1, 2, 64, 16, 1)) == Approx(1.0).epsilon(0.15));
+
+  // lowrank: q lies in an r-dimensional subspace: the 5th pivot of Gaussian elimination on a
+  // 6 x 16 block of q vanishes (to float rounding).
+  {
+    const QKV t = make_inputs("lowrank:r=4", 1, 1, 6, 16, 2);
+    std::vector<std::vector<double>> m(6, std::vector<double>(16));
+    for (std::size_t i = 0; i < 6; ++i)
+      for (std::size_t c = 0; c < 16; ++c) m[i][c] = t.q(0, 0, i, c);
+    std::size_t rank = 0;
+    for (std::size_t col = 0; col < 16 && rank < 6; ++col) {
+      std::size_t best = rank;
+      for (std::size_t r = rank; r < 6; ++r)
+        if (std::abs(m[r][col]) > std::abs(m[best][col])) best = r;
+      if (std::abs(m[best][col]) < 1e-4) continue;  // float32 inputs of size ~1
+      std::swap(m[best], m[rank]);
+      for (std::size_t r = rank + 1; r < 6; ++r) {
+        const double f = m[r][col] / m[rank][col];
+        for (std::size_t c = 0; c < 16; ++c) m[r][c] -= f * m[rank][c];
+      }
+      ++rank;
+    }
+    CHECK(rank == 4);
+  }
+
+  // local: most attention mass lies within 3 widths of the diagonal (measured ~0.9 at N=256,
+  // D=64, width 8; a far key gets about exp(-6) of a near one).
+  {
+    const QKV t = make_inputs("local:width=8", 1, 1, 256, 64, 3);
+    double near = 0, total = 0;
+    for (std::size_t i = 0; i < 256; i += 16) {
+      std::vector<double> w(256);
+      double top = -1e300;
+      for (std::size_t j = 0; j < 256; ++j) {
+        double dot = 0;
+        for (std::size_t c = 0; c < 64; ++c) dot += t.q(0, 0, i, c) * t.k(0, 0, j, c);
+        w[j] = dot / 8.0;
+        top = std::max(top, w[j]);
+      }
+      for (std::size_t j = 0; j < 256; ++j) {
+        const double e = std::exp(w[j] - top);
+        total += e;
+        if (std::abs(double(i) - double(j)) <= 24) near += e;
+      }
+    }
+    CHECK(near / total > 0.7);
+  }
+
+  require_error([] { make_inputs("lowrank:r=32", 1, 1, 8, 16, 1); }, {"r=32", "exceeds dim 16"});
+  require_error([] { make_inputs("uniform", 1, 1, 8, 16, 1); }, {"uniform", "unknown distribution"});
+  require_error([] { make_inputs("local:temp=2", 1, 1, 8, 16, 1); }, {"unknown key 'temp'"});
+  require_error([] { make_inputs("gaussian:temp=abc", 1, 1, 8, 16, 1); }, {"temp=abc"});
+}
+
+TEST_CASE("rows are CSV with quoting, and a torn last line is dropped", "[harness]") {
+  CHECK(csv_line(std::vector<std::string>{"a", "b,c", "say \"hi\"", ""}) == "a,\"b,c\",\"say \"\"hi\"\"\",\n");
+  const auto records = parse_csv("a,\"b,c\",\"say \"\"hi\"\"\",\nx,y,z,w\nhalf,li");
+  std::size_t torn = 0;
+  parse_csv("a,b\nhalf,li", &torn);
+  CHECK(torn == 4);
+  REQUIRE(records.size() == 2);
+  CHECK(records[0] == std::vector<std::string>{"a", "b,c", "say \"hi\"", ""});
+  CHECK(format_number(0.1f) == "0.100000001");  // %.9g round-trips a float
+  CHECK(static_cast<float>(std::stod(format_number(0.1f))) == 0.1f);
+
+  TempDir dir;
+  const std::string path = dir.str("rows.csv");
+  Row row;
+  row[Col::key] = "k1";
+  row[Col::message] = "a, \"quoted\" message";
+  {
+    RowsFile f(path);
+    f.append(row);
+    require_error([&] { RowsFile again(path); }, {"locked"});  // one writer at a time
+  }
+  {
+    std::ofstream out(path, std::ios::app);
+    out << "k2,half a ro";  // a crash inside write()
+  }
+  RowsFile f(path);
+  CHECK(f.repaired_bytes() == std::string("k2,half a ro").size());
+  REQUIRE(f.rows().size() == 1);
+  CHECK(f.rows()[0][Col::message] == row[Col::message]);
+  CHECK(f.has("k1"));
+  CHECK_FALSE(f.has("k2"));
+  CHECK(read_file(path).back() == '\n');
+
+  std::ofstream(dir.str("bad.csv")) << "key,spec\n";
+  require_error([&] { read_rows(dir.str("bad.csv")); }, {"bad.csv:1", "header"});
+}
+
+TEST_CASE("timing statistics, error rows and heap accounting", "[harness]") {
+  const TimeStats s = time_stats({5, 1, 3, 2, 4});
+  CHECK(s.median == 3);
+  CHECK(s.min == 1);
+  CHECK(s.max == 5);
+  CHECK(s.iqr == 2);  // quartiles 2 and 4
+
+  CHECK(error_rows(100, 256, 1).empty());  // all rows
+  const auto rows = error_rows(1000, 64, 1);
+  CHECK(rows.size() == 64);
+  CHECK(std::is_sorted(rows.begin(), rows.end()));
+  CHECK(std::set<std::size_t>(rows.begin(), rows.end()).size() == 64);
+  CHECK(rows.back() < 1000);
+  CHECK(rows == error_rows(1000, 64, 1));
+  CHECK(rows != error_rows(1000, 64, 2));
+
+  REQUIRE(heap::counting());
+  heap::reset_peak();
+  const auto base = heap::live_bytes();
+  {
+    std::vector<char> big(1 << 20);
+    big[5] = 1;
+    CHECK(heap::live_bytes() - base >= (1 << 20));
+  }
+  CHECK(heap::peak_bytes() - base >= (1 << 20));
+  CHECK(heap::live_bytes() - base < (1 << 20));
+}
+
+TEST_CASE("a tiny sweep over every variant writes one row per point", "[harness]") {
+  TempDir dir;
+  SweepConfig c = parse_config(std::string(R"(
+name = "tiny"
+variants = ["*"]
+n = [64]
+batch = 1
+heads = 2
+dim = 16
+causal = ["none", "top-left"]
+input = ["gaussian:temp=0.5", "lowrank:r=32"]
+)") + kMeasure, "tiny.toml");
+  const auto summary = sweep_quietly(c, dir.str());
+  const auto grid = make_grid(c);
+  CHECK(summary.grid == grid.size());
+  CHECK(summary.ran == grid.size());
+
+  const std::string header = read_file(dir.str("rows.csv")).substr(0, 40);
+  CHECK(header == std::string("key,spec,variant,n,batch,heads,dim,causal").substr(0, 40));
+  const auto rows = read_rows(dir.str("rows.csv"));
+  REQUIRE(rows.size() == grid.size());
+  const auto m = by_key(rows);
+  for (const auto& p : grid) {
+    REQUIRE(m.count(p.key));
+    const Row& r = m.at(p.key);
+    INFO(p.spec << " " << p.causal << " " << p.input << ": " << r[Col::message]);
+    CHECK(r[Col::spec] == p.spec);
+    const std::string status = r[Col::status];
+    CHECK((status == "ok" || status == "unsupported" || status == "error"));
+    if (p.input.rfind("lowrank", 0) == 0) {
+      // r = 32 > dim 16: the inputs cannot be made; the point fails, the sweep goes on.
+      CHECK(status == "error");
+      CHECK(r[Col::message].find("exceeds dim 16") != std::string::npos);
+      continue;
+    }
+    if (status == "unsupported") CHECK(r[Col::message].find("does not support") != std::string::npos);
+    if (status != "ok") continue;
+    CHECK(r[Col::message].empty());
+    CHECK(std::stoi(r[Col::reps]) >= 1);
+    CHECK(std::stod(r[Col::time_min_s]) <= std::stod(r[Col::time_median_s]));
+    CHECK(std::stod(r[Col::time_median_s]) <= std::stod(r[Col::time_max_s]));
+    CHECK(std::stoll(r[Col::peak_mem_bytes]) >= 2 * 64 * 16 * 4);  // at least the output
+    CHECK(r[Col::err_rows] == "24");  // n = 64 > error_rows = 24: a sample
+    CHECK(std::stod(r[Col::sgemm_gflops]) > 0);
+    CHECK(std::stod(r[Col::mean_cos]) <= 1.0 + 1e-12);
+    if (p.spec == "full") {
+      // exact: fp32 with an online softmax against fp64, ~1e-7 relative
+      CHECK(std::stod(r[Col::rel_fro]) < 1e-5);
+      const double pairs = p.causal == "none" ? 64.0 * 64 : 64.0 * 65 / 2;
+      CHECK(std::stod(r[Col::flops]) == 2 * pairs * 2 * (16 + 16));
+      CHECK(std::stod(r[Col::gflops]) ==
+            Approx(std::stod(r[Col::flops]) / std::stod(r[Col::time_median_s]) / 1e9).epsilon(1e-6));
+    }
+  }
+  const auto meta = nlohmann::json::parse(read_file(dir.str("meta.json")));
+  for (const char* key : {"git_commit", "git_dirty", "compiler", "compiler_flags", "build_type",
+                          "cpu_model", "cpu_flags", "blas", "OPENBLAS_CORETYPE", "threads", "date",
+                          "hostname", "config", "grid", "sgemm_gflops", "runs"}) {
+    INFO("meta.json key " << key);
+    CHECK(meta.contains(key));
+  }
+
+  // Rerunning the finished sweep runs nothing and duplicates nothing.
+  const auto again = sweep_quietly(c, dir.str());
+  CHECK(again.ran == 0);
+  CHECK(again.done_before == grid.size());
+  CHECK(read_rows(dir.str("rows.csv")).size() == grid.size());
+  CHECK(nlohmann::json::parse(read_file(dir.str("meta.json")))["runs"].size() == 2);
+}
+
+TEST_CASE("points over the memory budget are refused as oom without running", "[harness]") {
+  TempDir dir;
+  SweepConfig c = parse_config(small_config("oom"), "oom.toml");
+  c.measure.memory_budget = 2;  // bytes
+  sweep_quietly(c, dir.str());
+  const auto rows = read_rows(dir.str("rows.csv"));
+  REQUIRE(rows.size() == make_grid(c).size());
+  for (const Row& r : rows) {
+    CHECK(r[Col::status] == "oom");
+    CHECK(r[Col::message].find("memory budget") != std::string::npos);
+    CHECK(r[Col::time_median_s].empty());
+  }
+}
+
+TEST_CASE("a sweep killed mid-run resumes with no row lost or duplicated", "[harness]") {
+  if (driver().empty()) FAIL("SWEEP_DRIVER is not set (meson test sets it)");
+  TempDir dir;
+  const std::string config = dir.str("sweep.toml");
+  std::ofstream(config) << small_config("kill");
+  const std::string out = dir.str("out");
+  const SweepConfig c = load_config(config);
+  const auto grid = make_grid(c);
+  REQUIRE(grid.size() > 6);
+
+  // The child SIGKILLs itself right after its 4th row.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    execl(driver().c_str(), driver().c_str(), config.c_str(), out.c_str(), "--kill-after", "4",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+  CHECK(read_rows(out + "/rows.csv").size() == 4);
+  CHECK(fs::exists(out + "/running"));  // the killed process was between points
+
+  // And a crash inside write() left half a row behind.
+  {
+    std::ofstream torn(out + "/rows.csv", std::ios::app);
+    const std::string line = csv_line(read_rows(out + "/rows.csv").front());
+    torn << line.substr(0, line.size() / 2);
+  }
+
+  const auto summary = sweep_quietly(c, out);
+  CHECK(summary.done_before == 4);
+  CHECK(summary.ran == grid.size() - 4);
+  const auto rows = read_rows(out + "/rows.csv");
+  CHECK(rows.size() == grid.size());
+  const auto m = by_key(rows);
+  for (const auto& p : grid) CHECK(m.count(p.key) == 1);
+  CHECK_FALSE(fs::exists(out + "/running"));
+
+  // The same result as a sweep that was never interrupted.
+  TempDir clean;
+  sweep_quietly(c, clean.str());
+  require_same_results(rows, read_rows(clean.str("rows.csv")));
+}
+
+TEST_CASE("a point that killed the process twice is recorded as an error", "[harness]") {
+  TempDir dir;
+  const SweepConfig c = parse_config(small_config("twice"), "twice.toml");
+  const auto grid = make_grid(c);
+  std::ofstream(dir.str("running")) << grid.front().key << " 2\n";
+  sweep_quietly(c, dir.str());
+  const auto m = by_key(read_rows(dir.str("rows.csv")));
+  CHECK(m.at(grid.front().key)[Col::status] == "error");
+  CHECK(m.at(grid.front().key)[Col::message].find("died twice") != std::string::npos);
+  CHECK(m.at(grid.back().key)[Col::status] == "ok");
+}
+
+TEST_CASE("shard 1/2 + shard 2/2 + merge equals an unsharded run", "[harness]") {
+  TempDir dir;
+  const SweepConfig c = parse_config(small_config("shards"), "shards.toml");
+  const auto whole = sweep_quietly(c, dir.str("whole"));
+  const auto s1 = sweep_quietly(c, dir.str("s1"), parse_shard("1/2"));
+  const auto s2 = sweep_quietly(c, dir.str("s2"), parse_shard("2/2"));
+  CHECK(s1.selected + s2.selected == whole.selected);
+  CHECK(s1.selected > 0);
+  CHECK(s2.selected > 0);
+  const auto r1 = read_rows(dir.str("s1/rows.csv"));
+  for (const Row& r : r1) CHECK(r[Col::shard] == "1/2");
+
+  // A directory named twice is read once; a copy of a shard gives identical duplicates, which
+  // are dropped. The result equals the unsharded run.
+  fs::copy(dir.path / "s1", dir.path / "s1copy");
+  const auto merged = merge_results(
+      dir.str("merged"), {dir.str("s1"), dir.str("s2"), dir.str("s1"), dir.str("s1copy")});
+  CHECK(merged.rows == whole.selected);
+  CHECK(merged.duplicates == r1.size());
+  require_same_results(read_rows(dir.str("merged/rows.csv")), read_rows(dir.str("whole/rows.csv")));
+  const auto meta = nlohmann::json::parse(read_file(dir.str("merged/meta.json")));
+  CHECK(meta["merged_from"].size() == 3);
+  CHECK(meta.contains("git_commit"));
+
+  // A key whose non-timing columns differ between inputs is a conflict, not a silent pick.
+  fs::create_directories(dir.str("bad"));
+  auto rows = read_rows(dir.str("s2/rows.csv"));
+  rows[0][Col::rel_fro] = "0.5";
+  std::string text = csv_line(std::vector<std::string>(column_names().begin(), column_names().end()));
+  for (const Row& r : rows) text += csv_line(r);
+  std::ofstream(dir.str("bad/rows.csv")) << text;
+  require_error([&] { merge_results(dir.str("m2"), {dir.str("s2"), dir.str("bad")}); },
+                {"conflicting rel_fro", rows[0][Col::key]});
+  require_error([&] { merge_results(dir.str("m3"), {dir.str("nothing")}); }, {"nothing/rows.csv"});
+}
+
+TEST_CASE("mpirun -n 2 sweep --mpi equals an unsharded run", "[.][mpi]") {
+  const char* mpirun = std::getenv("MPIRUN");
+  if (driver().empty() || !mpirun) FAIL("SWEEP_DRIVER and MPIRUN must be set (meson test sets them)");
+  TempDir dir;
+  const std::string config = dir.str("sweep.toml");
+  std::ofstream(config) << small_config("mpi");
+  // One thread per rank: two ranks share this machine. Root is allowed (CI runs as root).
+  const std::string cmd = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 "
+                          "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 " +
+                          std::string(mpirun) + " -n 2 --oversubscribe " + driver() + " " + config +
+                          " " + dir.str("mpi") + " --mpi";
+  REQUIRE(run_command(cmd) == 0);
+  const auto rows = read_rows(dir.str("mpi/rows.csv"));
+  std::set<std::string> ranks;
+  for (const Row& r : rows) ranks.insert(r[Col::shard]);
+  CHECK(ranks == std::set<std::string>{"1/2", "2/2"});  // both ranks did work
+
+  const SweepConfig c = load_config(config);
+  sweep_quietly(c, dir.str("whole"));
+  require_same_results(rows, read_rows(dir.str("whole/rows.csv")));
+}
