@@ -1,14 +1,16 @@
 #include "variants/linformer.hpp"
 
-#include <cblas.h>
-
+#include <algorithm>
 #include <cmath>
 
 #include "attnlab/error.hpp"
-#include "variants/full.hpp"
+#include "attnlab/kernels.hpp"
 
 namespace attnlab {
 namespace {
+
+using kernels::OnlineSoftmax;
+constexpr std::size_t kChunk = 256;  // keys per gemm_tile call in the projections
 
 const char* share_name(LinformerAttention::Share s) {
   using S = LinformerAttention::Share;
@@ -181,32 +183,66 @@ Tensor LinformerAttention::compute(const Tensor& q, const Tensor& k, const Tenso
   if (init_ == Init::supplied && supplied_heads_ > 1 && supplied_heads_ != d.heads)
     throw Error("linformer: the supplied E and F have " + std::to_string(supplied_heads_) +
                 " heads, the input has " + std::to_string(d.heads));
-  Tensor kp = xt::zeros<float>({d.batch, d.heads, k_, d.dk});
-  Tensor vp = xt::zeros<float>({d.batch, d.heads, k_, d.dv});
+  std::vector<std::size_t> lengths(d.batch, d.nk);  // padded keys and values count as zero
+  if (mask.has_key_lengths())
+    for (std::size_t b = 0; b < d.batch; ++b)
+      lengths[b] = static_cast<std::size_t>(
+          std::min<std::int64_t>(mask.key_lengths[b], static_cast<std::int64_t>(d.nk)));
+  const std::size_t heads = d.batch * d.heads;
+  // K' transposed ([Dk, k] per head: the layout OnlineSoftmax scores against) and V' [k, Dv].
+  std::vector<float> kpt(heads * d.dk * k_, 0.0f), vp(heads * k_ * d.dv, 0.0f);
+  Tensor out = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});
+  const float scale = static_cast<float>(mask.softmax_scale(d.dk));
+  const std::size_t tiles = (d.nq + OnlineSoftmax::kRows - 1) / OnlineSoftmax::kRows;
+
+  std::lock_guard lock(mutex_);  // the matrices may not grow (move) while we read them
+  std::vector<const float*> e(d.heads), f(d.heads);
+  for (std::size_t h = 0; h < d.heads; ++h) {
+    e[h] = matrix('E', h, d.nk).et.data();
+    f[h] = matrix('F', h, d.nk).et.data();
+  }
+  // One parallel region (our own tiles, no BLAS threads): first the projections, one task per
+  // (item, head, K or V), then FlashAttention's online softmax over the k projected keys.
+#pragma omp parallel
   {
-    // Top-level sgemm calls: OpenBLAS threads each one (never call it inside our OpenMP regions).
-    std::lock_guard lock(mutex_);
-    const auto m = static_cast<int>(k_);
-    for (std::size_t b = 0; b < d.batch; ++b) {
-      // Padded keys and values are zeroed before the projection: only the first n columns count.
-      const auto n = static_cast<int>(
-          mask.has_key_lengths()
-              ? std::min<std::int64_t>(mask.key_lengths[b], static_cast<std::int64_t>(d.nk))
-              : static_cast<std::int64_t>(d.nk));
-      if (n == 0) continue;
-      for (std::size_t h = 0; h < d.heads; ++h) {
-        const Matrix& e = matrix('E', h, d.nk);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, int(d.dk), n, 1.0f, e.et.data(),
-                    m, &k(b, h, 0, 0), int(d.dk), 0.0f, &kp(b, h, 0, 0), int(d.dk));
-        const Matrix& f = matrix('F', h, d.nk);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, int(d.dv), n, 1.0f, f.et.data(),
-                    m, &v(b, h, 0, 0), int(d.dv), 0.0f, &vp(b, h, 0, 0), int(d.dv));
+    std::vector<float> chunk(std::max(d.dk, d.dv) * kChunk), product(d.dv * k_);
+#pragma omp for schedule(dynamic, 1)
+    for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(2 * heads); ++t) {
+      const bool value = t % 2 != 0;
+      const std::size_t bh = static_cast<std::size_t>(t) / 2, n = lengths[bh / d.heads];
+      const std::size_t dim = value ? d.dv : d.dk;
+      const float* src = (value ? v.data() : k.data()) + bh * d.nk * dim;
+      const float* et = value ? f[bh % d.heads] : e[bh % d.heads];
+      float* dst = value ? product.data() : kpt.data() + bh * d.dk * k_;
+      // (E K)^T [dim x k] = K^T [dim x n] · E^T [n x k], kChunk keys at a time (the slice of E^T
+      // stays in L2 across the dim rows).
+      for (std::size_t p = 0; p < n; p += kChunk) {
+        const std::size_t cols = std::min(kChunk, n - p);
+        for (std::size_t j = 0; j < cols; ++j)
+          for (std::size_t c = 0; c < dim; ++c) chunk[c * cols + j] = src[(p + j) * dim + c];
+        kernels::gemm_tile(dim, k_, cols, chunk.data(), cols, et + p * k_, k_, dst, k_, p > 0);
       }
+      if (!value || n == 0) continue;  // padded-out item: K', V' stay zero
+      float* vph = vp.data() + bh * k_ * d.dv;
+      for (std::size_t r = 0; r < k_; ++r)
+        for (std::size_t c = 0; c < d.dv; ++c) vph[r * d.dv + c] = product[c * k_ + r];
+    }
+    OnlineSoftmax softmax(d.dk, d.dv);
+#pragma omp for schedule(dynamic, 1)
+    for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * tiles); ++t) {
+      const std::size_t bh = static_cast<std::size_t>(t) / tiles;
+      const std::size_t i0 = (static_cast<std::size_t>(t) % tiles) * OnlineSoftmax::kRows;
+      const std::size_t b = bh / d.heads, h = bh % d.heads;
+      softmax.start(&q(b, h, i0, 0), std::min(OnlineSoftmax::kRows, d.nq - i0), scale);
+      for (std::size_t c0 = 0; c0 < k_; c0 += OnlineSoftmax::kCols) {
+        const std::size_t cols = std::min(OnlineSoftmax::kCols, k_ - c0);
+        softmax.scores(kpt.data() + bh * d.dk * k_ + c0, k_, cols);
+        softmax.fold(vp.data() + (bh * k_ + c0) * d.dv, d.dv, cols);
+      }
+      softmax.finish(&out(b, h, i0, 0), d.dv);
     }
   }
-  Mask scaled;
-  scaled.scale = mask.softmax_scale(d.dk);
-  return FullAttention().forward(q, kp, vp, scaled);
+  return out;
 }
 
 std::unique_ptr<Attention> make_linformer(Params& params) {

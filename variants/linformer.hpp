@@ -4,7 +4,8 @@
 // For each item b and head h, with E_h, F_h in R^{k x max_len} and Nk <= max_len keys:
 //   K' = E_h[:, :Nk] · K   [k, Dk],   V' = F_h[:, :Nk] · V   [k, Dv],
 //   out = softmax(Q K'^T · scale) V'   — only the first Nk columns are used (the fairseq way), so
-// any length up to max_len works. The attention over (Q, K', V') is our exact `full` kernel.
+// any length up to max_len works. The attention over (Q, K', V') runs on kernels::OnlineSoftmax,
+// the engine of our exact `full` kernel, in the same parallel region as the projections.
 //
 // Spec: "linformer:k=256,share=none,init=gaussian,max_len=4096,seed=0"
 //   k        rows of E and F (the projected length); 1 <= k <= max_len. k may exceed Nk: the
@@ -25,9 +26,11 @@
 // Learned matrices: set_projections(E, F) with shape [k, max_len] (shared by all heads) or
 // [H, k, max_len] (one per head; H must then equal the heads of every call); spec() then says
 // init=supplied, which make_attention refuses (the matrices are not in the string).
-// Cost: O(B·H·Nk·k·(Dk + Dv)) for the projections (BLAS sgemm) plus O(B·H·Nq·k·(Dk + Dv)) for the
-// attention: linear in N for fixed k. Memory O(B·H·k·(Dk + Dv)) beyond inputs and output, plus
-// the drawn matrices, k·Nk floats per distinct matrix.
+// Cost: O(B·H·Nk·k·(Dk + Dv)) for the projections (kernels::gemm_tile, in parallel over items,
+// heads and K/V) plus O(B·H·Nq·k·(Dk + Dv)) for the attention: linear in N for fixed k. Memory
+// beyond inputs and output: a transposed copy of K and V, O(B·H·Nk·(Dk + Dv)), the projected
+// K', V', O(B·H·k·(Dk + Dv)), and the drawn matrices, k·Nk floats per distinct matrix.
+// Thread safety: forward() may be called concurrently; the projections run under a lock.
 // Masks: key padding (keys and values j >= key_lengths[b] are zeroed before the projection, so
 // they still hold softmax weight exp(0 - max) but add nothing to the values — the fairseq rule),
 // cross-attention (projection on the key side), Dv != Dk, explicit scale. Causal masks and boolean
