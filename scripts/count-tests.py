@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Prints "N passed, N failed" for the meson tests in a build's meson-logs/testlog.json.
 
 OK and EXPECTEDFAIL count as passed, SKIP as neither (reported on its own line when present),
