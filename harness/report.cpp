@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnlab/error.hpp"
+#include "attnlab/factory.hpp"
 #include "harness/anchors.hpp"
 
 namespace attnlab::harness {
@@ -492,7 +493,10 @@ std::string slug(const std::string& s) {
 
 std::string gp_quote(const std::string& s) {
   std::string out = "\"";
-  for (char c : s) out += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+  for (char c : s) {
+    if (c == '`') c = '\'';  // gnuplot runs `...` as a shell command, even inside strings
+    out += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+  }
   return out + "\"";
 }
 
@@ -500,6 +504,28 @@ std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
+}
+
+// A plot label: the variant name and only the settings that differ from its defaults
+// ("linformer:k=128,share=kv"); report.md has the full specs.
+std::string short_spec(const std::string& spec) {
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos) return spec;
+  std::string defaults;
+  try {
+    defaults = make_attention(spec.substr(0, colon))->spec();
+  } catch (const Error&) {  // a peer or an unregistered name: keep it whole
+    return spec;
+  }
+  std::string out = spec.substr(0, colon);
+  std::stringstream tokens(spec.substr(colon + 1));
+  bool first = true;
+  for (std::string t; std::getline(tokens, t, ',');)
+    if (!has_token(defaults, t)) {
+      out += (first ? ":" : ",") + t;
+      first = false;
+    }
+  return out;
 }
 
 class Plotter {
@@ -512,8 +538,8 @@ class Plotter {
     const std::string exists = shell_quote(options.gnuplot) + " -V >/dev/null 2>&1";
     available_ = std::system(exists.c_str()) == 0;
     terminal_ = available_ && std::system(probe.c_str()) == 0
-                    ? "pngcairo size 1000,700 font ',11'"
-                    : "png size 1000,700";
+                    ? "pngcairo size 1100,800 font ',11'"
+                    : "png size 1100,800";
     if (!available_)
       output_.plot_note = "gnuplot ('" + options.gnuplot + "') could not be run: the .dat and .gp "
                           "files are written, run `gnuplot NAME.gp` in plots/ to draw them";
@@ -603,14 +629,15 @@ std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& di
     const auto spec = v == "full" ? std::optional<std::string>("full")
                                   : representative_spec(rows, v, preferred_tokens(v), ctx);
     if (!spec) continue;
-    Series s{*spec, {}};
+    Series s{short_spec(*spec), {}};
     for (const auto& r : rows)
       if (r.spec == *spec && r.ok() && r.time_median_s && context_of(r) == *ctx)
         s.xy.emplace_back(double(r.n), *r.time_median_s);
     std::sort(s.xy.begin(), s.xy.end());
     if (!s.xy.empty()) times.push_back(std::move(s));
   }
-  const std::string common = "set grid\nset key outside right top noenhanced\nset logscale x 2\n";
+  const std::string common =
+      "set grid\nset key below left Left reverse maxcols 2 noenhanced\nset logscale x 2\n";
   plotter.plot("time_vs_n", times,
                common + "set logscale y\nset xlabel 'sequence length N'\nset ylabel "
                         "'seconds per forward call'\nset title " +
@@ -629,7 +656,7 @@ std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& di
       const auto spec = v == "full" ? std::optional<std::string>("full")
                                     : representative_spec(rows, v, preferred_tokens(v), c);
       if (!spec) continue;
-      Series s{*spec, {}};
+      Series s{short_spec(*spec), {}};
       for (const auto& r : rows)
         if (r.spec == *spec && r.ok() && r.rel_fro && context_of(r) == c)
           s.xy.emplace_back(double(r.n), std::max(*r.rel_fro, kErrorFloor));
@@ -661,7 +688,7 @@ std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& di
           r.variant == "torch" || r.input != std::get<4>(*ctx))
         continue;
       points.push_back({*rel[i].speedup, std::max(*r.rel_fro, kErrorFloor)});
-      labels.push_back(r.spec);
+      labels.push_back(short_spec(r.spec));
     }
     if (points.size() < 2) continue;
     const auto front = pareto_frontier(points);
@@ -676,7 +703,7 @@ std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& di
     const std::string name = "pareto_n" + std::to_string(n);
     plotter.raw(name, data,
                 "set grid\nset logscale xy\nset format y '10^{%L}'\nset key bottom right noenhanced\n"
-                "set offsets graph 0.05, graph 0.4, graph 0.3, graph 0.05\n"
+                "set offsets graph 0.05, graph 0.35, graph 0.1, graph 0.05\n"
                 "set xlabel 'speed-up over full (same run)'\nset ylabel 'relative Frobenius error'\n"
                 "set title " + gp_quote("Error vs speed-up, N = " + std::to_string(n) + ", input " +
                                         std::get<4>(*ctx)) + " noenhanced\n"
