@@ -195,6 +195,12 @@ Support BigBirdAttention::support() const {
   return s;
 }
 
+std::string BigBirdAttention::why_unsupported(const std::string& feature) const {
+  if (feature == "causal masks with Nq != Nk")
+    return "the block diagonal that causality cuts is defined only for Nq == Nk";
+  return {};
+}
+
 double BigBirdAttention::flops(const Dims& d, const Mask& mask) const {
   const bool causal = mask.causal != Causal::none;
   if (causal && d.nq != d.nk) return std::numeric_limits<double>::quiet_NaN();  // unsupported

@@ -21,7 +21,7 @@
 // boolean masks (intersected with the layout); cross-attention (Nq != Nk, blocks counted on each
 // side, not causal); Dv != Dk. A query that sees no key outputs zeros.
 // Exact reduction: G >= number of blocks, or W >= 2·blocks - 1, gives full attention (so does
-// any N <= B: a single block is global).
+// N <= block: the single block attends itself).
 #pragma once
 
 #include <cstddef>
@@ -82,6 +82,7 @@ class BigBirdAttention final : public Attention {
   const BigBirdConfig& config() const { return config_; }
 
  protected:
+  std::string why_unsupported(const std::string& feature) const override;
   Tensor compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                  const Dims& d) const override;
 
