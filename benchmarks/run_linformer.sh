@@ -12,7 +12,7 @@ mkdir -p "$out"
 flags=$(meson introspect --buildoptions "$build" 2>/dev/null | /usr/bin/python3 -c '
 import json, sys
 o = {x["name"]: x["value"] for x in json.load(sys.stdin)}
-print(" ".join(f"{k}={o.get(k)}" for k in ["buildtype", "native", "b_ndebug", "b_sanitize"]))' ||
+print(" ".join(f"{k}:{o.get(k)}" for k in ["buildtype", "native", "b_ndebug", "b_sanitize"]))' ||
   echo unknown)
 dirty=$(git diff --quiet HEAD -- variants/linformer.cpp variants/full.cpp lib/attnlab/kernels.cpp benchmarks/bench_linformer.cpp || echo -dirty)
 context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$dirty"

@@ -32,6 +32,31 @@ std::string shape_of(const xt::xarray<float>& t) {
   return out + "]";
 }
 
+// (P X)^T [dim x k] = X^T [dim x n] · P^T [n x k] for one head's n keys or values x [n x dim]
+// and a projection stored transposed (pt [n x k]), kChunk keys at a time so that the slice of
+// P^T stays in L2 across the dim rows. `chunk` holds kChunk x dim floats.
+void project_transposed(const float* x, std::size_t n, std::size_t dim, const float* pt,
+                        std::size_t k, float* chunk, float* out) {
+  for (std::size_t p = 0; p < n; p += kChunk) {
+    const std::size_t cols = std::min(kChunk, n - p);
+    for (std::size_t j = 0; j < cols; ++j)
+      for (std::size_t c = 0; c < dim; ++c) chunk[c * cols + j] = x[(p + j) * dim + c];
+    kernels::gemm_tile(dim, k, cols, chunk, cols, pt + p * k, k, out, k, p > 0);
+  }
+}
+
+// Softmax attention of `rows` queries over k projected keys kpt [Dk x k] and values vp [k x Dv].
+void attend(OnlineSoftmax& softmax, const float* q, std::size_t rows, float scale,
+            const float* kpt, const float* vp, std::size_t k, std::size_t dv, float* out) {
+  softmax.start(q, rows, scale);
+  for (std::size_t c0 = 0; c0 < k; c0 += OnlineSoftmax::kCols) {
+    const std::size_t cols = std::min(OnlineSoftmax::kCols, k - c0);
+    softmax.scores(kpt + c0, k, cols);
+    softmax.fold(vp + c0 * dv, dv, cols);
+  }
+  softmax.finish(out, dv);
+}
+
 }  // namespace
 
 LinformerAttention::LinformerAttention(std::size_t k, Share share, Init init, std::size_t max_len,
@@ -211,35 +236,23 @@ Tensor LinformerAttention::compute(const Tensor& q, const Tensor& k, const Tenso
       const bool value = t % 2 != 0;
       const std::size_t bh = static_cast<std::size_t>(t) / 2, n = lengths[bh / d.heads];
       const std::size_t dim = value ? d.dv : d.dk;
-      const float* src = (value ? v.data() : k.data()) + bh * d.nk * dim;
-      const float* et = value ? f[bh % d.heads] : e[bh % d.heads];
-      float* dst = value ? product.data() : kpt.data() + bh * d.dk * k_;
-      // (E K)^T [dim x k] = K^T [dim x n] · E^T [n x k], kChunk keys at a time (the slice of E^T
-      // stays in L2 across the dim rows).
-      for (std::size_t p = 0; p < n; p += kChunk) {
-        const std::size_t cols = std::min(kChunk, n - p);
-        for (std::size_t j = 0; j < cols; ++j)
-          for (std::size_t c = 0; c < dim; ++c) chunk[c * cols + j] = src[(p + j) * dim + c];
-        kernels::gemm_tile(dim, k_, cols, chunk.data(), cols, et + p * k_, k_, dst, k_, p > 0);
-      }
+      const float* x = (value ? v.data() : k.data()) + bh * d.nk * dim;
+      const float* pt = value ? f[bh % d.heads] : e[bh % d.heads];
+      float* kpt_h = kpt.data() + bh * d.dk * k_;
+      project_transposed(x, n, dim, pt, k_, chunk.data(), value ? product.data() : kpt_h);
       if (!value || n == 0) continue;  // padded-out item: K', V' stay zero
-      float* vph = vp.data() + bh * k_ * d.dv;
+      float* vp_h = vp.data() + bh * k_ * d.dv;
       for (std::size_t r = 0; r < k_; ++r)
-        for (std::size_t c = 0; c < d.dv; ++c) vph[r * d.dv + c] = product[c * k_ + r];
+        for (std::size_t c = 0; c < d.dv; ++c) vp_h[r * d.dv + c] = product[c * k_ + r];
     }
     OnlineSoftmax softmax(d.dk, d.dv);
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * tiles); ++t) {
-      const std::size_t bh = static_cast<std::size_t>(t) / tiles;
+      const std::size_t bh = static_cast<std::size_t>(t) / tiles, b = bh / d.heads;
       const std::size_t i0 = (static_cast<std::size_t>(t) % tiles) * OnlineSoftmax::kRows;
-      const std::size_t b = bh / d.heads, h = bh % d.heads;
-      softmax.start(&q(b, h, i0, 0), std::min(OnlineSoftmax::kRows, d.nq - i0), scale);
-      for (std::size_t c0 = 0; c0 < k_; c0 += OnlineSoftmax::kCols) {
-        const std::size_t cols = std::min(OnlineSoftmax::kCols, k_ - c0);
-        softmax.scores(kpt.data() + bh * d.dk * k_ + c0, k_, cols);
-        softmax.fold(vp.data() + (bh * k_ + c0) * d.dv, d.dv, cols);
-      }
-      softmax.finish(&out(b, h, i0, 0), d.dv);
+      attend(softmax, &q(b, bh % d.heads, i0, 0), std::min(OnlineSoftmax::kRows, d.nq - i0),
+             scale, kpt.data() + bh * d.dk * k_, vp.data() + bh * k_ * d.dv, k_, d.dv,
+             &out(b, bh % d.heads, i0, 0));
     }
   }
   return out;
