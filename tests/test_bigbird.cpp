@@ -218,7 +218,8 @@ TEST_CASE("bigbird: exact reductions equal full attention", "[bigbird]") {
       same_as_full(all_global, n, m, n);
       same_as_full(wide, n, m, n + 5);
     }
-    same_as_full("bigbird", n, {}, n + 9);  // N <= 64: a single block, global by default
+    // Defaults (block 64): up to 5 blocks, every block is global, in the window or random.
+    same_as_full("bigbird", n, {}, n + 9);
   }
 }
 
