@@ -100,3 +100,23 @@ print(f"\nsgemm 4096x4096x64 in the same run: {sg:.1f} GFLOP/s. At N = 4096 full
       "traffic and small per-chunk products, not by its FLOPs.")
 print("The recurrent step covers all 8 heads of one token; its position runs pos .. pos + 2000 "
       "during the timed iterations.")
+
+one = out / "bench_linear_1thread.json"
+if one.exists():
+    rows1 = {}
+    for b in json.loads(one.read_text())["benchmarks"]:
+        if b.get("run_type") == "iteration":
+            rows1.setdefault(b["run_name"], []).append((b["real_time"], b["cpu_time"]))
+    med = {k: (statistics.median(r for r, _ in v), statistics.median(c for _, c in v))
+           for k, v in rows1.items()}
+    print("\n## The same comparison on one thread (OMP_NUM_THREADS=1, `bench_linear_1thread.json`)\n")
+    print("On one thread the CPU time of the calling thread is the whole cost of a call, so this "
+          "ratio is not bent by the scheduler on the loaded machine; the two-thread table above is "
+          "the one the targets are read from.\n")
+    print("| measure | full CPU ms | linear CPU ms | ratio (CPU) | ratio (real) | target |")
+    print("|---|---|---|---|---|---|")
+    for causal, target in ((False, ">= 30"), (True, ">= 8")):
+        f, l = med.get(fwd("full", 4096, causal)), med.get(fwd("elu1", 4096, causal))
+        if f and l:
+            print(f"| full{' causal' if causal else ''} / linear{' causal' if causal else ''}, "
+                  f"N = 4096 | {f[1]:.1f} | {l[1]:.2f} | {f[1] / l[1]:.1f} | {f[0] / l[0]:.1f} | {target} |")

@@ -23,6 +23,11 @@ context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff
 "$build/benchmarks/bench_linear" --benchmark_repetitions=5 --benchmark_min_time=0.5 \
   --benchmark_enable_random_interleaving=true \
   --benchmark_out="$out/bench_linear.json" --benchmark_out_format=json "${context[@]}"
+# The same binary on one thread: CPU time is then the whole cost of a call, so the share of the
+# loaded machine that the scheduler takes away drops out of the ratio.
+OMP_NUM_THREADS=1 "$build/benchmarks/bench_linear" --benchmark_filter='BM_full/N:4096|BM_linear/N:4096/' \
+  --benchmark_repetitions=5 --benchmark_min_time=0.5 --benchmark_enable_random_interleaving=true \
+  --benchmark_out="$out/bench_linear_1thread.json" --benchmark_out_format=json "${context[@]}"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" > "$out/load_after.txt"
 /usr/bin/python3 benchmarks/render_linear.py "$out" > "$out/README.md"
 cat "$out/README.md"
