@@ -43,11 +43,12 @@ sgemm = {name.split("BM_sgemm/")[1].split("/real_time")[0]: b["FLOPS"] / 1e9
 shape, square = sgemm["m:4096/n:4096/k:64"], sgemm["m:2048/n:2048/k:2048"]
 
 print("# Sliding-window attention (`sliding:left=128,right=128`): speed against full attention and sgemm\n")
-print("Regenerate: `benchmarks/run_sliding.sh [build-dir]`. B = 1, H = 8, D = 64, float32, no mask.")
-print("Times are medians of 5 repetitions (real time), run in random interleaved order. Useful GFLOP/s counts only the attended")
-print("(query, key) pairs, 4·H·D per pair (`SlidingAttention::flops`): the kernel computes about")
-print("280 keys per query for 257 useful ones (24-query tiles), which is not counted. Every ratio")
-print("comes from one run of one binary (`bench_sliding`); N = 65536 memory from its own process.\n")
+print("Regenerate: `benchmarks/run_sliding.sh [build-dir]`. B = 1, H = 8, D = 64, float32, no")
+print("mask. Times are medians of 5 repetitions (real time), run in random interleaved order.")
+print("Useful GFLOP/s counts only the attended (query, key) pairs, 4·H·D per pair")
+print("(`SlidingAttention::flops`); the kernel computes about 280 keys per query for 257 useful")
+print("ones (24-query tiles), the rest is not counted. Every ratio comes from one run of one")
+print("binary (`bench_sliding`); the N = 65536 memory from its own process.\n")
 print("| N | sliding ms | useful GFLOP/s | / sgemm 4096x4096x64 | / sgemm 2048³ | full ms | full / sliding |")
 print("|---|---|---|---|---|---|---|")
 for n in sorted(sliding):
@@ -68,9 +69,17 @@ checks = [
     (f"full time / sliding time, lowest over N = {min(full)} ... {max(full)}", slowest_vs_full, "> 1"),
     ("peak resident memory of one N = 65536 call, own process (MiB)", mem["peak_rss_MiB"], "<= 1024"),
 ]
-print("\n| measure | value | target |\n|---|---|---|")
+
+
+def met(value, target):
+    op, _, bound = target.partition(" ")
+    ops = {"<=": value <= float(bound or 0), ">=": value >= float(bound or 0), ">": value > float(bound or 0)}
+    return ("yes" if ops[op] else "**no**") if op in ops else ""
+
+
+print("\n| measure | value | target | met |\n|---|---|---|---|")
 for what, value, target in checks:
-    print(f"| {what} | {value:.2f} | {target} |")
+    print(f"| {what} | {value:.2f} | {target} | {met(value, target)} |")
 
 big_o = fitted.get("BM_sliding/real_time_BigO")
 rms = fitted.get("BM_sliding/real_time_RMS")
@@ -86,10 +95,9 @@ if dilated:
                                     for n, (t, g) in sorted(dilated.items())) + ".\n")
 print("## Context\n")
 for key in ["date", "host_name", "num_cpus", "mhz_per_cpu", "git_commit", "compiler", "flags",
-            "openblas_coretype", "omp_num_threads", "load_before"]:
+            "openblas_coretype", "omp_num_threads", "load_before", "load_after"]:
     print(f"- {key}: {ctx.get(key, '—')}")
 print(f"- load average reported by Google Benchmark at start: {ctx.get('load_avg', '—')}")
-print(f"- load average after the runs: {open('/proc/loadavg').read().split()[:3]}")
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 print(f"- CPU: {cpu}")
 print("- The machine is shared: a load average above the core count means other jobs ran at the")

@@ -24,5 +24,6 @@ context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff
 # Alone in its process, so ru_maxrss is this call's peak.
 "$build/benchmarks/bench_sliding" --benchmark_filter='BM_sliding_long' \
   --benchmark_out="$out/bench_sliding_long.json" --benchmark_out_format=json "${context[@]}"
+echo "load_after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/context.txt"
 /usr/bin/python3 benchmarks/render_sliding.py "$out" > "$out/README.md"
 cat "$out/README.md"

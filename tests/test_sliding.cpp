@@ -110,7 +110,7 @@ TEST_CASE("sliding equals the dense fp64 reference over many lengths", "[sliding
   // and wider than a tile, dilations that divide N and that do not, global tokens.
   const SlidingConfig configs[] = {{3, 5, 1, 0},  {0, 0, 1, 0},   {128, 128, 1, 0}, {7, 2, 3, 0},
                                    {4, 4, 2, 3},  {50, 10, 1, 2}, {2, 9, 5, 1},     {20, 20, 4, 50},
-                                   {1, 1, 200, 0}};
+                                   {1, 1, 200, 0},  {3, 3, 1'000'000'000'000, 2}};
   for (std::size_t n : {1, 2, 3, 7, 13, 47, 48, 49, 97, 128, 129, 211, 257}) {
     for (const SlidingConfig& c : configs) {
       check_against_reference(c, n, n, 16, 16, {}, n * 7 + c.left);

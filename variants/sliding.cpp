@@ -14,13 +14,10 @@ using kernels::OnlineSoftmax;
 using Index = std::int64_t;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr std::size_t kRows = OnlineSoftmax::kRows, kCols = OnlineSoftmax::kCols;
-#ifndef SLIDING_TILE
-#define SLIDING_TILE 24
-#endif
 // Queries per tile. A tile's keys form a parallelogram inside the rectangle that is computed:
 // with T rows the rectangle is T + L + R keys wide for L + R + 1 useful ones, so tiles shorter
 // than the softmax's 48 rows waste less (24: 280 computed for 257 useful at L = R = 128).
-constexpr std::size_t kTileRows = SLIDING_TILE;
+constexpr std::size_t kTileRows = 24;
 static_assert(kTileRows <= kRows);
 
 Index floor_mod(Index a, Index m) { return ((a % m) + m) % m; }

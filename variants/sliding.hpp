@@ -20,7 +20,8 @@
 // plain one; global keys are an extra key block, global queries full attention rows.
 // Cost: O(B·H·Nq·(L + R + 1 + G)·(Dk + Dv)) time (plus O(Nq·Nk) for the G global query rows),
 // O(B·H·(Nq·Dv + Nk·(Dk + Dv))) memory; no Nq x Nk matrix is ever formed.
-// Exact: left >= Nk and right >= Nk with dilation=1 (or global >= Nq) equals full attention.
+// Exact: dilation=1 with left, right >= N - 1 (self-attention; >= Nq + Nk in general), or
+// global >= Nq, equals full attention.
 #pragma once
 
 #include <cstdint>
