@@ -195,7 +195,8 @@ void mask_command(const MaskOptions& o) {
   if (blocks > 4096)
     throw Error("mask: --n " + std::to_string(o.n) + " makes " + std::to_string(blocks) +
                 " blocks a side; at most 4096 can be drawn (use a larger block)");
-  const std::size_t heads = o.head + 1;
+  if (o.head >= 1024) throw Error("mask: --head " + std::to_string(o.head) + ": expected < 1024");
+  const std::size_t heads = o.head + 1;  // the layout of head h depends on h, not on the others
   const BigBirdLayout layout = bigbird_layout(bigbird->config(), heads, o.n, o.n, o.causal);
   const std::string title = attention->spec() + " N=" + std::to_string(o.n) + " head " +
                             std::to_string(o.head) + (o.causal ? " causal" : "");

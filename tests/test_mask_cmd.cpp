@@ -161,6 +161,8 @@ TEST_CASE("attnlab mask: bad input is one line and exit 2", "[bigbird]") {
       {"--spec bigbird --n 100 --out l.jpg", ".png, .pgm or .svg"},
       {"--spec bigbird --n 0 --out l.png", "--n 0"},
       {"--spec bigbird:block=1 --n 5000 --out l.png", "at most 4096"},
+      {"--spec bigbird --n 100 --head 5000 --out l.png", "--head 5000"},
+      {"--spec bigbird --out l.png", "--n"},
   };
   for (const auto& [args, fragment] : cases) {
     const Run r = mask_cli(s, args);
