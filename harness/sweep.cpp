@@ -87,7 +87,12 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
   std::string done_keys;
   if (root) {
     fs::create_directories(summary.dir);
-    rows = std::make_unique<RowsFile>(summary.dir + "/rows.csv");
+    const std::string path = summary.dir + "/rows.csv";
+    if (options.restart && fs::exists(path)) {
+      fs::rename(path, path + ".old");
+      std::remove((summary.dir + "/running").c_str());
+    }
+    rows = std::make_unique<RowsFile>(path);
     for (const Row& r : rows->rows()) done_keys += r[Col::key] + "\n";
   }
   if (use_mpi) mpi::broadcast(done_keys);

@@ -24,6 +24,7 @@ struct SweepOptions {
   std::string out_dir;                 // empty: results/<config.name>
   Shard shard;                         // 1/1: the whole grid
   bool mpi = false;                    // split across MPI ranks, rows gathered on rank 0
+  bool restart = false;                // rows.csv -> rows.csv.old first: every point runs again
   std::FILE* progress = stderr;        // nullptr: silent
   std::function<void(const Row&)> on_row;  // called after each row is safely appended
 };
