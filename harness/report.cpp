@@ -110,6 +110,11 @@ std::optional<Context> main_context(const std::vector<ReportRow>& rows, Keep kee
   return best;
 }
 
+std::string describe_plain(const Context& c) {
+  return "B=" + std::to_string(std::get<0>(c)) + ", H=" + std::to_string(std::get<1>(c)) +
+         ", D=" + std::to_string(std::get<2>(c)) + ", causal " + std::get<3>(c);
+}
+
 bool has_token(const std::string& spec, const std::string& token) {
   const auto colon = spec.find(':');
   if (colon == std::string::npos) return false;
@@ -673,43 +678,62 @@ std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& di
     md << "![error vs N, " << md_escape(input) << "](plots/" << name << ".png)\n\n";
   }
 
-  // Pareto per N: every (spec, input) of the main problem shape and causal mode.
+  // Pareto per N: every spec of the main problem shape and causal mode, one frontier per input
+  // distribution (the error depends on the input more than on anything else).
   const auto rel = relative_to_full(rows);
   std::set<std::int64_t> lengths;
   for (const auto& r : rows) lengths.insert(r.n);
+  static const char* const kFaint[] = {"#b8c4e8", "#f2c9a8", "#b9dfc0", "#e3b8e0"};
+  static const char* const kBold[] = {"#1f3a93", "#c0561b", "#2a7d3a", "#8e2a8a"};
   for (std::int64_t n : lengths) {
-    std::vector<ParetoPoint> points;
-    std::vector<std::string> labels;
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const ReportRow& r = rows[i];
-      Context c = context_of(r);
-      std::get<4>(c) = std::get<4>(*ctx);
-      if (r.n != n || c != *ctx || !rel[i].speedup || !r.rel_fro || r.variant == "numpy" ||
-          r.variant == "torch" || r.input != std::get<4>(*ctx))
-        continue;
-      points.push_back({*rel[i].speedup, std::max(*r.rel_fro, kErrorFloor)});
-      labels.push_back(short_spec(r.spec));
+    std::string data, body;
+    std::size_t blocks = 0, total = 0;
+    for (const auto& input : inputs) {
+      std::vector<ParetoPoint> points;
+      std::vector<std::string> labels;
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const ReportRow& r = rows[i];
+        Context c = context_of(r);
+        std::get<4>(c) = std::get<4>(*ctx);
+        if (r.n != n || c != *ctx || r.input != input || !rel[i].speedup || !r.rel_fro ||
+            r.variant == "numpy" || r.variant == "torch")
+          continue;
+        points.push_back({*rel[i].speedup, std::max(*r.rel_fro, kErrorFloor)});
+        labels.push_back(short_spec(r.spec));
+      }
+      if (points.empty()) continue;
+      total += points.size();
+      const auto front = pareto_frontier(points);
+      data += "# all points (input " + input + "): speedup rel_fro spec\n";
+      for (std::size_t i = 0; i < points.size(); ++i)
+        data += fmt("%.9g", points[i].speedup) + " " + fmt("%.9g", points[i].error) + " " +
+                gp_quote(labels[i]) + "\n";
+      data += "\n\n# Pareto frontier (input " + input + "; larger speed-up, smaller error)\n";
+      for (std::size_t i : front)
+        data += fmt("%.9g", points[i].speedup) + " " + fmt("%.9g", points[i].error) + " " +
+                gp_quote(labels[i]) + "\n";
+      data += "\n\n";
+      const std::size_t color = (blocks / 2) % std::size(kFaint);
+      const std::string all = std::to_string(blocks), best = std::to_string(blocks + 1);
+      body += std::string(body.empty() ? "plot " : ", \\\n     ") + "'pareto_n" + std::to_string(n) +
+              ".dat' index " + all + " using 1:2 with points pt 7 ps 1.2 lc rgb '" + kFaint[color] +
+              "' title " + gp_quote("all points, " + input) + ", \\\n     'pareto_n" +
+              std::to_string(n) + ".dat' index " + best +
+              " using 1:2 with linespoints lw 3 pt 7 ps 1.5 lc rgb '" + kBold[color] +
+              "' title " + gp_quote("Pareto frontier, " + input) + ", \\\n     'pareto_n" +
+              std::to_string(n) + ".dat' index " + best +
+              " using 1:2:3 with labels offset char 1,0.6 left font ',8' tc rgb '" + kBold[color] +
+              "' noenhanced notitle";
+      blocks += 2;
     }
-    if (points.size() < 2) continue;
-    const auto front = pareto_frontier(points);
-    std::string data = "# all points: speedup rel_fro spec\n";
-    for (std::size_t i = 0; i < points.size(); ++i)
-      data += fmt("%.9g", points[i].speedup) + " " + fmt("%.9g", points[i].error) + " " +
-              gp_quote(labels[i]) + "\n";
-    data += "\n\n# Pareto frontier (larger speed-up, smaller error)\n";
-    for (std::size_t i : front)
-      data += fmt("%.9g", points[i].speedup) + " " + fmt("%.9g", points[i].error) + " " +
-              gp_quote(labels[i]) + "\n";
+    if (total < 2) continue;
     const std::string name = "pareto_n" + std::to_string(n);
     plotter.raw(name, data,
-                "set grid\nset logscale xy\nset format y '10^{%L}'\nset key bottom right noenhanced\n"
-                "set offsets graph 0.05, graph 0.35, graph 0.1, graph 0.05\n"
+                "set grid\nset logscale xy\nset format y '10^{%L}'\nset key below left Left reverse "
+                "maxcols 2 noenhanced\nset offsets graph 0.05, graph 0.35, graph 0.1, graph 0.05\n"
                 "set xlabel 'speed-up over full (same run)'\nset ylabel 'relative Frobenius error'\n"
-                "set title " + gp_quote("Error vs speed-up, N = " + std::to_string(n) + ", input " +
-                                        std::get<4>(*ctx)) + " noenhanced\n"
-                "plot '" + name + ".dat' index 0 using 1:2 with points pt 7 ps 1.2 lc rgb '#c8c8c8' title 'all points', \\\n"
-                "     '" + name + ".dat' index 1 using 1:2 with linespoints lw 3 pt 7 ps 1.5 lc rgb '#1f3a93' title 'Pareto frontier', \\\n"
-                "     '" + name + ".dat' index 1 using 1:2:3 with labels offset char 1,0.6 left font ',8' noenhanced notitle\n");
+                "set title " + gp_quote("Error vs speed-up, N = " + std::to_string(n) + " (" +
+                                        describe_plain(*ctx) + ")") + " noenhanced\n" + body + "\n");
     md << "![Pareto N=" << n << "](plots/" << name << ".png)\n\n";
   }
   if (!output.plot_note.empty()) md << "Note: " << md_escape(output.plot_note) << ".\n\n";
