@@ -32,7 +32,7 @@ void Progress::draw(const std::string& label) {
   const int filled = total_ ? static_cast<int>(kWidth * finished_ / total_) : kWidth;
   std::string bar(static_cast<std::size_t>(filled), '=');
   bar.resize(kWidth, ' ');
-  std::string shown = label.size() > 48 ? label.substr(0, 45) + "..." : label;
+  std::string shown = label.size() > 72 ? label.substr(0, 69) + "..." : label;
   std::fprintf(out_, "\r\033[K[%s] %zu/%zu  %s elapsed  ETA %s  %s", bar.c_str(), finished_, total_,
                format_duration(elapsed).c_str(), format_duration(eta).c_str(), shown.c_str());
   std::fflush(out_);
@@ -52,8 +52,10 @@ void Progress::done(const std::string& label, const std::string& status, double 
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   const double eta = elapsed / double(finished_) * double(total_ - finished_);
-  std::fprintf(out_, "[%zu/%zu] %s: %s in %.2fs (ETA %s)\n", finished_, total_, label.c_str(),
-               status.c_str(), seconds, format_duration(eta).c_str());
+  char took[32] = "";
+  if (seconds >= 0) std::snprintf(took, sizeof took, " in %.2fs", seconds);
+  std::fprintf(out_, "[%zu/%zu] %s: %s%s (ETA %s)\n", finished_, total_, label.c_str(),
+               status.c_str(), took, format_duration(eta).c_str());
   std::fflush(out_);
 }
 

@@ -18,7 +18,7 @@ class Progress {
 
   /// Shows that `label` is running (terminal only).
   void start(const std::string& label);
-  /// One point finished with `status` after `seconds`.
+  /// One point finished with `status` after `seconds` (< 0: unknown, e.g. another MPI rank's).
   void done(const std::string& label, const std::string& status, double seconds);
 
  private:

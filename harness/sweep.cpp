@@ -19,10 +19,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Shape first, spec last: a terminal line cuts the end of long specs.
 std::string label(const Point& p) {
-  return p.spec + " n=" + std::to_string(p.n) + " b=" + std::to_string(p.batch) +
+  return "n=" + std::to_string(p.n) + " b=" + std::to_string(p.batch) +
          " h=" + std::to_string(p.heads) + " d=" + std::to_string(p.dim) + " " + p.causal + " " +
-         p.input + " seed=" + std::to_string(p.seed);
+         p.input + " seed=" + std::to_string(p.seed) + " " + p.spec;
 }
 
 std::int64_t budget_bytes(const MeasureOptions& m) {
@@ -161,7 +162,9 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
       } else {
         const Row r = parse_row_line(line);
         store(r);
-        progress.done(r[Col::spec] + " n=" + r[Col::n] + " (rank)", r[Col::status], 0.0);
+        progress.done("n=" + r[Col::n] + " " + r[Col::causal] + " " + r[Col::input] + " " +
+                          r[Col::spec] + " (rank " + r[Col::shard] + ")",
+                      r[Col::status], -1.0);
       }
       if (block) return;
     }
