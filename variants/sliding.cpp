@@ -185,18 +185,16 @@ void attend_tile(const Layout& g, const Head& head, const Tensor& q, const Mask&
 }
 
 // k [B,H,Nk,Dk] -> per head [Dk, ldk], keys in class order; v likewise reordered by rows when
-// the dilation is above 1 (left empty otherwise: the rows are already in order).
-// Left uninitialised (no memset): the padding columns past each head's Nk keys are never read.
-void lay_out_keys(const Layout& g, const Tensor& k, const Tensor& v, const Dims& d,
-                  std::unique_ptr<float[]>& kt, std::unique_ptr<float[]>& vc) {
-  kt.reset(new float[d.batch * d.heads * d.dk * g.ldk]);
-  if (g.s > 1) vc.reset(new float[d.batch * d.heads * d.nk * d.dv]);
+// the dilation is above 1 (vc unused otherwise: the rows are already in order). Called inside
+// the caller's parallel region: the heads are shared among its threads.
+void lay_out_keys(const Layout& g, const Tensor& k, const Tensor& v, const Dims& d, float* kt,
+                  float* vc) {
   const std::ptrdiff_t heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static)
   for (std::ptrdiff_t bh = 0; bh < heads; ++bh) {
     const float* ksrc = k.data() + bh * d.nk * d.dk;
     const float* vsrc = v.data() + bh * d.nk * d.dv;
-    float* kdst = kt.get() + bh * d.dk * g.ldk;
+    float* kdst = kt + bh * d.dk * g.ldk;
     for (Index rho = 0; rho < g.s; ++rho)
       for (Index t0 = 0; t0 < g.count[rho]; t0 += 16) {  // 16 keys: 64-byte runs of writes
         const std::size_t keys = static_cast<std::size_t>(std::min<Index>(16, g.count[rho] - t0));
@@ -209,7 +207,7 @@ void lay_out_keys(const Layout& g, const Tensor& k, const Tensor& v, const Dims&
         if (g.s > 1)
           for (std::size_t t = 0; t < keys; ++t)
             std::copy_n(vsrc + (j0 + step * t) * d.dv, d.dv,
-                        vc.get() + (bh * d.nk + col + t) * d.dv);
+                        vc + (bh * d.nk + col + t) * d.dv);
       }
   }
 }
@@ -251,14 +249,17 @@ Tensor SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor&
                                  const Mask& mask, const Dims& d) const {
   const Layout g(config_, d, mask);
   Tensor out = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});
-  std::unique_ptr<float[]> kt, vc;
-  lay_out_keys(g, k, v, d, kt, vc);
+  // Left uninitialised (no memset): the padding columns past each head's keys are never read.
+  const std::unique_ptr<float[]> kt(new float[d.batch * d.heads * d.dk * g.ldk]);
+  const std::unique_ptr<float[]> vc(g.s > 1 ? new float[d.batch * d.heads * d.nk * d.dv]
+                                             : nullptr);
   const std::vector<Task> tiles = plan_tiles(g);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
   const std::ptrdiff_t tasks = static_cast<std::ptrdiff_t>(d.batch * d.heads * tiles.size());
-#pragma omp parallel
+#pragma omp parallel  // one region: a loaded machine makes every fork and join expensive
   {
     Scratch scratch(d);
+    lay_out_keys(g, k, v, d, kt.get(), vc.get());  // ends with a barrier
 #pragma omp for schedule(dynamic, 4)
     for (std::ptrdiff_t t = 0; t < tasks; ++t) {
       const std::size_t bh = static_cast<std::size_t>(t) / tiles.size();
