@@ -28,6 +28,30 @@ void exp_shifted(float* x, std::size_t n, float c) {
 
 float row_max(const float* x, std::size_t n) { return *std::max_element(x, x + n); }
 
+// Eight independent partial sums: a plain float reduction is one serial chain of dependent
+// adds (GCC may not reorder it), which cost as much as the chunk's products.
+float dot(const float* a, const float* b, std::size_t n) {
+  float acc[8] = {};
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (std::size_t l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  float s = 0.0f;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (float x : acc) s += x;
+  return s;
+}
+
+float sum(const float* a, std::size_t n) {
+  float acc[8] = {};
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (std::size_t l = 0; l < 8; ++l) acc[l] += a[i + l];
+  float s = 0.0f;
+  for (; i < n; ++i) s += a[i];
+  for (float x : acc) s += x;
+  return s;
+}
+
 // phi for `rows` rows; favor stabilised by each row's own max (see the header).
 void row_features(const FeatureMap& map, const float* x, std::size_t rows, float* out) {
   if (rows == 0) return;
@@ -41,8 +65,7 @@ void row_features(const FeatureMap& map, const float* x, std::size_t rows, float
 void sum_normalise(float* f, std::size_t rows, std::size_t p) {
   for (std::size_t i = 0; i < rows; ++i) {
     float* row = f + i * p;
-    float total = 0.0f;
-    for (std::size_t c = 0; c < p; ++c) total += row[c];
+    const float total = sum(row, p);
     if (total > 0.0f)
       for (std::size_t c = 0; c < p; ++c) row[c] /= total;
   }
@@ -54,12 +77,6 @@ void divide_rows(float* out, std::size_t rows, std::size_t dv, const float* den,
     const float inv = den[i] > 0.0f ? 1.0f / (den[i] + eps) : 0.0f;
     for (std::size_t c = 0; c < dv; ++c) out[i * dv + c] *= inv;
   }
-}
-
-float dot(const float* a, const float* b, std::size_t n) {
-  float s = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
 }
 
 // out[dv] = f[p] · m[p x dv].
@@ -122,8 +139,7 @@ float key_features(const FeatureMap& map, const float* k, std::size_t rows, std:
 void add_key_sums(Workspace& w, const float* v, std::size_t valid) {
   if (valid == 0) return;
   kernels::gemm_tile(w.p, w.dv, valid, w.fkt.data(), kChunk, v, w.dv, w.s.data(), w.dv, true);
-  for (std::size_t r = 0; r < w.p; ++r)
-    for (std::size_t j = 0; j < valid; ++j) w.z[r] += w.fkt[r * kChunk + j];
+  for (std::size_t r = 0; r < w.p; ++r) w.z[r] += sum(&w.fkt[r * kChunk], valid);
 }
 
 // One head of the sum rule, every query reading all `valid` keys.
@@ -192,7 +208,7 @@ void sum_causal(const FeatureMap& map, const float* q, const float* k, const flo
     for (std::size_t i = 0; i < rows; ++i) {
       float* arow = &w.a[i * kChunk];
       for (std::size_t j = i + 1; j < rows; ++j) arow[j] = 0.0f;
-      for (std::size_t j = 0; j <= i && j < valid; ++j) w.den[i] += arow[j];
+      w.den[i] += sum(arow, std::min(i + 1, valid));
     }
     if (valid > 0)
       kernels::gemm_tile(rows, dv, valid, w.a.data(), kChunk, v + t0 * dv, dv, o, dv, true);
@@ -203,15 +219,19 @@ void sum_causal(const FeatureMap& map, const float* q, const float* k, const flo
   }
 }
 
-// W += beta (v - W phi_k) phi_k^T, with W stored transposed as wt [P x Dv].
+// W += beta (v - W phi_k) phi_k^T, with W stored transposed as wt [P x Dv]. With fq given, also
+// out = W phi_q on the updated rows in the same pass (the same sums as vec_mat afterwards).
 void delta_write(const float* fk, const float* v, float beta, std::size_t p, std::size_t dv,
-                 float* wt, float* tmp) {
+                 float* wt, float* tmp, const float* fq = nullptr, float* out = nullptr) {
   vec_mat(fk, wt, p, dv, tmp);
   for (std::size_t c = 0; c < dv; ++c) tmp[c] = beta * (v[c] - tmp[c]);
+  if (fq) std::fill(out, out + dv, 0.0f);
   for (std::size_t r = 0; r < p; ++r) {
-    if (fk[r] == 0.0f) continue;
     float* row = wt + r * dv;
-    for (std::size_t c = 0; c < dv; ++c) row[c] += fk[r] * tmp[c];
+    if (fk[r] != 0.0f)
+      for (std::size_t c = 0; c < dv; ++c) row[c] += fk[r] * tmp[c];
+    if (fq && fq[r] != 0.0f)
+      for (std::size_t c = 0; c < dv; ++c) out[c] += fq[r] * row[c];
   }
 }
 
@@ -233,9 +253,12 @@ void delta_head(const FeatureMap& map, const float* q, const float* k, const flo
     delta_features(map, k + t0 * dk, valid, w.fk.data());
     if (causal) delta_features(map, q + t0 * dk, rows, w.fq.data());
     for (std::size_t i = 0; i < rows; ++i) {
+      const float* fq = causal ? &w.fq[i * p] : nullptr;
+      float* o = causal ? out + (t0 + i) * dv : nullptr;
       if (i < valid)
-        delta_write(&w.fk[i * p], v + (t0 + i) * dv, beta, p, dv, w.s.data(), w.tmp.data());
-      if (causal) vec_mat(&w.fq[i * p], w.s.data(), p, dv, out + (t0 + i) * dv);
+        delta_write(&w.fk[i * p], v + (t0 + i) * dv, beta, p, dv, w.s.data(), w.tmp.data(), fq, o);
+      else if (causal)
+        vec_mat(fq, w.s.data(), p, dv, o);
     }
   }
   if (causal) return;
