@@ -48,10 +48,20 @@ BENCHMARK(BM_full)
     ->UseRealTime()
     ->Complexity(benchmark::oNSquared);
 
-BENCHMARK(BM_sliding_dilated)->ArgName("N")->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_sliding_dilated)
+    ->ArgName("N")
+    ->Arg(4096)
+    ->Arg(16384)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // One long sequence, alone in its process (--benchmark_filter=BM_sliding_long) for peak memory.
-BENCHMARK(BM_sliding)->Name("BM_sliding_long")->Arg(65536)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_sliding)
+    ->Name("BM_sliding_long")
+    ->Arg(65536)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // sgemm at attention's score shape and square, the BLAS best case: the yardsticks.
 BENCHMARK(attnlab::bench::BM_sgemm)

@@ -46,7 +46,8 @@ std::string spec_of(const SlidingConfig& c) {
 void check_against_reference(const SlidingConfig& c, std::size_t nq, std::size_t nk,
                              std::size_t dk, std::size_t dv, const Mask& mask, std::uint64_t seed) {
   const std::size_t batch = mask.has_key_lengths() ? mask.key_lengths.size() : 1;
-  const std::size_t heads = mask.has_allowed() ? std::max<std::size_t>(mask.allowed.shape()[1], 2) : 2;
+  const std::size_t heads =
+      mask.has_allowed() ? std::max<std::size_t>(mask.allowed.shape()[1], 2) : 2;
   const Tensor q = random_tensor(batch, heads, nq, dk, seed);
   const Tensor k = random_tensor(batch, heads, nk, dk, seed + 1);
   const Tensor v = random_tensor(batch, heads, nk, dv, seed + 2);
@@ -180,8 +181,8 @@ TEST_CASE("sliding: error against full attention shrinks as the window grows", "
   // global=32 0.0079 against 0.0085 without).
   const double plain =
       compare(make_attention("sliding:left=16,right=16")->forward(x, x, v), exact).rel_fro;
-  const double with_global =
-      compare(make_attention("sliding:left=16,right=16,global=32")->forward(x, x, v), exact).rel_fro;
+  const auto global = make_attention("sliding:left=16,right=16,global=32");
+  const double with_global = compare(global->forward(x, x, v), exact).rel_fro;
   CHECK(with_global <= plain);
 }
 

@@ -29,7 +29,8 @@ struct Layout {
   Index s = 1, left = 0, right = 0, offset = 0;  // query i sits at key position i + offset
   Index nq = 0, nk = 0, gq = 0, gk = 0;          // global queries / keys: i < gq, j < gk
   std::vector<Index> count, column;              // per class: its keys, its first column
-  std::size_t ldk = 0;                           // columns of one head's transposed keys
+  Index global_column = 0;                       // global keys j < gk: columns from here on
+  std::size_t keys = 0, ldk = 0;                 // columns used / allocated per head
 
   Layout(const SlidingConfig& c, const Dims& d, const Mask& mask) {
     nq = static_cast<Index>(d.nq);
@@ -50,9 +51,13 @@ struct Layout {
       count[rho] = below(rho, nk);
       col += count[rho];
     }
+    // With dilation the global keys are spread over the classes: a copy of them, contiguous
+    // after the classes, lets a tile fold them as one block. Without, they are columns 0..gk.
+    global_column = s > 1 ? nk : 0;
+    keys = static_cast<std::size_t>(s > 1 ? nk + gk : nk);
     // An odd number of 16-float lines per row spreads the Dk rows of a tile over all cache
     // sets (a power-of-two stride would map them to one set).
-    ldk = (d.nk + 15) / 16 * 16;
+    ldk = (keys + 15) / 16 * 16;
     if (ldk / 16 % 2 == 0) ldk += 16;
   }
 
@@ -60,6 +65,12 @@ struct Layout {
   Index below(Index rho, Index limit) const {
     return limit > rho ? (std::min(limit, nk) - 1 - rho) / s + 1 : 0;
   }
+  /// Key t of a run is column `column` + t and key index `first` + `step`·t.
+  struct Run {
+    Index column, first, step;
+  };
+  Run class_run(Index rho) const { return {column[rho], rho, s}; }
+  Run global_run() const { return {global_column, 0, 1}; }
   Index residue(Index i) const { return floor_mod(i + offset, s); }
   /// Position of query i inside its class (may be negative or past the keys when Nq != Nk).
   Index slot(Index i) const { return (i + offset - residue(i)) / s; }
@@ -87,8 +98,8 @@ std::vector<Task> plan_tiles(const Layout& g) {
 
 // The inputs of one (batch item, head), in the class layout.
 struct Head {
-  const float* kt;  // [Dk, ldk], classes one after another
-  const float* v;   // [Nk, Dv], rows in the same class order
+  const float* kt;  // [Dk, ldk], classes one after another, then the global keys if dilated
+  const float* v;   // [keys, Dv], rows in the same order
   std::size_t b, h;
 };
 
@@ -101,13 +112,13 @@ struct Scratch {
   explicit Scratch(const Dims& d) : softmax(d.dk, d.dv), q(kRows * d.dk) {}
 };
 
-// Folds keys t in [t0, t1) of class rho; row r keeps only t in [lo[r], hi[r]) and, under a
+// Folds keys t in [t0, t1) of a run; row r keeps only t in [lo[r], hi[r]) and, under a
 // boolean mask, the keys its mask row allows.
-void fold_class(const Layout& g, const Head& head, const Dims& d, Index rho, Index t0, Index t1,
-                Scratch& sc) {
+void fold_run(const Layout& g, const Head& head, const Dims& d, Layout::Run run, Index t0,
+              Index t1, Scratch& sc) {
   const std::size_t rows = sc.softmax.rows();
-  const float* kt = head.kt + g.column[rho];
-  const float* v = head.v + static_cast<std::size_t>(g.column[rho]) * d.dv;
+  const float* kt = head.kt + run.column;
+  const float* v = head.v + static_cast<std::size_t>(run.column) * d.dv;
   for (Index c0 = t0; c0 < t1; c0 += static_cast<Index>(kCols)) {
     const Index cols = std::min(static_cast<Index>(kCols), t1 - c0);
     float* s = sc.softmax.scores(kt + c0, g.ldk, static_cast<std::size_t>(cols));
@@ -119,7 +130,7 @@ void fold_class(const Layout& g, const Head& head, const Dims& d, Index rho, Ind
       std::fill(row + z, row + cols, kNegInf);
       if (const bool* allowed = sc.allowed[r])
         for (Index t = a; t < z; ++t)
-          if (!allowed[rho + g.s * (c0 + t)]) row[t] = kNegInf;
+          if (!allowed[run.first + run.step * (c0 + t)]) row[t] = kNegInf;
     }
     sc.softmax.fold(v + static_cast<std::size_t>(c0) * d.dv, d.dv, static_cast<std::size_t>(cols));
   }
@@ -127,17 +138,16 @@ void fold_class(const Layout& g, const Head& head, const Dims& d, Index rho, Ind
 
 // Folds the keys of every class with index below limit(r) for each row r (limit in key indices).
 template <class Limit>
-void fold_prefixes(const Layout& g, const Head& head, const Dims& d, Index classes, Limit limit,
-                   Scratch& sc) {
+void fold_prefixes(const Layout& g, const Head& head, const Dims& d, Limit limit, Scratch& sc) {
   const Index rows = static_cast<Index>(sc.softmax.rows());
-  for (Index rho = 0; rho < classes; ++rho) {
+  for (Index rho = 0; rho < g.s; ++rho) {
     Index t1 = 0;
     for (Index r = 0; r < rows; ++r) {
       sc.lo[r] = 0;
       sc.hi[r] = g.below(rho, limit(r));
       t1 = std::max(t1, sc.hi[r]);
     }
-    fold_class(g, head, d, rho, 0, t1, sc);
+    fold_run(g, head, d, g.class_run(rho), 0, t1, sc);
   }
 }
 
@@ -160,13 +170,19 @@ void attend_tile(const Layout& g, const Head& head, const Tensor& q, const Mask&
   sc.softmax.start(q_rows, rows, scale);
 
   if (task.global) {  // full attention rows
-    fold_prefixes(g, head, d, g.s, [&](Index r) { return visible[r]; }, sc);
+    fold_prefixes(g, head, d, [&](Index r) { return visible[r]; }, sc);
   } else {
-    // Global keys j < gk of every class, then the window inside this query class; the window
-    // starts after the class's global keys so that no key is counted twice.
-    if (g.gk > 0)
-      fold_prefixes(g, head, d, std::min(g.s, g.gk),
-                    [&](Index r) { return std::min(visible[r], g.gk); }, sc);
+    // The global keys j < gk as one block, then the window inside this query class; the
+    // window starts after the class's global keys so that no key is counted twice.
+    if (g.gk > 0) {
+      Index t1 = 0;
+      for (std::size_t r = 0; r < rows; ++r) {
+        sc.lo[r] = 0;
+        sc.hi[r] = std::min(visible[r], g.gk);
+        t1 = std::max(t1, sc.hi[r]);
+      }
+      fold_run(g, head, d, g.global_run(), 0, t1, sc);
+    }
     const Index rho = g.residue(task.first), u0 = g.slot(task.first);
     const Index tg = g.below(rho, g.gk);
     Index t0 = std::numeric_limits<Index>::max(), t1 = 0;
@@ -179,7 +195,7 @@ void attend_tile(const Layout& g, const Head& head, const Tensor& q, const Mask&
         t1 = std::max(t1, sc.hi[r]);
       }
     }
-    if (t0 < t1) fold_class(g, head, d, rho, t0, t1, sc);
+    if (t0 < t1) fold_run(g, head, d, g.class_run(rho), t0, t1, sc);
   }
   sc.softmax.finish(&out(head.b, head.h, first, 0), step * d.dv);
 }
@@ -207,7 +223,13 @@ void lay_out_keys(const Layout& g, const Tensor& k, const Tensor& v, const Dims&
         if (g.s > 1)
           for (std::size_t t = 0; t < keys; ++t)
             std::copy_n(vsrc + (j0 + step * t) * d.dv, d.dv,
-                        vc + (bh * d.nk + col + t) * d.dv);
+                        vc + (bh * g.keys + col + t) * d.dv);
+      }
+    if (g.s > 1)  // the global keys again, contiguous
+      for (std::size_t j = 0; j < static_cast<std::size_t>(g.gk); ++j) {
+        const std::size_t col = static_cast<std::size_t>(g.global_column) + j;
+        for (std::size_t c = 0; c < d.dk; ++c) kdst[c * g.ldk + col] = ksrc[j * d.dk + c];
+        std::copy_n(vsrc + j * d.dv, d.dv, vc + (bh * g.keys + col) * d.dv);
       }
   }
 }
@@ -230,7 +252,8 @@ double SlidingAttention::flops(const Dims& d, const Mask& mask) const {
   double pairs = 0;  // attended (query, key) pairs of one head, summed over the batch
   for (std::size_t b = 0; b < d.batch; ++b)
     for (Index i = 0; i < g.nq; ++i) {
-      const Index visible = static_cast<Index>(mask.visible_keys(b, static_cast<std::size_t>(i), d));
+      const Index visible =
+          static_cast<Index>(mask.visible_keys(b, static_cast<std::size_t>(i), d));
       if (i < g.gq) {
         pairs += static_cast<double>(visible);
         continue;
@@ -251,7 +274,7 @@ Tensor SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor&
   Tensor out = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});
   // Left uninitialised (no memset): the padding columns past each head's keys are never read.
   const std::unique_ptr<float[]> kt(new float[d.batch * d.heads * d.dk * g.ldk]);
-  const std::unique_ptr<float[]> vc(g.s > 1 ? new float[d.batch * d.heads * d.nk * d.dv]
+  const std::unique_ptr<float[]> vc(g.s > 1 ? new float[d.batch * d.heads * g.keys * d.dv]
                                              : nullptr);
   const std::vector<Task> tiles = plan_tiles(g);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
@@ -264,7 +287,7 @@ Tensor SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor&
     for (std::ptrdiff_t t = 0; t < tasks; ++t) {
       const std::size_t bh = static_cast<std::size_t>(t) / tiles.size();
       const Head head{kt.get() + bh * d.dk * g.ldk,
-                      (g.s > 1 ? vc.get() : v.data()) + bh * d.nk * d.dv, bh / d.heads,
+                      (g.s > 1 ? vc.get() : v.data()) + bh * g.keys * d.dv, bh / d.heads,
                       bh % d.heads};
       attend_tile(g, head, q, mask, d, tiles[static_cast<std::size_t>(t) % tiles.size()], scale,
                   scratch, out);
