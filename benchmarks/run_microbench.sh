@@ -15,3 +15,4 @@ mkdir -p "$out"
   --benchmark_context=compiler="$(c++ --version | head -1)" \
   --benchmark_context=load_before="$(cut -d' ' -f1-3 /proc/loadavg)" "$@"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out/load_after.txt"
+/usr/bin/python3 benchmarks/render_microbench.py "$out" > "$out/README.md"
