@@ -19,11 +19,15 @@
 #include "cli/run.hpp"
 
 namespace attnlab::cli {
+
+RunHook add_linformer_run_options(CLI::App& run);  // cli/run_linformer.cpp
+
 namespace {
 
 // Variant-specific option groups (see cli/run.hpp): one line each.
 std::vector<RunExtension> run_extensions() {
   return {
+      add_linformer_run_options,
   };
 }
 
