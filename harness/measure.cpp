@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <new>
 #include <numeric>
 #include <random>
@@ -216,7 +217,8 @@ std::int64_t PointRunner::estimate_bytes(const Point& p) const {
                            inputs_.q.shape(0) == std::size_t(p.batch) &&
                            inputs_.q.shape(1) == std::size_t(p.heads) &&
                            inputs_.q.shape(3) == std::size_t(p.dim);
-  return static_cast<std::int64_t>((have_inputs ? 0.0 : 3.0 * tensor) + extra);
+  const double total = (have_inputs ? 0.0 : 3.0 * tensor) + extra;
+  return total >= 9e18 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(total);
 }
 
 void PointRunner::remember(const Row& row) {
@@ -307,7 +309,7 @@ Row PointRunner::run(const Point& p) {
   } catch (const Unsupported& e) {
     return status_row(p, "unsupported", e.what(), shard_);
   } catch (const std::bad_alloc&) {
-    return status_row(p, "oom", "std::bad_alloc: out of memory during the call", shard_);
+    return status_row(p, "oom", "out of memory (std::bad_alloc)", shard_);
   } catch (const std::exception& e) {
     return status_row(p, "error", e.what(), shard_);
   }

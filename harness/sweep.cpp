@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <unordered_set>
 
@@ -27,7 +28,9 @@ std::string label(const Point& p) {
 }
 
 std::int64_t budget_bytes(const MeasureOptions& m) {
-  if (m.memory_budget > 1) return static_cast<std::int64_t>(m.memory_budget);
+  if (m.memory_budget > 1)  // bytes; beyond int64 means no limit
+    return m.memory_budget >= 9e18 ? std::numeric_limits<std::int64_t>::max()
+                                   : static_cast<std::int64_t>(m.memory_budget);
   const std::int64_t available = mem_available_bytes();
   return available > 0 ? static_cast<std::int64_t>(m.memory_budget * double(available))
                        : std::int64_t{8} << 30;  // unknown: 8 GiB

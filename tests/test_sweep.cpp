@@ -13,8 +13,10 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+#include <xtensor/xview.hpp>
 
 #include "attnlab/inputs.hpp"
+#include "attnlab/npy.hpp"
 #include "harness/config.hpp"
 #include "harness/grid.hpp"
 #include "harness/heap.hpp"
@@ -565,6 +567,49 @@ TEST_CASE("shard 1/2 + shard 2/2 + merge equals an unsharded run", "[harness]") 
                 {"conflicting rel_fro", rows[0][Col::key]});
   require_error([&] { merge_results(dir.str("m3"), {dir.str("nothing")}); }, {"nothing/rows.csv"});
 }
+
+TEST_CASE("npy:<dir> inputs are the user's arrays, with their own shape", "[harness]") {
+  TempDir dir;
+  const QKV t = make_inputs("gaussian", 1, 2, 40, 8, 5);
+  for (const auto& [name, x] : {std::pair{"q", &t.q}, std::pair{"k", &t.k}, std::pair{"v", &t.v}}) {
+    const xt::xarray<float> hnd = xt::view(*x, 0);  // [H, N, D]: lifted to [1, H, N, D]
+    save_npy(dir.str(std::string(name) + ".npy"), hnd);
+  }
+  SweepConfig c = parse_config(std::string("variants = [\"full\"]\nn = [4096]\ncausal = [\"none\"]\n"
+                                           "input = [\"npy:") + dir.str() + "\"]\n" + kMeasure,
+                               "npy.toml");
+  const auto grid = make_grid(c);
+  REQUIRE(grid.size() == 1);  // the grid's n does not apply: the files' shape does
+  CHECK(grid[0].n == 40);
+  CHECK(grid[0].heads == 2);
+  CHECK(grid[0].dim == 8);
+  sweep_quietly(c, dir.str("out"));
+  const auto rows = read_rows(dir.str("out/rows.csv"));
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0][Col::status] == "ok");
+  CHECK(rows[0][Col::input] == "npy:" + dir.str());
+  CHECK(std::stod(rows[0][Col::rel_fro]) < 1e-5);  // full is exact (fp32 vs fp64)
+
+  // A missing directory is a config error, found before anything runs.
+  c.input = {"npy:" + dir.str("missing")};
+  require_error([&] { make_grid(c); }, {"missing/q.npy"});
+}
+
+#if !defined(__SANITIZE_ADDRESS__)  // ASan aborts on an impossible allocation instead of throwing
+TEST_CASE("an allocation that fails becomes status oom, and the sweep goes on", "[harness]") {
+  TempDir dir;
+  SweepConfig c = parse_config(std::string("variants = [\"full\"]\nn = [16, 1099511627776]\n"
+                                           "heads = 1\ndim = 8\ninput = [\"gaussian\"]\n") + kMeasure,
+                               "huge.toml");
+  c.measure.memory_budget = 1e30;  // let the estimate pass: the allocation itself must fail
+  sweep_quietly(c, dir.str());
+  const auto rows = read_rows(dir.str("rows.csv"));
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0][Col::status] == "ok");
+  CHECK(rows[1][Col::status] == "oom");
+  CHECK(rows[1][Col::message].find("bad_alloc") != std::string::npos);
+}
+#endif
 
 TEST_CASE("mpirun -n 2 sweep --mpi equals an unsharded run", "[.][mpi]") {
   const char* mpirun = std::getenv("MPIRUN");
