@@ -85,7 +85,11 @@ void sweep(const SweepFlags& f) {
   SweepSummary s;
   try {
     s = run_sweep(config, options);
-  } catch (...) {
+  } catch (const std::exception& e) {
+    if (f.mpi && mpi::size() > 1) {  // the other ranks may wait for this one: end them all
+      std::fprintf(stderr, "attnlab: error: rank %d: %s\n", mpi::rank(), e.what());
+      mpi::abort(2);
+    }
     if (f.mpi) mpi::finalize();
     throw;
   }

@@ -27,6 +27,13 @@ void finalize() {
   if (ready && !done) MPI_Finalize();
 }
 
+void abort(int code) {
+  int ready = 0, done = 0;
+  MPI_Initialized(&ready);
+  MPI_Finalized(&done);
+  if (ready && !done) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 int rank() {
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);

@@ -11,6 +11,7 @@ namespace attnlab::harness::mpi {
 bool available();
 void init();      // MPI_Init unless already initialised
 void finalize();  // MPI_Finalize unless already finalised
+void abort(int code);  // MPI_Abort: one rank's failure ends every rank instead of a hang
 int rank();
 int size();
 void broadcast(std::string& text);  // rank 0's text to every rank

@@ -14,6 +14,7 @@ namespace {
 bool available() { return false; }
 void init() { missing(); }
 void finalize() {}
+void abort(int) {}
 int rank() { return 0; }
 int size() { return 1; }
 void broadcast(std::string&) { missing(); }
