@@ -611,6 +611,32 @@ TEST_CASE("an allocation that fails becomes status oom, and the sweep goes on", 
 }
 #endif
 
+TEST_CASE("attnlab sweep and merge from the command line", "[harness]") {
+  const char* cli = std::getenv("ATTNLAB_CLI");
+  if (!cli) FAIL("ATTNLAB_CLI is not set (meson test sets it)");
+  TempDir dir;
+  const std::string base = std::string(cli) +
+                           " sweep --quiet --variant full --variant 'sliding:left=[2,4]' --n 24,40 "
+                           "--heads 2 --dim 8 --causal none,top-left --input gaussian:temp=0.5 "
+                           "--reps 1 --error-rows 16";
+  const std::string log = " > " + dir.str("log.txt") + " 2>&1";
+  REQUIRE(run_command(base + " --out " + dir.str("whole") + log) == 0);
+  CHECK(read_file(dir.str("log.txt")).find("12 run (12 ok)") != std::string::npos);
+  REQUIRE(run_command(base + " --shard 1/2 --out " + dir.str("s1") + log) == 0);
+  REQUIRE(run_command(base + " --shard 2/2 --out " + dir.str("s2") + log) == 0);
+  REQUIRE(run_command(std::string(cli) + " merge " + dir.str("m") + " " + dir.str("s1") + " " +
+                      dir.str("s2") + log) == 0);
+  CHECK(read_file(dir.str("log.txt")).find("merge: 12 rows") != std::string::npos);
+  require_same_results(read_rows(dir.str("m/rows.csv")), read_rows(dir.str("whole/rows.csv")));
+
+  // Rerun: nothing to do, and it says so. Bad input: one line, exit 2, nothing written.
+  REQUIRE(run_command(base + " --out " + dir.str("whole") + log) == 0);
+  CHECK(read_file(dir.str("log.txt")).find("0 run") != std::string::npos);
+  CHECK(run_command(base + " --causal sideways --out " + dir.str("bad") + log) == 2);
+  CHECK(read_file(dir.str("log.txt")).find("attnlab: error: --causal") == 0);
+  CHECK_FALSE(fs::exists(dir.str("bad")));
+}
+
 TEST_CASE("mpirun -n 2 sweep --mpi equals an unsharded run", "[.][mpi]") {
   const char* mpirun = std::getenv("MPIRUN");
   if (driver().empty() || !mpirun) FAIL("SWEEP_DRIVER and MPIRUN must be set (meson test sets them)");
