@@ -278,8 +278,9 @@ Row PointRunner::run(const Point& p) {
       if (options_.warmup == 0 || first > options_.long_call_seconds) times.push_back(first);
       if (first <= options_.long_call_seconds) {
         for (int w = 1; w < options_.warmup; ++w) attention->forward(t.q, t.k, t.v, mask);
-        const int want = static_cast<int>(std::ceil(options_.target_seconds / std::max(first, 1e-9)));
-        const int reps = std::clamp(want, options_.min_reps, options_.max_reps);
+        const double want = std::ceil(options_.target_seconds / std::max(first, 1e-9));
+        const int reps = std::clamp(static_cast<int>(std::min(want, double(options_.max_reps))),
+                                    options_.min_reps, options_.max_reps);
         while (static_cast<int>(times.size()) < reps) {
           const auto t1 = Clock::now();
           const Tensor again = attention->forward(t.q, t.k, t.v, mask);
