@@ -116,6 +116,7 @@ PeerResult run_peer(const std::string& which, const Tensor& q, const Tensor& k, 
   std::vector<std::string> argv = {options.python, script, which, dir.path.string(),
                                    "--reps", std::to_string(reps),
                                    "--warmup", std::to_string(options.warmup)};
+  argv.insert(argv.end(), {"--max-score-bytes", std::to_string(options.max_score_bytes)});
   if (causal) argv.emplace_back("--causal");
   if (options.threads > 0) argv.insert(argv.end(), {"--threads", std::to_string(options.threads)});
   const fs::path log = dir.path / "log.txt";

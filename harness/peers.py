@@ -2,6 +2,7 @@
 """Exact attention peers for `attnlab sweep --peers`: NumPy and PyTorch on the CPU.
 
 Usage: peers.py {numpy|torch} DIR --reps R [--warmup W] [--causal] [--threads T]
+                [--max-score-bytes BYTES]  (default 1 GiB: larger problems are "skipped")
 
 Reads DIR/q.npy, DIR/k.npy, DIR/v.npy (float32, [batch, heads, seq, dim], written by the C++
 side), computes softmax(q k^T / sqrt(dk)) v in float32 (causal: key j visible to query i when
@@ -80,6 +81,7 @@ def main(argv):
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--max-score-bytes", type=int, default=1 << 30)
     args = parser.parse_args(argv)
     result = {"status": "error", "message": "", "backend": args.which, "times_s": [],
               "peak_mem_bytes": 0}
@@ -90,6 +92,15 @@ def main(argv):
         write_result(args.dir, result)
         return 0
     q, k, v = (np.load(os.path.join(args.dir, n + ".npy")) for n in ("q", "k", "v"))
+    # The dense score matrix and its temporaries take about 3x its size: refuse what would
+    # crowd the machine (the C++ side checks the same limit first).
+    score_bytes = 4 * q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]
+    if score_bytes > args.max_score_bytes:
+        result.update(status="skipped", message="%s: the dense score matrix needs %d MiB, over "
+                      "the peers' limit of %d MiB" % (args.which, score_bytes >> 20,
+                                                      args.max_score_bytes >> 20))
+        write_result(args.dir, result)
+        return 0
 
     if args.which == "numpy":
         run = numpy_attention(np, args.causal)
