@@ -66,6 +66,11 @@ std::string opt_fmt(const char* format, const std::optional<double>& x) {
   return x ? fmt(format, *x) : kDash;
 }
 
+// "12.3 ms" below a second, "4.05 s" above.
+std::string time_text(double seconds) {
+  return seconds < 1 ? fmt("%.3g ms", seconds * 1e3) : fmt("%.3g s", seconds);
+}
+
 std::string md_escape(std::string s) {
   std::string out;
   for (char c : s) {
@@ -333,7 +338,7 @@ std::string lra_table(const std::vector<ReportRow>& rows) {
       const ReportRow* r = spec ? find_row(rows, *spec, n, *ctx) : nullptr;
       const std::size_t i = r ? std::size_t(r - rows.data()) : 0;
       if (a.variant == "full") {
-        out << " | " << (r && r->ok() ? opt_fmt("%.3g ms", r->time_median_s.value() * 1e3) : kDash);
+        out << " | " << (r && r->ok() && r->time_median_s ? time_text(*r->time_median_s) : kDash);
         mem += " | " + (r && r->ok() && r->peak_mem_bytes ? fmt("%.1f MiB", *r->peak_mem_bytes / 1048576.0) : kDash);
       } else {
         out << " | " << (r && rel[i].speedup ? fmt("%.2fx", *rel[i].speedup) : kDash);
@@ -435,7 +440,7 @@ std::string error_tables(const std::vector<ReportRow>& rows) {
             << " | " << opt_fmt("%.2e", r.rel_fro) << " | " << opt_fmt("%.2e", r.max_abs)
             << " | " << opt_fmt("%.6f", r.mean_cos) << " | " << opt_fmt("%.2e", r.p99_row)
             << " | " << opt_fmt("%.0f", r.err_rows) << " | " << opt_fmt("%.2fx", rel[i].speedup)
-            << " | " << (r.ok() ? opt_fmt("%.3g ms", r.time_median_s ? std::optional<double>(*r.time_median_s * 1e3) : std::nullopt) : kDash)
+            << " | " << (r.ok() && r.time_median_s ? time_text(*r.time_median_s) : kDash)
             << " | " << (r.ok() && r.gflops ? fmt("%.3g", *r.gflops) + (r.sgemm_fraction ? fmt(" (%.2f)", *r.sgemm_fraction) : "") : kDash)
             << " |\n";
       }
@@ -467,7 +472,7 @@ std::string peers_table(const std::vector<ReportRow>& rows) {
       if (it == cells.end()) return kDash;
       const ReportRow& r = *it->second;
       if (!r.ok() || !r.time_median_s) return md_escape(r.status + (r.message.empty() ? "" : ": " + r.message));
-      std::string s = fmt("%.3g ms", *r.time_median_s * 1e3);
+      std::string s = time_text(*r.time_median_s);
       const auto full = cells.find("full");
       if (v != "full" && full != cells.end() && full->second->ok() && full->second->time_median_s)
         s += fmt(" (%.2fx)", *r.time_median_s / *full->second->time_median_s);
