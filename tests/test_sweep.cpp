@@ -644,8 +644,12 @@ TEST_CASE("mpirun -n 2 sweep --mpi equals an unsharded run", "[.][mpi]") {
   const std::string config = dir.str("sweep.toml");
   std::ofstream(config) << small_config("mpi");
   // One thread per rank: two ranks share this machine. Root is allowed (CI runs as root).
+  // Under ASan, Open MPI's dlopen'ed components leak by design at exit and their frames cannot be
+  // symbolised (so .ci/lsan.supp cannot name them): leak checking is off in the two MPI ranks
+  // only. The same harness code is leak-checked in every other test case of this file.
   const std::string cmd = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 "
-                          "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 " +
+                          "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+                          "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" " +
                           std::string(mpirun) + " -n 2 --oversubscribe " + driver() + " " + config +
                           " " + dir.str("mpi") + " --mpi";
   REQUIRE(run_command(cmd) == 0);
