@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <string>
 
@@ -32,6 +33,21 @@ inline void require_close(const Tensor& out, const Tensor64& ref, double rtol, d
                       << " (rtol " << rtol << ", atol " << atol << ")");
     }
   }
+}
+
+/// Runs `f` and checks that it throws E (attnlab::Error by default) whose message contains every
+/// fragment: bad input must say what was wrong.
+template <class E = Error, class F>
+void require_error(F&& f, std::initializer_list<std::string> fragments) {
+  try {
+    f();
+  } catch (const E& e) {
+    const std::string what = e.what();
+    INFO("message: " << what);
+    for (const auto& part : fragments) CHECK(what.find(part) != std::string::npos);
+    return;
+  }
+  FAIL("expected an exception mentioning " << *fragments.begin());
 }
 
 }  // namespace attnlab::test

@@ -8,6 +8,7 @@
 #include "variants/bigbird.hpp"
 
 using namespace attnlab;
+using attnlab::test::require_error;
 using attnlab::test::random_tensor;
 using attnlab::test::require_close;
 
@@ -16,19 +17,6 @@ namespace {
 // fp32 kernel against fp64: the same bound as full's test (sums over at most ~1000 keys, exp2 by
 // polynomial with ~1e-8 relative error; measured errors are a few 1e-6).
 constexpr double kRtol = 1e-4, kAtol = 2e-5;
-
-template <class E, class F>
-void require_error(F&& f, std::initializer_list<std::string> fragments) {
-  try {
-    f();
-  } catch (const E& e) {
-    const std::string what = e.what();
-    INFO("message: " << what);
-    for (const auto& part : fragments) CHECK(what.find(part) != std::string::npos);
-    return;
-  }
-  FAIL("expected an exception mentioning " << *fragments.begin());
-}
 
 BigBirdConfig config(std::int64_t block, std::int64_t window, std::int64_t global,
                      std::int64_t random, std::int64_t seed) {

@@ -5,25 +5,10 @@
 #include "helpers.hpp"
 
 using namespace attnlab;
+using attnlab::test::require_error;
 using attnlab::test::random_tensor;
 
 namespace {
-
-// Runs `f` and checks it throws E whose message contains every fragment.
-template <class E, class F>
-void require_error(F&& f, std::initializer_list<std::string> fragments) {
-  try {
-    f();
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (const auto& part : fragments) {
-      INFO("message: " << what);
-      CHECK(what.find(part) != std::string::npos);
-    }
-    return;
-  }
-  FAIL("expected an exception mentioning " << *fragments.begin());
-}
 
 // A backend that honours nothing beyond plain self-attention, to test the refusals.
 class Plain final : public Attention {

@@ -11,6 +11,7 @@
 #include "variants/linear.hpp"
 
 using namespace attnlab;
+using attnlab::test::require_error;
 using attnlab::test::random_tensor;
 using attnlab::test::require_close;
 
@@ -25,19 +26,6 @@ namespace {
 constexpr double kRtol = 2e-4, kAtol = 2e-5;
 
 // Runs `f` and checks it throws E whose message contains every fragment.
-template <class E, class F>
-void require_error(F&& f, std::initializer_list<std::string> fragments) {
-  try {
-    f();
-  } catch (const E& e) {
-    const std::string what = e.what();
-    INFO("message: " << what);
-    for (const auto& part : fragments) CHECK(what.find(part) != std::string::npos);
-    return;
-  }
-  FAIL("expected an exception mentioning " << *fragments.begin());
-}
-
 // phi(x) in fp64, written from the definitions (favor: log phi, unstabilised).
 std::vector<double> phi64(const LinearConfig& c, const xt::xtensor<float, 2>& w, const float* x,
                           std::size_t dk, double scale) {

@@ -11,23 +11,11 @@
 #include "variants/linformer.hpp"
 
 using namespace attnlab;
+using attnlab::test::require_error;
 using attnlab::test::random_tensor;
 using attnlab::test::require_close;
 
 namespace {
-
-template <class E, class F>
-void require_error(F&& f, std::initializer_list<std::string> fragments) {
-  try {
-    f();
-  } catch (const E& e) {
-    const std::string what = e.what();
-    INFO("message: " << what);
-    for (const auto& part : fragments) CHECK(what.find(part) != std::string::npos);
-    return;
-  }
-  FAIL("expected an exception mentioning " << *fragments.begin());
-}
 
 std::unique_ptr<LinformerAttention> make(const std::string& spec) {
   auto a = make_attention(spec);

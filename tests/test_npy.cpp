@@ -9,6 +9,7 @@
 #include "npy_helpers.hpp"
 
 using namespace attnlab;
+using attnlab::test::require_error;
 using attnlab::test::raw_bytes;
 using attnlab::test::TempDir;
 using attnlab::test::write_npy_raw;
@@ -16,19 +17,6 @@ using attnlab::test::write_npy_raw;
 namespace {
 
 // Runs `f`, expects an Error whose message contains every fragment.
-template <class F>
-void require_error(F&& f, std::initializer_list<std::string> fragments) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    INFO("message: " << what);
-    for (const auto& part : fragments) CHECK(what.find(part) != std::string::npos);
-    return;
-  }
-  FAIL("expected an attnlab::Error mentioning " << *fragments.begin());
-}
-
 xt::xarray<float> counting(std::vector<std::size_t> shape) {
   xt::xarray<float> a = xt::xarray<float>::from_shape(shape);
   for (std::size_t i = 0; i < a.size(); ++i) a.data()[i] = 0.25f * static_cast<float>(i) - 3.0f;

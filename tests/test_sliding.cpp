@@ -8,6 +8,7 @@
 #include "variants/sliding.hpp"
 
 using namespace attnlab;
+using attnlab::test::require_error;
 using attnlab::test::random_tensor;
 using attnlab::test::require_close;
 
@@ -66,19 +67,6 @@ xt::xtensor<bool, 2> random_bool_mask(std::size_t nq, std::size_t nk, std::uint6
   xt::xtensor<bool, 2> m = xt::xtensor<bool, 2>::from_shape({nq, nk});
   for (auto&& x : m) x = (rng() % 4) != 0;  // about a quarter of the pairs masked
   return m;
-}
-
-template <class E, class F>
-void require_error(F&& f, std::initializer_list<std::string> fragments) {
-  try {
-    f();
-  } catch (const E& e) {
-    const std::string what = e.what();
-    INFO("message: " << what);
-    for (const auto& part : fragments) CHECK(what.find(part) != std::string::npos);
-    return;
-  }
-  FAIL("expected an exception mentioning " << *fragments.begin());
 }
 
 }  // namespace

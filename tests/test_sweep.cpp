@@ -26,23 +26,11 @@
 #include "helpers.hpp"
 
 using namespace attnlab;
+using attnlab::test::require_error;
 using namespace attnlab::harness;
 namespace fs = std::filesystem;
 
 namespace {
-
-template <class F>
-void require_error(F&& f, std::initializer_list<std::string> fragments) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    INFO("message: " << what);
-    for (const auto& part : fragments) CHECK(what.find(part) != std::string::npos);
-    return;
-  }
-  FAIL("expected an attnlab::Error mentioning " << *fragments.begin());
-}
 
 // A fresh directory under the system temp dir, removed at scope exit.
 struct TempDir {
