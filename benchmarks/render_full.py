@@ -59,9 +59,11 @@ for what, value, target in checks:
 print(f"\nsgemm in the same run: {attention_shape:.1f} GFLOP/s at 4096x4096x64, "
       f"{square:.1f} GFLOP/s at 2048³. N = 32768 took {mem['real_time']:.1f} s.\n")
 print("## Context\n")
-for key in ["date", "host_name", "num_cpus", "mhz_per_cpu", "library_build_type", "git_commit",
-            "compiler", "openblas_coretype", "load_before"]:
+for key in ["date", "host_name", "num_cpus", "mhz_per_cpu", "git_commit", "compiler",
+            "openblas_coretype", "load_before"]:
     print(f"- {key}: {ctx.get(key, '—')}")
+print(f"- Google Benchmark's own library build (Debian package): {ctx.get('library_build_type', '—')};"
+      " attnlab itself is built with buildtype=release")
 print(f"- load average reported by Google Benchmark: {ctx.get('load_avg', '—')}")
 print(f"- NumPy {numpy['numpy']}, BLAS: "
       f"{', '.join(i.get('internal_api', '') + ' ' + str(i.get('num_threads', '')) for i in numpy['blas']) or 'threadpoolctl not installed'}")
