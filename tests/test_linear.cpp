@@ -392,3 +392,17 @@ TEST_CASE("linear: specs print every key in order and round-trip", "[linear]") {
   CHECK(make_attention("linear:seed=4,rule=delta,feature=favor,beta=0.25,m=8")->spec() ==
         "linear:feature=favor,m=8,nu=1,rule=delta,beta=0.25,eps=1e-06,seed=4");
 }
+
+TEST_CASE("linear: flops() counts the recurrent form's memory writes and reads", "[linear]") {
+  const Dims d{2, 3, 10, 12, 8, 4};  // B, H, Nq, Nk, Dk, Dv
+  Mask padded;
+  padded.key_lengths = {12, 5};  // 17 keys write
+  // sum, elu1: Dphi = Dk = 8; write and read 2·8·(4 + 1) = 80 each; 17 keys, 20 queries, 3 heads.
+  CHECK(make_attention("linear")->flops(d, padded) == 3.0 * (17 * 80 + 20 * 80));
+  // delta, dpfp nu=2: Dphi = 2·8·2 = 32; write 4·32·4 = 512, read 2·32·4 = 256; 24 keys.
+  CHECK(make_attention("linear:feature=dpfp,nu=2,rule=delta")->flops(d, {}) ==
+        3.0 * (24 * 512 + 20 * 256));
+  // favor m=16: Dphi = 16, plus 2·8·16 = 256 per q and k row for the projection.
+  CHECK(make_attention("linear:feature=favor,m=16")->flops(d, {}) ==
+        3.0 * (24 * (2 * 16 * 5 + 256) + 20 * (2 * 16 * 5 + 256)));
+}

@@ -308,6 +308,21 @@ Support LinearAttention::support() const {
   return s;
 }
 
+double LinearAttention::flops(const Dims& d, const Mask& mask) const {
+  const double dphi = config_.feature == Feature::favor  ? double(config_.m)
+                      : config_.feature == Feature::dpfp ? 2.0 * double(d.dk * config_.nu)
+                                                         : double(d.dk);
+  double keys = 0;  // keys that write into the memory, over the batch
+  for (std::size_t b = 0; b < d.batch; ++b)
+    keys += mask.has_key_lengths() ? double(mask.key_lengths[b]) : double(d.nk);
+  const double queries = double(d.batch * d.nq);
+  const double dv = double(d.dv);
+  const double write = config_.rule == LinearRule::sum ? 2 * dphi * (dv + 1) : 4 * dphi * dv;
+  const double read = config_.rule == LinearRule::sum ? 2 * dphi * (dv + 1) : 2 * dphi * dv;
+  const double favor = config_.feature == Feature::favor ? 2.0 * double(d.dk) * dphi : 0.0;
+  return double(d.heads) * (keys * (write + favor) + queries * (read + favor));
+}
+
 FeatureMap LinearAttention::feature_map(std::size_t dk, double scale) const {
   if (config_.feature == Feature::dpfp && static_cast<std::size_t>(config_.nu) >= 2 * dk)
     throw Error(spec() + ": nu=" + std::to_string(config_.nu) + ": dpfp needs nu < 2·Dk = " +

@@ -38,6 +38,10 @@
 //   delta: sequential per head (each write reads the memory the previous one left).
 // Cost: O(B·H·N·Dphi·Dv) time (+ O(B·H·N·48·(Dphi + Dv)) causal), O(B·H·Dphi·Dv) state memory;
 //   Dphi = Dk (elu1, relu), m (favor), 2·Dk·nu (dpfp).
+// FLOPs (flops()): those of the recurrent form, whatever kernel runs: per key, the memory write
+//   (sum: 2·Dphi·(Dv + 1) for S and z; delta: 4·Dphi·Dv, read W phi(k) then the rank-1 update),
+//   per query the read (sum: 2·Dphi·(Dv + 1); delta: 2·Dphi·Dv); favor adds 2·Dk·m per q and k
+//   row for its projection; elementwise feature maps are not counted.
 // Masks: causal (Nq == Nk), key padding (padded keys write nothing), cross-attention for the
 //   non-causal forms, Dv != Dk. Boolean masks: Unsupported (no per-pair weights exist).
 // Exactness: none against softmax; feature=favor approaches softmax attention as m grows.
@@ -83,6 +87,9 @@ class LinearAttention final : public Attention {
   std::string spec() const override;
   Support support() const override;
   const LinearConfig& config() const { return config_; }
+
+  /// The recurrent form's FLOPs (see the header comment).
+  double flops(const Dims& d, const Mask& mask) const override;
 
   /// phi for head size dk and q·k scale; throws Error when nu >= 2·dk under dpfp.
   FeatureMap feature_map(std::size_t dk, double scale) const;
