@@ -242,4 +242,38 @@ void OnlineSoftmax::finish(float* out, std::size_t ldo) const {
   }
 }
 
+// Rows [i0, i0 + rows) of one head folded over the given key ranges, element masks applied.
+// kt holds the head's keys as transpose_keys tiles of kCols keys; chunks never cross a tile.
+void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const Mask& mask,
+                 const Dims& d, std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
+                 const std::vector<std::pair<std::size_t, std::size_t>>& ranges, float scale,
+                 OnlineSoftmax& softmax, Tensor& out) {
+  std::size_t all_see = d.nk, any_sees = 0;  // keys visible to every / to some row
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t n = mask.visible_keys(b, i0 + r, d);
+    all_see = std::min(all_see, n);
+    any_sees = std::max(any_sees, n);
+  }
+  softmax.start(&q(b, h, i0, 0), rows, scale);
+  for (const auto& [lo, hi] : ranges) {
+    constexpr std::size_t tile = OnlineSoftmax::kCols;
+    for (std::size_t c0 = lo, cols = 0; c0 < std::min(hi, any_sees); c0 += cols) {
+      cols = std::min({tile - c0 % tile, hi - c0, any_sees - c0});
+      float* s = softmax.scores(kt + (c0 / tile) * d.dk * tile + c0 % tile, tile, cols);
+      for (std::size_t r = 0; r < rows; ++r) {
+        float* row = s + r * OnlineSoftmax::kCols;
+        if (c0 + cols > all_see) {
+          const std::size_t n = mask.visible_keys(b, i0 + r, d);
+          for (std::size_t j = std::max(c0, n); j < c0 + cols; ++j) row[j - c0] = kNegInf;
+        }
+        if (const bool* allowed = mask.allowed_row(b, h, i0 + r))
+          for (std::size_t j = 0; j < cols; ++j)
+            if (!allowed[c0 + j]) row[j] = kNegInf;
+      }
+      softmax.fold(&v(b, h, c0, 0), d.dv, cols);
+    }
+  }
+  softmax.finish(&out(b, h, i0, 0), d.dv);
+}
+
 }  // namespace attnlab::kernels

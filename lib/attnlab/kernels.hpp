@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
+#include "attnlab/mask.hpp"
 #include "attnlab/tensor.hpp"
 
 namespace attnlab::kernels {
@@ -61,5 +63,15 @@ class OnlineSoftmax {
   std::size_t dk_, dv_, rows_ = 0;
   std::vector<float> q_, scores_, acc_, max_, sum_;
 };
+
+/// Query rows [i0, i0 + rows) (rows <= kRows) of head (b, h) attending the keys in `ranges`
+/// (half-open, ascending, disjoint), with every part of `mask` applied element by element; keys
+/// past what any row can see are skipped. kt is that head's transpose_keys(k, d, kCols) tiles.
+/// Writes out[b, h, i0 + r, :]. The one fused loop behind full (one range) and bigbird (blocks).
+void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const Mask& mask,
+                       const Dims& d, std::size_t b, std::size_t h, std::size_t i0,
+                       std::size_t rows,
+                       const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
+                       float scale, OnlineSoftmax& softmax, Tensor& out);
 
 }  // namespace attnlab::kernels
