@@ -3,7 +3,11 @@
 //   BM_full        N = 1024, 4096 (the baselines)
 //   BM_linear      elu1 sum rule, plain and causal, N = 1024 ... 65536 (O(N) fit), plus the delta
 //                  rule and the favor / dpfp maps at N = 4096 and 65536
+//   BM_linear_fresh  elu1 non-causal at N = 4096 and 65536 with a freshly allocated output
+//                  per call (the returning forward): what the page faults of a new output cost
 //   BM_step        one recurrent decoding step (all 8 heads) after `pos` tokens
+// Every forward except BM_linear_fresh writes into one output tensor kept across iterations
+// (Attention::forward(q, k, v, mask, out)), so kernels are timed, not the kernel's page faults.
 #include <string>
 
 #include "common.hpp"
@@ -15,14 +19,22 @@ namespace {
 
 constexpr std::size_t kHeads = 8, kDim = 64;
 
-void run_forward(benchmark::State& state, const std::string& spec, std::size_t n, bool causal) {
+void run_forward(benchmark::State& state, const std::string& spec, std::size_t n, bool causal,
+                 bool fresh_output = false) {
   const auto attention = make_attention(spec);
   const Tensor q = bench::random_tensor(1, kHeads, n, kDim, 1);
   const Tensor k = bench::random_tensor(1, kHeads, n, kDim, 2);
   const Tensor v = bench::random_tensor(1, kHeads, n, kDim, 3);
   Mask mask;
   if (causal) mask.causal = Causal::top_left;
-  for (auto _ : state) benchmark::DoNotOptimize(attention->forward(q, k, v, mask));
+  Tensor out;
+  for (auto _ : state) {
+    if (fresh_output)
+      out = attention->forward(q, k, v, mask);
+    else
+      attention->forward(q, k, v, mask, out);
+    benchmark::DoNotOptimize(out.data());
+  }
   state.SetComplexityN(static_cast<std::int64_t>(n));
   state.counters["peak_rss_MiB"] = bench::peak_rss_mib();
 }
@@ -47,6 +59,10 @@ void BM_linear_spec(benchmark::State& state, const std::string& spec) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const bool causal = state.range(1) != 0;
   run_forward(state, spec, n, causal);
+}
+
+void BM_linear_fresh(benchmark::State& state) {
+  run_forward(state, "linear", static_cast<std::size_t>(state.range(0)), false, true);
 }
 
 void BM_step(benchmark::State& state) {
@@ -99,6 +115,13 @@ BENCHMARK_CAPTURE(BM_linear_spec, favor256, std::string("linear:feature=favor,m=
 BENCHMARK_CAPTURE(BM_linear_spec, dpfp1, std::string("linear:feature=dpfp,nu=1"))
     ->ArgNames({"N", "causal"})
     ->ArgsProduct({{4096}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+BENCHMARK(BM_linear_fresh)
+    ->ArgNames({"N"})
+    ->Args({4096})
+    ->Args({65536})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

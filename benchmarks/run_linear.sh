@@ -18,9 +18,9 @@ context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff
          --benchmark_context=build="$flags"
          --benchmark_context=cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) x $(nproc)"
          --benchmark_context=load_before="$(cut -d' ' -f1-3 /proc/loadavg)")
-# Five repetitions, randomly interleaved across benchmarks so that the shared machine's load
+# Seven repetitions, randomly interleaved across benchmarks so that the shared machine's load
 # drifts hit every configuration alike; the renderer takes medians.
-"$build/benchmarks/bench_linear" --benchmark_repetitions=5 --benchmark_min_time=0.5 \
+"$build/benchmarks/bench_linear" --benchmark_repetitions=7 --benchmark_min_time=0.5 \
   --benchmark_enable_random_interleaving=true \
   --benchmark_out="$out/bench_linear.json" --benchmark_out_format=json "${context[@]}"
 # The same binary on one thread: CPU time is then the whole cost of a call, so the share of the

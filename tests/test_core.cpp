@@ -1,6 +1,8 @@
 // The common interface: factory strings, masks, validation, error metrics, and the contract
 // every registered variant must keep (driven through the one Attention pointer, hnswlib-style).
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "helpers.hpp"
 
@@ -17,9 +19,9 @@ class Plain final : public Attention {
   Support support() const override { return {false, false, false, false, false, false}; }
 
  protected:
-  Tensor compute(const Tensor& q, const Tensor&, const Tensor&, const Mask&,
-                 const Dims&) const override {
-    return q;
+  void compute(const Tensor& q, const Tensor&, const Tensor&, const Mask&, const Dims&,
+               Tensor& out) const override {
+    out = q;
   }
 };
 
@@ -163,5 +165,26 @@ TEST_CASE("every registered variant keeps the common contract", "[core]") {
       else
         CHECK_THROWS_AS(a->forward(q, k, v, mask), Unsupported);
     }
+  }
+}
+
+TEST_CASE("forward into an output reuses its storage and equals the returning form", "[core]") {
+  const Tensor q = random_tensor(1, 2, 48, 16, 1), k = random_tensor(1, 2, 40, 16, 2),
+               v = random_tensor(1, 2, 40, 8, 3);
+  for (const std::string& name : attention_names()) {
+    INFO("variant " << name);
+    const auto a = make_attention(name);
+    const Tensor expected = a->forward(q, k, v);
+    Tensor out = xt::full_like(random_tensor(1, 1, 3, 3, 4), 7.0f);  // wrong shape: resized
+    a->forward(q, k, v, {}, out);
+    CHECK((out == expected));
+    // The right shape already: the same storage, every element overwritten.
+    std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());
+    const float* storage = out.data();
+    a->forward(q, k, v, {}, out);
+    CHECK(out.data() == storage);
+    CHECK((out == expected));
+    Tensor k_copy = k;
+    require_error([&] { a->forward(q, k_copy, v, {}, k_copy); }, {name, "must not be one of q, k, v"});
   }
 }

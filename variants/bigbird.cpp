@@ -184,11 +184,10 @@ double BigBirdAttention::flops(const Dims& d, const Mask& mask) const {
   return 2.0 * pairs * double(d.dk + d.dv);
 }
 
-Tensor BigBirdAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Mask& mask, const Dims& d) const {
+void BigBirdAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Mask& mask, const Dims& d, Tensor& out) const {
   const BigBirdLayout layout =
       bigbird_layout(config_, d.heads, d.nq, d.nk, mask.causal != Causal::none);
-  Tensor out = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});
   const std::vector<float> kt = kernels::transpose_keys(k, d, OnlineSoftmax::kCols);
   const std::size_t per_head = kt.size() / (d.batch * d.heads);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
@@ -220,7 +219,6 @@ Tensor BigBirdAttention::compute(const Tensor& q, const Tensor& k, const Tensor&
                     std::min(tile_rows, end - i0), ranges, scale, softmax, out);
     }
   }
-  return out;
 }
 
 std::unique_ptr<Attention> make_bigbird(Params& params) {

@@ -18,9 +18,8 @@ double FullAttention::flops(const Dims& d, const Mask& mask) const {
   return 2.0 * pairs * static_cast<double>(d.heads * (d.dk + d.dv));
 }
 
-Tensor FullAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                              const Dims& d) const {
-  Tensor out = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});
+void FullAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                            const Dims& d, Tensor& out) const {
   const std::vector<float> kt = kernels::transpose_keys(k, d, OnlineSoftmax::kCols);
   const std::size_t per_head = kt.size() / (d.batch * d.heads);
   const std::vector<std::pair<std::size_t, std::size_t>> all_keys = {{0, d.nk}};
@@ -41,7 +40,6 @@ Tensor FullAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
                                  all_keys, scale, softmax, out);
     }
   }
-  return out;
 }
 
 std::unique_ptr<Attention> make_full(Params&) { return std::make_unique<FullAttention>(); }

@@ -28,8 +28,8 @@ class FullAttention final : public Attention {
   double flops(const Dims& d, const Mask& mask) const override;
 
  protected:
-  Tensor compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                 const Dims& d) const override;
+  void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                 const Dims& d, Tensor& out) const override;
 };
 
 std::unique_ptr<Attention> make_full(Params& params);

@@ -99,8 +99,8 @@ class LinearAttention final : public Attention {
                     std::optional<double> scale = {}) const;
 
  protected:
-  Tensor compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                 const Dims& d) const override;
+  void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                 const Dims& d, Tensor& out) const override;
 
  private:
   LinearConfig config_;

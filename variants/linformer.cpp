@@ -200,8 +200,8 @@ xt::xtensor<float, 2> LinformerAttention::projection(char which, std::size_t hea
   return out;
 }
 
-Tensor LinformerAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
-                                   const Mask& mask, const Dims& d) const {
+void LinformerAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Mask& mask, const Dims& d, Tensor& out) const {
   if (d.nk > max_len_)
     throw Error("linformer: Nk = " + std::to_string(d.nk) + " exceeds max_len = " +
                 std::to_string(max_len_) + " (E and F have max_len columns)");
@@ -216,7 +216,6 @@ Tensor LinformerAttention::compute(const Tensor& q, const Tensor& k, const Tenso
   const std::size_t heads = d.batch * d.heads;
   // K' transposed ([Dk, k] per head: the layout OnlineSoftmax scores against) and V' [k, Dv].
   std::vector<float> kpt(heads * d.dk * k_, 0.0f), vp(heads * k_ * d.dv, 0.0f);
-  Tensor out = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
   const std::size_t tiles = (d.nq + OnlineSoftmax::kRows - 1) / OnlineSoftmax::kRows;
 
@@ -255,7 +254,6 @@ Tensor LinformerAttention::compute(const Tensor& q, const Tensor& k, const Tenso
              &out(b, bh % d.heads, i0, 0));
     }
   }
-  return out;
 }
 
 std::unique_ptr<Attention> make_linformer(Params& params) {

@@ -268,10 +268,9 @@ double SlidingAttention::flops(const Dims& d, const Mask& mask) const {
   return 2.0 * pairs * static_cast<double>(d.heads * (d.dk + d.dv));
 }
 
-Tensor SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Mask& mask, const Dims& d) const {
+void SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Mask& mask, const Dims& d, Tensor& out) const {
   const Layout g(config_, d, mask);
-  Tensor out = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});
   // Left uninitialised (no memset): the padding columns past each head's keys are never read.
   const std::unique_ptr<float[]> kt(new float[d.batch * d.heads * d.dk * g.ldk]);
   const std::unique_ptr<float[]> vc(g.s > 1 ? new float[d.batch * d.heads * g.keys * d.dv]
@@ -293,7 +292,6 @@ Tensor SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor&
                   scratch, out);
     }
   }
-  return out;
 }
 
 std::unique_ptr<Attention> make_sliding(Params& params) {

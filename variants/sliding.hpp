@@ -50,8 +50,8 @@ class SlidingAttention final : public Attention {
   const SlidingConfig& config() const { return config_; }
 
  protected:
-  Tensor compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                 const Dims& d) const override;
+  void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                 const Dims& d, Tensor& out) const override;
 
  private:
   SlidingConfig config_;

@@ -1,5 +1,7 @@
 #include "attnlab/attention.hpp"
 
+#include <algorithm>
+#include <array>
 #include <limits>
 
 #include "attnlab/error.hpp"
@@ -33,6 +35,16 @@ std::string Attention::name() const {
 
 Tensor Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v,
                           const Mask& mask) const {
+  Tensor out;
+  forward(q, k, v, mask, out);
+  return out;
+}
+
+void Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                        Tensor& out) const {
+  if (&out == &q || &out == &k || &out == &v)
+    throw Error(name() + ": forward's output must not be one of q, k, v (it is read while out "
+                         "is written)");
   const Dims d = check_qkv(q, k, v);
   mask.validate(d);
   const Support s = support();
@@ -47,7 +59,9 @@ Tensor Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v,
   if (mask.has_allowed() && !s.allowed) refuse("boolean masks");
   if (d.nq != d.nk && !s.cross) refuse("cross-attention (Nq != Nk)");
   if (d.dv != d.dk && !s.value_dim) refuse("Dv != Dk");
-  return compute(q, k, v, mask, d);
+  const std::array<std::size_t, 4> shape = {d.batch, d.heads, d.nq, d.dv};
+  if (!std::equal(shape.begin(), shape.end(), out.shape().begin())) out.resize(shape);
+  compute(q, k, v, mask, d, out);
 }
 
 }  // namespace attnlab

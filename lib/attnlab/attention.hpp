@@ -31,6 +31,14 @@ class Attention {
   /// (throws Error), then refuses what support() excludes (throws Unsupported), then computes.
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask = {}) const;
 
+  /// The same, written into `out`, which is resized only when its shape is not [B,H,Nq,Dv]:
+  /// repeated calls at one shape reuse its storage. A fresh output above malloc's mmap threshold
+  /// is page-faulted in on every call (about 50 ms for 128 MiB on our 2-core VM, more than
+  /// linear attention's whole forward at N = 65536 takes without it). `out` must not be q, k or
+  /// v (throws Error); when a call throws, out's contents are unspecified.
+  void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+               Tensor& out) const;
+
   /// The canonical factory string, every key in a fixed order: make_attention(spec()) rebuilds
   /// an identical backend.
   virtual std::string spec() const = 0;
@@ -50,9 +58,10 @@ class Attention {
   /// to the Unsupported message, so a user learns the reason, not just the refusal. Empty: none.
   virtual std::string why_unsupported(const std::string& /*feature*/) const { return {}; }
 
-  /// Called with validated, supported input only.
-  virtual Tensor compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                         const Dims& d) const = 0;
+  /// Called with validated, supported input only; `out` is [B,H,Nq,Dv] with unspecified
+  /// contents, every element of which compute must write.
+  virtual void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                       const Dims& d, Tensor& out) const = 0;
 };
 
 }  // namespace attnlab
