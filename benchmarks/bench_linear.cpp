@@ -1,13 +1,18 @@
 // Linear attention against our own exact `full` (plain and causal) and the OpenBLAS sgemm
 // yardstick, in one binary so every ratio comes from one run. B = 1, H = 8, D = 64.
-//   BM_full        N = 1024, 4096 (the baselines)
-//   BM_linear      elu1 sum rule, plain and causal, N = 1024 ... 65536 (O(N) fit), plus the delta
-//                  rule and the favor / dpfp maps at N = 4096 and 65536
-//   BM_linear_fresh  elu1 non-causal at N = 4096 and 65536 with a freshly allocated output
-//                  per call (the returning forward): what the page faults of a new output cost
-//   BM_step        one recurrent decoding step (all 8 heads) after `pos` tokens
+//   BM_full          N = 1024, 4096 (the baselines)
+//   BM_linear        elu1 sum rule, plain and causal, N = 1024 ... 65536 (the O(N) fit)
+//   BM_linear_spec   the delta rule and the favor / dpfp maps at N = 4096
+//   BM_scaling       time(65536) / time(4096) of one spec: each iteration runs 16 forwards at
+//                    N = 4096 and one at 65536, in alternating order, timing each group, so the
+//                    shared machine's slow spells hit both sides of the ratio alike
+//   BM_linear_fresh  elu1 non-causal at N = 4096 and 65536 with a freshly allocated output per
+//                    call (the returning forward): what the page faults of a new output cost
+//   BM_step          one recurrent decoding step (all 8 heads) at position ~1024 and one at
+//                    ~65536, alternated step by step (two states), per-step times and ratio
 // Every forward except BM_linear_fresh writes into one output tensor kept across iterations
 // (Attention::forward(q, k, v, mask, out)), so kernels are timed, not the kernel's page faults.
+#include <chrono>
 #include <string>
 
 #include "common.hpp"
@@ -17,23 +22,39 @@ using namespace attnlab;
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 constexpr std::size_t kHeads = 8, kDim = 64;
+
+// One forward problem of length n with its own reused output.
+struct Problem {
+  Tensor q, k, v, out;
+  Mask mask;
+  Problem(std::size_t n, bool causal)
+      : q(bench::random_tensor(1, kHeads, n, kDim, 1)),
+        k(bench::random_tensor(1, kHeads, n, kDim, 2)),
+        v(bench::random_tensor(1, kHeads, n, kDim, 3)) {
+    if (causal) mask.causal = Causal::top_left;
+  }
+  void run(const Attention& attention) {
+    attention.forward(q, k, v, mask, out);
+    benchmark::DoNotOptimize(out.data());
+  }
+};
 
 void run_forward(benchmark::State& state, const std::string& spec, std::size_t n, bool causal,
                  bool fresh_output = false) {
   const auto attention = make_attention(spec);
-  const Tensor q = bench::random_tensor(1, kHeads, n, kDim, 1);
-  const Tensor k = bench::random_tensor(1, kHeads, n, kDim, 2);
-  const Tensor v = bench::random_tensor(1, kHeads, n, kDim, 3);
-  Mask mask;
-  if (causal) mask.causal = Causal::top_left;
-  Tensor out;
+  Problem p(n, causal);
   for (auto _ : state) {
     if (fresh_output)
-      out = attention->forward(q, k, v, mask);
+      benchmark::DoNotOptimize(attention->forward(p.q, p.k, p.v, p.mask).data());
     else
-      attention->forward(q, k, v, mask, out);
-    benchmark::DoNotOptimize(out.data());
+      p.run(*attention);
   }
   state.SetComplexityN(static_cast<std::int64_t>(n));
   state.counters["peak_rss_MiB"] = bench::peak_rss_mib();
@@ -65,26 +86,71 @@ void BM_linear_fresh(benchmark::State& state) {
   run_forward(state, "linear", static_cast<std::size_t>(state.range(0)), false, true);
 }
 
-void BM_step(benchmark::State& state) {
-  const auto pos = static_cast<std::size_t>(state.range(0));
-  const bool delta = state.range(1) != 0;
-  const auto attention = make_attention(delta ? "linear:rule=delta" : "linear");
-  LinearState decoder =
-      dynamic_cast<const LinearAttention&>(*attention).start(1, kHeads, kDim, kDim);
-  // A pool of tokens, cycled: the step's cost must not depend on which token it is.
-  constexpr std::size_t kPool = 256;
-  std::vector<Tensor> tokens;
-  for (std::size_t t = 0; t < kPool; ++t)
-    tokens.push_back(bench::random_tensor(1, kHeads, 1, kDim, 100 + t));
-  while (decoder.position() < pos) {
-    const Tensor& x = tokens[decoder.position() % kPool];
-    benchmark::DoNotOptimize(decoder.step(x, x, x));
-  }
+void BM_scaling(benchmark::State& state, const std::string& spec) {
+  const bool causal = state.range(0) != 0;
+  constexpr std::size_t kShort = 4096, kLong = 65536, kRepeat = kLong / kShort;
+  const auto attention = make_attention(spec);
+  Problem short_problem(kShort, causal), long_problem(kLong, causal);
+  double short_s = 0, long_s = 0;
+  bool long_first = false;
   for (auto _ : state) {
-    const Tensor& x = tokens[decoder.position() % kPool];
-    benchmark::DoNotOptimize(decoder.step(x, x, x));
+    for (int side = 0; side < 2; ++side) {
+      const bool is_long = (side == 0) == long_first;
+      const auto t0 = Clock::now();
+      if (is_long) {
+        long_problem.run(*attention);
+        long_s += seconds_since(t0);
+      } else {
+        for (std::size_t r = 0; r < kRepeat; ++r) short_problem.run(*attention);
+        short_s += seconds_since(t0) / kRepeat;
+      }
+    }
+    long_first = !long_first;
   }
-  state.counters["position"] = static_cast<double>(pos);
+  const double iterations = static_cast<double>(state.iterations());
+  state.counters["ms_4096"] = 1e3 * short_s / iterations;
+  state.counters["ms_65536"] = 1e3 * long_s / iterations;
+  state.counters["ratio"] = long_s / short_s;
+}
+
+// Tokens for the recurrent benchmarks, cycled: a step's cost must not depend on which token.
+const std::vector<Tensor>& token_pool() {
+  static const std::vector<Tensor> pool = [] {
+    std::vector<Tensor> tokens;
+    for (std::uint64_t t = 0; t < 256; ++t)
+      tokens.push_back(bench::random_tensor(1, kHeads, 1, kDim, 100 + t));
+    return tokens;
+  }();
+  return pool;
+}
+
+void step(LinearState& state) {
+  const Tensor& x = token_pool()[state.position() % token_pool().size()];
+  benchmark::DoNotOptimize(state.step(x, x, x));
+}
+
+void BM_step(benchmark::State& state) {
+  const bool delta = state.range(0) != 0;
+  const auto attention = make_attention(delta ? "linear:rule=delta" : "linear");
+  const auto& linear = dynamic_cast<const LinearAttention&>(*attention);
+  LinearState near = linear.start(1, kHeads, kDim, kDim), far = near;
+  while (near.position() < 1024) step(near);
+  while (far.position() < 65536) step(far);
+  double near_s = 0, far_s = 0;
+  bool far_first = false;
+  for (auto _ : state) {
+    for (int side = 0; side < 2; ++side) {
+      const bool is_far = (side == 0) == far_first;
+      const auto t0 = Clock::now();
+      step(is_far ? far : near);
+      (is_far ? far_s : near_s) += seconds_since(t0);
+    }
+    far_first = !far_first;
+  }
+  const double iterations = static_cast<double>(state.iterations());
+  state.counters["us_at_1024"] = 1e6 * near_s / iterations;
+  state.counters["us_at_65536"] = 1e6 * far_s / iterations;
+  state.counters["ratio"] = far_s / near_s;
 }
 
 }  // namespace
@@ -104,12 +170,12 @@ BENCHMARK(BM_linear)
 
 BENCHMARK_CAPTURE(BM_linear_spec, delta, std::string("linear:rule=delta"))
     ->ArgNames({"N", "causal"})
-    ->ArgsProduct({{4096, 65536}, {0, 1}})
+    ->ArgsProduct({{4096}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_linear_spec, favor256, std::string("linear:feature=favor,m=256"))
     ->ArgNames({"N", "causal"})
-    ->ArgsProduct({{4096, 65536}, {0, 1}})
+    ->ArgsProduct({{4096}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_linear_spec, dpfp1, std::string("linear:feature=dpfp,nu=1"))
@@ -117,6 +183,14 @@ BENCHMARK_CAPTURE(BM_linear_spec, dpfp1, std::string("linear:feature=dpfp,nu=1")
     ->ArgsProduct({{4096}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// Two iterations: each is 2 x 16 forwards' worth of work (up to ~2 s for favor).
+BENCHMARK_CAPTURE(BM_scaling, elu1, std::string("linear"))
+    ->ArgNames({"causal"})->DenseRange(0, 1)->Iterations(2)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_scaling, delta, std::string("linear:rule=delta"))
+    ->ArgNames({"causal"})->DenseRange(0, 1)->Iterations(2)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_scaling, favor256, std::string("linear:feature=favor,m=256"))
+    ->ArgNames({"causal"})->DenseRange(0, 1)->Iterations(2)->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_linear_fresh)
     ->ArgNames({"N"})
@@ -126,11 +200,10 @@ BENCHMARK(BM_linear_fresh)
     ->UseRealTime();
 
 BENCHMARK(BM_step)
-    ->ArgNames({"pos", "delta"})
-    ->ArgsProduct({{1024, 65536}, {0, 1}})
-    ->Iterations(2000)  // one warm-up per repetition: steps pos .. pos + 2000
-    ->Unit(benchmark::kMicrosecond)
-    ->UseRealTime();
+    ->ArgNames({"delta"})
+    ->DenseRange(0, 1)
+    ->Iterations(4000)  // steps 1024 .. 5024 and 65536 .. 69536
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(attnlab::bench::BM_sgemm)
     ->ArgNames({"m", "n", "k"})

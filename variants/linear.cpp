@@ -2,12 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <limits>
-
-#ifdef __SSE__
-#include <immintrin.h>
-#endif
 
 #include "attnlab/error.hpp"
 #include "attnlab/kernels.hpp"
@@ -29,24 +24,6 @@ constexpr float kMaxSpread = 60.0f;
 void exp_shifted(float* x, std::size_t n, float c) {
   for (std::size_t i = 0; i < n; ++i) x[i] = (x[i] - c) * kLog2e;
   kernels::exp2_inplace(x, n);
-}
-
-// Asks for the next chunk's rows while this one computes: at long N q, k, v stream from DRAM
-// and the hardware prefetcher alone left ~15% of the time waiting on it.
-void prefetch(const float* x, std::size_t n) {
-  for (std::size_t i = 0; i < n; i += 16) __builtin_prefetch(x + i);
-}
-
-// dst[0..n) = src[0..n) with non-temporal stores where dst is 16-byte aligned: the output is
-// written once and not read again here, so fetching its lines first (a plain store's
-// read-for-ownership) would only add DRAM traffic.
-void store_output(float* dst, const float* src, std::size_t n) {
-  std::size_t i = 0;
-#ifdef __SSE__
-  if (reinterpret_cast<std::uintptr_t>(dst) % 16 == 0)
-    for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
-#endif
-  std::copy(src + i, src + n, dst + i);
 }
 
 float row_max(const float* x, std::size_t n) { return *std::max_element(x, x + n); }
@@ -114,10 +91,10 @@ void vec_mat(const float* f, const float* m, std::size_t p, std::size_t dv, floa
 
 struct Workspace {
   std::size_t p, dv;
-  std::vector<float> fq, fk, fkt, a, den, c, s, z, tmp, o;
+  std::vector<float> fq, fk, fkt, a, den, c, s, z, tmp;
   Workspace(std::size_t p_, std::size_t dv_)
       : p(p_), dv(dv_), fq(kChunk * p), fk(kChunk * p), fkt(p * kChunk), a(kChunk * kChunk),
-        den(kChunk), c(kChunk), s(p * dv), z(p), tmp(std::max(p, dv)), o(kChunk * dv) {}
+        den(kChunk), c(kChunk), s(p * dv), z(p), tmp(std::max(p, dv)) {}
 
   void clear_state() {
     std::fill(s.begin(), s.end(), 0.0f);
@@ -173,11 +150,6 @@ void sum_all(const FeatureMap& map, const float* q, const float* k, const float*
   float c = kNegInf;
   for (std::size_t j0 = 0; j0 < valid; j0 += kChunk) {
     const std::size_t rows = std::min(kChunk, valid - j0);
-    if (j0 + rows < valid) {
-      const std::size_t next = std::min(kChunk, valid - j0 - rows);
-      prefetch(k + (j0 + rows) * dk, next * dk);
-      prefetch(v + (j0 + rows) * w.dv, next * w.dv);
-    }
     const float c_new = key_features(map, k + j0 * dk, rows, rows, c, w);
     if (map.logarithmic()) w.restabilise(c, c_new);
     c = c_new;
@@ -185,13 +157,11 @@ void sum_all(const FeatureMap& map, const float* q, const float* k, const float*
   }
   for (std::size_t i0 = 0; i0 < nq; i0 += kChunk) {
     const std::size_t rows = std::min(kChunk, nq - i0);
-    if (i0 + rows < nq) prefetch(q + (i0 + rows) * dk, std::min(kChunk, nq - i0 - rows) * dk);
     row_features(map, q + i0 * dk, rows, w.fq.data());
-    float* o = w.o.data();
+    float* o = out + i0 * w.dv;
     kernels::gemm_tile(rows, w.dv, w.p, w.fq.data(), w.p, w.s.data(), w.dv, o, w.dv, false);
     for (std::size_t i = 0; i < rows; ++i) w.den[i] = dot(&w.fq[i * w.p], w.z.data(), w.p);
     divide_rows(o, rows, w.dv, w.den.data(), eps);
-    store_output(out + i0 * w.dv, o, rows * w.dv);
   }
 }
 
@@ -206,16 +176,10 @@ void sum_causal(const FeatureMap& map, const float* q, const float* k, const flo
   for (std::size_t t0 = 0; t0 < n; t0 += kChunk) {
     const std::size_t rows = std::min(kChunk, n - t0);
     const std::size_t valid = std::min(rows, valid_keys > t0 ? valid_keys - t0 : 0);
-    if (t0 + rows < n) {
-      const std::size_t next = std::min(kChunk, n - t0 - rows);
-      prefetch(q + (t0 + rows) * dk, next * dk);
-      prefetch(k + (t0 + rows) * dk, next * dk);
-      prefetch(v + (t0 + rows) * dv, next * dv);
-    }
     const float c_prev = c;
     const float c_end = key_features(map, k + t0 * dk, rows, valid, c_prev, w);
     row_features(map, q + t0 * dk, rows, w.fq.data());
-    float* o = w.o.data();
+    float* o = out + t0 * dv;
     // Earlier chunks, through the carried state (at stabiliser c_prev).
     kernels::gemm_tile(rows, dv, p, w.fq.data(), p, w.s.data(), dv, o, dv, false);
     for (std::size_t i = 0; i < rows; ++i) w.den[i] = dot(&w.fq[i * p], w.z.data(), p);
@@ -249,7 +213,6 @@ void sum_causal(const FeatureMap& map, const float* q, const float* k, const flo
     if (valid > 0)
       kernels::gemm_tile(rows, dv, valid, w.a.data(), kChunk, v + t0 * dv, dv, o, dv, true);
     divide_rows(o, rows, dv, w.den.data(), eps);
-    store_output(out + t0 * dv, o, rows * dv);
     if (log_form) w.restabilise(c_prev, c_end);
     add_key_sums(w, v + t0 * dv, valid);
     c = c_end;
@@ -287,12 +250,6 @@ void delta_head(const FeatureMap& map, const float* q, const float* k, const flo
   for (std::size_t t0 = 0; t0 < writes; t0 += kChunk) {
     const std::size_t rows = std::min(kChunk, writes - t0);
     const std::size_t valid = std::min(rows, valid_keys > t0 ? valid_keys - t0 : 0);
-    if (t0 + rows < writes) {
-      const std::size_t next = std::min(kChunk, writes - t0 - rows);
-      prefetch(k + (t0 + rows) * dk, next * dk);
-      prefetch(v + (t0 + rows) * dv, next * dv);
-      if (causal) prefetch(q + (t0 + rows) * dk, next * dk);
-    }
     delta_features(map, k + t0 * dk, valid, w.fk.data());
     if (causal) delta_features(map, q + t0 * dk, rows, w.fq.data());
     for (std::size_t i = 0; i < rows; ++i) {
@@ -400,9 +357,6 @@ void LinearAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
       else
         sum_all(map, qh, kh, vh, d.nq, valid, d.dk, eps, oh, w);
     }
-#ifdef __SSE__
-    _mm_sfence();  // store_output's non-temporal stores are visible before the threads join
-#endif
   }
 }
 
