@@ -14,6 +14,7 @@
 // (Attention::forward(q, k, v, mask, out)), so kernels are timed, not the kernel's page faults.
 #include <chrono>
 #include <string>
+#include <utility>
 
 #include "common.hpp"
 #include "variants/linear.hpp"
@@ -86,31 +87,39 @@ void BM_linear_fresh(benchmark::State& state) {
   run_forward(state, "linear", static_cast<std::size_t>(state.range(0)), false, true);
 }
 
+// Runs `first` and `second` once per iteration, alternating which goes first, and returns their
+// mean seconds per iteration: both sides of a ratio see the same stretch of a noisy machine.
+template <class First, class Second>
+std::pair<double, double> alternate(benchmark::State& state, First&& first, Second&& second) {
+  double first_s = 0, second_s = 0;
+  bool second_leads = false;
+  for (auto _ : state) {
+    for (int turn = 0; turn < 2; ++turn) {
+      const bool is_second = (turn == 0) == second_leads;
+      const auto t0 = Clock::now();
+      if (is_second)
+        second();
+      else
+        first();
+      (is_second ? second_s : first_s) += seconds_since(t0);
+    }
+    second_leads = !second_leads;
+  }
+  const double iterations = static_cast<double>(state.iterations());
+  return {first_s / iterations, second_s / iterations};
+}
+
 void BM_scaling(benchmark::State& state, const std::string& spec) {
   const bool causal = state.range(0) != 0;
   constexpr std::size_t kShort = 4096, kLong = 65536, kRepeat = kLong / kShort;
   const auto attention = make_attention(spec);
   Problem short_problem(kShort, causal), long_problem(kLong, causal);
-  double short_s = 0, long_s = 0;
-  bool long_first = false;
-  for (auto _ : state) {
-    for (int side = 0; side < 2; ++side) {
-      const bool is_long = (side == 0) == long_first;
-      const auto t0 = Clock::now();
-      if (is_long) {
-        long_problem.run(*attention);
-        long_s += seconds_since(t0);
-      } else {
-        for (std::size_t r = 0; r < kRepeat; ++r) short_problem.run(*attention);
-        short_s += seconds_since(t0) / kRepeat;
-      }
-    }
-    long_first = !long_first;
-  }
-  const double iterations = static_cast<double>(state.iterations());
-  state.counters["ms_4096"] = 1e3 * short_s / iterations;
-  state.counters["ms_65536"] = 1e3 * long_s / iterations;
-  state.counters["ratio"] = long_s / short_s;
+  const auto [short_s, long_s] = alternate(
+      state, [&] { for (std::size_t r = 0; r < kRepeat; ++r) short_problem.run(*attention); },
+      [&] { long_problem.run(*attention); });
+  state.counters["ms_4096"] = 1e3 * short_s / kRepeat;
+  state.counters["ms_65536"] = 1e3 * long_s;
+  state.counters["ratio"] = long_s / (short_s / kRepeat);
 }
 
 // Tokens for the recurrent benchmarks, cycled: a step's cost must not depend on which token.
@@ -136,20 +145,9 @@ void BM_step(benchmark::State& state) {
   LinearState near = linear.start(1, kHeads, kDim, kDim), far = near;
   while (near.position() < 1024) step(near);
   while (far.position() < 65536) step(far);
-  double near_s = 0, far_s = 0;
-  bool far_first = false;
-  for (auto _ : state) {
-    for (int side = 0; side < 2; ++side) {
-      const bool is_far = (side == 0) == far_first;
-      const auto t0 = Clock::now();
-      step(is_far ? far : near);
-      (is_far ? far_s : near_s) += seconds_since(t0);
-    }
-    far_first = !far_first;
-  }
-  const double iterations = static_cast<double>(state.iterations());
-  state.counters["us_at_1024"] = 1e6 * near_s / iterations;
-  state.counters["us_at_65536"] = 1e6 * far_s / iterations;
+  const auto [near_s, far_s] = alternate(state, [&] { step(near); }, [&] { step(far); });
+  state.counters["us_at_1024"] = 1e6 * near_s;
+  state.counters["us_at_65536"] = 1e6 * far_s;
   state.counters["ratio"] = far_s / near_s;
 }
 

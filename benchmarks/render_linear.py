@@ -78,23 +78,25 @@ rows = [
     ("full / linear, non-causal, N = 4096", t(fwd("full", 4096, 0)) / t(fwd("elu1", 4096, 0)), ">= 30", lambda x: x >= 30),
     ("full causal / linear causal, N = 4096", t(fwd("full", 4096, 1)) / t(fwd("elu1", 4096, 1)), ">= 8", lambda x: x >= 8),
 ]
+
+
+def paired_row(name, what, first, second, unit, target, ok):
+    """A target row from a paired benchmark: its median ratio, both medians, the spread."""
+    if name in paired:
+        p, (lo, hi) = paired[name], spread[name]
+        rows.append((f"{what} ({p[first]:.2f} {unit} and {p[second]:.2f} {unit}; repetitions "
+                     f"{lo:.2f} .. {hi:.2f})", p["ratio"], target, ok))
+
+
 for kind, label in [("elu1", "linear"), ("delta", "delta"), ("favor256", "favor")]:
     for causal in (False, True):
-        name = f"BM_scaling/{kind}/causal:{int(causal)}/iterations:2"
-        p = paired.get(name)
-        if p:
-            rows.append((f"time(65536) / time(4096), {label}{' causal' if causal else ''} "
-                         f"({p['ms_4096']:.2f} ms and {p['ms_65536']:.1f} ms; repetitions "
-                         f"{spread[name][0]:.1f} .. {spread[name][1]:.1f})",
-                         p["ratio"], "<= 19", lambda x: x <= 19))
+        paired_row(f"BM_scaling/{kind}/causal:{int(causal)}/iterations:2",
+                   f"time(65536) / time(4096), {label}{' causal' if causal else ''}",
+                   "ms_4096", "ms_65536", "ms", "<= 19", lambda x: x <= 19)
 for delta, label in [(0, "sum"), (1, "delta")]:
-    name = f"BM_step/delta:{delta}/iterations:4000"
-    p = paired.get(name)
-    if p:
-        rows.append((f"recurrent step time at 65536 / at 1024, {label} rule "
-                     f"({p['us_at_1024']:.1f} us and {p['us_at_65536']:.1f} us; repetitions "
-                     f"{spread[name][0]:.2f} .. {spread[name][1]:.2f})",
-                     p["ratio"], "<= 1.2", lambda x: x <= 1.2))
+    paired_row(f"BM_step/delta:{delta}/iterations:4000",
+               f"recurrent step time at 65536 / at 1024, {label} rule",
+               "us_at_1024", "us_at_65536", "us", "<= 1.2", lambda x: x <= 1.2)
 for what, value, target, ok in rows:
     print(f"| {what} | {value:.2f} | {target} | {'yes' if ok(value) else 'NO'} |")
 
