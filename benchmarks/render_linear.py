@@ -127,6 +127,13 @@ print("\nThe N-scaling ratios come from BM_scaling: each iteration times 16 forw
       "step (all 8 heads of one token) is timed the same way: two states, one after 1024 "
       "tokens and one after 65536, stepped alternately 4000 times (positions 1024 .. 5024 "
       "and 65536 .. 69536).")
+print("\nWhy 16 is not reached: the work per token is the same at both lengths, but at N = 4096 "
+      "q, k, v and the output (8 MiB each, 32 MiB together) largely stay in the 32 MiB L3 "
+      "cache between calls, while at "
+      "65536 (128 MiB each) every call streams 512 MiB from DRAM. elu1, the cheapest map per "
+      "byte, feels this most; delta and favor do more arithmetic per byte and stay nearer 16. "
+      "Software prefetch of the next chunk and non-temporal output stores were tried and "
+      "measured no better in paired runs (commit b14a733, dropped in d7a8d06).")
 
 one = out / "bench_linear_1thread.json"
 if one.exists():
