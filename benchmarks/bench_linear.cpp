@@ -5,7 +5,8 @@
 //   BM_linear_spec   the delta rule and the favor / dpfp maps at N = 4096
 //   BM_scaling       time(65536) / time(4096) of one spec: each iteration runs 16 forwards at
 //                    N = 4096 and one at 65536, in alternating order, timing each group, so the
-//                    shared machine's slow spells hit both sides of the ratio alike
+//                    shared machine's slow spells hit both sides of the ratio alike; cold = 1
+//                    evicts the caches before every forward
 //   BM_linear_fresh  elu1 non-causal at N = 4096 and 65536 with a freshly allocated output per
 //                    call (the returning forward): what the page faults of a new output cost
 //   BM_step          one recurrent decoding step (all 8 heads) at position ~1024 and one at
@@ -13,8 +14,10 @@
 // Every forward except BM_linear_fresh writes into one output tensor kept across iterations
 // (Attention::forward(q, k, v, mask, out)), so kernels are timed, not the kernel's page faults.
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common.hpp"
 #include "variants/linear.hpp"
@@ -87,21 +90,26 @@ void BM_linear_fresh(benchmark::State& state) {
   run_forward(state, "linear", static_cast<std::size_t>(state.range(0)), false, true);
 }
 
-// Runs `first` and `second` once per iteration, alternating which goes first, and returns their
-// mean seconds per iteration: both sides of a ratio see the same stretch of a noisy machine.
+template <class F>
+double timed(F&& f) {
+  const auto t0 = Clock::now();
+  f();
+  return seconds_since(t0);
+}
+
+// Runs `first` and `second` (each returns the seconds it timed) once per iteration, alternating
+// which goes first, and returns their mean seconds per iteration: both sides of a ratio see the
+// same stretch of a noisy machine.
 template <class First, class Second>
 std::pair<double, double> alternate(benchmark::State& state, First&& first, Second&& second) {
   double first_s = 0, second_s = 0;
   bool second_leads = false;
   for (auto _ : state) {
     for (int turn = 0; turn < 2; ++turn) {
-      const bool is_second = (turn == 0) == second_leads;
-      const auto t0 = Clock::now();
-      if (is_second)
-        second();
+      if ((turn == 0) == second_leads)
+        second_s += second();
       else
-        first();
-      (is_second ? second_s : first_s) += seconds_since(t0);
+        first_s += first();
     }
     second_leads = !second_leads;
   }
@@ -109,14 +117,28 @@ std::pair<double, double> alternate(benchmark::State& state, First&& first, Seco
   return {first_s / iterations, second_s / iterations};
 }
 
+// cold = 1: before every timed forward, untimed, read a 64 MiB buffer (twice the L3), so that
+// both lengths find their inputs in DRAM, as a model's fresh activations would be.
 void BM_scaling(benchmark::State& state, const std::string& spec) {
-  const bool causal = state.range(0) != 0;
+  const bool causal = state.range(0) != 0, cold = state.range(1) != 0;
   constexpr std::size_t kShort = 4096, kLong = 65536, kRepeat = kLong / kShort;
   const auto attention = make_attention(spec);
   Problem short_problem(kShort, causal), long_problem(kLong, causal);
+  const std::vector<std::uint64_t> evict(cold ? std::size_t(8) << 20 : 0, 1);
+  const auto run = [&](Problem& p) {
+    std::uint64_t sum = 0;
+    for (const std::uint64_t x : evict) sum ^= x;
+    benchmark::DoNotOptimize(sum);
+    return timed([&] { p.run(*attention); });
+  };
   const auto [short_s, long_s] = alternate(
-      state, [&] { for (std::size_t r = 0; r < kRepeat; ++r) short_problem.run(*attention); },
-      [&] { long_problem.run(*attention); });
+      state,
+      [&] {
+        double s = 0;
+        for (std::size_t r = 0; r < kRepeat; ++r) s += run(short_problem);
+        return s;
+      },
+      [&] { return run(long_problem); });
   state.counters["ms_4096"] = 1e3 * short_s / kRepeat;
   state.counters["ms_65536"] = 1e3 * long_s;
   state.counters["ratio"] = long_s / (short_s / kRepeat);
@@ -145,7 +167,8 @@ void BM_step(benchmark::State& state) {
   LinearState near = linear.start(1, kHeads, kDim, kDim), far = near;
   while (near.position() < 1024) step(near);
   while (far.position() < 65536) step(far);
-  const auto [near_s, far_s] = alternate(state, [&] { step(near); }, [&] { step(far); });
+  const auto [near_s, far_s] = alternate(state, [&] { return timed([&] { step(near); }); },
+                                         [&] { return timed([&] { step(far); }); });
   state.counters["us_at_1024"] = 1e6 * near_s;
   state.counters["us_at_65536"] = 1e6 * far_s;
   state.counters["ratio"] = far_s / near_s;
@@ -184,11 +207,14 @@ BENCHMARK_CAPTURE(BM_linear_spec, dpfp1, std::string("linear:feature=dpfp,nu=1")
 
 // Two iterations: each is 2 x 16 forwards' worth of work (up to ~2 s for favor).
 BENCHMARK_CAPTURE(BM_scaling, elu1, std::string("linear"))
-    ->ArgNames({"causal"})->DenseRange(0, 1)->Iterations(2)->Unit(benchmark::kMillisecond);
+    ->ArgNames({"causal", "cold"})->ArgsProduct({{0, 1}, {0, 1}})->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_scaling, delta, std::string("linear:rule=delta"))
-    ->ArgNames({"causal"})->DenseRange(0, 1)->Iterations(2)->Unit(benchmark::kMillisecond);
+    ->ArgNames({"causal", "cold"})->ArgsProduct({{0, 1}, {0, 1}})->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_scaling, favor256, std::string("linear:feature=favor,m=256"))
-    ->ArgNames({"causal"})->DenseRange(0, 1)->Iterations(2)->Unit(benchmark::kMillisecond);
+    ->ArgNames({"causal", "cold"})->ArgsProduct({{0, 1}, {0, 1}})->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_linear_fresh)
     ->ArgNames({"N"})

@@ -90,7 +90,7 @@ def paired_row(name, what, first, second, unit, target, ok):
 
 for kind, label in [("elu1", "linear"), ("delta", "delta"), ("favor256", "favor")]:
     for causal in (False, True):
-        paired_row(f"BM_scaling/{kind}/causal:{int(causal)}/iterations:2",
+        paired_row(f"BM_scaling/{kind}/causal:{int(causal)}/cold:0/iterations:2",
                    f"time(65536) / time(4096), {label}{' causal' if causal else ''}",
                    "ms_4096", "ms_65536", "ms", "<= 19", lambda x: x <= 19)
 for delta, label in [(0, "sum"), (1, "delta")]:
@@ -127,6 +127,21 @@ print("\nThe N-scaling ratios come from BM_scaling: each iteration times 16 forw
       "step (all 8 heads of one token) is timed the same way: two states, one after 1024 "
       "tokens and one after 65536, stepped alternately 4000 times (positions 1024 .. 5024 "
       "and 65536 .. 69536).")
+cold = [(label + (" causal" if causal else ""), paired[name], spread[name])
+        for kind, label in [("elu1", "linear"), ("delta", "delta"), ("favor256", "favor")]
+        for causal in (False, True)
+        for name in [f"BM_scaling/{kind}/causal:{int(causal)}/cold:1/iterations:2"] if name in paired]
+if cold:
+    print("\n## N-scaling with cold caches\n")
+    print("The same pairs, but before every timed forward (untimed) the benchmark reads a 64 MiB "
+          "buffer, so both lengths find q, k, v in DRAM, as a model's fresh activations would be. "
+          "For information: the targets above are read warm, as repeated calls see them.\n")
+    print("| spec | ms at 4096 | ms at 65536 | time(65536) / time(4096) | repetitions |")
+    print("|---|---|---|---|---|")
+    for label, p, (lo, hi) in cold:
+        print(f"| {label} | {p['ms_4096']:.2f} | {p['ms_65536']:.1f} | {p['ratio']:.2f} | "
+              f"{lo:.2f} .. {hi:.2f} |")
+
 print("\nWhy 16 is not reached: the work per token is the same at both lengths, but at N = 4096 "
       "q, k, v and the output (8 MiB each, 32 MiB together) largely stay in the 32 MiB L3 "
       "cache between calls, while at "
