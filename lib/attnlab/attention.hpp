@@ -33,7 +33,7 @@ class Attention {
 
   /// The same, written into `out`, which is resized only when its shape is not [B,H,Nq,Dv]:
   /// repeated calls at one shape reuse its storage. A fresh output above malloc's mmap threshold
-  /// is page-faulted in on every call (about 45 ms for 128 MiB on our 2-core VM, a third of
+  /// is page-faulted in on every call (40 to 60 ms for 128 MiB on our 2-core VM, a third of
   /// linear attention's forward at N = 65536: results/linear). `out` must not be q, k or v
   /// (throws Error); when a call throws, out's contents are unspecified.
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
