@@ -1,16 +1,16 @@
 // End-to-end tests of the attnlab executable (path in $ATTNLAB_CLI, set by meson test): exit codes,
 // the one-line error messages, no output file on failure, and that a good run's output equals
 // make_attention(spec)->forward in-process.
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sys/wait.h>
 
 #include "attnlab/npy.hpp"
 #include "helpers.hpp"
-#include "npy_helpers.hpp"
+#include "cli_helpers.hpp"
 
 using namespace attnlab;
+using attnlab::test::attnlab_cli;
+using attnlab::test::CliResult;
 using attnlab::test::random_tensor;
 using attnlab::test::raw_bytes;
 using attnlab::test::read_text;
@@ -18,25 +18,6 @@ using attnlab::test::TempDir;
 using attnlab::test::write_npy_raw;
 
 namespace {
-
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-// Runs `attnlab <args>` with the working directory `dir`.
-Result attnlab_cli(const TempDir& dir, const std::string& args) {
-  const char* exe = std::getenv("ATTNLAB_CLI");
-  if (exe == nullptr) FAIL("ATTNLAB_CLI is not set: run this test through `meson test`");
-  const std::string cmd = "cd '" + dir.path().string() + "' && '" + exe + "' " + args +
-                          " >stdout.txt 2>stderr.txt </dev/null";
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_text(dir.file("stdout.txt"));
-  r.err = read_text(dir.file("stderr.txt"));
-  return r;
-}
 
 // Saves t, [B,H,N,D], as a .npy of `rank` axes (leading axes of t must be 1 where dropped).
 void save(const TempDir& dir, const std::string& name, const Tensor& t, std::size_t rank = 4) {
@@ -47,7 +28,7 @@ void save(const TempDir& dir, const std::string& name, const Tensor& t, std::siz
 void require_failure(const TempDir& dir, const std::string& args,
                      std::initializer_list<std::string> fragments) {
   std::filesystem::remove(dir.file("o.npy"));
-  const Result r = attnlab_cli(dir, args);
+  const CliResult r = attnlab_cli(dir, args);
   INFO("attnlab " << args << "\nstderr: " << r.err);
   CHECK(r.code == 2);
   CHECK(r.err.rfind("attnlab: error: ", 0) == 0);
@@ -64,7 +45,7 @@ void require_same_as_library(const TempDir& dir, const std::string& spec, const 
                              const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                              std::size_t rank) {
   std::filesystem::remove(dir.file("o.npy"));
-  const Result r = attnlab_cli(dir, "run --spec '" + spec + "' --q q.npy --k k.npy --v v.npy " +
+  const CliResult r = attnlab_cli(dir, "run --spec '" + spec + "' --q q.npy --k k.npy --v v.npy " +
                                         flags + " --out o.npy");
   INFO("flags: " << flags << "\nstderr: " << r.err);
   REQUIRE(r.code == 0);
@@ -84,7 +65,7 @@ void require_same_as_library(const TempDir& dir, const std::string& spec, const 
 
 TEST_CASE("--help and --version behave as users expect", "[cli]") {
   TempDir dir("cli");
-  Result r = attnlab_cli(dir, "--help");
+  CliResult r = attnlab_cli(dir, "--help");
   CHECK(r.code == 0);
   CHECK(r.out.find("Usage: attnlab") != std::string::npos);
   CHECK(r.out.find("run") != std::string::npos);

@@ -1,35 +1,20 @@
 // `attnlab run --E e.npy [--F f.npy]` end to end (executable in $ATTNLAB_CLI, set by meson test):
 // the learned matrices reach the backend, and every misuse is one line on stderr with exit 2.
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
-#include <sys/wait.h>
 
 #include "attnlab/npy.hpp"
 #include "helpers.hpp"
-#include "npy_helpers.hpp"
+#include "cli_helpers.hpp"
 #include "variants/linformer.hpp"
 
 using namespace attnlab;
+using attnlab::test::attnlab_cli;
+using attnlab::test::CliResult;
 using attnlab::test::random_tensor;
-using attnlab::test::read_text;
 using attnlab::test::TempDir;
 
 namespace {
-
-struct Result {
-  int code = -1;
-  std::string err;
-};
-
-Result attnlab_cli(const TempDir& dir, const std::string& args) {
-  const char* exe = std::getenv("ATTNLAB_CLI");
-  if (exe == nullptr) FAIL("ATTNLAB_CLI is not set: run this test through `meson test`");
-  const std::string cmd = "cd '" + dir.path().string() + "' && '" + exe + "' " + args +
-                          " >stdout.txt 2>stderr.txt </dev/null";
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(dir.file("stderr.txt"))};
-}
 
 xt::xarray<float> random_matrix(std::vector<std::size_t> shape, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -60,7 +45,7 @@ TEST_CASE("attnlab run --E/--F uses the learned matrices", "[linformer][cli]") {
   const auto expect = [&](const xt::xarray<float>& e, const xt::xarray<float>& f,
                           const std::string& flags) {
     std::filesystem::remove(dir.file("o.npy"));
-    const Result r = attnlab_cli(dir, kRun + flags);
+    const CliResult r = attnlab_cli(dir, kRun + flags);
     INFO("flags: " << flags << "\nstderr: " << r.err);
     REQUIRE(r.code == 0);
     LinformerAttention a(8, LinformerAttention::Share::none, LinformerAttention::Init::gaussian,
@@ -93,7 +78,7 @@ TEST_CASE("attnlab run --E/--F misuse is one line, exit 2, no output", "[linform
   };
   for (const auto& [flags, fragments] : cases) {
     std::filesystem::remove(dir.file("o.npy"));
-    const Result r = attnlab_cli(dir, kRun + flags);
+    const CliResult r = attnlab_cli(dir, kRun + flags);
     INFO("flags: " << flags << "\nstderr: " << r.err);
     CHECK(r.code == 2);
     CHECK(r.err.rfind("attnlab: error: ", 0) == 0);
@@ -101,7 +86,7 @@ TEST_CASE("attnlab run --E/--F misuse is one line, exit 2, no output", "[linform
     for (const auto& part : fragments) CHECK(r.err.find(part) != std::string::npos);
     CHECK_FALSE(std::filesystem::exists(dir.file("o.npy")));
   }
-  const Result r = attnlab_cli(dir, "run --spec full --q q.npy --k k.npy --v v.npy --out o.npy "
+  const CliResult r = attnlab_cli(dir, "run --spec full --q q.npy --k k.npy --v v.npy --out o.npy "
                                     "--E e.npy");
   CHECK(r.code == 2);
   CHECK(r.err.find("linformer specs only, not 'full'") != std::string::npos);

@@ -2,56 +2,25 @@
 // size, every block's colour against bigbird_layout, the three formats and the error policy.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
+#include "cli_helpers.hpp"
 #include "helpers.hpp"
 #include "variants/bigbird.hpp"
 
 using namespace attnlab;
+using attnlab::test::attnlab_cli;
+using attnlab::test::CliResult;
+using attnlab::test::read_text;
+using attnlab::test::TempDir;
 
 namespace {
 
-namespace fs = std::filesystem;
-
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-// A fresh directory per test case, removed afterwards.
-struct Scratch {
-  fs::path dir;
-  Scratch() {
-    dir = fs::temp_directory_path() / ("attnlab_mask_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-};
-
-Run mask_cli(const Scratch& s, const std::string& args) {
-  const char* exe = std::getenv("ATTNLAB_CLI");
-  if (exe == nullptr) FAIL("ATTNLAB_CLI is not set: run this test through `meson test`");
-  const std::string cmd = "cd '" + s.dir.string() + "' && '" + exe + "' mask " + args +
-                          " >stdout.txt 2>stderr.txt </dev/null";
-  const int status = std::system(cmd.c_str());
-  Run r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(s.dir / "stdout.txt");
-  r.err = slurp(s.dir / "stderr.txt");
-  return r;
+// `attnlab mask <args>` in the scratch directory `s`.
+CliResult mask_cli(const TempDir& s, const std::string& args) {
+  return attnlab_cli(s, "mask " + args);
 }
 
 std::uint32_t be32(const std::string& s, std::size_t at) {
@@ -109,16 +78,16 @@ int expected_index(const BigBirdLayout& l, std::size_t head, std::size_t i, std:
 }  // namespace
 
 TEST_CASE("attnlab mask draws every block of the layout in its colour (png)", "[bigbird]") {
-  Scratch s;
+  TempDir s("mask");
   for (bool causal : {false, true}) {
     const std::string spec = "bigbird:block=64,window=3,global=2,random=3,seed=5";
-    const Run r = mask_cli(s, "--spec '" + spec + "' --n 4000 --head 1 --out l.png" +
+    const CliResult r = mask_cli(s, "--spec '" + spec + "' --n 4000 --head 1 --out l.png" +
                                   (causal ? " --causal" : ""));
     INFO("stderr: " << r.err);
     REQUIRE(r.code == 0);
     CHECK(r.out.find("63 x 63 blocks") != std::string::npos);
     std::uint32_t w = 0, h = 0;
-    const auto pixels = decode_png(slurp(s.dir / "l.png"), w, h);
+    const auto pixels = decode_png(read_text(s.file("l.png")), w, h);
     const std::size_t cell = 512 / 63;  // 8 pixels a block
     CHECK(w == 63 * cell);
     CHECK(h == 63 * cell);
@@ -137,9 +106,9 @@ TEST_CASE("attnlab mask draws every block of the layout in its colour (png)", "[
 }
 
 TEST_CASE("attnlab mask writes pgm and svg by extension", "[bigbird]") {
-  Scratch s;
+  TempDir s("mask");
   REQUIRE(mask_cli(s, "--spec bigbird:block=16 --n 100 --out l.pgm").code == 0);
-  const std::string pgm = slurp(s.dir / "l.pgm");
+  const std::string pgm = read_text(s.file("l.pgm"));
   const std::size_t side = 7 * 16;  // 7 blocks, 16 pixels each
   const std::string header = "P5\n" + std::to_string(side) + " " + std::to_string(side) + "\n255\n";
   REQUIRE(pgm.compare(0, header.size(), header) == 0);
@@ -147,14 +116,14 @@ TEST_CASE("attnlab mask writes pgm and svg by extension", "[bigbird]") {
   CHECK(std::uint8_t(pgm[header.size()]) == 0);  // block (0, 0) is global: black
 
   REQUIRE(mask_cli(s, "--spec bigbird:block=16 --n 100 --out l.svg").code == 0);
-  const std::string svg = slurp(s.dir / "l.svg");
+  const std::string svg = read_text(s.file("l.svg"));
   CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"112\"", 0) == 0);
   CHECK(svg.find("window</text>") != std::string::npos);
   CHECK(svg.find("</svg>") != std::string::npos);
 }
 
 TEST_CASE("attnlab mask: bad input is one line and exit 2", "[bigbird]") {
-  Scratch s;
+  TempDir s("mask");
   const std::pair<std::string, std::string> cases[] = {
       {"--spec full --n 100 --out l.png", "only bigbird"},
       {"--spec bigbird:window=2 --n 100 --out l.png", "window=2"},
@@ -165,12 +134,12 @@ TEST_CASE("attnlab mask: bad input is one line and exit 2", "[bigbird]") {
       {"--spec bigbird --out l.png", "--n"},
   };
   for (const auto& [args, fragment] : cases) {
-    const Run r = mask_cli(s, args);
+    const CliResult r = mask_cli(s, args);
     INFO("attnlab mask " << args << "\nstderr: " << r.err);
     CHECK(r.code == 2);
     CHECK(r.err.rfind("attnlab: error: ", 0) == 0);
     CHECK(r.err.find(fragment) != std::string::npos);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
-  CHECK_FALSE(fs::exists(s.dir / "l.png"));
+  CHECK_FALSE(std::filesystem::exists(s.file("l.png")));
 }
