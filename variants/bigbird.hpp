@@ -84,7 +84,7 @@ class BigBirdAttention final : public Attention {
  protected:
   std::string why_unsupported(const std::string& feature) const override;
   void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                 const Dims& d, Tensor& out) const override;
+               const Dims& d, Tensor& out) const override;
 
  private:
   BigBirdConfig config_;

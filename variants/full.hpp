@@ -29,7 +29,7 @@ class FullAttention final : public Attention {
 
  protected:
   void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                 const Dims& d, Tensor& out) const override;
+               const Dims& d, Tensor& out) const override;
 };
 
 std::unique_ptr<Attention> make_full(Params& params);

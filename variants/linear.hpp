@@ -100,7 +100,7 @@ class LinearAttention final : public Attention {
 
  protected:
   void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                 const Dims& d, Tensor& out) const override;
+               const Dims& d, Tensor& out) const override;
 
  private:
   LinearConfig config_;

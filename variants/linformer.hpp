@@ -80,7 +80,7 @@ class LinformerAttention final : public Attention {
  protected:
   std::string why_unsupported(const std::string& feature) const override;
   void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                 const Dims& d, Tensor& out) const override;
+               const Dims& d, Tensor& out) const override;
 
  private:
   // One matrix, stored transposed ([columns, k]: column j of E contiguous) so that it grows by

@@ -51,7 +51,7 @@ class SlidingAttention final : public Attention {
 
  protected:
   void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                 const Dims& d, Tensor& out) const override;
+               const Dims& d, Tensor& out) const override;
 
  private:
   SlidingConfig config_;
