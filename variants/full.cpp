@@ -20,6 +20,17 @@ double FullAttention::flops(const Dims& d, const Mask& mask) const {
 
 void FullAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                             const Dims& d, Tensor& out) const {
+  run(q, k, v, mask, d, out, nullptr);
+}
+
+void FullAttention::compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Mask& mask, const Dims& d, Tensor& out,
+                                       RowLogSumExp& lse) const {
+  run(q, k, v, mask, d, out, lse.data());
+}
+
+void FullAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                        const Dims& d, Tensor& out, float* lse) const {
   const std::vector<float> kt = kernels::transpose_keys(k, d, OnlineSoftmax::kCols);
   const std::size_t per_head = kt.size() / (d.batch * d.heads);
   const std::vector<std::pair<std::size_t, std::size_t>> all_keys = {{0, d.nk}};
@@ -37,9 +48,35 @@ void FullAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v, c
       const std::size_t i0 = tile * OnlineSoftmax::kRows;
       kernels::attend_key_ranges(q, kt.data() + bh * per_head, v, mask, d, bh / d.heads,
                                  bh % d.heads, i0, std::min(OnlineSoftmax::kRows, d.nq - i0),
-                                 all_keys, scale, softmax, out);
+                                 all_keys, scale, softmax, out,
+                                 lse ? lse + bh * d.nq + i0 : nullptr);
     }
   }
+}
+
+void FullAttention::compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Mask& mask, const Dims& d, const Tensor& out,
+                                     const Tensor& d_out, const RowLogSumExp* saved,
+                                     Gradients& g) const {
+  RowLogSumExp storage;
+  const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
+  const std::vector<float> kt = kernels::transpose_keys(k, d, OnlineSoftmax::kCols);
+  const std::vector<float> vt = kernels::transpose_values(v, d, OnlineSoftmax::kCols);
+  const std::size_t heads = d.batch * d.heads;
+  const std::size_t k_head = kt.size() / heads, v_head = vt.size() / heads;
+  const std::vector<std::pair<std::size_t, std::size_t>> all_keys = {{0, d.nk}};
+  const float scale = static_cast<float>(mask.softmax_scale(d.dk));
+  const std::size_t tiles = (d.nq + OnlineSoftmax::kRows - 1) / OnlineSoftmax::kRows;
+  kernels::run_backward_tiles(
+      d, tiles,
+      [&](std::size_t bh, std::size_t t, float* dk, float* dv, kernels::SoftmaxBackward& grad) {
+        const std::size_t i0 = t * OnlineSoftmax::kRows;
+        kernels::backprop_key_ranges(q, kt.data() + bh * k_head, k, vt.data() + bh * v_head, out,
+                                     d_out, lse.data() + bh * d.nq + i0, mask, d, bh / d.heads,
+                                     bh % d.heads, i0, std::min(OnlineSoftmax::kRows, d.nq - i0),
+                                     all_keys, scale, grad, g.dq, dk, dv);
+      },
+      g.dk, g.dv);
 }
 
 std::unique_ptr<Attention> make_full(Params&) { return std::make_unique<FullAttention>(); }

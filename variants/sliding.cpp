@@ -99,68 +99,113 @@ std::vector<Task> plan_tiles(const Layout& g) {
 // The inputs of one (batch item, head), in the class layout.
 struct Head {
   const float* kt;  // [Dk, ldk], classes one after another, then the global keys if dilated
-  const float* v;   // [keys, Dv], rows in the same order
+  const float* v;   // forward: [keys, Dv], rows in the same order; backward: unused
+  const float* vt;  // backward: [Dv, ldk], values laid out like kt; forward: unused
   std::size_t b, h;
 };
 
-// Per-thread scratch: the online softmax, gathered queries and each row's key range.
+// Each row's keys in the run being visited: row r keeps t in [lo[r], hi[r]) and, under a
+// boolean mask, the keys its mask row allows.
+struct RowLimits {
+  Index lo[kRows], hi[kRows];
+  const bool* allowed[kRows];
+};
+
+// Per-thread scratch of the forward: the online softmax, gathered queries, the row limits.
 struct Scratch {
   OnlineSoftmax softmax;
   std::vector<float> q;
-  Index lo[kRows], hi[kRows];
-  const bool* allowed[kRows];
+  RowLimits limits;
   explicit Scratch(const Dims& d) : softmax(d.dk, d.dv), q(kRows * d.dk) {}
 };
 
-// Folds keys t in [t0, t1) of a run; row r keeps only t in [lo[r], hi[r]) and, under a
-// boolean mask, the keys its mask row allows.
-void fold_run(const Layout& g, const Head& head, const Dims& d, Layout::Run run, Index t0,
-              Index t1, Scratch& sc) {
-  const std::size_t rows = sc.softmax.rows();
-  const float* kt = head.kt + run.column;
-  const float* v = head.v + static_cast<std::size_t>(run.column) * d.dv;
+// Keys t in [t0, t1) of a run in chunks of at most kCols: engine.scores, each row masked to its
+// limits with -inf, then consume(c0, cols). Shared by the forward (OnlineSoftmax) and the
+// backward (SoftmaxBackward), so that both apply exactly the same masks.
+template <class Engine, class Consume>
+void masked_run(const Layout& g, const float* kt, Layout::Run run, Index t0, Index t1,
+                const RowLimits& limits, Engine& engine, Consume consume) {
+  const std::size_t rows = engine.rows();
   for (Index c0 = t0; c0 < t1; c0 += static_cast<Index>(kCols)) {
     const Index cols = std::min(static_cast<Index>(kCols), t1 - c0);
-    float* s = sc.softmax.scores(kt + c0, g.ldk, static_cast<std::size_t>(cols));
+    float* s = engine.scores(kt + run.column + c0, g.ldk, static_cast<std::size_t>(cols));
     for (std::size_t r = 0; r < rows; ++r) {
       float* row = s + r * kCols;
-      const Index a = std::clamp<Index>(sc.lo[r] - c0, 0, cols);
-      const Index z = std::clamp<Index>(sc.hi[r] - c0, a, cols);
+      const Index a = std::clamp<Index>(limits.lo[r] - c0, 0, cols);
+      const Index z = std::clamp<Index>(limits.hi[r] - c0, a, cols);
       std::fill(row, row + a, kNegInf);
       std::fill(row + z, row + cols, kNegInf);
-      if (const bool* allowed = sc.allowed[r])
+      if (const bool* allowed = limits.allowed[r])
         for (Index t = a; t < z; ++t)
           if (!allowed[run.first + run.step * (c0 + t)]) row[t] = kNegInf;
     }
-    sc.softmax.fold(v + static_cast<std::size_t>(c0) * d.dv, d.dv, static_cast<std::size_t>(cols));
+    consume(c0, static_cast<std::size_t>(cols));
   }
 }
 
-// Folds the keys of every class with index below limit(r) for each row r (limit in key indices).
-template <class Limit>
-void fold_prefixes(const Layout& g, const Head& head, const Dims& d, Limit limit, Scratch& sc) {
-  const Index rows = static_cast<Index>(sc.softmax.rows());
-  for (Index rho = 0; rho < g.s; ++rho) {
+// The tile's rows: the keys each passes the causal and padding limits for, and its boolean
+// mask row.
+void row_limits(const Mask& mask, const Dims& d, const Head& head, const Task& task,
+                Index* visible, RowLimits& limits) {
+  for (Index r = 0; r < task.rows; ++r) {
+    const std::size_t i = static_cast<std::size_t>(task.first + r * task.step);
+    visible[r] = static_cast<Index>(mask.visible_keys(head.b, i, d));
+    limits.allowed[r] = mask.allowed_row(head.b, head.h, i);
+  }
+}
+
+// The runs a tile reads: visit(run, t0, t1) with each row's limits in that run set.
+template <class Visit>
+void for_each_run(const Layout& g, const Task& task, const Index* visible, RowLimits& limits,
+                  Visit visit) {
+  const Index rows = task.rows;
+  if (task.global) {  // full attention rows: every class up to each row's limit
+    for (Index rho = 0; rho < g.s; ++rho) {
+      Index t1 = 0;
+      for (Index r = 0; r < rows; ++r) {
+        limits.lo[r] = 0;
+        limits.hi[r] = g.below(rho, visible[r]);
+        t1 = std::max(t1, limits.hi[r]);
+      }
+      visit(g.class_run(rho), 0, t1);
+    }
+    return;
+  }
+  // The global keys j < gk as one block, then the window inside this query class; the window
+  // starts after the class's global keys so that no key is counted twice.
+  if (g.gk > 0) {
     Index t1 = 0;
     for (Index r = 0; r < rows; ++r) {
-      sc.lo[r] = 0;
-      sc.hi[r] = g.below(rho, limit(r));
-      t1 = std::max(t1, sc.hi[r]);
+      limits.lo[r] = 0;
+      limits.hi[r] = std::min(visible[r], g.gk);
+      t1 = std::max(t1, limits.hi[r]);
     }
-    fold_run(g, head, d, g.class_run(rho), 0, t1, sc);
+    visit(g.global_run(), 0, t1);
   }
+  const Index rho = g.residue(task.first), u0 = g.slot(task.first);
+  const Index tg = g.below(rho, g.gk);
+  Index t0 = std::numeric_limits<Index>::max(), t1 = 0;
+  for (Index r = 0; r < rows; ++r) {
+    const Index u = u0 + r;
+    limits.lo[r] = std::max(u - g.left, tg);
+    limits.hi[r] = std::min({u + g.right + 1, g.count[rho], g.below(rho, visible[r])});
+    if (limits.lo[r] < limits.hi[r]) {
+      t0 = std::min(t0, limits.lo[r]);
+      t1 = std::max(t1, limits.hi[r]);
+    }
+  }
+  if (t0 < t1) visit(g.class_run(rho), t0, t1);
 }
 
+// One tile of the forward; lse (this head's row log-sum-exp, or nullptr) saved when given.
 void attend_tile(const Layout& g, const Head& head, const Tensor& q, const Mask& mask,
-                 const Dims& d, const Task& task, float scale, Scratch& sc, Tensor& out) {
+                 const Dims& d, const Task& task, float scale, Scratch& sc, Tensor& out,
+                 float* lse) {
   const std::size_t first = static_cast<std::size_t>(task.first);
   const std::size_t rows = static_cast<std::size_t>(task.rows);
   const std::size_t step = static_cast<std::size_t>(task.step);
   Index visible[kRows];
-  for (std::size_t r = 0; r < rows; ++r) {
-    visible[r] = static_cast<Index>(mask.visible_keys(head.b, first + r * step, d));
-    sc.allowed[r] = mask.allowed_row(head.b, head.h, first + r * step);
-  }
+  row_limits(mask, d, head, task, visible, sc.limits);
   const float* q_rows = &q(head.b, head.h, first, 0);
   if (step != 1) {  // dilated: gather the class's queries into contiguous rows
     for (std::size_t r = 0; r < rows; ++r)
@@ -168,69 +213,79 @@ void attend_tile(const Layout& g, const Head& head, const Tensor& q, const Mask&
     q_rows = sc.q.data();
   }
   sc.softmax.start(q_rows, rows, scale);
-
-  if (task.global) {  // full attention rows
-    fold_prefixes(g, head, d, [&](Index r) { return visible[r]; }, sc);
-  } else {
-    // The global keys j < gk as one block, then the window inside this query class; the
-    // window starts after the class's global keys so that no key is counted twice.
-    if (g.gk > 0) {
-      Index t1 = 0;
-      for (std::size_t r = 0; r < rows; ++r) {
-        sc.lo[r] = 0;
-        sc.hi[r] = std::min(visible[r], g.gk);
-        t1 = std::max(t1, sc.hi[r]);
-      }
-      fold_run(g, head, d, g.global_run(), 0, t1, sc);
-    }
-    const Index rho = g.residue(task.first), u0 = g.slot(task.first);
-    const Index tg = g.below(rho, g.gk);
-    Index t0 = std::numeric_limits<Index>::max(), t1 = 0;
-    for (std::size_t r = 0; r < rows; ++r) {
-      const Index u = u0 + static_cast<Index>(r);
-      sc.lo[r] = std::max(u - g.left, tg);
-      sc.hi[r] = std::min({u + g.right + 1, g.count[rho], g.below(rho, visible[r])});
-      if (sc.lo[r] < sc.hi[r]) {
-        t0 = std::min(t0, sc.lo[r]);
-        t1 = std::max(t1, sc.hi[r]);
-      }
-    }
-    if (t0 < t1) fold_run(g, head, d, g.class_run(rho), t0, t1, sc);
-  }
-  sc.softmax.finish(&out(head.b, head.h, first, 0), step * d.dv);
+  for_each_run(g, task, visible, sc.limits, [&](Layout::Run run, Index t0, Index t1) {
+    masked_run(g, head.kt, run, t0, t1, sc.limits, sc.softmax, [&](Index c0, std::size_t cols) {
+      sc.softmax.fold(head.v + static_cast<std::size_t>(run.column + c0) * d.dv, d.dv, cols);
+    });
+  });
+  sc.softmax.finish(&out(head.b, head.h, first, 0), step * d.dv, lse ? lse + first : nullptr,
+                    step);
 }
 
-// k [B,H,Nk,Dk] -> per head [Dk, ldk], keys in class order; v likewise reordered by rows when
-// the dilation is above 1 (vc unused otherwise: the rows are already in order). Called inside
-// the caller's parallel region: the heads are shared among its threads.
-void lay_out_keys(const Layout& g, const Tensor& k, const Tensor& v, const Dims& d, float* kt,
-                  float* vc) {
+// One tile of the backward: the same runs and masks, keys addressed in place (key t of a run is
+// row first + step·t of k, v and their gradients dk, dv: this head's accumulators).
+void backprop_tile(const Layout& g, const Head& head, const Tensor& q, const Tensor& k,
+                   const Tensor& out, const Tensor& d_out, const float* lse, const Mask& mask,
+                   const Dims& d, const Task& task, float scale, kernels::SoftmaxBackward& grad,
+                   Tensor& dq, float* dk, float* dv) {
+  const std::size_t first = static_cast<std::size_t>(task.first);
+  const std::size_t step = static_cast<std::size_t>(task.step);
+  Index visible[kRows];
+  RowLimits limits;
+  row_limits(mask, d, head, task, visible, limits);
+  grad.start(&q(head.b, head.h, first, 0), step * d.dk, &out(head.b, head.h, first, 0),
+             &d_out(head.b, head.h, first, 0), step * d.dv, lse + first, step,
+             static_cast<std::size_t>(task.rows), scale);
+  for_each_run(g, task, visible, limits, [&](Layout::Run run, Index t0, Index t1) {
+    masked_run(g, head.kt, run, t0, t1, limits, grad, [&](Index c0, std::size_t cols) {
+      const std::size_t j0 = static_cast<std::size_t>(run.first + run.step * c0);
+      const std::size_t stride = static_cast<std::size_t>(run.step);
+      grad.backprop(&k(head.b, head.h, j0, 0), stride * d.dk, head.vt + run.column + c0, g.ldk,
+                    dk + j0 * d.dk, stride * d.dk, dv + j0 * d.dv, stride * d.dv, cols);
+    });
+  });
+  grad.finish(&dq(head.b, head.h, first, 0), step * d.dk);
+}
+
+// x [B,H,Nk,dim] -> per head [dim, ldk]: keys in class order, then (dilated) the global keys
+// again, contiguous. Called inside the caller's parallel region: the heads are shared among its
+// threads.
+void lay_out_transposed(const Layout& g, const Tensor& x, const Dims& d, std::size_t dim,
+                        float* xt) {
   const std::ptrdiff_t heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
 #pragma omp for schedule(static)
   for (std::ptrdiff_t bh = 0; bh < heads; ++bh) {
-    const float* ksrc = k.data() + bh * d.nk * d.dk;
-    const float* vsrc = v.data() + bh * d.nk * d.dv;
-    float* kdst = kt + bh * d.dk * g.ldk;
+    const float* src = x.data() + bh * d.nk * dim;
+    float* dst = xt + bh * dim * g.ldk;
     for (Index rho = 0; rho < g.s; ++rho)
       for (Index t0 = 0; t0 < g.count[rho]; t0 += 16) {  // 16 keys: 64-byte runs of writes
         const std::size_t keys = static_cast<std::size_t>(std::min<Index>(16, g.count[rho] - t0));
         const std::size_t col = static_cast<std::size_t>(g.column[rho] + t0);
         const std::size_t j0 = static_cast<std::size_t>(rho + g.s * t0);
         const std::size_t step = static_cast<std::size_t>(g.s);
-        for (std::size_t c = 0; c < d.dk; ++c)
+        for (std::size_t c = 0; c < dim; ++c)
           for (std::size_t t = 0; t < keys; ++t)
-            kdst[c * g.ldk + col + t] = ksrc[(j0 + step * t) * d.dk + c];
-        if (g.s > 1)
-          for (std::size_t t = 0; t < keys; ++t)
-            std::copy_n(vsrc + (j0 + step * t) * d.dv, d.dv,
-                        vc + (bh * g.keys + col + t) * d.dv);
+            dst[c * g.ldk + col + t] = src[(j0 + step * t) * dim + c];
       }
-    if (g.s > 1)  // the global keys again, contiguous
-      for (std::size_t j = 0; j < static_cast<std::size_t>(g.gk); ++j) {
-        const std::size_t col = static_cast<std::size_t>(g.global_column) + j;
-        for (std::size_t c = 0; c < d.dk; ++c) kdst[c * g.ldk + col] = ksrc[j * d.dk + c];
-        std::copy_n(vsrc + j * d.dv, d.dv, vc + (bh * g.keys + col) * d.dv);
-      }
+    if (g.s > 1)
+      for (std::size_t j = 0; j < static_cast<std::size_t>(g.gk); ++j)
+        for (std::size_t c = 0; c < dim; ++c)
+          dst[c * g.ldk + static_cast<std::size_t>(g.global_column) + j] = src[j * dim + c];
+  }
+}
+
+// v's rows in the same order (dilated layouts only): what the forward folds.
+void lay_out_rows(const Layout& g, const Tensor& v, const Dims& d, float* vc) {
+  const std::ptrdiff_t heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
+#pragma omp for schedule(static)
+  for (std::ptrdiff_t bh = 0; bh < heads; ++bh) {
+    const float* src = v.data() + bh * d.nk * d.dv;
+    float* dst = vc + bh * g.keys * d.dv;
+    for (Index rho = 0; rho < g.s; ++rho)
+      for (Index t = 0; t < g.count[rho]; ++t)
+        std::copy_n(src + (rho + g.s * t) * d.dv, d.dv, dst + (g.column[rho] + t) * d.dv);
+    for (Index j = 0; j < g.gk; ++j)
+      std::copy_n(src + j * d.dv, d.dv, dst + (g.global_column + j) * d.dv);
   }
 }
 
@@ -270,6 +325,17 @@ double SlidingAttention::flops(const Dims& d, const Mask& mask) const {
 
 void SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
                                const Mask& mask, const Dims& d, Tensor& out) const {
+  run(q, k, v, mask, d, out, nullptr);
+}
+
+void SlidingAttention::compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Mask& mask, const Dims& d, Tensor& out,
+                                          RowLogSumExp& lse) const {
+  run(q, k, v, mask, d, out, lse.data());
+}
+
+void SlidingAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                           const Dims& d, Tensor& out, float* lse) const {
   const Layout g(config_, d, mask);
   // Left uninitialised (no memset): the padding columns past each head's keys are never read.
   const std::unique_ptr<float[]> kt(new float[d.batch * d.heads * d.dk * g.ldk]);
@@ -281,17 +347,45 @@ void SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v
 #pragma omp parallel  // one region: a loaded machine makes every fork and join expensive
   {
     Scratch scratch(d);
-    lay_out_keys(g, k, v, d, kt.get(), vc.get());  // ends with a barrier
+    lay_out_transposed(g, k, d, d.dk, kt.get());  // each ends with a barrier
+    if (g.s > 1) lay_out_rows(g, v, d, vc.get());
 #pragma omp for schedule(dynamic, 4)
     for (std::ptrdiff_t t = 0; t < tasks; ++t) {
       const std::size_t bh = static_cast<std::size_t>(t) / tiles.size();
       const Head head{kt.get() + bh * d.dk * g.ldk,
-                      (g.s > 1 ? vc.get() : v.data()) + bh * g.keys * d.dv, bh / d.heads,
-                      bh % d.heads};
+                      (g.s > 1 ? vc.get() : v.data()) + bh * g.keys * d.dv, nullptr,
+                      bh / d.heads, bh % d.heads};
       attend_tile(g, head, q, mask, d, tiles[static_cast<std::size_t>(t) % tiles.size()], scale,
-                  scratch, out);
+                  scratch, out, lse ? lse + bh * d.nq : nullptr);
     }
   }
+}
+
+void SlidingAttention::compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Mask& mask, const Dims& d, const Tensor& out,
+                                        const Tensor& d_out, const RowLogSumExp* saved,
+                                        Gradients& g) const {
+  RowLogSumExp storage;
+  const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
+  const Layout layout(config_, d, mask);
+  const std::unique_ptr<float[]> kt(new float[d.batch * d.heads * d.dk * layout.ldk]);
+  const std::unique_ptr<float[]> vt(new float[d.batch * d.heads * d.dv * layout.ldk]);
+#pragma omp parallel
+  {
+    lay_out_transposed(layout, k, d, d.dk, kt.get());
+    lay_out_transposed(layout, v, d, d.dv, vt.get());
+  }
+  const std::vector<Task> tiles = plan_tiles(layout);
+  const float scale = static_cast<float>(mask.softmax_scale(d.dk));
+  kernels::run_backward_tiles(
+      d, tiles.size(),
+      [&](std::size_t bh, std::size_t t, float* dk, float* dv, kernels::SoftmaxBackward& grad) {
+        const Head head{kt.get() + bh * d.dk * layout.ldk, nullptr,
+                        vt.get() + bh * d.dv * layout.ldk, bh / d.heads, bh % d.heads};
+        backprop_tile(layout, head, q, k, out, d_out, lse.data() + bh * d.nq, mask, d, tiles[t],
+                      scale, grad, g.dq, dk, dv);
+      },
+      g.dk, g.dv);
 }
 
 std::unique_ptr<Attention> make_sliding(Params& params) {
