@@ -344,6 +344,24 @@ TEST_CASE("the saved log-sum-exp is each row's log-sum-exp; -inf for rows withou
   CHECK(lse.size() == 0);
 }
 
+TEST_CASE("backward into a caller's gradients reuses their storage", "[backward]") {
+  const auto full = make_attention("full");
+  const Tensor q = random_tensor(1, 2, 50, 8, 1), k = random_tensor(1, 2, 70, 8, 2),
+               v = random_tensor(1, 2, 70, 4, 3), d_out = random_tensor(1, 2, 50, 4, 4);
+  Tensor out;
+  RowLogSumExp lse;
+  full->forward(q, k, v, {}, out, lse);
+  const Gradients fresh = full->backward(q, k, v, {}, out, d_out, lse);
+  Gradients g;
+  g.dk = random_tensor(1, 2, 70, 8, 5);  // right shape, stale values: all overwritten
+  const float* dk_storage = g.dk.data();
+  full->backward(q, k, v, {}, out, d_out, lse, g);
+  CHECK(g.dk.data() == dk_storage);
+  CHECK((g.dq == fresh.dq));
+  CHECK((g.dk == fresh.dk));
+  CHECK((g.dv == fresh.dv));
+}
+
 TEST_CASE("backward validates its arguments and names what is wrong", "[backward]") {
   const auto full = make_attention("full");
   const Tensor q = random_tensor(1, 2, 5, 4, 1), k = random_tensor(1, 2, 6, 4, 2),
@@ -356,6 +374,10 @@ TEST_CASE("backward validates its arguments and names what is wrong", "[backward
   require_error([&] { full->backward(q, k, v, {}, out, d_out, RowLogSumExp::from_shape({1, 2, 4})); },
                 {"lse", "[1, 2, 4]", "[1, 2, 5]"});
   require_error([&] { full->backward(q, q, v, {}, out, d_out); }, {"k and v"});
+  Gradients g;
+  g.dq = q;
+  require_error([&] { full->backward(g.dq, k, v, {}, out, d_out, {}, g); },
+                {"must not be one of q, k, v"});
   Mask bad;
   bad.key_lengths = {7};
   require_error([&] { full->backward(q, k, v, bad, out, d_out); }, {"key_lengths[0] = 7"});

@@ -121,11 +121,24 @@ Dims Attention::check_backward(const Tensor& q, const Tensor& k, const Tensor& v
 Gradients Attention::backward(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Mask& mask, const Tensor& out, const Tensor& d_out,
                               const RowLogSumExp& lse) const {
-  const Dims d = check_backward(q, k, v, mask, out, d_out, lse);
-  Gradients g{Tensor::from_shape(q.shape()), Tensor::from_shape(k.shape()),
-              Tensor::from_shape(v.shape())};
-  compute_backward(q, k, v, mask, d, out, d_out, lse.size() != 0 ? &lse : nullptr, g);
+  Gradients g;
+  backward(q, k, v, mask, out, d_out, lse, g);
   return g;
+}
+
+void Attention::backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                         const Tensor& out, const Tensor& d_out, const RowLogSumExp& lse,
+                         Gradients& g) const {
+  for (const Tensor* grad : {&g.dq, &g.dk, &g.dv})
+    for (const Tensor* input : {&q, &k, &v, &out, &d_out})
+      if (grad == input)
+        throw Error(name() + ": backward's gradients must not be one of q, k, v, out, d_out "
+                             "(they are read while the gradients are written)");
+  const Dims d = check_backward(q, k, v, mask, out, d_out, lse);
+  ensure_shape(g.dq, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dk});
+  ensure_shape(g.dk, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dk});
+  ensure_shape(g.dv, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dv});
+  compute_backward(q, k, v, mask, d, out, d_out, lse.size() != 0 ? &lse : nullptr, g);
 }
 
 void Attention::compute_backward(const Tensor&, const Tensor&, const Tensor&, const Mask&,

@@ -68,6 +68,14 @@ class Attention {
                      const Tensor& out, const Tensor& d_out,
                      const RowLogSumExp& lse = {}) const;
 
+  /// The same, written into `g`, whose tensors are resized only when their shapes differ from
+  /// q's, k's and v's: repeated calls at one shape reuse their storage (a fresh 8 MiB gradient
+  /// costs page faults on every call, about 7% of full's backward at N = 2048). g's tensors
+  /// must not be any of the inputs (throws Error); when a call throws, g is unspecified.
+  void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                const Tensor& out, const Tensor& d_out, const RowLogSumExp& lse,
+                Gradients& g) const;
+
   /// The canonical factory string, every key in a fixed order: make_attention(spec()) rebuilds
   /// an identical backend.
   virtual std::string spec() const = 0;
