@@ -1,7 +1,8 @@
-// Backward passes of the softmax variants (full, sliding, bigbird): each against central finite
-// differences of the fp64 reference forward on small shapes, against the fp64 reference
-// backward across tile edges, and against PyTorch autograd on the same inputs; every mask kind
-// each variant supports, Nq != Nk. Plus the interface's checks and the saved log-sum-exp.
+// Backward passes of the softmax variants (full, sliding, bigbird, linformer with the gradients
+// of E and F): each against central finite differences of an fp64 forward on small shapes,
+// against the fp64 reference backward across tile edges, and against PyTorch autograd on the
+// same inputs; every mask kind each variant supports, Nq != Nk. Plus the interface's checks and
+// the saved log-sum-exp.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -13,6 +14,7 @@
 #include "helpers.hpp"
 #include "patterns.hpp"
 #include "variants/bigbird.hpp"
+#include "variants/linformer.hpp"
 #include "variants/sliding.hpp"
 
 using namespace attnlab;
@@ -312,6 +314,166 @@ TEST_CASE("softmax variants: backward equals PyTorch autograd on the same inputs
   }
 }
 
+namespace {
+
+// Linformer's definition in fp64 on fp64 inputs: per (b, h), K' = E_h[:, :n] K[:n] and
+// V' = F_h[:, :n] V[:n] (n: the unpadded length), then softmax attention over all k rows.
+// e, f: [H, k, Nk], the matrices each head uses.
+xt::xarray<double> linformer64(const Tensor64& q, const Tensor64& k, const Tensor64& v,
+                               const xt::xarray<double>& e, const xt::xarray<double>& f,
+                               const std::vector<std::size_t>& lengths, double scale) {
+  const std::size_t batch = q.shape()[0], heads = q.shape()[1], rows = e.shape()[1];
+  Tensor64 kp = xt::zeros<double>({batch, heads, rows, k.shape()[3]});
+  Tensor64 vp = xt::zeros<double>({batch, heads, rows, v.shape()[3]});
+  for (std::size_t b = 0; b < batch; ++b)
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t j = 0; j < lengths[b]; ++j) {
+          for (std::size_t c = 0; c < k.shape()[3]; ++c) kp(b, h, r, c) += e(h, r, j) * k(b, h, j, c);
+          for (std::size_t c = 0; c < v.shape()[3]; ++c) vp(b, h, r, c) += f(h, r, j) * v(b, h, j, c);
+        }
+  return reference_attention(q, kp, vp, scale, [](auto...) { return true; });
+}
+
+// The matrices each head of `a` uses at Nk keys, [H, k, Nk].
+std::pair<xt::xarray<float>, xt::xarray<float>> used_projections(const LinformerAttention& a,
+                                                                 std::size_t heads,
+                                                                 std::size_t nk) {
+  xt::xarray<float> e = xt::zeros<float>({heads, a.k(), nk}), f = e;
+  for (std::size_t h = 0; h < heads; ++h) {
+    xt::view(e, h) = a.projection('E', h, nk);
+    xt::view(f, h) = a.projection('F', h, nk);
+  }
+  return {e, f};
+}
+
+struct LinformerCase {
+  std::string spec;
+  std::size_t nq, nk;
+  Mask mask;
+};
+
+std::vector<LinformerCase> linformer_cases() {
+  Mask padded;
+  padded.key_lengths = {4, 0};  // one item padded to nothing
+  Mask scaled;
+  scaled.scale = 0.37;
+  scaled.key_lengths = {7, 5};
+  return {{"linformer:k=3,max_len=9,seed=2", 5, 7, {}},
+          {"linformer:k=4,max_len=7,share=kv,init=xavier", 7, 6, padded},
+          {"linformer:k=5,max_len=8,share=layer", 4, 7, scaled}};
+}
+
+std::unique_ptr<LinformerAttention> make_linformer(const std::string& spec) {
+  return std::unique_ptr<LinformerAttention>(
+      dynamic_cast<LinformerAttention*>(make_attention(spec).release()));
+}
+
+// The first nk columns of a [H, k, max_len] projection gradient, and the largest |entry| of the
+// rest (which must be zero: those columns were not used).
+std::pair<xt::xarray<double>, double> split_columns(const xt::xtensor<float, 3>& g,
+                                                    std::size_t nk) {
+  xt::xarray<double> used = xt::zeros<double>({g.shape()[0], g.shape()[1], nk});
+  double rest = 0;
+  for (std::size_t h = 0; h < g.shape()[0]; ++h)
+    for (std::size_t r = 0; r < g.shape()[1]; ++r)
+      for (std::size_t j = 0; j < g.shape()[2]; ++j) {
+        if (j < nk)
+          used(h, r, j) = g(h, r, j);
+        else
+          rest = std::max(rest, std::abs(double(g(h, r, j))));
+      }
+  return {used, rest};
+}
+
+std::vector<std::size_t> lengths_of(const Mask& mask, std::size_t batch, std::size_t nk) {
+  std::vector<std::size_t> lengths(batch, nk);
+  for (std::size_t b = 0; b < mask.key_lengths.size(); ++b)
+    lengths[b] = static_cast<std::size_t>(mask.key_lengths[b]);
+  return lengths;
+}
+
+}  // namespace
+
+TEST_CASE("linformer: backward and the gradients of E and F equal finite differences",
+          "[backward]") {
+  for (const LinformerCase& c : linformer_cases()) {
+    INFO(c.spec << " Nq=" << c.nq << " Nk=" << c.nk << " padded=" << c.mask.has_key_lengths());
+    const auto a = make_linformer(c.spec);
+    const Tensor q = random_tensor(2, 2, c.nq, 3, 1), k = random_tensor(2, 2, c.nk, 3, 2),
+                 v = random_tensor(2, 2, c.nk, 4, 3);
+    Tensor out;
+    RowLogSumExp lse;
+    a->forward(q, k, v, c.mask, out, lse);
+    const Tensor d_out = random_tensor(2, 2, c.nq, 4, 4);
+    ProjectionGradients pg;
+    const Gradients g = a->backward_with_projections(q, k, v, c.mask, out, d_out, lse, pg);
+    const Gradients plain = a->backward(q, k, v, c.mask, out, d_out);  // lse recomputed
+    CHECK((plain.dq == g.dq));
+    CHECK((plain.dk == g.dk));
+    CHECK((plain.dv == g.dv));
+    const auto [e, f] = used_projections(*a, 2, c.nk);
+    const auto lengths = lengths_of(c.mask, 2, c.nk);
+    const double scale = c.mask.softmax_scale(3);
+    const Arrays64 fd = test::central_differences(
+        [&](const Arrays64& x) {
+          return linformer64(Tensor64(x[0]), Tensor64(x[1]), Tensor64(x[2]), x[3], x[4], lengths,
+                             scale);
+        },
+        {to64(q), to64(k), to64(v), xt::cast<double>(e), xt::cast<double>(f)}, to64(d_out));
+    require_grads(g, fd, kRtol, kAtol, c.spec + " vs finite differences");
+    REQUIRE(pg.d_e.shape() == (std::array<std::size_t, 3>{2, a->k(), a->max_len()}));
+    const auto [de, de_rest] = split_columns(pg.d_e, c.nk);
+    const auto [df, df_rest] = split_columns(pg.d_f, c.nk);
+    require_close_grad(de, fd[3], kRtol, kAtol, "dE");
+    require_close_grad(df, fd[4], kRtol, kAtol, "dF");
+    CHECK(de_rest == 0.0);
+    CHECK(df_rest == 0.0);
+  }
+}
+
+TEST_CASE("linformer: backward equals PyTorch autograd, E and F included", "[backward]") {
+  test::TorchGrads torch;
+  struct Expected {
+    std::size_t index;
+    std::string what;
+    Gradients g;
+    ProjectionGradients pg;
+    std::size_t nk;
+  };
+  std::vector<Expected> expected;
+  for (const auto& [spec, nq, nk] :
+       {std::tuple<std::string, std::size_t, std::size_t>{"linformer:k=20,max_len=150", 60, 130},
+        {"linformer:k=16,max_len=100,share=kv,init=xavier", 100, 57}}) {
+    for (const bool padded : {false, true}) {
+      const auto a = make_linformer(spec);
+      Mask mask;
+      if (padded) mask.key_lengths = {static_cast<std::int64_t>(nk / 3), 0};
+      const Tensor q = random_tensor(2, 2, nq, 8, nq), k = random_tensor(2, 2, nk, 8, nk),
+                   v = random_tensor(2, 2, nk, 6, nk + 1), d_out = random_tensor(2, 2, nq, 6, 5);
+      const Tensor out = a->forward(q, k, v, mask);
+      Expected e{0, spec + (padded ? " padded" : ""), {}, {}, nk};
+      e.g = a->backward_with_projections(q, k, v, mask, out, d_out, {}, e.pg);
+      const auto [em, fm] = used_projections(*a, 2, nk);
+      const auto lengths = lengths_of(mask, 2, nk);
+      e.index = torch.add({{"kind", "linformer"},
+                           {"scale", mask.softmax_scale(8)},
+                           {"lengths", std::vector<std::size_t>(lengths.begin(), lengths.end())}},
+                          {{"q", q}, {"k", k}, {"v", v}, {"d_out", d_out}, {"E", em}, {"F", fm}});
+      expected.push_back(std::move(e));
+    }
+  }
+  if (!torch.run()) return;
+  for (const Expected& e : expected) {
+    require_grads(e.g, {torch.grad(e.index, "q"), torch.grad(e.index, "k"), torch.grad(e.index, "v")},
+                  kRtol, kAtol, e.what + " vs torch");
+    require_close_grad(split_columns(e.pg.d_e, e.nk).first, torch.grad(e.index, "E"), kRtol,
+                       kAtol, e.what + ": dE vs torch");
+    require_close_grad(split_columns(e.pg.d_f, e.nk).first, torch.grad(e.index, "F"), kRtol,
+                       kAtol, e.what + ": dF vs torch");
+  }
+}
+
 TEST_CASE("the saved log-sum-exp is each row's log-sum-exp; -inf for rows without keys",
           "[backward]") {
   const auto full = make_attention("full");
@@ -412,7 +574,7 @@ TEST_CASE("a backend without a backward refuses it as Unsupported", "[backward]"
   const Tensor out = a.forward(x, x, x);
   require_error<Unsupported>([&] { a.backward(x, x, x, {}, out, out); },
                              {"forward-only does not support backward"});
-  for (const std::string& name : {"full", "sliding", "bigbird"}) {
+  for (const std::string& name : {"full", "sliding", "bigbird", "linformer"}) {
     INFO(name);
     CHECK(make_attention(name)->support().backward);
   }
