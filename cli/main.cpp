@@ -23,6 +23,7 @@ void add_mask_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_sweep_command(CLI::App& app);
 void add_merge_command(CLI::App& app);
+void add_model_command(CLI::App& app);
 }  // namespace attnlab::cli
 
 namespace {
@@ -37,6 +38,7 @@ constexpr AddCommand kCommands[] = {
     attnlab::cli::add_report_command,
     attnlab::cli::add_sweep_command,
     attnlab::cli::add_merge_command,
+    attnlab::cli::add_model_command,
 };
 
 int fail(std::string message) {

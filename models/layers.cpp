@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "attnlab/error.hpp"
@@ -153,6 +154,15 @@ Matrix sinusoidal_positions(std::size_t n, std::size_t dim) {
       pe(p, c) = static_cast<float>(c % 2 == 0 ? std::sin(angle) : std::cos(angle));
     }
   return pe;
+}
+
+Tokens random_tokens(std::size_t batch, std::size_t n, std::size_t vocab, std::uint64_t seed) {
+  if (vocab == 0) throw Error("random_tokens: vocab=0, expected at least 1");
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int64_t> token(0, static_cast<std::int64_t>(vocab) - 1);
+  Tokens t = Tokens::from_shape({batch, n});
+  for (auto& v : t) v = token(rng);
+  return t;
 }
 
 }  // namespace attnlab::models

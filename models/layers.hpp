@@ -102,6 +102,10 @@ class Embedding {
 /// dim)), PE(p, 2i + 1) = cos(p / 10000^(2i / dim)).
 Matrix sinusoidal_positions(std::size_t n, std::size_t dim);
 
+/// Token ids [batch, n], uniform in [0, vocab), reproducible from `seed` (e.g. random bytes for
+/// the Long Range Arena text model).
+Tokens random_tokens(std::size_t batch, std::size_t n, std::size_t vocab, std::uint64_t seed);
+
 /// The shape as text, "[2, 16, 64]", for error messages.
 std::string shape_text(const Activations& x);
 
