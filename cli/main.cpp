@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "attnlab/attnlab.hpp"
+#include "attnlab/kernels.hpp"
 
 #ifndef ATTNLAB_VERSION
 #define ATTNLAB_VERSION "unknown"
@@ -69,9 +70,17 @@ std::string command_list(const CLI::App& app) {
 
 int main(int argc, char** argv) {
   CLI::App app("attnlab " ATTNLAB_VERSION ": efficient attention variants behind one interface.\n"
-               "Variants (factory names): " + variant_list(),
+               "Variants (factory names): " + variant_list() + "\n"
+               "ATTNLAB_ISA=scalar|avx2|avx512 forces a kernel path (default: the fastest).",
                "attnlab");
-  app.set_version_flag("--version", std::string("attnlab ") + ATTNLAB_VERSION);
+  std::string kernels;
+  try {
+    kernels = attnlab::kernels::isa_name(attnlab::kernels::active_isa());
+  } catch (const std::exception& e) {  // a bad ATTNLAB_ISA
+    return fail(e.what());
+  }
+  app.set_version_flag("--version",
+                       std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: " + kernels + ")");
   app.require_subcommand(1);
   for (AddCommand add : kCommands) add(app);
   // CLI11 would answer a mistyped command with "a subcommand is required": name it instead.
