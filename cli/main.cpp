@@ -4,6 +4,7 @@
 //
 // The one error policy: bad input of any kind (attnlab::Error, a command-line mistake, any other
 // std::exception) prints ONE line "attnlab: error: ..." on stderr and exits 2; success exits 0.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -71,6 +72,8 @@ int main(int argc, char** argv) {
   CLI::App app("attnlab " ATTNLAB_VERSION ": efficient attention variants behind one interface.\n"
                "Variants (factory names): " + variant_list(),
                "attnlab");
+  // A file over `ulimit -f` must fail the write (EFBIG, reported as an error), not kill us.
+  std::signal(SIGXFSZ, SIG_IGN);
   app.set_version_flag("--version", std::string("attnlab ") + ATTNLAB_VERSION);
   app.require_subcommand(1);
   for (AddCommand add : kCommands) add(app);
