@@ -32,8 +32,8 @@ struct SweepFlags {
   int reps = 0, warmup = -1;
   double target_seconds = 0, memory_budget = 0;
   std::int64_t error_rows = 0;
-  bool peers = false, mpi = false, quiet = false, dry_run = false, restart = false;
-  bool no_report = false;
+  bool peers = false, mpi = false, quiet = false, dry_run = false, restart = false,
+       retry_errors = false, no_report = false;
 };
 
 SweepConfig build_config(const SweepFlags& f) {
@@ -117,6 +117,7 @@ void sweep(const SweepFlags& f) {
   options.out_dir = f.out;
   options.mpi = f.mpi;
   options.restart = f.restart;
+  options.retry_errors = f.retry_errors;
   options.progress = f.quiet ? nullptr : stderr;
   if (!f.shard.empty()) options.shard = parse_shard(f.shard);
   if (f.dry_run) {
@@ -149,6 +150,7 @@ void sweep(const SweepFlags& f) {
               "sgemm %.1f GFLOP/s -> %s/rows.csv\n",
               config.name.c_str(), s.selected, s.grid, s.done_before, s.ran,
               statuses.empty() ? "none" : statuses.c_str(), s.sgemm_gflops, s.dir.c_str());
+  if (s.retried > 0) std::printf("%zu error rows were run again (--retry-errors)\n", s.retried);
   if (s.ran == 0 && s.done_before > 0)
     std::printf("every point was already in %s/rows.csv (a sweep resumes); --restart measures "
                 "them again\n", s.dir.c_str());
@@ -192,6 +194,8 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_flag("--mpi", f->mpi, "split the grid across MPI ranks (mpirun -n P attnlab sweep --mpi)");
   cmd->add_flag("--restart", f->restart,
                  "measure every point again (the old rows.csv is kept as rows.csv.old)");
+  cmd->add_flag("--retry-errors", f->retry_errors,
+                 "run the points whose rows have status error again (their rows are replaced)");
   cmd->add_flag("--no-report", f->no_report,
                 "do not render report.md and plots/ at the end (the summary is still printed)");
   cmd->add_flag("--quiet", f->quiet, "no progress on stderr");
