@@ -1,8 +1,11 @@
 // Small dense kernels shared by the fast variants: a register-blocked float32 GEMM for tiles
-// (no BLAS threads inside our own OpenMP regions) and a vectorised exp2.
+// (no BLAS threads inside our own OpenMP regions), a vectorised exp2 and the online softmax.
+// The hot loops exist once per instruction set (scalar, AVX2, AVX-512), compiled separately and
+// chosen at run time from the CPU, so one binary runs everywhere and uses AVX-512 where present.
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -10,6 +13,31 @@
 #include "attnlab/tensor.hpp"
 
 namespace attnlab::kernels {
+
+/// An instruction-set path of the kernels. avx2 needs AVX2 + FMA (x86-64-v3); avx512 needs
+/// AVX-512 F, BW, DQ and VL (x86-64-v4).
+enum class Isa { scalar, avx2, avx512 };
+
+/// "scalar", "avx2" or "avx512".
+const char* isa_name(Isa isa);
+
+/// Whether this build has the path and this CPU (and its operating system) can run it.
+bool isa_supported(Isa isa);
+
+/// The paths isa_supported accepts, slowest first.
+std::vector<Isa> supported_isas();
+
+/// The path the kernels take. Chosen on first use: the environment variable ATTNLAB_ISA
+/// (scalar, avx2 or avx512) if set, else the fastest supported one. Throws Error when
+/// ATTNLAB_ISA names an unknown path or one this CPU cannot run.
+Isa active_isa();
+
+/// Makes every later kernel call take `isa` (tests and benchmarks compare paths in one process);
+/// throws Error if it is not supported. Not to be called while a forward is running.
+void use_isa(Isa isa);
+
+/// Parses "scalar", "avx2" or "avx512"; throws Error naming `text` and the choices otherwise.
+Isa parse_isa(const std::string& text);
 
 /// C[M x N] (+)= A[M x K] · B[K x N], all row-major with leading dimensions lda, ldb, ldc.
 /// accumulate = false overwrites C.
