@@ -109,7 +109,11 @@ Tensor MultiHeadAttention::attention_probabilities(const Activations& query,
                                                    const Activations& memory,
                                                    const Mask& mask) const {
   const QKV in = project(query, memory);
-  const Dims d = check_qkv(in.q, in.k, in.v);
+  return models::attention_probabilities(in.q, in.k, mask);
+}
+
+Tensor attention_probabilities(const Tensor& q, const Tensor& k, const Mask& mask) {
+  const Dims d = check_qkv(q, k, k);
   mask.validate(d);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
   Tensor p = Tensor::from_shape({d.batch, d.heads, d.nq, d.nk});
@@ -117,7 +121,7 @@ Tensor MultiHeadAttention::attention_probabilities(const Activations& query,
     for (std::size_t h = 0; h < d.heads; ++h) {
       float* s = &p(b, h, 0, 0);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(d.nq), int(d.nk), int(d.dk), scale,
-                  &in.q(b, h, 0, 0), int(d.dk), &in.k(b, h, 0, 0), int(d.dk), 0.0f, s, int(d.nk));
+                  &q(b, h, 0, 0), int(d.dk), &k(b, h, 0, 0), int(d.dk), 0.0f, s, int(d.nk));
       for (std::size_t i = 0; i < d.nq; ++i) masked_softmax(s + i * d.nk, d.nk, mask, b, h, i, d);
     }
   return p;
