@@ -211,20 +211,16 @@ void lay_out_keys(const Layout& g, const Tensor& k, const Tensor& v, const Dims&
     const float* ksrc = k.data() + bh * d.nk * d.dk;
     const float* vsrc = v.data() + bh * d.nk * d.dv;
     float* kdst = kt + bh * d.dk * g.ldk;
-    for (Index rho = 0; rho < g.s; ++rho)
-      for (Index t0 = 0; t0 < g.count[rho]; t0 += 16) {  // 16 keys: 64-byte runs of writes
-        const std::size_t keys = static_cast<std::size_t>(std::min<Index>(16, g.count[rho] - t0));
-        const std::size_t col = static_cast<std::size_t>(g.column[rho] + t0);
-        const std::size_t j0 = static_cast<std::size_t>(rho + g.s * t0);
-        const std::size_t step = static_cast<std::size_t>(g.s);
-        for (std::size_t c = 0; c < d.dk; ++c)
-          for (std::size_t t = 0; t < keys; ++t)
-            kdst[c * g.ldk + col + t] = ksrc[(j0 + step * t) * d.dk + c];
-        if (g.s > 1)
-          for (std::size_t t = 0; t < keys; ++t)
-            std::copy_n(vsrc + (j0 + step * t) * d.dv, d.dv,
-                        vc + (bh * g.keys + col + t) * d.dv);
-      }
+    const std::size_t step = static_cast<std::size_t>(g.s);
+    for (Index rho = 0; rho < g.s; ++rho) {  // class rho: keys rho, rho + s, ...
+      const std::size_t keys = static_cast<std::size_t>(g.count[rho]);
+      const std::size_t col = static_cast<std::size_t>(g.column[rho]);
+      const std::size_t j0 = static_cast<std::size_t>(rho);
+      kernels::transpose(keys, d.dk, ksrc + j0 * d.dk, step * d.dk, kdst + col, g.ldk);
+      if (g.s > 1)
+        for (std::size_t t = 0; t < keys; ++t)
+          std::copy_n(vsrc + (j0 + step * t) * d.dv, d.dv, vc + (bh * g.keys + col + t) * d.dv);
+    }
     if (g.s > 1)  // the global keys again, contiguous
       for (std::size_t j = 0; j < static_cast<std::size_t>(g.gk); ++j) {
         const std::size_t col = static_cast<std::size_t>(g.global_column) + j;

@@ -53,6 +53,10 @@ float exp2_shifted_sum(float* x, std::size_t n, float shift);
 /// max of x[0..n); -infinity when n = 0.
 float row_max(const float* x, std::size_t n);
 
+/// dst[c * ldd + j] = src[j * lds + c] for j < rows, c < cols (the two must not overlap).
+void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst,
+               std::size_t ldd);
+
 /// k [B, H, Nk, Dk] transposed so that score tiles are plain GEMMs, parallel over heads (OpenMP;
 /// call it outside your own parallel region). block = 0: each head is one [Dk, Nk] matrix (key j
 /// of head bh at kt[bh * Dk * Nk + c * Nk + j]). block > 0: each head is ceil(Nk / block) tiles
