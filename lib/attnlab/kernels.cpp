@@ -133,6 +133,12 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 }  // namespace
 
+void transpose_key_tiles(const float* k, std::size_t dk, std::size_t block, std::size_t j0,
+                         std::size_t j1, float* kt) {
+  for (std::size_t j = j0; j < j1; j += block)  // tile j / block starts at kt + j * dk
+    transpose(std::min(block, j1 - j), dk, k + j * dk, dk, kt + j * dk, block);
+}
+
 std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t block) {
   if (block == 0) block = d.nk;
   const std::size_t blocks = (d.nk + block - 1) / block, per_head = blocks * d.dk * block;
@@ -142,8 +148,7 @@ std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t bl
   for (std::ptrdiff_t bh = 0; bh < heads; ++bh) {
     const float* src = k.data() + bh * d.nk * d.dk;
     float* dst = kt.data() + bh * per_head;
-    for (std::size_t j = 0; j < d.nk; j += block)
-      transpose(std::min(block, d.nk - j), d.dk, src + j * d.dk, d.dk, dst + j * d.dk, block);
+    transpose_key_tiles(src, d.dk, block, 0, d.nk, dst);
   }
   return kt;
 }

@@ -64,6 +64,12 @@ void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t
 /// + c * block + j % block]): short unit strides, no cache-set aliasing at power-of-two Nk.
 std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t block = 0);
 
+/// Keys [j0, j1) of one head, k[j * dk + c], into that head's transpose_keys(.., block) tiles kt;
+/// j0 is a multiple of block and padding columns are left as they are. The piece a variant that
+/// lays out one head at a time (so that it stays in cache) shares among its threads.
+void transpose_key_tiles(const float* k, std::size_t dk, std::size_t block, std::size_t j0,
+                         std::size_t j1, float* kt);
+
 /// The online softmax of FlashAttention (Dao et al. 2022) for one tile of at most kRows queries:
 /// scores against any sequence of key blocks (contiguous, strided or gathered) are folded into a
 /// running max, sum and output, so no full row of scores is ever formed. One object per thread.
