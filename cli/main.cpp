@@ -4,6 +4,7 @@
 //
 // The one error policy: bad input of any kind (attnlab::Error, a command-line mistake, any other
 // std::exception) prints ONE line "attnlab: error: ..." on stderr and exits 2; success exits 0.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -73,6 +74,8 @@ int main(int argc, char** argv) {
                "Variants (factory names): " + variant_list() + "\n"
                "ATTNLAB_ISA=scalar|avx2|avx512 forces a kernel path (default: the fastest).",
                "attnlab");
+  // A file over `ulimit -f` must fail the write (EFBIG, reported as an error), not kill us.
+  std::signal(SIGXFSZ, SIG_IGN);
   std::string kernels;
   try {
     kernels = attnlab::kernels::isa_name(attnlab::kernels::active_isa());

@@ -66,11 +66,6 @@ std::string opt_fmt(const char* format, const std::optional<double>& x) {
   return x ? fmt(format, *x) : kDash;
 }
 
-// "12.3 ms" below a second, "4.05 s" above.
-std::string time_text(double seconds) {
-  return seconds < 1 ? fmt("%.3g ms", seconds * 1e3) : fmt("%.3g s", seconds);
-}
-
 std::string md_escape(std::string s) {
   std::string out;
   for (char c : s) {
@@ -181,6 +176,32 @@ std::vector<std::string> preferred_tokens(const std::string& variant) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- labels
+
+std::string time_text(double seconds) {
+  return seconds < 1 ? fmt("%.3g ms", seconds * 1e3) : fmt("%.3g s", seconds);
+}
+
+std::string short_spec(const std::string& spec) {
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos) return spec;
+  std::string defaults;
+  try {
+    defaults = make_attention(spec.substr(0, colon))->spec();
+  } catch (const Error&) {  // a peer or an unregistered name: keep it whole
+    return spec;
+  }
+  std::string out = spec.substr(0, colon);
+  std::stringstream tokens(spec.substr(colon + 1));
+  bool first = true;
+  for (std::string t; std::getline(tokens, t, ',');)
+    if (!has_token(defaults, t)) {
+      out += (first ? ":" : ",") + t;
+      first = false;
+    }
+  return out;
+}
 
 // ---------------------------------------------------------------- rows
 
@@ -514,28 +535,6 @@ std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
-}
-
-// A plot label: the variant name and only the settings that differ from its defaults
-// ("linformer:k=128,share=kv"); report.md has the full specs.
-std::string short_spec(const std::string& spec) {
-  const auto colon = spec.find(':');
-  if (colon == std::string::npos) return spec;
-  std::string defaults;
-  try {
-    defaults = make_attention(spec.substr(0, colon))->spec();
-  } catch (const Error&) {  // a peer or an unregistered name: keep it whole
-    return spec;
-  }
-  std::string out = spec.substr(0, colon);
-  std::stringstream tokens(spec.substr(colon + 1));
-  bool first = true;
-  for (std::string t; std::getline(tokens, t, ',');)
-    if (!has_token(defaults, t)) {
-      out += (first ? ":" : ",") + t;
-      first = false;
-    }
-  return out;
 }
 
 class Plotter {

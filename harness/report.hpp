@@ -18,7 +18,7 @@
 
 namespace attnlab::harness {
 
-/// One row of rows.csv (columns documented in /tmp/rows_schema.md and results/README.md).
+/// One row of rows.csv (columns documented in docs/sweep.md).
 /// Empty numeric cells are nullopt.
 struct ReportRow {
   std::string key, spec, variant, causal, input, status, message, shard;
@@ -40,6 +40,13 @@ struct Relative {
 };
 /// One entry per row, in order. Rows that are not ok, or have no ok full partner, get nullopt.
 std::vector<Relative> relative_to_full(const std::vector<ReportRow>& rows);
+
+/// "12.3 ms" below a second, "4.05 s" above.
+std::string time_text(double seconds);
+
+/// A label for tables and plots: the variant name and only the settings that differ from its
+/// defaults ("linformer:k=128,share=kv"); a spec the factory does not know is kept whole.
+std::string short_spec(const std::string& spec);
 
 /// A point of the Pareto plot: larger speed-up and smaller error are better.
 struct ParetoPoint {

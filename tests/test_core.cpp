@@ -51,6 +51,18 @@ TEST_CASE("make_attention rejects unknown names and keys", "[core]") {
   require_error<Error>([] { make_attention("full:window=3"); }, {"window=3", "unknown key"});
 }
 
+TEST_CASE("the registry lists every variant in its fixed order and refuses duplicates", "[core]") {
+  // Each variant registers itself from its own .cpp; the positions fix this order whatever the
+  // static-initialisation order of the files.
+  CHECK(attention_names() ==
+        std::vector<std::string>{"full", "bigbird", "linformer", "sliding", "linear"});
+  const AttentionMaker full_maker = [](Params&) { return make_attention("full"); };
+  require_error([&] { register_attention("sliding", full_maker, 99); },
+                {"'sliding'", "registered twice"});
+  require_error([&] { register_attention("", full_maker, 99); }, {"name"});
+  CHECK(attention_names().size() == 5);  // nothing was added by the refused registrations
+}
+
 TEST_CASE("SpecWriter prints values that parse back exactly", "[core]") {
   const std::string s = SpecWriter("x").add("a", std::int64_t{7}).add("b", 0.1).add("c", "sum").str();
   CHECK(s == "x:a=7,b=0.1,c=sum");

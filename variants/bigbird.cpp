@@ -250,4 +250,9 @@ std::unique_ptr<Attention> make_bigbird(Params& params) {
   return std::make_unique<BigBirdAttention>(c);
 }
 
+namespace {
+// Position 20 in attention_names() and the --help listing.
+const AttentionRegistrar kRegistrar("bigbird", make_bigbird, 20);
+}  // namespace
+
 }  // namespace attnlab

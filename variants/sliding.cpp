@@ -306,4 +306,9 @@ std::unique_ptr<Attention> make_sliding(Params& params) {
   return std::make_unique<SlidingAttention>(c);
 }
 
+namespace {
+// Position 40 in attention_names() and the --help listing.
+const AttentionRegistrar kRegistrar("sliding", make_sliding, 40);
+}  // namespace
+
 }  // namespace attnlab
