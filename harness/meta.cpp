@@ -1,11 +1,14 @@
 #include "harness/meta.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cblas.h>
 #include <omp.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +16,7 @@
 #include <thread>
 
 #include "attnlab/error.hpp"
+#include "attnlab/kernels.hpp"
 #include "harness/build_info.hpp"
 
 extern "C" {
@@ -72,6 +76,7 @@ nlohmann::json run_context() {
   j["blas"] = {{"config", openblas_get_config()}, {"corename", openblas_get_corename()}};
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   j["OPENBLAS_CORETYPE"] = coretype ? nlohmann::json(coretype) : nlohmann::json(nullptr);
+  j["kernels"] = kernels::isa_name(kernels::active_isa());  // the path that ran (ATTNLAB_ISA)
   j["threads"] = {{"omp_max_threads", omp_get_max_threads()},
                   {"nproc", std::thread::hardware_concurrency()}};
   j["date"] = utc_now();
@@ -86,17 +91,29 @@ nlohmann::json run_context() {
 }
 
 void write_atomically(const std::string& path, const std::string& text) {
+  // POSIX calls, not streams, so a failure can say why (ENOSPC, EROFS, EACCES, EFBIG).
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw Error("cannot write " + tmp);
+  const auto fail = [&](const std::string& what) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw Error("cannot write " + path + ": " + what + ": " + why);
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const std::string why = std::strerror(errno);
+    throw Error("cannot write " + path + ": " + why);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error("cannot rename " + tmp + " to " + path);
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      fail("write");
+    }
+    done += static_cast<std::size_t>(n);
   }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) fail("fsync");
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename");
 }
 
 void record_run(const std::string& dir, const SweepConfig& config, const nlohmann::json& extra) {

@@ -54,17 +54,28 @@ std::vector<Row> to_rows(const std::vector<std::vector<std::string>>& records,
 
 void write_fully(int fd, const std::string& data, const std::string& path) {
   // One write(2): on a local file system an O_APPEND write of a line is not interleaved and is
-  // either complete or torn only by a crash; the loop handles a short write (disk full) honestly.
+  // either complete or torn only by a crash. A failed or short write (disk full, `ulimit -f`)
+  // is cut away again, so the file keeps exactly its complete rows.
+  struct stat st {};
+  const off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
   std::size_t done = 0;
   while (done < data.size()) {
     const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw Error("cannot append to " + path + ": " + errno_text());
+      const std::string why = errno_text();
+      if (before >= 0 && ::ftruncate(fd, before) == 0) ::fsync(fd);
+      throw Error("cannot append to " + path + ": " + why +
+                  " (the rows written before are intact; the same command resumes)");
     }
     done += static_cast<std::size_t>(n);
   }
   if (::fsync(fd) != 0) throw Error("cannot fsync " + path + ": " + errno_text());
+}
+
+std::string header_line() {
+  const auto& names = column_names();
+  return csv_line(std::vector<std::string>(names.begin(), names.end()));
 }
 
 }  // namespace
@@ -173,8 +184,7 @@ RowsFile::RowsFile(const std::string& path) : path_(path) {
     if (records.empty()) {
       if (torn != std::string::npos && torn != 0)
         throw Error(path + ": no complete header line");
-      const auto& names = column_names();
-      write_fully(fd_, csv_line(std::vector<std::string>(names.begin(), names.end())), path);
+      write_fully(fd_, header_line(), path);
     }
     rows_ = to_rows(records, path);
     for (const Row& r : rows_) keys_.insert(r[Col::key]);
@@ -192,6 +202,35 @@ void RowsFile::append(const Row& row) {
   write_fully(fd_, csv_line(row), path_);
   rows_.push_back(row);
   keys_.insert(row[Col::key]);
+}
+
+std::size_t RowsFile::drop(const std::function<bool(const Row&)>& drop) {
+  std::vector<Row> kept;
+  std::string text = header_line();
+  for (const Row& r : rows_)
+    if (!drop(r)) text += csv_line(r), kept.push_back(r);
+  const std::size_t dropped = rows_.size() - kept.size();
+  if (dropped == 0) return 0;
+  // The new file is locked before it replaces the old one, so no other sweep can slip in.
+  const std::string tmp = path_ + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_RDWR | O_APPEND | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot write " + tmp + ": " + errno_text());
+  try {
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) throw Error("cannot lock " + tmp + ": " + errno_text());
+    write_fully(fd, text, tmp);
+    if (::rename(tmp.c_str(), path_.c_str()) != 0)
+      throw Error("cannot rename " + tmp + " to " + path_ + ": " + errno_text());
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd_);
+  fd_ = fd;
+  rows_ = std::move(kept);
+  keys_.clear();
+  for (const Row& r : rows_) keys_.insert(r[Col::key]);
+  return dropped;
 }
 
 }  // namespace attnlab::harness

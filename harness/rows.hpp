@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -64,8 +65,13 @@ class RowsFile {
   /// Bytes of a torn last line removed when the file was opened (0 normally).
   std::size_t repaired_bytes() const { return repaired_; }
 
-  /// Appends one row atomically (single write + fsync). Throws Error on an I/O failure.
+  /// Appends one row atomically (single write + fsync). On an I/O failure (disk full, file size
+  /// limit) the file is cut back to its complete rows and Error names the file and the reason.
   void append(const Row& row);
+
+  /// Removes the rows for which `drop` is true (a new file renamed over the old one, so a crash
+  /// keeps one or the other); returns how many.
+  std::size_t drop(const std::function<bool(const Row&)>& drop);
 
  private:
   std::string path_;

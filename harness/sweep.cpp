@@ -13,6 +13,7 @@
 #include "harness/measure.hpp"
 #include "harness/meta.hpp"
 #include "harness/mpi.hpp"
+#include "harness/point_guard.hpp"
 #include "harness/progress.hpp"
 
 namespace attnlab::harness {
@@ -36,29 +37,6 @@ std::int64_t budget_bytes(const MeasureOptions& m) {
                        : std::int64_t{8} << 30;  // unknown: 8 GiB
 }
 
-// <dir>/running: "key attempts" of the point in progress, so a process killed by a point (the
-// OOM killer) does not die on it forever.
-class RunningMarker {
- public:
-  explicit RunningMarker(std::string dir) : path_(std::move(dir) + "/running") {}
-
-  /// Attempts already made on `key` by earlier processes that died during it.
-  int previous_attempts(const std::string& key) const {
-    std::ifstream in(path_);
-    std::string k;
-    int attempts = 0;
-    if (in >> k >> attempts && k == key) return attempts;
-    return 0;
-  }
-  void begin(const std::string& key, int attempts) {
-    write_atomically(path_, key + " " + std::to_string(attempts) + "\n");
-  }
-  void end() { std::remove(path_.c_str()); }
-
- private:
-  std::string path_;
-};
-
 Row parse_row_line(const std::string& line) {
   const auto records = parse_csv(line);
   if (records.size() != 1 || records[0].size() != kColumnCount)
@@ -70,10 +48,14 @@ Row parse_row_line(const std::string& line) {
 
 }  // namespace
 
+std::string default_out_dir(const SweepConfig& config) { return "runs/" + config.name; }
+
+std::string reference_dir(const SweepConfig& config) { return "results/" + config.name; }
+
 SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
   validate(config);
   SweepSummary summary;
-  summary.dir = options.out_dir.empty() ? "results/" + config.name : options.out_dir;
+  summary.dir = options.out_dir.empty() ? default_out_dir(config) : options.out_dir;
   const bool use_mpi = options.mpi;
   if (use_mpi) mpi::init();
   const int rank = use_mpi ? mpi::rank() : 0, ranks = use_mpi ? mpi::size() : 1;
@@ -97,6 +79,8 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
       std::remove((summary.dir + "/running").c_str());
     }
     rows = std::make_unique<RowsFile>(path);
+    if (options.retry_errors)
+      summary.retried = rows->drop([](const Row& r) { return r[Col::status] == "error"; });
     for (const Row& r : rows->rows()) done_keys += r[Col::key] + "\n";
   }
   if (use_mpi) mpi::broadcast(done_keys);
@@ -147,7 +131,8 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
   if (root)
     for (const Row& r : rows->rows()) runner.remember(r);
   Progress progress(todo.size(), root ? options.progress : nullptr);
-  RunningMarker running(summary.dir);
+  std::unique_ptr<PointGuard> guard;  // rank 0 keeps <dir>/running
+  if (root) guard = std::make_unique<PointGuard>(summary.dir);
 
   auto store = [&](const Row& r) {  // rank 0 only
     rows->append(r);
@@ -177,14 +162,15 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
     progress.start(label(*p));
     const auto t0 = std::chrono::steady_clock::now();
     Row r;
-    const int attempts = root ? running.previous_attempts(p->key) : 0;
-    if (attempts >= 2) {
+    const int faults = root ? guard->faults(p->key) : 0;
+    if (faults >= 2) {
       r = status_row(*p, "error",
-                     "the process died twice while running this point (SIGKILL, e.g. the kernel "
-                     "OOM killer); not tried again",
+                     "this point killed the process twice (last: " + guard->cause() +
+                         "); not tried again (attnlab sweep --retry-errors tries it again)",
                      shard);
     } else {
-      if (root) running.begin(p->key, attempts + 1);
+      if (root) guard->begin(p->key);
+      if (options.on_point) options.on_point(*p);
       r = runner.run(*p);
     }
     runner.remember(r);
@@ -192,7 +178,7 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (root) {
       store(r);
-      running.end();
+      guard->end();
       progress.done(label(*p), r[Col::status], seconds);
       if (use_mpi) drain(false);
     } else {

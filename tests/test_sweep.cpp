@@ -1,6 +1,8 @@
 // The sweep engine: config parsing and its errors, input distributions, the rows file (quoting,
 // torn lines), a tiny sweep end to end, resume after a SIGKILL mid-run, shard + merge == an
 // unsharded run, and (tag [mpi], run by the sweep_mpi test when MPI is found) mpirun -n 2.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -508,16 +511,65 @@ TEST_CASE("a sweep killed mid-run resumes with no row lost or duplicated", "[har
   require_same_results(rows, read_rows(clean.str("rows.csv")));
 }
 
-TEST_CASE("a point that killed the process twice is recorded as an error", "[harness]") {
+TEST_CASE("a point that crashes the process twice is an error; --retry-errors runs it again", "[harness]") {
+  if (driver().empty()) FAIL("SWEEP_DRIVER is not set (meson test sets it)");
   TempDir dir;
-  const SweepConfig c = parse_config(small_config("twice"), "twice.toml");
+  const std::string config = dir.str("sweep.toml"), out = dir.str("out");
+  std::ofstream(config) << small_config("crash");
+  const SweepConfig c = load_config(config);
   const auto grid = make_grid(c);
-  std::ofstream(dir.str("running")) << grid.front().key << " 2\n";
+  // The 3rd point crashes with SIGSEGV (under ASan its report ends the process instead)...
+  const std::string crash = driver() + " " + config + " " + out + " 2>/dev/null --crash-at ";
+  CHECK(run_command(crash + "3") != 0);
+  CHECK(read_rows(out + "/rows.csv").size() == 2);
+  CHECK(read_file(out + "/running").find("signal SIGSEGV") != std::string::npos);
+  CHECK(run_command(crash + "1") != 0);  // ...and again as the first point of the resumed run
+  CHECK(read_rows(out + "/rows.csv").size() == 2);
+
+  REQUIRE(run_command(driver() + " " + config + " " + out) == 0);
+  auto m = by_key(read_rows(out + "/rows.csv"));
+  REQUIRE(m.size() == grid.size());
+  const Row& bad = m.at(grid[2].key);
+  CHECK(bad[Col::status] == "error");
+  CHECK(bad[Col::message].find("killed the process twice") != std::string::npos);
+  CHECK(bad[Col::message].find("crashed with SIGSEGV") != std::string::npos);
+  CHECK(bad[Col::message].find("--retry-errors") != std::string::npos);
+  for (const auto& p : grid)
+    if (p.key != grid[2].key) CHECK(m.at(p.key)[Col::status] == "ok");
+  CHECK_FALSE(fs::exists(out + "/running"));
+
+  // Resuming with retry_errors measures that point again: the result equals a clean run.
+  SweepOptions o;
+  o.out_dir = out;
+  o.progress = nullptr;
+  o.retry_errors = true;
+  const SweepSummary s = run_sweep(c, o);
+  CHECK(s.retried == 1);
+  CHECK(s.ran == 1);
+  TempDir clean;
+  sweep_quietly(c, clean.str());
+  require_same_results(read_rows(out + "/rows.csv"), read_rows(clean.str("rows.csv")));
+}
+
+TEST_CASE("a marker left by an outside kill costs the point nothing", "[harness]") {
+  TempDir dir;
+  const SweepConfig c = parse_config(small_config("outside"), "outside.toml");
+  const auto grid = make_grid(c);
+  // As if SIGKILLed from outside twice while running the first point (the marker of the
+  // second death says it had no fault before): it runs again and is ok.
+  std::ofstream(dir.str("running")) << "key " << grid.front().key
+                                    << "\nfaults 0\npid 999999999\noom_kills -1\nstarted_us 0\n";
   sweep_quietly(c, dir.str());
   const auto m = by_key(read_rows(dir.str("rows.csv")));
-  CHECK(m.at(grid.front().key)[Col::status] == "error");
-  CHECK(m.at(grid.front().key)[Col::message].find("died twice") != std::string::npos);
-  CHECK(m.at(grid.back().key)[Col::status] == "ok");
+  CHECK(m.at(grid.front().key)[Col::status] == "ok");
+  // One earlier crash recorded plus a crash now: that is twice.
+  TempDir twice;
+  std::ofstream(twice.str("running")) << "key " << grid.front().key
+                                      << "\nfaults 1\npid 999999999\nsignal SIGBUS\n";
+  sweep_quietly(c, twice.str());
+  const auto m2 = by_key(read_rows(twice.str("rows.csv")));
+  CHECK(m2.at(grid.front().key)[Col::status] == "error");
+  CHECK(m2.at(grid.front().key)[Col::message].find("crashed with SIGBUS") != std::string::npos);
 }
 
 TEST_CASE("shard 1/2 + shard 2/2 + merge equals an unsharded run", "[harness]") {
@@ -623,6 +675,170 @@ TEST_CASE("attnlab sweep and merge from the command line", "[harness]") {
   CHECK(run_command(base + " --causal sideways --out " + dir.str("bad") + log) == 2);
   CHECK(read_file(dir.str("log.txt")).find("attnlab: error: --causal") == 0);
   CHECK_FALSE(fs::exists(dir.str("bad")));
+}
+
+// 64 points of exact kernels (deterministic non-timing columns), each a few milliseconds.
+std::string kill_config() {
+  return std::string(R"(name = "kill"
+variants = ["full", "sliding:left=[4,16],right=0", "sliding:left=8,right=8"]
+n = [32, 48, 64, 80]
+batch = 1
+heads = 2
+dim = 8
+causal = ["none", "top-left"]
+input = ["gaussian:temp=0.5", "local:width=4"]
+seed = 3
+)") + kMeasure;
+}
+
+std::size_t complete_rows(const std::string& path) {
+  const std::string text = read_file(path);
+  const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+  return lines > 0 ? lines - 1 : 0;
+}
+
+TEST_CASE("attnlab sweep SIGKILLed at random moments 20 times loses and repeats nothing", "[harness]") {
+  const char* cli = std::getenv("ATTNLAB_CLI");
+  if (!cli) FAIL("ATTNLAB_CLI is not set (meson test sets it)");
+  TempDir dir;
+  const std::string config = dir.str("kill.toml"), out = dir.str("out");
+  std::ofstream(config) << kill_config();
+  const SweepConfig c = load_config(config);
+  const auto grid = make_grid(c);
+  REQUIRE(grid.size() == 64);
+
+  // Each round starts `attnlab sweep`, waits until a random number (0 to 3) of new rows is in,
+  // then a random 0-15 ms more (during start-up, a point, an append, the marker), and SIGKILLs
+  // it. The outcome does not depend on where the kills land, only the coverage does.
+  std::mt19937 rng(12);
+  int kills = 0;
+  while (kills < 20) {
+    const std::size_t target = complete_rows(out + "/rows.csv") + rng() % 4;
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      const int null = ::open("/dev/null", O_WRONLY);  // dup2: nothing of ours is flushed there
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      execl(cli, cli, "sweep", "--config", config.c_str(), "--out", out.c_str(), "--quiet",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    int status = 0;
+    bool exited = false;
+    while (!exited && complete_rows(out + "/rows.csv") < target) {
+      exited = waitpid(child, &status, WNOHANG) == child;
+      ::usleep(500);
+    }
+    if (!exited) {
+      ::usleep(rng() % 15000);
+      ::kill(child, SIGKILL);
+      REQUIRE(waitpid(child, &status, 0) == child);
+    }
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+      ++kills;
+    } else {
+      INFO("exit status " << status);
+      REQUIRE(WIFEXITED(status));
+      REQUIRE(WEXITSTATUS(status) == 0);
+      break;  // the sweep finished between two kills: the grid is too small for this machine
+    }
+  }
+  CHECK(kills == 20);
+  const std::size_t before_last = complete_rows(out + "/rows.csv");
+  INFO(before_last << " of 64 rows after " << kills << " kills");  // 35 in a run on our VM
+  REQUIRE(run_command(std::string(cli) + " sweep --quiet --config " + config + " --out " + out +
+                      " > /dev/null") == 0);
+  const auto rows = read_rows(out + "/rows.csv");  // every line complete, the schema's columns
+  for (const Row& r : rows) CHECK(r[Col::status] == "ok");
+  CHECK_FALSE(fs::exists(out + "/running"));
+  TempDir clean;
+  sweep_quietly(c, clean.str());
+  require_same_results(rows, read_rows(clean.str("rows.csv")));  // no loss, no duplicate
+}
+
+TEST_CASE("a full disk and a read-only results folder are one clear line; rows stay intact", "[harness]") {
+  const char* cli = std::getenv("ATTNLAB_CLI");
+  if (!cli) FAIL("ATTNLAB_CLI is not set (meson test sets it)");
+  TempDir dir;
+  const std::string config = dir.str("disk.toml"), out = dir.str("out");
+  std::ofstream(config) << kill_config();
+  const SweepConfig c = load_config(config);
+  const std::string sweep = std::string(cli) + " sweep --quiet --config " + config + " --out ";
+
+  // ulimit -f 12: files of at most 12 KiB, as on a nearly full disk (rows.csv needs ~15 KiB).
+  CHECK(run_command("ulimit -f 12; " + sweep + out + " > /dev/null 2> " + dir.str("err.txt")) == 2);
+  const std::string err = read_file(dir.str("err.txt"));
+  CHECK(err.find("attnlab: error: cannot append to " + out + "/rows.csv: File too large") == 0);
+  CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+  const std::string text = read_file(out + "/rows.csv");
+  CHECK(text.back() == '\n');  // no torn row
+  const std::size_t kept = read_rows(out + "/rows.csv").size();
+  CHECK(kept > 10);
+  CHECK(kept < 64);
+  REQUIRE(run_command(sweep + out + " > /dev/null") == 0);  // room again: it resumes
+  TempDir clean;
+  sweep_quietly(c, clean.str());
+  require_same_results(read_rows(out + "/rows.csv"), read_rows(clean.str("rows.csv")));
+
+  // A results folder the user may not write to (root may write anywhere: run as nobody then).
+  const std::string ro = dir.str("ro");
+  fs::create_directories(ro);
+  fs::permissions(dir.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                          fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  const std::string as_user = ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
+  CHECK(run_command(as_user + sweep + ro + " > /dev/null 2> " + dir.str("err2.txt")) == 2);
+  const std::string err2 = read_file(dir.str("err2.txt"));
+  CHECK(err2.find("attnlab: error: cannot open " + ro + "/rows.csv: Permission denied") == 0);
+  CHECK(std::count(err2.begin(), err2.end(), '\n') == 1);
+  CHECK(fs::is_empty(ro));
+  fs::permissions(ro, fs::perms::owner_all);
+}
+
+// The memory cgroup (v1) this process is in, when this process may create a child of it.
+std::string writable_memory_cgroup() {
+  std::ifstream in("/proc/self/cgroup");
+  for (std::string line; std::getline(in, line);) {
+    const auto c2 = line.find(":memory:");
+    if (c2 == std::string::npos) continue;
+    const std::string dir = "/sys/fs/cgroup/memory" + line.substr(c2 + 8);
+    if (::access((dir + "/cgroup.procs").c_str(), W_OK) == 0) return dir;
+  }
+  return "";
+}
+
+TEST_CASE("a point the kernel's OOM killer ends twice is an error, the rest runs", "[harness]") {
+  const char* cli = std::getenv("ATTNLAB_CLI");
+  if (!cli) FAIL("ATTNLAB_CLI is not set (meson test sets it)");
+  const std::string parent = writable_memory_cgroup();
+  if (parent.empty()) {
+    WARN("skipped: no writable cgroup v1 memory controller here (needs root)");
+    return;
+  }
+  // A child cgroup of 400 MiB; the second point's inputs alone need 768 MiB, past the memory
+  // budget's estimate, which is switched off so that the kernel has to stop it.
+  const std::string cg = parent + "/attnlab-oom-" + std::to_string(::getpid());
+  REQUIRE(::mkdir(cg.c_str(), 0755) == 0);
+  std::ofstream(cg + "/memory.limit_in_bytes") << (400 << 20) << std::flush;
+  TempDir dir;
+  const std::string out = dir.str("out");
+  const std::string sweep = "sh -c 'echo $$ > " + cg + "/cgroup.procs && exec " + cli +
+                            " sweep --quiet --variant full --n 64,131072 --heads 8 --dim 64 --causal none "
+                            "--input gaussian --reps 1 --memory-budget 1e15 --out " + out +
+                            "' > /dev/null 2>&1";
+  CHECK(run_command(sweep) != 0);  // killed by the OOM killer on the second point
+  CHECK(read_rows(out + "/rows.csv").size() == 1);
+  CHECK(run_command(sweep) != 0);  // and again
+  CHECK(run_command(sweep) == 0);  // the third run records it and finishes
+  ::rmdir(cg.c_str());
+  const auto rows = read_rows(out + "/rows.csv");
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0][Col::status] == "ok");
+  CHECK(rows[1][Col::status] == "error");
+  CHECK(rows[1][Col::message].find("killed the process twice (last: killed by the kernel's OOM "
+                                   "killer)") != std::string::npos);
 }
 
 TEST_CASE("mpirun -n 2 sweep --mpi equals an unsharded run", "[.][mpi]") {

@@ -247,45 +247,32 @@ void backprop_tile(const Layout& g, const Head& head, const Tensor& q, const Ten
   grad.finish(&dq(head.b, head.h, first, 0), step * d.dk);
 }
 
-// x [B,H,Nk,dim] -> per head [dim, ldk]: keys in class order, then (dilated) the global keys
-// again, contiguous. Called inside the caller's parallel region: the heads are shared among its
-// threads.
-void lay_out_transposed(const Layout& g, const Tensor& x, const Dims& d, std::size_t dim,
-                        float* xt) {
-  const std::ptrdiff_t heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
-#pragma omp for schedule(static)
-  for (std::ptrdiff_t bh = 0; bh < heads; ++bh) {
-    const float* src = x.data() + bh * d.nk * dim;
-    float* dst = xt + bh * dim * g.ldk;
-    for (Index rho = 0; rho < g.s; ++rho)
-      for (Index t0 = 0; t0 < g.count[rho]; t0 += 16) {  // 16 keys: 64-byte runs of writes
-        const std::size_t keys = static_cast<std::size_t>(std::min<Index>(16, g.count[rho] - t0));
-        const std::size_t col = static_cast<std::size_t>(g.column[rho] + t0);
-        const std::size_t j0 = static_cast<std::size_t>(rho + g.s * t0);
-        const std::size_t step = static_cast<std::size_t>(g.s);
-        for (std::size_t c = 0; c < dim; ++c)
-          for (std::size_t t = 0; t < keys; ++t)
-            dst[c * g.ldk + col + t] = src[(j0 + step * t) * dim + c];
-      }
-    if (g.s > 1)
-      for (std::size_t j = 0; j < static_cast<std::size_t>(g.gk); ++j)
-        for (std::size_t c = 0; c < dim; ++c)
-          dst[c * g.ldk + static_cast<std::size_t>(g.global_column) + j] = src[j * dim + c];
+// One head's keys ksrc [Nk, dim] -> kdst [dim, ldk] in class order (the backward lays out its
+// values the same way), and with dilation and vdst its values vsrc [Nk, Dv] -> vdst [keys, Dv] in
+// the same order (without, the values are used as they are). Shared among the threads of the
+// caller's parallel region in runs of 512 keys of a class (every thread meets the same sequence
+// of loops); ends with a barrier.
+void lay_out_head(const Layout& g, const float* ksrc, std::size_t dim, const float* vsrc,
+                  const Dims& d, float* kdst, float* vdst) {
+  constexpr Index kRun = 512;
+  const std::size_t step = static_cast<std::size_t>(g.s);
+  for (Index rho = 0; rho < g.s; ++rho) {  // class rho: keys rho, rho + s, ...
+#pragma omp for schedule(static) nowait
+    for (Index t0 = 0; t0 < g.count[rho]; t0 += kRun) {
+      const std::size_t keys = static_cast<std::size_t>(std::min(kRun, g.count[rho] - t0));
+      const std::size_t col = static_cast<std::size_t>(g.column[rho] + t0);
+      const std::size_t j0 = static_cast<std::size_t>(rho) + step * static_cast<std::size_t>(t0);
+      kernels::transpose(keys, dim, ksrc + j0 * dim, step * dim, kdst + col, g.ldk);
+      if (g.s > 1 && vdst)
+        for (std::size_t t = 0; t < keys; ++t)
+          std::copy_n(vsrc + (j0 + step * t) * d.dv, d.dv, vdst + (col + t) * d.dv);
+    }
   }
-}
-
-// v's rows in the same order (dilated layouts only): what the forward folds.
-void lay_out_rows(const Layout& g, const Tensor& v, const Dims& d, float* vc) {
-  const std::ptrdiff_t heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
-#pragma omp for schedule(static)
-  for (std::ptrdiff_t bh = 0; bh < heads; ++bh) {
-    const float* src = v.data() + bh * d.nk * d.dv;
-    float* dst = vc + bh * g.keys * d.dv;
-    for (Index rho = 0; rho < g.s; ++rho)
-      for (Index t = 0; t < g.count[rho]; ++t)
-        std::copy_n(src + (rho + g.s * t) * d.dv, d.dv, dst + (g.column[rho] + t) * d.dv);
-    for (Index j = 0; j < g.gk; ++j)
-      std::copy_n(src + j * d.dv, d.dv, dst + (g.global_column + j) * d.dv);
+#pragma omp single  // with dilation, the global keys again, contiguous; then the barrier
+  if (g.s > 1) {
+    const std::size_t col = static_cast<std::size_t>(g.global_column);
+    kernels::transpose(static_cast<std::size_t>(g.gk), dim, ksrc, dim, kdst + col, g.ldk);
+    if (vdst) std::copy_n(vsrc, static_cast<std::size_t>(g.gk) * d.dv, vdst + col * d.dv);
   }
 }
 
@@ -337,26 +324,30 @@ void SlidingAttention::compute_saving_lse(const Tensor& q, const Tensor& k, cons
 void SlidingAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                            const Dims& d, Tensor& out, float* lse) const {
   const Layout g(config_, d, mask);
-  // Left uninitialised (no memset): the padding columns past each head's keys are never read.
-  const std::unique_ptr<float[]> kt(new float[d.batch * d.heads * d.dk * g.ldk]);
-  const std::unique_ptr<float[]> vc(g.s > 1 ? new float[d.batch * d.heads * g.keys * d.dv]
-                                             : nullptr);
+  // One head at a time in two alternating buffers, left uninitialised (the padding columns past
+  // the keys are never read): a head's layout stays in cache while its tiles read it, and no
+  // layout of every head is allocated (and page-faulted) per call.
+  const std::size_t head_k = d.dk * g.ldk, head_v = g.s > 1 ? g.keys * d.dv : 0;
+  const std::unique_ptr<float[]> kt(new float[2 * head_k]);
+  const std::unique_ptr<float[]> vc(head_v > 0 ? new float[2 * head_v] : nullptr);
   const std::vector<Task> tiles = plan_tiles(g);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
-  const std::ptrdiff_t tasks = static_cast<std::ptrdiff_t>(d.batch * d.heads * tiles.size());
+  const auto tasks = static_cast<std::ptrdiff_t>(tiles.size());
 #pragma omp parallel  // one region: a loaded machine makes every fork and join expensive
   {
     Scratch scratch(d);
-    lay_out_transposed(g, k, d, d.dk, kt.get());  // each ends with a barrier
-    if (g.s > 1) lay_out_rows(g, v, d, vc.get());
-#pragma omp for schedule(dynamic, 4)
-    for (std::ptrdiff_t t = 0; t < tasks; ++t) {
-      const std::size_t bh = static_cast<std::size_t>(t) / tiles.size();
-      const Head head{kt.get() + bh * d.dk * g.ldk,
-                      (g.s > 1 ? vc.get() : v.data()) + bh * g.keys * d.dv, nullptr,
-                      bh / d.heads, bh % d.heads};
-      attend_tile(g, head, q, mask, d, tiles[static_cast<std::size_t>(t) % tiles.size()], scale,
-                  scratch, out, lse ? lse + bh * d.nq : nullptr);
+    for (std::size_t bh = 0; bh < d.batch * d.heads; ++bh) {
+      // No thread still reads these buffers (head bh - 2): each passed the layout barrier of
+      // head bh - 1 after its last tile of head bh - 2.
+      float* keys = kt.get() + (bh % 2) * head_k;
+      float* values = head_v > 0 ? vc.get() + (bh % 2) * head_v : nullptr;
+      const float* v_in = v.data() + bh * d.nk * d.dv;
+      lay_out_head(g, k.data() + bh * d.nk * d.dk, d.dk, v_in, d, keys, values);
+      const Head head{keys, values ? values : v_in, nullptr, bh / d.heads, bh % d.heads};
+#pragma omp for schedule(dynamic, 4) nowait
+      for (std::ptrdiff_t t = 0; t < tasks; ++t)
+        attend_tile(g, head, q, mask, d, tiles[static_cast<std::size_t>(t)], scale, scratch, out,
+                    lse ? lse + bh * d.nq : nullptr);
     }
   }
 }
@@ -368,12 +359,15 @@ void SlidingAttention::compute_backward(const Tensor& q, const Tensor& k, const 
   RowLogSumExp storage;
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
   const Layout layout(config_, d, mask);
+  // Every head's keys and values laid out up front: the backward's tasks run heads side by side.
   const std::unique_ptr<float[]> kt(new float[d.batch * d.heads * d.dk * layout.ldk]);
   const std::unique_ptr<float[]> vt(new float[d.batch * d.heads * d.dv * layout.ldk]);
 #pragma omp parallel
-  {
-    lay_out_transposed(layout, k, d, d.dk, kt.get());
-    lay_out_transposed(layout, v, d, d.dv, vt.get());
+  for (std::size_t bh = 0; bh < d.batch * d.heads; ++bh) {
+    lay_out_head(layout, k.data() + bh * d.nk * d.dk, d.dk, nullptr, d,
+                 kt.get() + bh * d.dk * layout.ldk, nullptr);
+    lay_out_head(layout, v.data() + bh * d.nk * d.dv, d.dv, nullptr, d,
+                 vt.get() + bh * d.dv * layout.ldk, nullptr);
   }
   const std::vector<Task> tiles = plan_tiles(layout);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
@@ -401,5 +395,10 @@ std::unique_ptr<Attention> make_sliding(Params& params) {
   c.global = read("global", c.global, 0);
   return std::make_unique<SlidingAttention>(c);
 }
+
+namespace {
+// Position 40 in attention_names() and the --help listing.
+const AttentionRegistrar kRegistrar("sliding", make_sliding, 40);
+}  // namespace
 
 }  // namespace attnlab
