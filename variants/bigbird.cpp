@@ -263,24 +263,20 @@ void BigBirdAttention::compute_backward(const Tensor& q, const Tensor& k, const 
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
   const BigBirdLayout layout =
       bigbird_layout(config_, d.heads, d.nq, d.nk, mask.causal != Causal::none);
-  const std::vector<float> kt = kernels::transpose_keys(k, d, OnlineSoftmax::kCols);
-  const std::vector<float> vt = kernels::transpose_values(v, d, OnlineSoftmax::kCols);
-  const std::size_t heads = d.batch * d.heads;
-  const std::size_t k_head = kt.size() / heads, v_head = vt.size() / heads;
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
   const std::size_t block = layout.block, rows = tile_rows(block, d.nq);
   kernels::run_backward_tiles(  // one tile per query block, its key ranges as in the forward
-      d, layout.query_blocks,
-      [&](std::size_t bh, std::size_t qb, float* dk, float* dv, kernels::SoftmaxBackward& grad) {
+      d, layout.query_blocks, &k, &v,
+      [&](std::size_t bh, std::size_t qb, const float* kt, const float* vt, float* dk, float* dv,
+          kernels::SoftmaxBackward& grad) {
         const std::size_t b = bh / d.heads, h = bh % d.heads;
         std::vector<std::pair<std::size_t, std::size_t>> ranges;
         key_ranges(layout.blocks(h, qb), block, d.nk, ranges);
         const std::size_t end = std::min(d.nq, (qb + 1) * block);
         for (std::size_t i0 = qb * block; i0 < end; i0 += rows)
-          kernels::backprop_key_ranges(q, kt.data() + bh * k_head, k, vt.data() + bh * v_head,
-                                       out, d_out, lse.data() + bh * d.nq + i0, mask, d, b, h,
-                                       i0, std::min(rows, end - i0), ranges, scale, grad, g.dq,
-                                       dk, dv);
+          kernels::backprop_key_ranges(q, kt, k, vt, out, d_out, lse.data() + bh * d.nq + i0,
+                                       mask, d, b, h, i0, std::min(rows, end - i0), ranges, scale,
+                                       grad, g.dq, dk, dv);
       },
       g.dk, g.dv);
 }

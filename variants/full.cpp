@@ -60,21 +60,18 @@ void FullAttention::compute_backward(const Tensor& q, const Tensor& k, const Ten
                                      Gradients& g) const {
   RowLogSumExp storage;
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
-  const std::vector<float> kt = kernels::transpose_keys(k, d, OnlineSoftmax::kCols);
-  const std::vector<float> vt = kernels::transpose_values(v, d, OnlineSoftmax::kCols);
-  const std::size_t heads = d.batch * d.heads;
-  const std::size_t k_head = kt.size() / heads, v_head = vt.size() / heads;
   const std::vector<std::pair<std::size_t, std::size_t>> all_keys = {{0, d.nk}};
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
   const std::size_t tiles = (d.nq + OnlineSoftmax::kRows - 1) / OnlineSoftmax::kRows;
   kernels::run_backward_tiles(
-      d, tiles,
-      [&](std::size_t bh, std::size_t t, float* dk, float* dv, kernels::SoftmaxBackward& grad) {
+      d, tiles, &k, &v,
+      [&](std::size_t bh, std::size_t t, const float* kt, const float* vt, float* dk, float* dv,
+          kernels::SoftmaxBackward& grad) {
         const std::size_t i0 = t * OnlineSoftmax::kRows;
-        kernels::backprop_key_ranges(q, kt.data() + bh * k_head, k, vt.data() + bh * v_head, out,
-                                     d_out, lse.data() + bh * d.nq + i0, mask, d, bh / d.heads,
-                                     bh % d.heads, i0, std::min(OnlineSoftmax::kRows, d.nq - i0),
-                                     all_keys, scale, grad, g.dq, dk, dv);
+        kernels::backprop_key_ranges(q, kt, k, vt, out, d_out, lse.data() + bh * d.nq + i0, mask,
+                                     d, bh / d.heads, bh % d.heads, i0,
+                                     std::min(OnlineSoftmax::kRows, d.nq - i0), all_keys, scale,
+                                     grad, g.dq, dk, dv);
       },
       g.dk, g.dv);
 }

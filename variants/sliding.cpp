@@ -371,9 +371,10 @@ void SlidingAttention::compute_backward(const Tensor& q, const Tensor& k, const 
   }
   const std::vector<Task> tiles = plan_tiles(layout);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
-  kernels::run_backward_tiles(
-      d, tiles.size(),
-      [&](std::size_t bh, std::size_t t, float* dk, float* dv, kernels::SoftmaxBackward& grad) {
+  kernels::run_backward_tiles(  // the layout above: nothing for the driver to transpose
+      d, tiles.size(), nullptr, nullptr,
+      [&](std::size_t bh, std::size_t t, const float*, const float*, float* dk, float* dv,
+          kernels::SoftmaxBackward& grad) {
         const Head head{kt.get() + bh * d.dk * layout.ldk, nullptr,
                         vt.get() + bh * d.dv * layout.ldk, bh / d.heads, bh % d.heads};
         backprop_tile(layout, head, q, k, out, d_out, lse.data() + bh * d.nq, mask, d, tiles[t],

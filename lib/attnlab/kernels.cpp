@@ -156,12 +156,6 @@ std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t bl
   return kt;
 }
 
-std::vector<float> transpose_values(const Tensor& v, const Dims& d, std::size_t block) {
-  Dims values = d;
-  values.dk = d.dv;  // transpose_keys reads the row length from dk
-  return transpose_keys(v, values, block);
-}
-
 OnlineSoftmax::OnlineSoftmax(std::size_t dk, std::size_t dv)
     : dk_(dk), dv_(dv), q_(kRows * dk), scores_(kRows * kCols), acc_(kRows * dv), max_(kRows),
       sum_(kRows) {}
@@ -254,8 +248,8 @@ void SoftmaxBackward::finish(float* dq, std::size_t lddq) const {
     for (std::size_t c = 0; c < dk_; ++c) dq[r * lddq + c] = dq_[r * dk_ + c] * scale_;
 }
 
-void run_backward_tiles(const Dims& d, std::size_t tiles, const BackwardTile& tile, Tensor& dk,
-                        Tensor& dv) {
+void run_backward_tiles(const Dims& d, std::size_t tiles, const Tensor* k, const Tensor* v,
+                        const BackwardTile& tile, Tensor& dk, Tensor& dv) {
   const std::size_t heads = d.batch * d.heads, kd = d.nk * d.dk, vd = d.nk * d.dv;
   const std::size_t threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
   const std::size_t groups =
@@ -267,14 +261,20 @@ void run_backward_tiles(const Dims& d, std::size_t tiles, const BackwardTile& ti
 #pragma omp parallel
   {
     SoftmaxBackward grad(d.dk, d.dv);
+    constexpr std::size_t kCols = SoftmaxBackward::kCols;
+    const std::size_t padded = (d.nk + kCols - 1) / kCols * kCols;
+    std::vector<float> kt(k ? padded * d.dk : 0), vt(v ? padded * d.dv : 0);
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t task = 0; task < tasks; ++task) {
       const std::size_t bh = static_cast<std::size_t>(task) / groups;
       const std::size_t group = static_cast<std::size_t>(task) % groups;
+      if (k) transpose_key_tiles(k->data() + bh * kd, d.dk, kCols, 0, d.nk, kt.data());
+      if (v) transpose_key_tiles(v->data() + bh * vd, d.dv, kCols, 0, d.nk, vt.data());
       float* dkh = group == 0 ? dk.data() + bh * kd
                               : partial.data() + ((group - 1) * heads + bh) * (kd + vd);
       float* dvh = group == 0 ? dv.data() + bh * vd : dkh + kd;
-      for (std::size_t t = group; t < tiles; t += groups) tile(bh, t, dkh, dvh, grad);
+      for (std::size_t t = group; t < tiles; t += groups)
+        tile(bh, t, k ? kt.data() : nullptr, v ? vt.data() : nullptr, dkh, dvh, grad);
     }
     if (groups > 1) {
 #pragma omp for schedule(static)

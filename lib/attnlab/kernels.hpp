@@ -71,9 +71,6 @@ std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t bl
 void transpose_key_tiles(const float* k, std::size_t dk, std::size_t block, std::size_t j0,
                          std::size_t j1, float* kt);
 
-/// transpose_keys for v [B, H, Nk, Dv]: the operand of the backward's dO V^T.
-std::vector<float> transpose_values(const Tensor& v, const Dims& d, std::size_t block = 0);
-
 /// The online softmax of FlashAttention (Dao et al. 2022) for one tile of at most kRows queries:
 /// scores against any sequence of key blocks (contiguous, strided or gathered) are folded into a
 /// running max, sum and output, so no full row of scores is ever formed. One object per thread.
@@ -167,17 +164,22 @@ void backprop_key_ranges(const Tensor& q, const float* kt, const Tensor& k, cons
                          const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
                          float scale, SoftmaxBackward& grad, Tensor& dq, float* dk, float* dv);
 
-/// One tile of a tiled softmax backward: head bh (= b · H + h), tile index t; dk and dv are the
-/// [Nk, Dk] and [Nk, Dv] accumulators this call adds into (zeroed before the first tile).
-using BackwardTile =
-    std::function<void(std::size_t bh, std::size_t t, float* dk, float* dv, SoftmaxBackward&)>;
+/// One tile of a tiled softmax backward: head bh (= b · H + h), tile index t; kt and vt are that
+/// head's keys and values as transpose_keys tiles of kCols keys (null unless run_backward_tiles
+/// was given k and v); dk and dv are the [Nk, Dk] and [Nk, Dv] accumulators this call adds into
+/// (zeroed before the first tile).
+using BackwardTile = std::function<void(std::size_t bh, std::size_t t, const float* kt,
+                                        const float* vt, float* dk, float* dv,
+                                        SoftmaxBackward&)>;
 
 /// Runs `tile` for tiles 0 .. tiles-1 of every head in parallel (OpenMP; call it outside your
 /// own parallel region) and leaves the sums of the key gradients in dk and dv ([B, H, Nk, Dk],
-/// [B, H, Nk, Dv]). Heads go to threads whole; when there are fewer than two heads per thread,
-/// each head's tiles are dealt round-robin to a few groups with private accumulators, summed at
-/// the end: O(max(B·H, 2·threads)·Nk·(Dk + Dv)) extra memory, never O(Nq·Nk).
-void run_backward_tiles(const Dims& d, std::size_t tiles, const BackwardTile& tile, Tensor& dk,
-                        Tensor& dv);
+/// [B, H, Nk, Dv]). With k and v, each task first transposes its head's keys and values into
+/// per-thread tiles (cache-resident, nothing of size B·H allocated per call). Heads go to
+/// threads whole; when there are fewer than two heads per thread, each head's tiles are dealt
+/// round-robin to a few groups with private accumulators, summed at the end:
+/// O(max(B·H, 2·threads)·Nk·(Dk + Dv)) extra memory, never O(Nq·Nk).
+void run_backward_tiles(const Dims& d, std::size_t tiles, const Tensor* k, const Tensor* v,
+                        const BackwardTile& tile, Tensor& dk, Tensor& dv);
 
 }  // namespace attnlab::kernels
