@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Renders results/backward/README.md from bench_backward.json and load_after.txt."""
+"""Renders results/backward/README.md from bench_backward.json, load_after.txt and, when present,
+the hand-written notes.md (the run's circumstances and discussion)."""
 import json
 import sys
 from pathlib import Path
@@ -68,3 +69,7 @@ for key in ["date", "host_name", "num_cpus", "mhz_per_cpu", "git_commit", "compi
 print(f"- load average (1, 5, 15 min) before the run: {ctx.get('load_before', '—')}, after: {load_after}")
 print(f"- Google Benchmark's own library build (Debian package): {ctx.get('library_build_type', '—')};"
       " attnlab itself is built with buildtype=release, -march=native")
+
+notes = out / "notes.md"
+if notes.exists():
+    print("\n" + notes.read_text().strip())
