@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "attnlab/error.hpp"
 
@@ -234,6 +235,77 @@ Activations backward(const Encoder& encoder, const EncoderTrace& trace, const Ac
   for (std::size_t i = encoder.layers.size(); i-- > 0;)
     d = backward(encoder.layers[i], trace.layers[i], d, grad.layers[i]);
   return d;
+}
+
+Activations forward(const DecoderLayer& layer, const Activations& x, const Activations& memory,
+                    const Mask& self_mask, const Mask& memory_mask, DecoderLayerTrace& trace) {
+  const LayerConfig& c = layer.config();
+  Mask causal = self_mask;  // as DecoderLayer::forward
+  if (causal.causal == Causal::none) causal.causal = Causal::top_left;
+  Activations h = sublayer(c, x, layer.norm1, trace.norm1_input, [&](const Activations& a) {
+    return forward(layer.self_attn, a, a, causal, trace.self_attention);
+  });
+  h = sublayer(c, h, layer.norm2, trace.norm2_input, [&](const Activations& a) {
+    return forward(layer.multihead_attn, a, memory, memory_mask, trace.cross_attention);
+  });
+  if (!layer.ffn) return h;
+  return sublayer(c, h, layer.norm3, trace.norm3_input,
+                  [&](const Activations& a) { return forward(*layer.ffn, a, trace.ffn); });
+}
+
+DecoderInputGrads backward(const DecoderLayer& layer, const DecoderLayerTrace& trace,
+                           const Activations& dy, DecoderLayer& grad) {
+  const LayerConfig& c = layer.config();
+  Activations dh = dy;
+  if (layer.ffn)
+    dh = sublayer_backward(c, dy, layer.norm3, grad.norm3, trace.norm3_input,
+                           [&](const Activations& d) {
+                             return backward(*layer.ffn, trace.ffn, d, *grad.ffn);
+                           });
+  Activations dmemory;
+  dh = sublayer_backward(c, dh, layer.norm2, grad.norm2, trace.norm2_input,
+                         [&](const Activations& d) {
+                           AttentionInputGrads g = backward(layer.multihead_attn,
+                                                            trace.cross_attention, d,
+                                                            grad.multihead_attn);
+                           dmemory = std::move(g.memory);
+                           return g.query;
+                         });
+  Activations dx = sublayer_backward(c, dh, layer.norm1, grad.norm1, trace.norm1_input,
+                                     [&](const Activations& d) {
+                                       AttentionInputGrads g = backward(
+                                           layer.self_attn, trace.self_attention, d,
+                                           grad.self_attn);
+                                       add_into(g.query, g.memory);
+                                       return g.query;
+                                     });
+  return {std::move(dx), std::move(dmemory)};
+}
+
+Activations forward(const Decoder& decoder, const Activations& x, const Activations& memory,
+                    const Mask& self_mask, const Mask& memory_mask, DecoderTrace& trace) {
+  trace.layers.resize(decoder.layers.size());
+  Activations h = x;
+  for (std::size_t i = 0; i < decoder.layers.size(); ++i)
+    h = forward(decoder.layers[i], h, memory, self_mask, memory_mask, trace.layers[i]);
+  if (!decoder.norm) return h;
+  trace.norm_input = h;
+  return decoder.norm->forward(h);
+}
+
+DecoderInputGrads backward(const Decoder& decoder, const DecoderTrace& trace,
+                           const Activations& dy, Decoder& grad) {
+  DecoderInputGrads out{
+      decoder.norm ? backward(*decoder.norm, trace.norm_input, dy, *grad.norm) : dy, {}};
+  for (std::size_t i = decoder.layers.size(); i-- > 0;) {
+    DecoderInputGrads g = backward(decoder.layers[i], trace.layers[i], out.x, grad.layers[i]);
+    out.x = std::move(g.x);
+    if (out.memory.size() == 0)
+      out.memory = std::move(g.memory);
+    else
+      add_into(out.memory, g.memory);
+  }
+  return out;
 }
 
 Activations forward(const EncoderModel& model, const Tokens& tokens, const Mask& mask,

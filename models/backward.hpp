@@ -112,6 +112,40 @@ Activations forward(const Encoder& encoder, const Activations& x, const Mask& ma
 Activations backward(const Encoder& encoder, const EncoderTrace& trace, const Activations& dy,
                      Encoder& grad);
 
+/// What a decoder layer's backward needs: its three sublayers' traces and their LayerNorms'.
+struct DecoderLayerTrace {
+  AttentionTrace self_attention, cross_attention;
+  FeedForwardTrace ffn;
+  Activations norm1_input, norm2_input, norm3_input;
+};
+
+/// DecoderLayer::forward(x, memory, self_mask, memory_mask), keeping the trace.
+Activations forward(const DecoderLayer& layer, const Activations& x, const Activations& memory,
+                    const Mask& self_mask, const Mask& memory_mask, DecoderLayerTrace& trace);
+
+/// The gradients of a decoder's two inputs: its target-side x and the encoder's output.
+struct DecoderInputGrads {
+  Activations x, memory;
+};
+
+/// dL/dx and dL/dmemory given dy; adds every parameter's gradient into grad.
+DecoderInputGrads backward(const DecoderLayer& layer, const DecoderLayerTrace& trace,
+                           const Activations& dy, DecoderLayer& grad);
+
+/// The decoder stack's layer traces and what its final LayerNorm saw (pre-LN).
+struct DecoderTrace {
+  std::vector<DecoderLayerTrace> layers;
+  Activations norm_input;
+};
+
+/// Decoder::forward(x, memory, self_mask, memory_mask), keeping the trace.
+Activations forward(const Decoder& decoder, const Activations& x, const Activations& memory,
+                    const Mask& self_mask, const Mask& memory_mask, DecoderTrace& trace);
+
+/// dL/dx and dL/dmemory (summed over the layers, which all read it) given dy; adds into grad.
+DecoderInputGrads backward(const Decoder& decoder, const DecoderTrace& trace,
+                           const Activations& dy, Decoder& grad);
+
 /// The token ids and the encoder's trace.
 struct ModelTrace {
   Tokens tokens;

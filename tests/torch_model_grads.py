@@ -7,7 +7,7 @@ For each case: builds the torch.nn module (seeded, float32), perturbs its biases
 away from 0 and 1, writes OUT_DIR/<case>/weights/<state_dict key>.npy (float32, as exported for
 attnlab) and the inputs, then runs the module in float64 on the same values, differentiates
 loss = sum(out * d_out), and writes out.npy, grads/<input>.npy and grads/<state_dict key>.npy
-(float64). Case "adamw" instead steps torch.optim.AdamW with a linear warm-up (LambdaLR) on a
+(float64). Decoder layers get a causal target mask and the memory's key padding. Case "adamw" instead steps torch.optim.AdamW with a linear warm-up (LambdaLR) on a
 fixed sequence of gradients and writes the parameter after every step. Exits 3 with a message
 when torch cannot be imported.
 """
@@ -130,6 +130,13 @@ def main(out_dir):
                                            norm_first=pre_ln)
         run(out_dir, "encoder_layer_" + ("pre" if pre_ln else "post"), layer,
             lambda m, i: m(i["x"], src_key_padding_mask=padding(7)), {"x": x})
+    causal = torch.triu(torch.full((7, 7), float("-inf")), diagonal=1)
+    for pre_ln in (False, True):
+        layer = nn.TransformerDecoderLayer(D_MODEL, HEADS, FFN, dropout=0.0, batch_first=True,
+                                           norm_first=pre_ln)
+        run(out_dir, "decoder_layer_" + ("pre" if pre_ln else "post"), layer,
+            lambda m, i: m(i["x"], i["memory"], tgt_mask=causal.double(),
+                           memory_key_padding_mask=lengths9), {"x": x, "memory": memory})
     tokens = torch.randint(0, VOCAB, (2, 7))
     for pre_ln in (False, True):
         run(out_dir, "model_" + ("pre" if pre_ln else "post"), EmbeddingModel(2, pre_ln),
