@@ -23,6 +23,7 @@ struct Entry {
 };
 constexpr Entry kStudies[] = {
     {"spectrum", spectrum_study},
+    {"rank-collapse", rank_collapse_study},
 };
 
 std::string load_average() {
