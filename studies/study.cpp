@@ -24,6 +24,7 @@ struct Entry {
 constexpr Entry kStudies[] = {
     {"spectrum", spectrum_study},
     {"rank-collapse", rank_collapse_study},
+    {"capacity", capacity_study},
 };
 
 std::string load_average() {

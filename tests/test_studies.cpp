@@ -166,3 +166,45 @@ TEST_CASE("rank-collapse: pure attention collapses doubly exponentially, skips p
   CHECK(d3 > 4 * d2);
   CHECK(residual(4, 4) < 1e-2);  // LayerNorm does not prevent it (6.9e-4 at depth 4)
 }
+
+TEST_CASE("capacity: retrieval errors, failure points and the feature-space bound", "[studies]") {
+  TempDir dir("studies");
+  const StudyResult r = tiny("capacity", dir);
+  check_files(r, dir);
+  auto row = [&](const std::string& memory) -> const std::vector<std::string>& {
+    for (const auto& cells : r.table.rows)
+      if (cells[0] == memory) return cells;
+    FAIL("no row " << memory);
+    return r.table.rows.front();
+  };
+  REQUIRE(r.table.header[3] == "error at S=64");
+  // The bound is exact up to the feature dimension and fails at the first S past it:
+  // elu+1 has 64 features, DPFP nu=1 128, the others more than the largest S (160).
+  CHECK(row("elu+1: bound")[1] == "96");
+  CHECK(row("DPFP nu=1: bound")[1] == "160");
+  CHECK(row("DPFP nu=3: bound")[1] == "> 160");
+  CHECK(number(row("DPFP nu=1: bound")[5]) == 0.0);  // S = 128: 128 independent features
+  // Past the rank, random values keep the share 64 / S of their energy: error sqrt(1 - 64/96).
+  CHECK(number(row("elu+1: bound")[4]) == Approx(std::sqrt(1 - 64.0 / 96)).margin(0.03));
+  // Softmax does best (0.072 at S = 64 against 0.35 and more for every linear memory).
+  for (const auto& cells : r.table.rows)
+    if (cells[0] != "softmax" && cells[0].find("bound") == std::string::npos)
+      CHECK(number(cells[3]) > 3 * number(row("softmax")[3]));
+
+  // Independently: softmax's one-pass cell at S = 64 from the fp64 reference and the
+  // scale-free error sqrt(1 - <R, V>^2 / (|R|^2 |V|^2)).
+  auto gaussian = [](std::size_t n, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal;
+    Tensor t = Tensor::from_shape({1, 1, n, 64});
+    for (float& x : t) x = normal(rng);
+    return t;
+  };
+  const Tensor keys = gaussian(64, 1), values = gaussian(64, 2);
+  const Tensor64 read = reference_attention(keys, keys, values, Mask{});
+  const Tensor64 v = xt::cast<double>(values);
+  const double rv = xt::sum(read * v)(), rr = xt::sum(read * read)(), vv = xt::sum(v * v)();
+  CHECK(number(row("softmax")[3]) == Approx(std::sqrt(1 - rv * rv / (rr * vv))).margin(6e-4));
+  CHECK(raw_value(r.rows, {{"memory", "softmax"}, {"stored", "64"}}, "error") ==
+        Approx(std::sqrt(1 - rv * rv / (rr * vv))).epsilon(1e-4));
+}
