@@ -25,6 +25,7 @@ constexpr Entry kStudies[] = {
     {"spectrum", spectrum_study},
     {"rank-collapse", rank_collapse_study},
     {"capacity", capacity_study},
+    {"symmetry", symmetry_study},
 };
 
 std::string load_average() {

@@ -208,3 +208,36 @@ TEST_CASE("capacity: retrieval errors, failure points and the feature-space boun
   CHECK(raw_value(r.rows, {{"memory", "softmax"}, {"stored", "64"}}, "error") ==
         Approx(std::sqrt(1 - rv * rv / (rr * vv))).epsilon(1e-4));
 }
+
+TEST_CASE("symmetry: tied W_Q = W_K gives symmetric scores and tokens attending themselves", "[studies]") {
+  TempDir dir("studies");
+  const StudyResult r = tiny("symmetry", dir);
+  check_files(r, dir);
+  REQUIRE(r.table.rows.size() == 2 * 2 + 1);  // 2 layers x {separate, tied}, uniform attention
+  for (const auto& row : r.table.rows) {
+    if (row[1] == "tied") {
+      CHECK(number(row[2]) == 0.0);  // exactly symmetric
+      CHECK(number(row[4]) > 50);    // 73% and 92% of the rows peak on the token itself
+    } else if (row[1] == "separate") {
+      CHECK(number(row[2]) > 1.0);   // 1.23 and 1.50
+      CHECK(number(row[4]) < 20);    // 6% and 2%
+    }
+  }
+  CHECK(number(r.table.rows[1][3]) > 4 * number(r.table.rows[0][3]));  // layer 1: 0.22 vs 0.04
+
+  // Independently: layer 1 of the separate model, P from the fp64 reference (v = identity),
+  // the mean weight on the diagonal over heads and tokens.
+  models::ModelConfig c;
+  c.layer.d_model = 32, c.layer.heads = 2, c.layer.ffn = 64, c.layers = 2;
+  const models::EncoderModel model(c);
+  const auto x = model.embed(models::random_tokens(1, 32, 256, 2));
+  const QKV in = model.encoder.layers[0].self_attn.project(x, x);
+  Tensor identity = xt::zeros<float>({1ul, 2ul, 32ul, 32ul});
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t i = 0; i < 32; ++i) identity(0, h, i, i) = 1;
+  const Tensor64 p = reference_attention(in.q, in.k, identity, Mask{});
+  double diagonal = 0;
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t i = 0; i < 32; ++i) diagonal += p(0, h, i, i) / 64;
+  CHECK(number(r.table.rows[0][3]) == Approx(diagonal).margin(6e-5));
+}
