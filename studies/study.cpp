@@ -26,6 +26,7 @@ constexpr Entry kStudies[] = {
     {"rank-collapse", rank_collapse_study},
     {"capacity", capacity_study},
     {"symmetry", symmetry_study},
+    {"heads", heads_study},
 };
 
 std::string load_average() {

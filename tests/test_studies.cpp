@@ -241,3 +241,31 @@ TEST_CASE("symmetry: tied W_Q = W_K gives symmetric scores and tokens attending 
     for (std::size_t i = 0; i < 32; ++i) diagonal += p(0, h, i, i) / 64;
   CHECK(number(r.table.rows[0][3]) == Approx(diagonal).margin(6e-5));
 }
+
+TEST_CASE("heads: with W_Q = W_K fewer, larger heads focus on the token itself", "[studies]") {
+  TempDir dir("studies");
+  const StudyResult r = tiny("heads", dir);
+  check_files(r, dir);
+  REQUIRE(r.table.rows.size() == 2 * 4 + 1);  // {separate, tied} x h = 1, 2, 4, 8; uniform
+  const double uniform = 1.0 / 32, max_entropy = std::log(32.0);
+  for (std::size_t i = 0; i < 8; ++i) {
+    const auto& row = r.table.rows[i];
+    CHECK(number(row[5]) <= max_entropy);
+    if (row[0] == "separate") CHECK(number(row[3]) < 1.5 * uniform);  // 0.035..0.042
+    // The tied weight on itself falls as h grows (0.36, 0.22, 0.14, 0.095 here).
+    if (row[0] == "tied" && row[1] != "1") CHECK(number(row[3]) < 0.8 * number(r.table.rows[i - 1][3]));
+  }
+  CHECK(r.table.rows[4][3].find("(0.3618..0.3618)") != std::string::npos);  // h = 1: one head
+
+  // Independently: tied, h = 1, the mean diagonal of P from the fp64 reference (v = identity).
+  models::ModelConfig c;
+  c.layer.d_model = 32, c.layer.heads = 1, c.layer.ffn = 128, c.layer.tied_qk = true, c.layers = 1;
+  const models::EncoderModel model(c);
+  const auto x = model.embed(models::random_tokens(1, 32, 256, 2));
+  const QKV in = model.encoder.layers[0].self_attn.project(x, x);
+  const Tensor identity = xt::reshape_view(xt::eye<float>(32), {1, 1, 32, 32});
+  const Tensor64 p = reference_attention(in.q, in.k, identity, Mask{});
+  double diagonal = 0;
+  for (std::size_t i = 0; i < 32; ++i) diagonal += p(0, 0, i, i) / 32;
+  CHECK(number(r.table.rows[4][3]) == Approx(diagonal).margin(6e-5));
+}
