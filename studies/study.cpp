@@ -27,6 +27,7 @@ constexpr Entry kStudies[] = {
     {"capacity", capacity_study},
     {"symmetry", symmetry_study},
     {"heads", heads_study},
+    {"swap", swap_study},
 };
 
 std::string load_average() {

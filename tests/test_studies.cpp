@@ -269,3 +269,56 @@ TEST_CASE("heads: with W_Q = W_K fewer, larger heads focus on the token itself",
   for (std::size_t i = 0; i < 32; ++i) diagonal += p(0, 0, i, i) / 32;
   CHECK(number(r.table.rows[4][3]) == Approx(diagonal).margin(6e-5));
 }
+
+TEST_CASE("swap: each variant in the same model, its distance from full and its time", "[studies]") {
+  TempDir dir("studies");
+  const StudyResult r = tiny("swap", dir);
+  check_files(r, dir);
+  REQUIRE(r.table.rows.size() == 6);
+  REQUIRE(r.table.header == std::vector<std::string>{"spec", "N=32", "N=64"});
+  auto cell_of = [&](const std::string& prefix, std::size_t column) {
+    for (const auto& row : r.table.rows)
+      if (row[0].rfind("`" + prefix, 0) == 0) return row[column];
+    FAIL("no row " << prefix);
+    return std::string();
+  };
+  const std::string linear = "linear:feature=elu1,m=256,nu=1,rule=sum,beta=1,eps=1e-06,seed=1";
+  for (std::size_t column : {1, 2}) {
+    CHECK(number(cell_of("full", column)) == 0.0);  // the reference itself, bitwise
+    // Windows and blocks that cover N = 32 and 64 are exact (to float rounding).
+    CHECK(number(cell_of("sliding", column)) < 1e-5);
+    CHECK(number(cell_of("bigbird", column)) < 1e-5);
+    CHECK(number(cell_of("linformer", column)) > 0.05);  // 0.25, 0.22
+    CHECK(number(cell_of(linear, column)) > 0.01);       // 0.075, 0.065
+  }
+  // The cell's time and speed-up are the rows' (full's time over the spec's, same run).
+  const double full_s = raw_value(r.rows, {{"kind", "model_seconds"}, {"spec", "full"}, {"n", "64"}}, "value");
+  const double lin_s = raw_value(r.rows, {{"kind", "model_seconds"}, {"spec", linear}, {"n", "64"}}, "value");
+  CHECK(cell_of(linear, 2).find(cell("(%.2fx)", full_s / lin_s)) != std::string::npos);
+
+  // Independently: the last layer's distance of linear from full at N = 64, by hand in float64.
+  models::ModelConfig c;
+  c.layer.d_model = 32, c.layer.heads = 4, c.layer.ffn = 64, c.layers = 2;
+  const models::EncoderModel full(c);
+  const auto tokens = models::random_tokens(1, 64, 256, 2);
+  const auto a = full.forward(tokens), b = full.with_attention("linear").forward(tokens);
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff += (double(b.data()[i]) - a.data()[i]) * (double(b.data()[i]) - a.data()[i]);
+    norm += double(a.data()[i]) * a.data()[i];
+  }
+  CHECK(number(cell_of(linear, 2)) == Approx(std::sqrt(diff / norm)).epsilon(6e-3));
+
+  // The timing split: every round's three times, and the ratio of their medians in report.md.
+  std::vector<double> model, attention, gemm;
+  for (const auto& row : r.rows.rows) {
+    if (row[0] == "split_model_seconds") model.push_back(std::stod(row[5]));
+    if (row[0] == "split_attention_seconds") attention.push_back(std::stod(row[5]));
+    if (row[0] == "split_gemm_seconds") gemm.push_back(std::stod(row[5]));
+  }
+  REQUIRE(model.size() == 2);
+  REQUIRE(attention.size() == 2);
+  REQUIRE(gemm.size() == 2);
+  const double ratio = (model[0] + model[1]) / (attention[0] + attention[1] + gemm[0] + gemm[1]);
+  CHECK(read_text(dir.file("swap/report.md")).find("| " + cell("%.2f", ratio) + " |") != std::string::npos);
+}
