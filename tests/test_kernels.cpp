@@ -146,6 +146,22 @@ TEST_CASE("row_max and exp2_shifted_sum over every length up to three vectors", 
   });
 }
 
+TEST_CASE("transpose moves every element once and nothing else", "[exact]") {
+  for_each_isa([] {
+    for (std::size_t rows : {1, 7, 8, 15, 16, 17, 33, 48})
+      for (std::size_t cols : {1, 5, 8, 16, 24, 31, 64}) {
+        const std::size_t lds = cols + 3, ldd = rows + 9;
+        const std::vector<float> src = normal(rows * lds, rows * 100 + cols);
+        std::vector<float> dst(cols * ldd, -1.0f);
+        kernels::transpose(rows, cols, src.data(), lds, dst.data(), ldd);
+        for (std::size_t c = 0; c < cols; ++c)
+          for (std::size_t j = 0; j < ldd; ++j)
+            if (dst[c * ldd + j] != (j < rows ? src[j * lds + c] : -1.0f))
+              FAIL("transpose " << rows << "x" << cols << ": dst(" << c << ", " << j << ")");
+      }
+  });
+}
+
 TEST_CASE("every path gives full attention within fp32 rounding of the fp64 reference", "[exact]") {
   // One problem with every mask part at once (the per-path runs of test_full cover the rest).
   const Tensor q = test::random_tensor(2, 3, 77, 24, 1), k = test::random_tensor(2, 3, 131, 24, 2);

@@ -123,10 +123,21 @@ float exp2_shifted_sum(float* x, std::size_t n, float shift) {
 
 float row_max(const float* x, std::size_t n) { return table().row_max(x, n); }
 
+void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst,
+               std::size_t ldd) {
+  table().transpose(rows, cols, src, lds, dst, ldd);
+}
+
 namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 }  // namespace
+
+void transpose_key_tiles(const float* k, std::size_t dk, std::size_t block, std::size_t j0,
+                         std::size_t j1, float* kt) {
+  for (std::size_t j = j0; j < j1; j += block)  // tile j / block starts at kt + j * dk
+    transpose(std::min(block, j1 - j), dk, k + j * dk, dk, kt + j * dk, block);
+}
 
 std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t block) {
   if (block == 0) block = d.nk;
@@ -137,10 +148,7 @@ std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t bl
   for (std::ptrdiff_t bh = 0; bh < heads; ++bh) {
     const float* src = k.data() + bh * d.nk * d.dk;
     float* dst = kt.data() + bh * per_head;
-    for (std::size_t j = 0; j < d.nk; ++j) {
-      float* col = dst + (j / block) * d.dk * block + j % block;
-      for (std::size_t c = 0; c < d.dk; ++c) col[c * block] = src[j * d.dk + c];
-    }
+    transpose_key_tiles(src, d.dk, block, 0, d.nk, dst);
   }
   return kt;
 }

@@ -53,12 +53,22 @@ float exp2_shifted_sum(float* x, std::size_t n, float shift);
 /// max of x[0..n); -infinity when n = 0.
 float row_max(const float* x, std::size_t n);
 
+/// dst[c * ldd + j] = src[j * lds + c] for j < rows, c < cols (the two must not overlap).
+void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst,
+               std::size_t ldd);
+
 /// k [B, H, Nk, Dk] transposed so that score tiles are plain GEMMs, parallel over heads (OpenMP;
 /// call it outside your own parallel region). block = 0: each head is one [Dk, Nk] matrix (key j
 /// of head bh at kt[bh * Dk * Nk + c * Nk + j]). block > 0: each head is ceil(Nk / block) tiles
 /// of [Dk, block], zero-padded, contiguous (key j at kt[bh * per_head + (j / block) * Dk * block
 /// + c * block + j % block]): short unit strides, no cache-set aliasing at power-of-two Nk.
 std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t block = 0);
+
+/// Keys [j0, j1) of one head, k[j * dk + c], into that head's transpose_keys(.., block) tiles kt;
+/// j0 is a multiple of block and padding columns are left as they are. The piece a variant that
+/// lays out one head at a time (so that it stays in cache) shares among its threads.
+void transpose_key_tiles(const float* k, std::size_t dk, std::size_t block, std::size_t j0,
+                         std::size_t j1, float* kt);
 
 /// The online softmax of FlashAttention (Dao et al. 2022) for one tile of at most kRows queries:
 /// scores against any sequence of key blocks (contiguous, strided or gathered) are folded into a

@@ -140,6 +140,19 @@ void scale(float* x, size_t n, float factor) {
   if (i < n) store(x + i, mul(load(x + i, n - i, f), f), n - i);
 }
 
+void transpose(size_t rows, size_t cols, const float* src, size_t lds, float* dst, size_t ldd) {
+  size_t j = 0;
+  for (; j + kWidth <= rows; j += kWidth) {
+    size_t c = 0;
+    for (; c + kWidth <= cols; c += kWidth)
+      transpose_block(src + j * lds + c, lds, dst + c * ldd + j, ldd);
+    for (; c < cols; ++c)
+      for (size_t t = j; t < j + kWidth; ++t) dst[c * ldd + t] = src[t * lds + c];
+  }
+  for (; j < rows; ++j)
+    for (size_t c = 0; c < cols; ++c) dst[c * ldd + j] = src[j * lds + c];
+}
+
 void fold(const SoftmaxTile& t, const float* v, size_t ldv, size_t cols) {
   for (size_t r = 0; r < t.rows; ++r) {
     float* row = t.scores + r * t.ld;
@@ -162,6 +175,7 @@ void fold(const SoftmaxTile& t, const float* v, size_t ldv, size_t cols) {
 }  // namespace
 
 extern const Table ATTNLAB_KERNEL_TABLE;
-const Table ATTNLAB_KERNEL_TABLE = {gemm_tile, exp2_inplace, exp2_shifted_sum, row_max, fold};
+const Table ATTNLAB_KERNEL_TABLE = {gemm_tile, exp2_inplace, exp2_shifted_sum, row_max, transpose,
+                                     fold};
 
 }  // namespace attnlab::kernels::detail

@@ -24,6 +24,8 @@ struct Table {
   void (*exp2_inplace)(float* x, std::size_t n);
   float (*exp2_shifted_sum)(float* x, std::size_t n, float shift);
   float (*row_max)(const float* x, std::size_t n);
+  void (*transpose)(std::size_t rows, std::size_t cols, const float* src, std::size_t lds,
+                    float* dst, std::size_t ldd);
   /// OnlineSoftmax::fold: the masked score tile and values v[j * ldv + c] into the state.
   void (*fold)(const SoftmaxTile& tile, const float* v, std::size_t ldv, std::size_t cols);
 };

@@ -55,6 +55,30 @@ inline vec round(vec v) {
 inline vec scale_pow2(vec p, vec whole, vec x, float below) {
   return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, splat(below), _CMP_NLT_UQ), p, whole);
 }
+/// d[c * ldd + j] = s[j * lds + c] for a 16 x 16 block: pairs, then quads, then 128-bit lanes.
+inline void transpose_block(const float* s, std::size_t lds, float* d, std::size_t ldd) {
+  vec r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = load(s + i * lds);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 16; i += 8)
+    for (int j = 0; j < 4; ++j) {
+      t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xDD);
+    }
+  for (int j = 0; j < 8; ++j) {
+    store(d + j * ldd, _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88));
+    store(d + (j + 8) * ldd, _mm512_shuffle_f32x4(t[j], t[j + 8], 0xDD));
+  }
+}
 
 #elif defined(__AVX2__) && defined(__FMA__)
 
@@ -92,6 +116,25 @@ inline float reduce_max(vec v) {
   return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
 }
 inline vec round(vec v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+/// d[c * ldd + j] = s[j * lds + c] for an 8 x 8 block.
+inline void transpose_block(const float* s, std::size_t lds, float* d, std::size_t ldd) {
+  vec r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = load(s + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int j = 0; j < 4; ++j) {
+    store(d + j * ldd, _mm256_permute2f128_ps(r[j], r[j + 4], 0x20));
+    store(d + (j + 4) * ldd, _mm256_permute2f128_ps(r[j], r[j + 4], 0x31));
+  }
+}
 inline vec scale_pow2(vec p, vec whole, vec x, float below) {
   const __m256i bits = _mm256_slli_epi32(
       _mm256_add_epi32(_mm256_cvtps_epi32(whole), _mm256_set1_epi32(127)), 23);
@@ -118,6 +161,7 @@ inline vec min(vec a, vec b) { return a < b ? a : b; }
 inline vec fma(vec a, vec b, vec c) { return a * b + c; }
 inline float reduce_add(vec v) { return v; }
 inline float reduce_max(vec v) { return v; }
+inline void transpose_block(const float* s, std::size_t, float* d, std::size_t) { *d = *s; }
 
 #endif
 
