@@ -83,10 +83,15 @@ checks += [(f"N = {n}: causal time / plain time", seconds(n, causal=True) / seco
             seconds(n, causal=True) / seconds(n) <= 0.55) for n in (4096, 16384)]
 checks += [(f"N = {n}: GFLOP/s at D = 128 / at D = 64", gflops(n, 128) / gflops(n), ">= 0.85",
             gflops(n, 128) / gflops(n) >= 0.85) for n in (4096, 16384)]
-if (4096, False, 64, "avx2") in runs:
-    r = gflops(4096, path="avx2") / env_sgemm
-    checks.append(("N = 4096, `avx2` path: GFLOP/s / env sgemm (the previous kernel: 1.48 on an "
-                   "idle machine, 1.22 at load ~5)", r, ">= 1.48 (see below)", None))
+ab_file = out / "avx2_vs_before.json"
+if ab_file.exists():  # benchmarks/ab_full_avx2.sh: alternating rounds against the earlier build
+    ab = json.loads(ab_file.read_text())
+    for causal in ("0", "1"):
+        old_ms = statistics.median(ab["times"][f"old causal={causal}"])
+        new_ms = statistics.median(ab["times"][f"new causal={causal}"])
+        checks.append((f"N = {ab['N']}{', causal' if causal == '1' else ''}: earlier kernel time / "
+                       f"`avx2` path time (median of {len(ab['times'][f'new causal={causal}'])} "
+                       "alternating rounds)", old_ms / new_ms, ">= 1", old_ms / new_ms >= 1))
 numpy_up = numpy_s.get(4096, float("nan")) / seconds(4096)
 checks.append(("NumPy time / full time at N = 4096", numpy_up, ">= 2.5", numpy_up >= 2.5))
 checks.append(("peak resident memory at N = 32768 (MiB)", mem["peak_rss_MiB"], "<= 1024",
@@ -94,7 +99,11 @@ checks.append(("peak resident memory at N = 32768 (MiB)", mem["peak_rss_MiB"], "
 print("\n| measure | value | target | met |\n|---|---|---|---|")
 for what, value, target, met in checks:
     print(f"| {what} | {value:.2f} | {target} | {'—' if met is None else 'yes' if met else 'NO'} |")
-print(f"\nN = 32768 took {mem['real_time']:.1f} s (alone in its process).\n")
+print(f"\nN = 32768 took {mem['real_time']:.1f} s (alone in its process).")
+if ab_file.exists():
+    print(f"The earlier kernel: `{ab['old_binary']}` (`benchmarks/ab_full_avx2.sh`), load "
+          f"{ab['load_before']} before and {ab['load_after']} after its rounds.")
+print()
 
 print("## Context\n")
 for key in ["date", "host_name", "cpu", "num_cpus", "mhz_per_cpu", "git_commit", "compiler",
