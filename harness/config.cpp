@@ -88,7 +88,10 @@ std::vector<std::int64_t> int_list(const toml::node& v, const std::string& origi
       fail_at(origin, v.source(), key, e.what());
     }
   }
-  return list_of<std::int64_t>(v, origin, key, "an integer, a list of integers or \"A..B\"");
+  const auto values = list_of<std::int64_t>(v, origin, key, "an integer, a list of integers or \"A..B\"");
+  for (std::int64_t x : values)
+    if (x < 1) fail_at(origin, v.source(), key, std::to_string(x) + " is not a positive integer");
+  return values;
 }
 
 std::vector<std::string> string_list(const toml::node& v, const std::string& origin,
@@ -288,6 +291,11 @@ void validate(const SweepConfig& c) {
   need(!c.causal.empty(), "causal");
   need(!c.input.empty(), "input");
   need(!c.seed.empty(), "seed");
+  for (const auto& [values, key] : {std::pair{&c.n, "n"}, std::pair{&c.batch, "batch"},
+                                    std::pair{&c.heads, "heads"}, std::pair{&c.dim, "dim"}})
+    for (std::int64_t x : *values)
+      if (x < 1)
+        throw Error(c.origin + ": " + key + ": " + std::to_string(x) + " is not a positive integer");
   if (c.name.empty() || c.name.find('/') != std::string::npos || c.name == "." || c.name == "..")
     throw Error(c.origin + ": name: '" + c.name + "' is not a plain directory name");
 }
