@@ -16,6 +16,8 @@
 namespace attnlab::harness {
 namespace {
 
+constexpr std::size_t kMaxExpansion = 10000;  // specs one pattern may expand to
+
 // "origin:line: key: why"
 [[noreturn]] void fail_at(const std::string& origin, const toml::source_region& where,
                           const std::string& key, const std::string& why) {
@@ -208,6 +210,9 @@ std::vector<std::string> expand_spec(const std::string& pattern) {
           if (v.empty())
             throw Error("attention spec '" + text + "': " + key + "=" + value + ": empty value");
       }
+      if (prefixes.size() * values.size() > kMaxExpansion)
+        throw Error("attention spec '" + text + "': the lists expand to more than " +
+                    std::to_string(kMaxExpansion) + " specs");
       std::vector<std::string> next;
       for (const auto& p : prefixes)
         for (const auto& v : values)
@@ -241,7 +246,10 @@ std::vector<std::int64_t> parse_int_list(const std::string& flag, const std::str
     }
     const std::int64_t lo = parse(token.substr(0, dots)), hi = parse(token.substr(dots + 2));
     if (hi < lo) throw Error(flag + ": range '" + token + "' is empty");
-    for (std::int64_t v = lo; v <= hi; v *= 2) out.push_back(v);  // powers of two times lo
+    for (std::int64_t v = lo;; v *= 2) {  // powers of two times lo, never past INT64_MAX
+      out.push_back(v);
+      if (v > hi / 2) break;
+    }
   }
   return out;
 }

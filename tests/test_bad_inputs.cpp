@@ -170,6 +170,7 @@ std::vector<ApiCase> api_cases() {
       {"config name with /", [] { harness::parse_config("name = \"a/b\"\nvariants = [\"full\"]\nn = 64\ninput = \"gaussian\"\n", "x.toml"); }, {"name", "'a/b'", "plain directory name"}},
       {"config variant table without spec", [] { harness::parse_config("n = 64\n[[variant]]\nk = [1, 2]\n", "x.toml"); }, {"x.toml:2", "variant.spec", "missing"}},
       {"config max_n unknown", [] { harness::parse_config("variants = [\"full\"]\nn = 64\n[max_n]\nlinear = 4\n", "x.toml"); }, {"x.toml:4", "max_n.linear", "no variant"}},
+      {"config list explosion", [] { harness::expand_spec("linear:m=[1,2,3,4,5,6,7,8,9,10],nu=[1,2,3,4,5,6,7,8,9,10],seed=[1,2,3,4,5,6,7,8,9,10],eps=[0,1,2,3,4,5,6,7,8,9],rule=[sum,delta]"); }, {"expand to more than 10000 specs"}},
       // rows.csv (read by resume, report and merge)
       {"rows foreign header", [] {
          TempDir d("rows");

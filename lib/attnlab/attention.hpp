@@ -31,6 +31,8 @@ class Attention {
   /// (throws Error), then refuses what support() excludes (throws Unsupported), then computes.
   /// A NaN or Inf in q, or in a key or value row that is not padding, throws Error naming the
   /// tensor and the index (padded rows are never read); finite inputs give a finite output.
+  /// Thread-safe: several threads may call forward on one object at once (tests/test_threads.cpp,
+  /// run under ThreadSanitizer in CI); each call uses its own OpenMP team.
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask = {}) const;
 
   /// The same, written into `out`, which is resized only when its shape is not [B,H,Nq,Dv]:
