@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# Regenerates results/full/: exact attention against OpenBLAS sgemm (one binary, one run), against
-# NumPy on the same shapes (same session), and the peak memory of one N = 32768 call.
-# Usage: benchmarks/run_full.sh [build-dir]   (default: build; needs bench_full built)
+# Regenerates results/full/: exact attention (fastest kernel path, D = 64 and 128; the AVX2 path
+# beside it) against OpenBLAS sgemm with this environment's OPENBLAS_CORETYPE and with OpenBLAS's
+# best kernels for the CPU (child processes), all in one run of one binary with repetitions in
+# random interleaved order; then NumPy on the same shapes (same session), the peak memory of one
+# N = 32768 call, and the README.
+# Usage: benchmarks/run_full.sh [build-dir]   (default: build; needs bench_full and sgemm_probe)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 out=results/full
 mkdir -p "$out"
-context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty)"
+context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- lib variants benchmarks meson.build || echo -dirty)"
          --benchmark_context=openblas_coretype="${OPENBLAS_CORETYPE:-unset}"
+         --benchmark_context=omp_num_threads="${OMP_NUM_THREADS:-unset}"
          --benchmark_context=compiler="$(c++ --version | head -1)"
+         --benchmark_context=cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) x $(nproc)"
          --benchmark_context=load_before="$(cut -d' ' -f1-3 /proc/loadavg)")
-"$build/benchmarks/bench_full" --benchmark_filter='BM_full/|BM_sgemm' --benchmark_min_time=1 \
+"$build/benchmarks/bench_full" --benchmark_filter='BM_full/|BM_full_d128|BM_full_avx2|BM_sgemm' \
+  --benchmark_min_time=0.5 --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true \
   --benchmark_out="$out/bench_full.json" --benchmark_out_format=json "${context[@]}"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" > "$out/load_after.txt"
 # Alone in its process, so ru_maxrss is this call's peak.
 "$build/benchmarks/bench_full" --benchmark_filter='BM_full_long' \
   --benchmark_out="$out/bench_full_long.json" --benchmark_out_format=json "${context[@]}"

@@ -1,9 +1,14 @@
 // attnlab sweep: runs a grid of (variant spec x N x batch x heads x dim x causal x input x seed)
-// into results/<name>/rows.csv + meta.json. The engine is in harness/sweep.hpp; the config
+// into runs/<name>/rows.csv + meta.json, then renders its report and prints a summary beside the
+// committed reference run in results/<name>/. The engine is in harness/sweep.hpp; the config
 // format, columns and commands are in docs/sweep.md.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,6 +17,8 @@
 #include "attnlab/error.hpp"
 #include "harness/config.hpp"
 #include "harness/mpi.hpp"
+#include "harness/report.hpp"
+#include "harness/summary.hpp"
 #include "harness/sweep.hpp"
 
 namespace attnlab::cli {
@@ -26,7 +33,7 @@ struct SweepFlags {
   double target_seconds = 0, memory_budget = 0;
   std::int64_t error_rows = 0;
   bool peers = false, mpi = false, quiet = false, dry_run = false, restart = false,
-       retry_errors = false;
+       retry_errors = false, no_report = false;
 };
 
 SweepConfig build_config(const SweepFlags& f) {
@@ -64,6 +71,44 @@ SweepConfig build_config(const SweepFlags& f) {
   c.origin += " (with command-line overrides)";
   validate(c);
   return c;
+}
+
+// The rows of `dir` that belong to `keys` (a resumed folder may hold other grids' rows), with
+// its meta.json.
+SummaryRun summary_run(const std::string& dir, const std::set<std::string>& keys) {
+  SummaryRun run{dir, {}, nullptr};
+  for (auto& r : read_report_rows(dir + "/rows.csv"))
+    if (keys.count(r.key)) run.rows.push_back(std::move(r));
+  std::ifstream meta(dir + "/meta.json");
+  if (meta) run.meta = nlohmann::json::parse(meta, nullptr, /*allow_exceptions=*/false);
+  return run;
+}
+
+// After the sweep: report.md and plots (unless --no-report), then the summary on stdout, beside
+// the committed reference run of the same grid when one exists and holds any of its points.
+void summarise(const SweepConfig& config, const SweepOptions& options, const SweepSummary& s,
+               bool render) {
+  std::set<std::string> keys;
+  for (const Point& p : make_grid(config))
+    if (options.shard.contains(p.index)) keys.insert(p.key);
+  const SummaryRun run = summary_run(s.dir, keys);
+  std::optional<SummaryRun> reference;
+  const std::string ref_dir = reference_dir(config);
+  namespace fs = std::filesystem;
+  if (fs::exists(ref_dir + "/rows.csv") && !fs::equivalent(ref_dir, s.dir)) {
+    reference = summary_run(ref_dir, keys);
+    if (reference->rows.empty()) reference.reset();
+  }
+  std::printf("\n%s", sweep_summary(run, reference ? &*reference : nullptr).c_str());
+  if (!render) return;
+  if (options.progress) std::fprintf(options.progress, "rendering the report and plots...\n");
+  const ReportOutput out = render_report(s.dir);
+  std::string pngs;
+  for (const auto& png : out.pngs)
+    pngs += (pngs.empty() ? "" : ", ") + fs::path(png).filename().string();
+  std::printf("\nReport: %s\nPlots: %s\n", out.markdown_path.c_str(),
+              out.pngs.empty() ? out.plot_note.c_str()
+                               : (s.dir + "/plots/ (" + pngs + ")").c_str());
 }
 
 void sweep(const SweepFlags& f) {
@@ -112,6 +157,7 @@ void sweep(const SweepFlags& f) {
   if (s.ran == 0 && s.done_before > 0)
     std::printf("every point was already in %s/rows.csv (a sweep resumes); --restart measures "
                 "them again\n", s.dir.c_str());
+  summarise(config, options, s, !f.no_report);
 }
 
 }  // namespace
@@ -128,8 +174,10 @@ void add_sweep_command(CLI::App& app) {
       "one row per point to <out>/rows.csv (resumable; see docs/sweep.md). Without --config: the "
       "built-in default (benchmarks/configs/default.toml). Flags override the config.");
   cmd->add_option("--config", f->config, "TOML grid (docs/sweep.md)")->check(CLI::ExistingFile);
-  cmd->add_option("--name", f->name, "result set name: results/<name>/");
-  cmd->add_option("--out", f->out, "output directory (default results/<name>)");
+  cmd->add_option("--name", f->name, "result set name: runs/<name>/");
+  cmd->add_option("--out", f->out,
+                  "output directory (default runs/<name>, which git ignores; --out "
+                  "results/<name> replaces the committed reference run)");
   cmd->add_option("--variant", f->variants,
                   "spec with optional lists, e.g. 'linformer:k=[64,128]' or '*' (repeatable; "
                   "replaces the config's variants)");
@@ -155,6 +203,8 @@ void add_sweep_command(CLI::App& app) {
                  "measure every point again (the old rows.csv is kept as rows.csv.old)");
   cmd->add_flag("--retry-errors", f->retry_errors,
                  "run the points whose rows have status error again (their rows are replaced)");
+  cmd->add_flag("--no-report", f->no_report,
+                "do not render report.md and plots/ at the end (the summary is still printed)");
   cmd->add_flag("--quiet", f->quiet, "no progress on stderr");
   cmd->add_flag("--dry-run", f->dry_run, "print the points (key, spec, shape) and exit");
   cmd->callback([f] { sweep(*f); });

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "attnlab/attnlab.hpp"
+#include "attnlab/kernels.hpp"
 
 #ifndef ATTNLAB_VERSION
 #define ATTNLAB_VERSION "unknown"
@@ -24,6 +25,8 @@ void add_mask_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_sweep_command(CLI::App& app);
 void add_merge_command(CLI::App& app);
+void add_model_command(CLI::App& app);
+void add_study_command(CLI::App& app);
 }  // namespace attnlab::cli
 
 namespace {
@@ -38,6 +41,8 @@ constexpr AddCommand kCommands[] = {
     attnlab::cli::add_report_command,
     attnlab::cli::add_sweep_command,
     attnlab::cli::add_merge_command,
+    attnlab::cli::add_model_command,
+    attnlab::cli::add_study_command,
 };
 
 int fail(std::string message) {
@@ -70,11 +75,19 @@ std::string command_list(const CLI::App& app) {
 
 int main(int argc, char** argv) {
   CLI::App app("attnlab " ATTNLAB_VERSION ": efficient attention variants behind one interface.\n"
-               "Variants (factory names): " + variant_list(),
+               "Variants (factory names): " + variant_list() + "\n"
+               "ATTNLAB_ISA=scalar|avx2|avx512 forces a kernel path (default: the fastest).",
                "attnlab");
   // A file over `ulimit -f` must fail the write (EFBIG, reported as an error), not kill us.
   std::signal(SIGXFSZ, SIG_IGN);
-  app.set_version_flag("--version", std::string("attnlab ") + ATTNLAB_VERSION);
+  std::string kernels;
+  try {
+    kernels = attnlab::kernels::isa_name(attnlab::kernels::active_isa());
+  } catch (const std::exception& e) {  // a bad ATTNLAB_ISA
+    return fail(e.what());
+  }
+  app.set_version_flag("--version",
+                       std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: " + kernels + ")");
   app.require_subcommand(1);
   for (AddCommand add : kCommands) add(app);
   // CLI11 would answer a mistyped command with "a subcommand is required": name it instead.

@@ -22,7 +22,7 @@ struct MeasureOptions {
 };
 
 struct SweepConfig {
-  std::string name = "default";     // results/<name>/
+  std::string name = "default";     // runs/<name>/ (harness/sweep.hpp)
   std::string origin;               // the file it came from, or "built-in default"
   std::string text;                 // the TOML text (recorded in meta.json)
   std::vector<std::string> specs;   // canonical specs (make_attention(s)->spec()), no duplicates

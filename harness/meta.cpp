@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "attnlab/error.hpp"
+#include "attnlab/kernels.hpp"
 #include "harness/build_info.hpp"
 
 extern "C" {
@@ -75,6 +76,7 @@ nlohmann::json run_context() {
   j["blas"] = {{"config", openblas_get_config()}, {"corename", openblas_get_corename()}};
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   j["OPENBLAS_CORETYPE"] = coretype ? nlohmann::json(coretype) : nlohmann::json(nullptr);
+  j["kernels"] = kernels::isa_name(kernels::active_isa());  // the path that ran (ATTNLAB_ISA)
   j["threads"] = {{"omp_max_threads", omp_get_max_threads()},
                   {"nproc", std::thread::hardware_concurrency()}};
   j["date"] = utc_now();

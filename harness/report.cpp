@@ -19,6 +19,7 @@
 #include "attnlab/factory.hpp"
 #include "harness/anchors.hpp"
 #include "harness/meta.hpp"
+#include "harness/plot.hpp"
 
 namespace attnlab::harness {
 namespace fs = std::filesystem;
@@ -67,11 +68,6 @@ std::string fmt(const char* format, double x) {
 
 std::string opt_fmt(const char* format, const std::optional<double>& x) {
   return x ? fmt(format, *x) : kDash;
-}
-
-// "12.3 ms" below a second, "4.05 s" above.
-std::string time_text(double seconds) {
-  return seconds < 1 ? fmt("%.3g ms", seconds * 1e3) : fmt("%.3g s", seconds);
 }
 
 std::string md_escape(std::string s) {
@@ -184,6 +180,32 @@ std::vector<std::string> preferred_tokens(const std::string& variant) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- labels
+
+std::string time_text(double seconds) {
+  return seconds < 1 ? fmt("%.3g ms", seconds * 1e3) : fmt("%.3g s", seconds);
+}
+
+std::string short_spec(const std::string& spec) {
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos) return spec;
+  std::string defaults;
+  try {
+    defaults = make_attention(spec.substr(0, colon))->spec();
+  } catch (const Error&) {  // a peer or an unregistered name: keep it whole
+    return spec;
+  }
+  std::string out = spec.substr(0, colon);
+  std::stringstream tokens(spec.substr(colon + 1));
+  bool first = true;
+  for (std::string t; std::getline(tokens, t, ',');)
+    if (!has_token(defaults, t)) {
+      out += (first ? ":" : ",") + t;
+      first = false;
+    }
+  return out;
+}
 
 // ---------------------------------------------------------------- rows
 
@@ -498,132 +520,11 @@ std::string peers_table(const std::vector<ReportRow>& rows) {
 
 namespace {
 
-struct Series {
-  std::string title;
-  std::vector<std::pair<double, double>> xy;
-};
-
 std::string slug(const std::string& s) {
   std::string out;
   for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   return out;
 }
-
-std::string gp_quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '`') c = '\'';  // gnuplot runs `...` as a shell command, even inside strings
-    out += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
-  }
-  return out + "\"";
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// A plot label: the variant name and only the settings that differ from its defaults
-// ("linformer:k=128,share=kv"); report.md has the full specs.
-std::string short_spec(const std::string& spec) {
-  const auto colon = spec.find(':');
-  if (colon == std::string::npos) return spec;
-  std::string defaults;
-  try {
-    defaults = make_attention(spec.substr(0, colon))->spec();
-  } catch (const Error&) {  // a peer or an unregistered name: keep it whole
-    return spec;
-  }
-  std::string out = spec.substr(0, colon);
-  std::stringstream tokens(spec.substr(colon + 1));
-  bool first = true;
-  for (std::string t; std::getline(tokens, t, ',');)
-    if (!has_token(defaults, t)) {
-      out += (first ? ":" : ",") + t;
-      first = false;
-    }
-  return out;
-}
-
-class Plotter {
- public:
-  Plotter(fs::path dir, const ReportOptions& options, ReportOutput& output)
-      : dir_(std::move(dir)), options_(options), output_(output) {
-    fs::create_directories(dir_);
-    const std::string probe = shell_quote(options.gnuplot) + " -e " +
-                              shell_quote("set terminal pngcairo") + " >/dev/null 2>&1";
-    const std::string exists = shell_quote(options.gnuplot) + " -V >/dev/null 2>&1";
-    available_ = std::system(exists.c_str()) == 0;
-    terminal_ = available_ && std::system(probe.c_str()) == 0
-                    ? "pngcairo size 1100,800 font ',11'"
-                    : "png size 1100,800";
-    if (!available_)
-      output_.plot_note = "gnuplot ('" + options.gnuplot + "') could not be run: the .dat and .gp "
-                          "files are written, run `gnuplot NAME.gp` in plots/ to draw them";
-  }
-
-  // Writes NAME.dat (one block per series) and NAME.gp, then runs gnuplot when it exists.
-  void plot(const std::string& name, const std::vector<Series>& series, const std::string& setup,
-            const std::string& style_all, const std::string& extra = "") {
-    const fs::path dat = dir_ / (name + ".dat"), gp = dir_ / (name + ".gp");
-    {
-      std::ofstream d(dat);
-      for (std::size_t s = 0; s < series.size(); ++s) {
-        d << "# " << series[s].title << "\n";
-        for (const auto& [x, y] : series[s].xy) d << fmt("%.9g", x) << " " << fmt("%.9g", y) << "\n";
-        d << "\n\n";
-      }
-    }
-    {
-      std::ofstream g(gp);
-      g << "# Restyle freely and rerun: gnuplot " << name << ".gp (data in " << name << ".dat)\n"
-        << "set terminal " << terminal_ << "\nset output '" << name << ".png'\n"
-        << setup << extra << "plot ";
-      for (std::size_t s = 0; s < series.size(); ++s)
-        g << (s ? ", \\\n     " : "") << "'" << name << ".dat' index " << s << " "
-          << style_all << " title " << gp_quote(series[s].title);
-      if (series.empty()) g << "NaN notitle";
-      g << "\n";
-    }
-    output_.data_files.push_back(dat.string());
-    output_.data_files.push_back(gp.string());
-    if (!available_) return;
-    const std::string cmd = "cd " + shell_quote(dir_.string()) + " && " +
-                            shell_quote(options_.gnuplot) + " " + shell_quote(name + ".gp") +
-                            " >" + shell_quote(name + ".log") + " 2>&1";
-    if (std::system(cmd.c_str()) == 0 && fs::exists(dir_ / (name + ".png")))
-      output_.pngs.push_back((dir_ / (name + ".png")).string());
-    else
-      output_.plot_note = "gnuplot failed on " + name + ".gp (see plots/" + name + ".log)";
-  }
-
-  // A raw script for plots that need more than one style (the Pareto plots).
-  void raw(const std::string& name, const std::string& data, const std::string& body) {
-    const fs::path dat = dir_ / (name + ".dat"), gp = dir_ / (name + ".gp");
-    std::ofstream(dat) << data;
-    std::ofstream(gp) << "# Restyle freely and rerun: gnuplot " << name << ".gp (data in "
-                      << name << ".dat)\nset terminal " << terminal_ << "\nset output '" << name
-                      << ".png'\n" << body;
-    output_.data_files.push_back(dat.string());
-    output_.data_files.push_back(gp.string());
-    if (!available_) return;
-    const std::string cmd = "cd " + shell_quote(dir_.string()) + " && " +
-                            shell_quote(options_.gnuplot) + " " + shell_quote(name + ".gp") +
-                            " >" + shell_quote(name + ".log") + " 2>&1";
-    if (std::system(cmd.c_str()) == 0 && fs::exists(dir_ / (name + ".png")))
-      output_.pngs.push_back((dir_ / (name + ".png")).string());
-    else
-      output_.plot_note = "gnuplot failed on " + name + ".gp (see plots/" + name + ".log)";
-  }
-
- private:
-  fs::path dir_;
-  const ReportOptions& options_;
-  ReportOutput& output_;
-  bool available_ = false;
-  std::string terminal_;
-};
 
 // Errors of exactly 0 cannot sit on a log axis; they are drawn at this floor.
 constexpr double kErrorFloor = 1e-9;
@@ -637,7 +538,7 @@ std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& di
     md << "No ok rows to plot.\n\n";
     return md.str();
   }
-  Plotter plotter(dir / "plots", options, output);
+  Plotter plotter(dir / "plots", options.gnuplot, output);
   const auto variants = variants_in_order(rows);
   md << "Problem: " << describe(*ctx) << "; one line per variant (its spec as in the LRA "
      << "table, else the spec with most points). Data and gnuplot scripts sit beside the PNGs.\n\n";

@@ -16,9 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "harness/plot.hpp"
+
 namespace attnlab::harness {
 
-/// One row of rows.csv (columns documented in /tmp/rows_schema.md and results/README.md).
+/// One row of rows.csv (columns documented in docs/sweep.md).
 /// Empty numeric cells are nullopt.
 struct ReportRow {
   std::string key, spec, variant, causal, input, status, message, shard;
@@ -41,6 +43,13 @@ struct Relative {
 /// One entry per row, in order. Rows that are not ok, or have no ok full partner, get nullopt.
 std::vector<Relative> relative_to_full(const std::vector<ReportRow>& rows);
 
+/// "12.3 ms" below a second, "4.05 s" above.
+std::string time_text(double seconds);
+
+/// A label for tables and plots: the variant name and only the settings that differ from its
+/// defaults ("linformer:k=128,share=kv"); a spec the factory does not know is kept whole.
+std::string short_spec(const std::string& spec);
+
 /// A point of the Pareto plot: larger speed-up and smaller error are better.
 struct ParetoPoint {
   double speedup = 0, error = 0;
@@ -60,11 +69,9 @@ struct ReportOptions {
   std::string gnuplot = "gnuplot";  // skipped with a note in report.md when it cannot be run
 };
 
-struct ReportOutput {
+/// report.md's path and the plots' files (data_files, pngs, plot_note: harness/plot.hpp).
+struct ReportOutput : PlotFiles {
   std::string markdown_path;
-  std::vector<std::string> data_files;  // .dat and .gp, always written when plots = true
-  std::vector<std::string> pngs;        // only when gnuplot ran
-  std::string plot_note;                // why there are no PNGs, when there are none
 };
 
 /// Reads <dir>/rows.csv and <dir>/meta.json (optional), writes report.md and plots/.

@@ -48,10 +48,14 @@ Row parse_row_line(const std::string& line) {
 
 }  // namespace
 
+std::string default_out_dir(const SweepConfig& config) { return "runs/" + config.name; }
+
+std::string reference_dir(const SweepConfig& config) { return "results/" + config.name; }
+
 SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
   validate(config);
   SweepSummary summary;
-  summary.dir = options.out_dir.empty() ? "results/" + config.name : options.out_dir;
+  summary.dir = options.out_dir.empty() ? default_out_dir(config) : options.out_dir;
   const bool use_mpi = options.mpi;
   if (use_mpi) mpi::init();
   const int rank = use_mpi ? mpi::rank() : 0, ranks = use_mpi ? mpi::size() : 1;

@@ -23,7 +23,7 @@
 namespace attnlab::harness {
 
 struct SweepOptions {
-  std::string out_dir;                 // empty: results/<config.name>
+  std::string out_dir;                 // empty: default_out_dir(config)
   Shard shard;                         // 1/1: the whole grid
   bool mpi = false;                    // split across MPI ranks, rows gathered on rank 0
   bool restart = false;                // rows.csv -> rows.csv.old first: every point runs again
@@ -44,6 +44,13 @@ struct SweepSummary {
   std::map<std::string, std::size_t> by_status;
   double sgemm_gflops = 0;
 };
+
+/// runs/<config.name>: a sweep measures this machine into a folder git ignores; committing a run
+/// to results/ is a deliberate `--out results/<name>` (scripts/regenerate-results.sh).
+std::string default_out_dir(const SweepConfig& config);
+
+/// The committed reference run of a config: results/<config.name>.
+std::string reference_dir(const SweepConfig& config);
 
 SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options);
 

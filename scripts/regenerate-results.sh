@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates the committed results, each from a fresh run, with its report and plots:
+# Regenerates the committed reference results, each from a fresh run, with its report and plots
+# (a plain `attnlab sweep` or `./dev run` measures into the git-ignored runs/ instead):
 #   results/default/     attnlab sweep --peers (the built-in default grid, ~3 min on 2 idle cores)
 #   results/full-sweep/  benchmarks/configs/full-sweep.toml (N = 256 ... 65536, ~15 min)
 #   results/microbench/  benchmarks/bench_variants (Google Benchmark JSON)
@@ -17,14 +18,13 @@ parts=("$@")
 ninja -C "$build" cli/attnlab benchmarks/bench_variants
 attnlab="$build/cli/attnlab"
 
-sweep() {  # sweep DIR [sweep flags...]
+sweep() {  # sweep DIR [sweep flags...]: the sweep renders DIR/report.md and DIR/plots/ itself
   local dir=$1
   shift
   [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"
   echo "== $dir: load before $(cut -d' ' -f1-3 /proc/loadavg)"
   "$attnlab" sweep --out "$dir" "$@"
   echo "== $dir: load after $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$dir/load_after.txt"
-  "$attnlab" report "$dir"
 }
 
 for part in "${parts[@]}"; do

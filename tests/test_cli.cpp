@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "attnlab/kernels.hpp"
 #include "attnlab/npy.hpp"
 #include "helpers.hpp"
 #include "cli_helpers.hpp"
@@ -78,10 +79,25 @@ TEST_CASE("--help and --version behave as users expect", "[cli]") {
 
   r = attnlab_cli(dir, "--version");
   CHECK(r.code == 0);
-  CHECK(r.out == std::string("attnlab ") + ATTNLAB_VERSION + "\n");
+  const std::string path = kernels::isa_name(kernels::active_isa());  // same environment
+  CHECK(r.out == std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: " + path + ")\n");
 
   require_failure(dir, "", {"subcommand is required", "--help"});
   require_failure(dir, "frobnicate", {"unknown command 'frobnicate'", "run"});
+}
+
+TEST_CASE("--version names the kernel path; ATTNLAB_ISA forces one or fails in one line", "[cli]") {
+  TempDir dir("cli");
+  setenv("ATTNLAB_ISA", "scalar", 1);
+  CliResult r = attnlab_cli(dir, "--version");
+  CHECK(r.code == 0);
+  CHECK(r.out == std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: scalar)\n");
+  setenv("ATTNLAB_ISA", "avx1024", 1);
+  r = attnlab_cli(dir, "--version");
+  unsetenv("ATTNLAB_ISA");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("'avx1024'") != std::string::npos);
+  CHECK(r.err.find("scalar, avx2 or avx512") != std::string::npos);
 }
 
 TEST_CASE("run on rank 4, 3 and 2 inputs equals forward in-process, output keeps the rank", "[cli]") {

@@ -51,6 +51,18 @@ TEST_CASE("make_attention rejects unknown names and keys", "[core]") {
   require_error<Error>([] { make_attention("full:window=3"); }, {"window=3", "unknown key"});
 }
 
+TEST_CASE("the registry lists every variant in its fixed order and refuses duplicates", "[core]") {
+  // Each variant registers itself from its own .cpp; the positions fix this order whatever the
+  // static-initialisation order of the files.
+  CHECK(attention_names() ==
+        std::vector<std::string>{"full", "bigbird", "linformer", "sliding", "linear"});
+  const AttentionMaker full_maker = [](Params&) { return make_attention("full"); };
+  require_error([&] { register_attention("sliding", full_maker, 99); },
+                {"'sliding'", "registered twice"});
+  require_error([&] { register_attention("", full_maker, 99); }, {"name"});
+  CHECK(attention_names().size() == 5);  // nothing was added by the refused registrations
+}
+
 TEST_CASE("SpecWriter prints values that parse back exactly", "[core]") {
   const std::string s = SpecWriter("x").add("a", std::int64_t{7}).add("b", 0.1).add("c", "sum").str();
   CHECK(s == "x:a=7,b=0.1,c=sum");
@@ -133,6 +145,13 @@ TEST_CASE("error metrics match hand-computed values", "[core]") {
   CHECK(m.p99_row == Approx(1.0 / std::sqrt(18.0)));  // nearest rank: the worst of 3 rows
   CHECK(m.str().find("rel_fro=") != std::string::npos);
   require_error<Error>([&] { compare(out, Tensor64::from_shape({1, 1, 2, 2})); }, {"shapes"});
+  // The row form against a float reference gives the same numbers (these values are exact).
+  const Tensor ref32 = xt::cast<float>(ref);
+  const ErrorMetrics rows = compare(out.data(), ref32.data(), 3, 2);
+  CHECK(rows.max_abs == m.max_abs);
+  CHECK(rows.rel_fro == m.rel_fro);
+  CHECK(rows.mean_cos == m.mean_cos);
+  CHECK(rows.p99_row == m.p99_row);
 }
 
 TEST_CASE("every registered variant keeps the common contract", "[core]") {

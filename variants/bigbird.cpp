@@ -188,8 +188,6 @@ void BigBirdAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v
                                const Mask& mask, const Dims& d, Tensor& out) const {
   const BigBirdLayout layout =
       bigbird_layout(config_, d.heads, d.nq, d.nk, mask.causal != Causal::none);
-  const std::vector<float> kt = kernels::transpose_keys(k, d, OnlineSoftmax::kCols);
-  const std::size_t per_head = kt.size() / (d.batch * d.heads);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
   // Global query blocks (the heaviest tasks) first, so the dynamic schedule ends balanced.
   std::vector<std::size_t> order;
@@ -202,21 +200,37 @@ void BigBirdAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v
   const std::size_t tiles = ceil_div(std::min(block, d.nq), OnlineSoftmax::kRows);
   const std::size_t tile_rows =
       std::min(OnlineSoftmax::kRows, ceil_div(ceil_div(std::min(block, d.nq), tiles), 6) * 6);
-  const auto tasks = static_cast<std::ptrdiff_t>(d.batch * d.heads * layout.query_blocks);
+  // Keys transposed one head at a time into two alternating buffers: a head's keys stay in cache
+  // while its blocks read them, and no buffer of all heads is allocated (and page-faulted) per call.
+  constexpr std::size_t kCols = OnlineSoftmax::kCols;
+  const std::size_t key_tiles = ceil_div(d.nk, kCols);
+  std::vector<float> kt[2] = {std::vector<float>(key_tiles * kCols * d.dk),
+                              std::vector<float>(key_tiles * kCols * d.dk)};
+  const auto blocks = static_cast<std::ptrdiff_t>(layout.query_blocks);
 #pragma omp parallel
   {
     OnlineSoftmax softmax(d.dk, d.dv);
     std::vector<std::pair<std::size_t, std::size_t>> ranges;
-#pragma omp for schedule(dynamic, 1)
-    for (std::ptrdiff_t t = 0; t < tasks; ++t) {
-      const std::size_t bh = static_cast<std::size_t>(t) / layout.query_blocks;
+    for (std::size_t bh = 0; bh < d.batch * d.heads; ++bh) {
       const std::size_t b = bh / d.heads, h = bh % d.heads;
-      const std::size_t qb = order[static_cast<std::size_t>(t) % layout.query_blocks];
-      key_ranges(layout.blocks(h, qb), block, d.nk, ranges);
-      const std::size_t end = std::min(d.nq, (qb + 1) * block);
-      for (std::size_t i0 = qb * block; i0 < end; i0 += tile_rows)
-        kernels::attend_key_ranges(q, kt.data() + bh * per_head, v, mask, d, b, h, i0,
-                    std::min(tile_rows, end - i0), ranges, scale, softmax, out);
+      float* keys = kt[bh % 2].data();
+      // The implicit barrier ends the layout; no thread still reads this buffer (head bh - 2)
+      // because each passed the previous head's layout barrier after its last block of it.
+#pragma omp for schedule(static)
+      for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(key_tiles); ++t) {
+        const std::size_t j0 = static_cast<std::size_t>(t) * kCols;
+        kernels::transpose_key_tiles(&k(b, h, 0, 0), d.dk, kCols, j0, std::min(d.nk, j0 + kCols),
+                                     keys);
+      }
+#pragma omp for schedule(dynamic, 1) nowait
+      for (std::ptrdiff_t t = 0; t < blocks; ++t) {
+        const std::size_t qb = order[static_cast<std::size_t>(t)];
+        key_ranges(layout.blocks(h, qb), block, d.nk, ranges);
+        const std::size_t end = std::min(d.nq, (qb + 1) * block);
+        for (std::size_t i0 = qb * block; i0 < end; i0 += tile_rows)
+          kernels::attend_key_ranges(q, keys, v, mask, d, b, h, i0, std::min(tile_rows, end - i0),
+                                     ranges, scale, softmax, out);
+      }
     }
   }
 }
@@ -235,5 +249,10 @@ std::unique_ptr<Attention> make_bigbird(Params& params) {
   if (c.seed < 0) params.fail("seed", "expected an integer >= 0");
   return std::make_unique<BigBirdAttention>(c);
 }
+
+namespace {
+// Position 20 in attention_names() and the --help listing.
+const AttentionRegistrar kRegistrar("bigbird", make_bigbird, 20);
+}  // namespace
 
 }  // namespace attnlab

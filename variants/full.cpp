@@ -44,4 +44,9 @@ void FullAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v, c
 
 std::unique_ptr<Attention> make_full(Params&) { return std::make_unique<FullAttention>(); }
 
+namespace {
+// Position 10 in attention_names() and the --help listing.
+const AttentionRegistrar kRegistrar("full", make_full, 10);
+}  // namespace
+
 }  // namespace attnlab

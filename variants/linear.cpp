@@ -447,4 +447,9 @@ std::unique_ptr<Attention> make_linear(Params& params) {
   return std::make_unique<LinearAttention>(c);
 }
 
+namespace {
+// Position 50 in attention_names() and the --help listing.
+const AttentionRegistrar kRegistrar("linear", make_linear, 50);
+}  // namespace
+
 }  // namespace attnlab

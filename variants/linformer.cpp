@@ -280,4 +280,9 @@ std::unique_ptr<Attention> make_linformer(Params& params) {
       static_cast<std::size_t>(max_len), static_cast<std::uint64_t>(seed));
 }
 
+namespace {
+// Position 30 in attention_names() and the --help listing.
+const AttentionRegistrar kRegistrar("linformer", make_linformer, 30);
+}  // namespace
+
 }  // namespace attnlab

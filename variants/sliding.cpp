@@ -200,37 +200,31 @@ void attend_tile(const Layout& g, const Head& head, const Tensor& q, const Mask&
   sc.softmax.finish(&out(head.b, head.h, first, 0), step * d.dv);
 }
 
-// k [B,H,Nk,Dk] -> per head [Dk, ldk], keys in class order; v likewise reordered by rows when
-// the dilation is above 1 (vc unused otherwise: the rows are already in order). Called inside
-// the caller's parallel region: the heads are shared among its threads.
-void lay_out_keys(const Layout& g, const Tensor& k, const Tensor& v, const Dims& d, float* kt,
-                  float* vc) {
-  const std::ptrdiff_t heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
-#pragma omp for schedule(static)
-  for (std::ptrdiff_t bh = 0; bh < heads; ++bh) {
-    const float* ksrc = k.data() + bh * d.nk * d.dk;
-    const float* vsrc = v.data() + bh * d.nk * d.dv;
-    float* kdst = kt + bh * d.dk * g.ldk;
-    for (Index rho = 0; rho < g.s; ++rho)
-      for (Index t0 = 0; t0 < g.count[rho]; t0 += 16) {  // 16 keys: 64-byte runs of writes
-        const std::size_t keys = static_cast<std::size_t>(std::min<Index>(16, g.count[rho] - t0));
-        const std::size_t col = static_cast<std::size_t>(g.column[rho] + t0);
-        const std::size_t j0 = static_cast<std::size_t>(rho + g.s * t0);
-        const std::size_t step = static_cast<std::size_t>(g.s);
-        for (std::size_t c = 0; c < d.dk; ++c)
-          for (std::size_t t = 0; t < keys; ++t)
-            kdst[c * g.ldk + col + t] = ksrc[(j0 + step * t) * d.dk + c];
-        if (g.s > 1)
-          for (std::size_t t = 0; t < keys; ++t)
-            std::copy_n(vsrc + (j0 + step * t) * d.dv, d.dv,
-                        vc + (bh * g.keys + col + t) * d.dv);
-      }
-    if (g.s > 1)  // the global keys again, contiguous
-      for (std::size_t j = 0; j < static_cast<std::size_t>(g.gk); ++j) {
-        const std::size_t col = static_cast<std::size_t>(g.global_column) + j;
-        for (std::size_t c = 0; c < d.dk; ++c) kdst[c * g.ldk + col] = ksrc[j * d.dk + c];
-        std::copy_n(vsrc + j * d.dv, d.dv, vc + (bh * g.keys + col) * d.dv);
-      }
+// One head's keys ksrc [Nk, Dk] -> kdst [Dk, ldk] in class order, and with dilation its values
+// vsrc [Nk, Dv] -> vdst [keys, Dv] in the same order (without, the values are used as they are).
+// Shared among the threads of the caller's parallel region in runs of 512 keys of a class (every
+// thread meets the same sequence of loops); ends with a barrier.
+void lay_out_head(const Layout& g, const float* ksrc, const float* vsrc, const Dims& d,
+                  float* kdst, float* vdst) {
+  constexpr Index kRun = 512;
+  const std::size_t step = static_cast<std::size_t>(g.s);
+  for (Index rho = 0; rho < g.s; ++rho) {  // class rho: keys rho, rho + s, ...
+#pragma omp for schedule(static) nowait
+    for (Index t0 = 0; t0 < g.count[rho]; t0 += kRun) {
+      const std::size_t keys = static_cast<std::size_t>(std::min(kRun, g.count[rho] - t0));
+      const std::size_t col = static_cast<std::size_t>(g.column[rho] + t0);
+      const std::size_t j0 = static_cast<std::size_t>(rho) + step * static_cast<std::size_t>(t0);
+      kernels::transpose(keys, d.dk, ksrc + j0 * d.dk, step * d.dk, kdst + col, g.ldk);
+      if (g.s > 1)
+        for (std::size_t t = 0; t < keys; ++t)
+          std::copy_n(vsrc + (j0 + step * t) * d.dv, d.dv, vdst + (col + t) * d.dv);
+    }
+  }
+#pragma omp single  // with dilation, the global keys again, contiguous; then the barrier
+  if (g.s > 1) {
+    const std::size_t col = static_cast<std::size_t>(g.global_column);
+    kernels::transpose(static_cast<std::size_t>(g.gk), d.dk, ksrc, d.dk, kdst + col, g.ldk);
+    std::copy_n(vsrc, static_cast<std::size_t>(g.gk) * d.dv, vdst + col * d.dv);
   }
 }
 
@@ -271,25 +265,29 @@ double SlidingAttention::flops(const Dims& d, const Mask& mask) const {
 void SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
                                const Mask& mask, const Dims& d, Tensor& out) const {
   const Layout g(config_, d, mask);
-  // Left uninitialised (no memset): the padding columns past each head's keys are never read.
-  const std::unique_ptr<float[]> kt(new float[d.batch * d.heads * d.dk * g.ldk]);
-  const std::unique_ptr<float[]> vc(g.s > 1 ? new float[d.batch * d.heads * g.keys * d.dv]
-                                             : nullptr);
+  // One head at a time in two alternating buffers, left uninitialised (the padding columns past
+  // the keys are never read): a head's layout stays in cache while its tiles read it, and no
+  // layout of every head is allocated (and page-faulted) per call.
+  const std::size_t head_k = d.dk * g.ldk, head_v = g.s > 1 ? g.keys * d.dv : 0;
+  const std::unique_ptr<float[]> kt(new float[2 * head_k]);
+  const std::unique_ptr<float[]> vc(head_v > 0 ? new float[2 * head_v] : nullptr);
   const std::vector<Task> tiles = plan_tiles(g);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
-  const std::ptrdiff_t tasks = static_cast<std::ptrdiff_t>(d.batch * d.heads * tiles.size());
+  const auto tasks = static_cast<std::ptrdiff_t>(tiles.size());
 #pragma omp parallel  // one region: a loaded machine makes every fork and join expensive
   {
     Scratch scratch(d);
-    lay_out_keys(g, k, v, d, kt.get(), vc.get());  // ends with a barrier
-#pragma omp for schedule(dynamic, 4)
-    for (std::ptrdiff_t t = 0; t < tasks; ++t) {
-      const std::size_t bh = static_cast<std::size_t>(t) / tiles.size();
-      const Head head{kt.get() + bh * d.dk * g.ldk,
-                      (g.s > 1 ? vc.get() : v.data()) + bh * g.keys * d.dv, bh / d.heads,
-                      bh % d.heads};
-      attend_tile(g, head, q, mask, d, tiles[static_cast<std::size_t>(t) % tiles.size()], scale,
-                  scratch, out);
+    for (std::size_t bh = 0; bh < d.batch * d.heads; ++bh) {
+      // No thread still reads these buffers (head bh - 2): each passed the layout barrier of
+      // head bh - 1 after its last tile of head bh - 2.
+      float* keys = kt.get() + (bh % 2) * head_k;
+      float* values = head_v > 0 ? vc.get() + (bh % 2) * head_v : nullptr;
+      const float* v_in = v.data() + bh * d.nk * d.dv;
+      lay_out_head(g, k.data() + bh * d.nk * d.dk, v_in, d, keys, values);
+      const Head head{keys, values ? values : v_in, bh / d.heads, bh % d.heads};
+#pragma omp for schedule(dynamic, 4) nowait
+      for (std::ptrdiff_t t = 0; t < tasks; ++t)
+        attend_tile(g, head, q, mask, d, tiles[static_cast<std::size_t>(t)], scale, scratch, out);
     }
   }
 }
@@ -307,5 +305,10 @@ std::unique_ptr<Attention> make_sliding(Params& params) {
   c.global = read("global", c.global, 0);
   return std::make_unique<SlidingAttention>(c);
 }
+
+namespace {
+// Position 40 in attention_names() and the --help listing.
+const AttentionRegistrar kRegistrar("sliding", make_sliding, 40);
+}  // namespace
 
 }  // namespace attnlab

@@ -1,32 +1,26 @@
 #include "attnlab/factory.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
 #include "attnlab/error.hpp"
-#include "variants/bigbird.hpp"
-#include "variants/full.hpp"
-#include "variants/linear.hpp"
-#include "variants/linformer.hpp"
-#include "variants/sliding.hpp"
 
 namespace attnlab {
 namespace {
 
-using Maker = std::unique_ptr<Attention> (*)(Params&);
-
-// The one table of backends. A new variant adds one line here.
 struct Entry {
-  const char* name;
-  Maker make;
+  std::string name;
+  AttentionMaker make;
+  int position;
 };
-constexpr Entry kTable[] = {
-    {"full", make_full},
-    {"bigbird", make_bigbird},
-    {"linformer", make_linformer},
-    {"sliding", make_sliding},
-    {"linear", make_linear},
-};
+
+// The registry, filled by the variants' registrars; sorted by position. A function-local static,
+// so it is constructed on first use, before any registrar (in any file) writes to it.
+std::vector<Entry>& registry() {
+  static std::vector<Entry> entries;
+  return entries;
+}
 
 std::string trim(std::string_view s) {
   const auto b = s.find_first_not_of(" \t");
@@ -122,23 +116,34 @@ SpecWriter& SpecWriter::add(const std::string& key, double value) {
   return add(key, std::string(buf, res.ptr));
 }
 
+void register_attention(const std::string& name, AttentionMaker make, int position) {
+  auto& entries = registry();
+  if (name.empty() || make == nullptr)
+    throw Error("register_attention: a variant needs a name and a maker");
+  for (const Entry& e : entries)
+    if (e.name == name) throw Error("register_attention: variant '" + name + "' registered twice");
+  const auto at = std::upper_bound(entries.begin(), entries.end(), position,
+                                   [](int p, const Entry& e) { return p < e.position; });
+  entries.insert(at, Entry{name, make, position});
+}
+
 std::unique_ptr<Attention> make_attention(std::string_view spec) {
   Params params(spec);
-  for (const Entry& e : kTable) {
+  for (const Entry& e : registry()) {
     if (params.name() != e.name) continue;
     auto attention = e.make(params);
     params.check_all_used();
     return attention;
   }
   std::string known;
-  for (const Entry& e : kTable) known += (known.empty() ? "" : ", ") + std::string(e.name);
+  for (const auto& name : attention_names()) known += (known.empty() ? "" : ", ") + name;
   throw Error("attention spec '" + std::string(spec) + "': unknown variant '" + params.name() +
               "' (known: " + known + ")");
 }
 
 std::vector<std::string> attention_names() {
   std::vector<std::string> names;
-  for (const Entry& e : kTable) names.emplace_back(e.name);
+  for (const Entry& e : registry()) names.push_back(e.name);
   return names;
 }
 

@@ -1,6 +1,8 @@
-// Factory strings: "name:key=value,key=value". One central table (factory.cpp) maps names to
-// makers; each variant exports make_<name>(Params&). Unknown names, unknown keys, malformed
-// values and broken constraints throw Error quoting the token and the whole string.
+// Factory strings: "name:key=value,key=value". A registry maps names to makers: each variant
+// exports make_<name>(Params&) and registers it from its own .cpp with one AttentionRegistrar,
+// so lib/ knows no variant and a new variant touches only its own files. Unknown names, unknown
+// keys, malformed values and broken constraints throw Error quoting the token and the whole
+// string.
 #pragma once
 
 #include <cstdint>
@@ -57,9 +59,31 @@ class SpecWriter {
   bool first_ = true;
 };
 
+/// Builds the backend a factory string names (see the header comment); throws Error for an
+/// unknown name or key, a malformed value or a broken constraint.
 std::unique_ptr<Attention> make_attention(std::string_view spec);
 
-/// The names in the factory table, in table order.
+/// The registered names, in listing order (full, bigbird, linformer, sliding, linear today).
 std::vector<std::string> attention_names();
+
+/// A variant's maker: reads its keys from the Params (which checks them) and builds the backend.
+using AttentionMaker = std::unique_ptr<Attention> (*)(Params&);
+
+/// Adds a variant to the registry. `position` orders attention_names() and the --help listing
+/// (ascending; static initialisation order across files is unspecified, so it is explicit).
+/// Throws Error when the name is empty or already registered.
+void register_attention(const std::string& name, AttentionMaker make, int position);
+
+/// Registers a variant at static-initialisation time: one namespace-scope object in the
+/// variant's .cpp, e.g. `const AttentionRegistrar kRegistrar("full", make_full, 10);`. The
+/// registry itself is a function-local static, so it exists before the first registrar runs.
+/// In a static attnlab (default_library=static) link with --whole-archive: the linker drops
+/// object files nothing references, and their registrars with them.
+struct AttentionRegistrar {
+  /// Calls register_attention(name, make, position).
+  AttentionRegistrar(const std::string& name, AttentionMaker make, int position) {
+    register_attention(name, make, position);
+  }
+};
 
 }  // namespace attnlab

@@ -1,185 +1,143 @@
 #include "attnlab/kernels.hpp"
 
 #include <algorithm>
-#include <cmath>
+#include <atomic>
+#include <cstdlib>
 #include <limits>
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define ATTNLAB_AVX2 1
-#endif
+#include "attnlab/error.hpp"
+#include "attnlab/kernels_table.hpp"
 
 namespace attnlab::kernels {
-
-#ifdef ATTNLAB_AVX2
 namespace {
 
-// R rows of C by W vectors of 8 columns, kept in registers across the whole k loop.
-template <int R, int W>
-inline void block(std::size_t k, const float* a, std::size_t lda, const float* b,
-                  std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
-  __m256 acc[R][W];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int w = 0; w < W; ++w)
-      acc[r][w] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8 * w) : _mm256_setzero_ps();
-  for (std::size_t p = 0; p < k; ++p) {
-    __m256 row[W];
-#pragma GCC unroll 4
-    for (int w = 0; w < W; ++w) row[w] = _mm256_loadu_ps(b + p * ldb + 8 * w);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m256 s = _mm256_broadcast_ss(a + r * lda + p);
-#pragma GCC unroll 4
-      for (int w = 0; w < W; ++w) acc[r][w] = _mm256_fmadd_ps(s, row[w], acc[r][w]);
-    }
+const detail::Table* table_of(Isa isa) {
+  switch (isa) {
+#ifdef ATTNLAB_X86_KERNELS
+    case Isa::avx512: return &detail::avx512_table;
+    case Isa::avx2: return &detail::avx2_table;
+#endif
+    case Isa::scalar: return &detail::scalar_table;
+    default: return nullptr;  // not built on this architecture
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int w = 0; w < W; ++w) _mm256_storeu_ps(c + r * ldc + 8 * w, acc[r][w]);
 }
 
-inline void scalar_cell(std::size_t k, const float* a, std::size_t lda, const float* b,
-                        std::size_t ldb, float* c, bool accumulate) {
-  (void)lda;
-  float sum = accumulate ? *c : 0.0f;
-  for (std::size_t p = 0; p < k; ++p) sum += a[p] * b[p * ldb];
-  *c = sum;
+// The CPU and the operating system (saved register state) can run the path.
+bool cpu_runs(Isa isa) {
+#ifdef ATTNLAB_X86_KERNELS
+  switch (isa) {
+    case Isa::avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+             cpu_runs(Isa::avx2);
+    case Isa::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("movbe");
+    case Isa::scalar: return true;
+  }
+  return false;
+#else
+  return isa == Isa::scalar;
+#endif
 }
 
-template <int R>
-inline void row_panel(std::size_t n, std::size_t k, const float* a, std::size_t lda,
-                      const float* b, std::size_t ldb, float* c, std::size_t ldc,
-                      bool accumulate) {
-  std::size_t j = 0;
-  for (; j + 16 <= n; j += 16) block<R, 2>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
-  for (; j + 8 <= n; j += 8) block<R, 1>(k, a, lda, b + j, ldb, c + j, ldc, accumulate);
-  for (; j < n; ++j)
-    for (int r = 0; r < R; ++r)
-      scalar_cell(k, a + r * lda, lda, b + j, ldb, c + r * ldc + j, accumulate);
+constexpr Isa kAll[] = {Isa::scalar, Isa::avx2, Isa::avx512};
+
+std::string supported_list() {
+  std::string names;
+  for (Isa isa : supported_isas()) names += (names.empty() ? "" : ", ") + std::string(isa_name(isa));
+  return names;
 }
+
+// ATTNLAB_ISA if set, else the fastest path this CPU runs.
+Isa chosen_at_start() {
+  const char* forced = std::getenv("ATTNLAB_ISA");
+  if (!forced || !*forced) return supported_isas().back();
+  const Isa isa = parse_isa(forced);
+  if (!isa_supported(isa))
+    throw Error(std::string("ATTNLAB_ISA=") + forced + ": this " +
+                (table_of(isa) ? "CPU cannot run it" : "build does not have it") +
+                " (supported here: " + supported_list() + ")");
+  return isa;
+}
+
+std::atomic<int> active{-1};  // an Isa; -1 until the first kernel call chooses one
+
+Isa current() {
+  if (const int isa = active.load(std::memory_order_relaxed); isa >= 0) return static_cast<Isa>(isa);
+  static const Isa first = chosen_at_start();  // thread-safe; tried again if it threw
+  int unset = -1;
+  active.compare_exchange_strong(unset, static_cast<int>(first));  // unless use_isa came first
+  return static_cast<Isa>(active.load());
+}
+
+const detail::Table& table() { return *table_of(current()); }
 
 }  // namespace
 
-void gemm_tile(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
-               const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
-  std::size_t i = 0;
-  for (; i + 6 <= m; i += 6)
-    row_panel<6>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
-  // Leftover rows in panels of 4 and 2 before single rows: a 64-row block is 10 x 6 + 4.
-  if (i + 4 <= m) {
-    row_panel<4>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
-    i += 4;
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
   }
-  if (i + 2 <= m) {
-    row_panel<2>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
-    i += 2;
-  }
-  for (; i < m; ++i) row_panel<1>(n, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+  return "?";
 }
 
-// 2^v for one vector; lanes below -126 (including -inf) give exactly 0.
-inline __m256 exp2_vec(__m256 v) {
-  const __m256 lo = _mm256_set1_ps(-126.0f), hi = _mm256_set1_ps(127.0f);
-  // Taylor series of 2^f = e^(f ln 2) on |f| <= 1/2: relative error below 1e-8.
-  constexpr float c[] = {1.0f, 0.69314718f, 0.24022651f, 0.05550411f, 0.00961813f,
-                         0.00133336f, 0.00015404f, 0.00001525f};
-  const __m256 under = _mm256_cmp_ps(v, lo, _CMP_LT_OQ);
-  v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-  const __m256 whole = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 f = _mm256_sub_ps(v, whole);
-  __m256 p = _mm256_set1_ps(c[7]);
-  for (int d = 6; d >= 0; --d) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c[d]));
-  const __m256i bits = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(whole), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+Isa parse_isa(const std::string& text) {
+  for (Isa isa : kAll)
+    if (text == isa_name(isa)) return isa;
+  throw Error("kernel path '" + text + "': expected scalar, avx2 or avx512");
 }
 
-inline float horizontal_sum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+bool isa_supported(Isa isa) { return table_of(isa) != nullptr && cpu_runs(isa); }
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : kAll)
+    if (isa_supported(isa)) out.push_back(isa);
+  return out;
 }
 
-inline float scalar_exp2(float x) { return x < -126.0f ? 0.0f : std::exp2(x); }
+Isa active_isa() { return current(); }
 
-void exp2_inplace(float* x, std::size_t n) {
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp2_vec(_mm256_loadu_ps(x + i)));
-  for (; i < n; ++i) x[i] = scalar_exp2(x[i]);
+void use_isa(Isa isa) {
+  if (!isa_supported(isa))
+    throw Error(std::string("kernel path ") + isa_name(isa) + ": this " +
+                (table_of(isa) ? "CPU cannot run it" : "build does not have it") +
+                " (supported here: " + supported_list() + ")");
+  active.store(static_cast<int>(isa));
 }
-
-float exp2_shifted_sum(float* x, std::size_t n, float shift) {
-  const __m256 s = _mm256_set1_ps(shift);
-  __m256 total = _mm256_setzero_ps();
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = exp2_vec(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
-    _mm256_storeu_ps(x + i, e);
-    total = _mm256_add_ps(total, e);
-  }
-  float sum = horizontal_sum(total);
-  for (; i < n; ++i) sum += x[i] = scalar_exp2(x[i] - shift);
-  return sum;
-}
-
-float row_max(const float* x, std::size_t n) {
-  __m256 top = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(x + i));
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  float result = _mm_cvtss_f32(m);
-  for (; i < n; ++i) result = std::max(result, x[i]);
-  return result;
-}
-
-#else  // portable fallback: same results up to rounding, slower
 
 void gemm_tile(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
                const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
-  for (std::size_t i = 0; i < m; ++i) {
-    float* row = c + i * ldc;
-    if (!accumulate)
-      for (std::size_t j = 0; j < n; ++j) row[j] = 0.0f;
-    for (std::size_t p = 0; p < k; ++p) {
-      const float s = a[i * lda + p];
-      for (std::size_t j = 0; j < n; ++j) row[j] += s * b[p * ldb + j];
-    }
-  }
+  table().gemm_tile(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
-inline float scalar_exp2(float x) { return x < -126.0f ? 0.0f : std::exp2(x); }
-
-void exp2_inplace(float* x, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) x[i] = scalar_exp2(x[i]);
-}
+void exp2_inplace(float* x, std::size_t n) { table().exp2_inplace(x, n); }
 
 float exp2_shifted_sum(float* x, std::size_t n, float shift) {
-  float sum = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) sum += x[i] = scalar_exp2(x[i] - shift);
-  return sum;
+  return table().exp2_shifted_sum(x, n, shift);
 }
 
-float row_max(const float* x, std::size_t n) {
-  float result = -std::numeric_limits<float>::infinity();
-  for (std::size_t i = 0; i < n; ++i) result = std::max(result, x[i]);
-  return result;
+float row_max(const float* x, std::size_t n) { return table().row_max(x, n); }
+
+void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst,
+               std::size_t ldd) {
+  table().transpose(rows, cols, src, lds, dst, ldd);
 }
 
-#endif
-
-}  // namespace attnlab::kernels
-
-namespace attnlab::kernels {
 namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 }  // namespace
+
+void transpose_key_tiles(const float* k, std::size_t dk, std::size_t block, std::size_t j0,
+                         std::size_t j1, float* kt) {
+  for (std::size_t j = j0; j < j1; j += block)  // tile j / block starts at kt + j * dk
+    transpose(std::min(block, j1 - j), dk, k + j * dk, dk, kt + j * dk, block);
+}
 
 std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t block) {
   if (block == 0) block = d.nk;
@@ -190,10 +148,7 @@ std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t bl
   for (std::ptrdiff_t bh = 0; bh < heads; ++bh) {
     const float* src = k.data() + bh * d.nk * d.dk;
     float* dst = kt.data() + bh * per_head;
-    for (std::size_t j = 0; j < d.nk; ++j) {
-      float* col = dst + (j / block) * d.dk * block + j % block;
-      for (std::size_t c = 0; c < d.dk; ++c) col[c * block] = src[j * d.dk + c];
-    }
+    transpose_key_tiles(src, d.dk, block, 0, d.nk, dst);
   }
   return kt;
 }
@@ -217,22 +172,9 @@ float* OnlineSoftmax::scores(const float* kt, std::size_t ldk, std::size_t cols)
 }
 
 void OnlineSoftmax::fold(const float* v, std::size_t ldv, std::size_t cols) {
-  for (std::size_t r = 0; r < rows_; ++r) {
-    float* row = scores_.data() + r * kCols;
-    const float top = row_max(row, cols);
-    if (top == kNegInf) {  // nothing visible in this block: contributes nothing
-      std::fill(row, row + cols, 0.0f);
-      continue;
-    }
-    const float new_max = std::max(max_[r], top);
-    const float block_sum = exp2_shifted_sum(row, cols, new_max);
-    const float rescale = std::exp2(max_[r] - new_max);  // 0 on the first visible block
-    float* acc = acc_.data() + r * dv_;
-    for (std::size_t c = 0; c < dv_; ++c) acc[c] *= rescale;
-    sum_[r] = sum_[r] * rescale + block_sum;
-    max_[r] = new_max;
-  }
-  gemm_tile(rows_, dv_, cols, scores_.data(), kCols, v, ldv, acc_.data(), dv_, true);
+  const detail::SoftmaxTile tile{scores_.data(), kCols, acc_.data(), max_.data(), sum_.data(),
+                                 rows_, dv_};
+  table().fold(tile, v, ldv, cols);
 }
 
 void OnlineSoftmax::finish(float* out, std::size_t ldo) const {

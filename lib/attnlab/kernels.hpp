@@ -1,8 +1,11 @@
 // Small dense kernels shared by the fast variants: a register-blocked float32 GEMM for tiles
-// (no BLAS threads inside our own OpenMP regions) and a vectorised exp2.
+// (no BLAS threads inside our own OpenMP regions), a vectorised exp2 and the online softmax.
+// The hot loops exist once per instruction set (scalar, AVX2, AVX-512), compiled separately and
+// chosen at run time from the CPU, so one binary runs everywhere and uses AVX-512 where present.
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -10,6 +13,31 @@
 #include "attnlab/tensor.hpp"
 
 namespace attnlab::kernels {
+
+/// An instruction-set path of the kernels. avx2 needs AVX2 + FMA (x86-64-v3); avx512 needs
+/// AVX-512 F, BW, DQ and VL (x86-64-v4).
+enum class Isa { scalar, avx2, avx512 };
+
+/// "scalar", "avx2" or "avx512".
+const char* isa_name(Isa isa);
+
+/// Whether this build has the path and this CPU (and its operating system) can run it.
+bool isa_supported(Isa isa);
+
+/// The paths isa_supported accepts, slowest first.
+std::vector<Isa> supported_isas();
+
+/// The path the kernels take. Chosen on first use: the environment variable ATTNLAB_ISA
+/// (scalar, avx2 or avx512) if set, else the fastest supported one. Throws Error when
+/// ATTNLAB_ISA names an unknown path or one this CPU cannot run.
+Isa active_isa();
+
+/// Makes every later kernel call take `isa` (tests and benchmarks compare paths in one process);
+/// throws Error if it is not supported. Not to be called while a forward is running.
+void use_isa(Isa isa);
+
+/// Parses "scalar", "avx2" or "avx512"; throws Error naming `text` and the choices otherwise.
+Isa parse_isa(const std::string& text);
 
 /// C[M x N] (+)= A[M x K] · B[K x N], all row-major with leading dimensions lda, ldb, ldc.
 /// accumulate = false overwrites C.
@@ -25,12 +53,22 @@ float exp2_shifted_sum(float* x, std::size_t n, float shift);
 /// max of x[0..n); -infinity when n = 0.
 float row_max(const float* x, std::size_t n);
 
+/// dst[c * ldd + j] = src[j * lds + c] for j < rows, c < cols (the two must not overlap).
+void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst,
+               std::size_t ldd);
+
 /// k [B, H, Nk, Dk] transposed so that score tiles are plain GEMMs, parallel over heads (OpenMP;
 /// call it outside your own parallel region). block = 0: each head is one [Dk, Nk] matrix (key j
 /// of head bh at kt[bh * Dk * Nk + c * Nk + j]). block > 0: each head is ceil(Nk / block) tiles
 /// of [Dk, block], zero-padded, contiguous (key j at kt[bh * per_head + (j / block) * Dk * block
 /// + c * block + j % block]): short unit strides, no cache-set aliasing at power-of-two Nk.
 std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t block = 0);
+
+/// Keys [j0, j1) of one head, k[j * dk + c], into that head's transpose_keys(.., block) tiles kt;
+/// j0 is a multiple of block and padding columns are left as they are. The piece a variant that
+/// lays out one head at a time (so that it stays in cache) shares among its threads.
+void transpose_key_tiles(const float* k, std::size_t dk, std::size_t block, std::size_t j0,
+                         std::size_t j1, float* kt);
 
 /// The online softmax of FlashAttention (Dao et al. 2022) for one tile of at most kRows queries:
 /// scores against any sequence of key blocks (contiguous, strided or gathered) are folded into a

@@ -1,0 +1,233 @@
+#include "harness/summary.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+
+namespace attnlab::harness {
+namespace {
+
+// A speed-up table covers one problem shape and causal setting: B, H, D, causal.
+using Shape = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::string>;
+Shape shape_of(const ReportRow& r) { return {r.batch, r.heads, r.dim, r.causal}; }
+
+bool is_peer(const ReportRow& r) { return r.variant == "numpy" || r.variant == "torch"; }
+
+// full first, then the variants in the order they first appear, peers last.
+std::vector<std::string> specs_in_order(const std::vector<ReportRow>& rows) {
+  std::vector<std::string> specs;
+  std::map<std::string, int> rank;
+  for (const auto& r : rows)
+    if (rank.emplace(r.spec, r.variant == "full" ? 0 : is_peer(r) ? 2 : 1).second)
+      specs.push_back(r.spec);
+  std::stable_sort(specs.begin(), specs.end(),
+                   [&](const auto& a, const auto& b) { return rank[a] < rank[b]; });
+  return specs;
+}
+
+std::optional<double> geomean(const std::vector<double>& xs) {
+  if (xs.empty()) return std::nullopt;
+  double log_sum = 0;
+  for (double x : xs) log_sum += std::log(x);
+  return std::exp(log_sum / double(xs.size()));
+}
+
+// What a cell shows when none of its rows is ok: the first row's status ("unsup." for
+// unsupported, to keep columns narrow), else "-" (not run).
+std::string status_text(const std::vector<const ReportRow*>& cell) {
+  if (cell.empty()) return "-";
+  return cell.front()->status == "unsupported" ? "unsup." : cell.front()->status;
+}
+
+// Per row of a result set: full's time for full rows, the speed-up over full for the others.
+std::vector<std::optional<double>> cell_values(const std::vector<ReportRow>& rows) {
+  const auto rel = relative_to_full(rows);
+  std::vector<std::optional<double>> out(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    out[i] = rows[i].variant == "full" && rows[i].ok() ? rows[i].time_median_s : rel[i].speedup;
+  return out;
+}
+
+std::string value_text(bool is_full, double x) {
+  return is_full ? time_text(x) : fmt::format("{:.2f}x", x);
+}
+
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  // First column left-aligned, the others right-aligned, two spaces between columns.
+  std::string str() const {
+    std::vector<std::size_t> width;
+    for (const auto& r : rows_)
+      for (std::size_t c = 0; c < r.size(); ++c) {
+        if (width.size() <= c) width.push_back(0);
+        width[c] = std::max(width[c], r[c].size());
+      }
+    std::string out;
+    for (const auto& r : rows_) {
+      std::string line = "  ";
+      for (std::size_t c = 0; c < r.size(); ++c)
+        line += c == 0 ? fmt::format("{:<{}}", r[c], width[c]) : fmt::format("  {:>{}}", r[c], width[c]);
+      out += line + "\n";
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string meta_text(const nlohmann::json& meta, const char* key) {
+  if (!meta.is_object() || !meta.contains(key) || meta[key].is_null()) return "";
+  return meta[key].is_string() ? meta[key].get<std::string>() : meta[key].dump();
+}
+
+// "AMD EPYC, 2 threads, OPENBLAS_CORETYPE=Haswell, load 0.52 0.61 0.70, 2026-12-01T03:00:00Z"
+std::string machine_text(const nlohmann::json& meta) {
+  if (!meta.is_object()) return "context unknown (no meta.json)";
+  std::string threads = "?";
+  if (meta.contains("threads") && meta["threads"].contains("omp_max_threads"))
+    threads = meta["threads"]["omp_max_threads"].dump();
+  const std::string coretype = meta_text(meta, "OPENBLAS_CORETYPE");
+  return meta_text(meta, "cpu_model") + ", " + threads + " threads, OPENBLAS_CORETYPE=" +
+         (coretype.empty() ? "unset" : coretype) + ", load " + meta_text(meta, "load_average") +
+         ", " + meta_text(meta, "date");
+}
+
+// The rows of `rows` with this spec, length and (when given) shape.
+std::vector<std::size_t> cell_rows(const std::vector<ReportRow>& rows, const std::string& spec,
+                                   std::int64_t n, const Shape* shape = nullptr) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].spec == spec && rows[i].n == n && (!shape || shape_of(rows[i]) == *shape))
+      out.push_back(i);
+  return out;
+}
+
+std::vector<std::string> header(const std::vector<std::int64_t>& lengths) {
+  std::vector<std::string> h{"spec"};
+  for (auto n : lengths) h.push_back("N=" + std::to_string(n));
+  return h;
+}
+
+// One table per shape and causal setting; a reference sub-row under each spec when given.
+std::string speedup_tables(const SummaryRun& run, const SummaryRun* reference,
+                           const std::vector<std::int64_t>& lengths) {
+  const auto values = cell_values(run.rows);
+  std::map<std::string, double> ref_by_key;  // the reference's value of each point
+  if (reference) {
+    const auto ref_values = cell_values(reference->rows);
+    for (std::size_t i = 0; i < reference->rows.size(); ++i)
+      if (ref_values[i]) ref_by_key.emplace(reference->rows[i].key, *ref_values[i]);
+  }
+  std::set<Shape> shapes;
+  for (const auto& r : run.rows) shapes.insert(shape_of(r));
+  std::string out;
+  for (const Shape& shape : shapes) {
+    const auto& [batch, heads, dim, causal] = shape;
+    out += fmt::format("\nSpeed-up over exact full, causal {}, B={} H={} D={} (full's row: its time "
+                       "per call){}:\n", causal, batch, heads, dim,
+                       reference ? ";\n  below each spec: the same points in " + reference->dir : "");
+    Table table(header(lengths));
+    for (const auto& spec : specs_in_order(run.rows)) {
+      std::vector<std::string> ours{short_spec(spec)}, theirs{"  " + (reference ? reference->dir : "")};
+      bool any = false;
+      for (auto n : lengths) {
+        std::vector<double> mine, ref;
+        std::vector<const ReportRow*> cell;
+        for (std::size_t i : cell_rows(run.rows, spec, n, &shape)) {
+          cell.push_back(&run.rows[i]);
+          if (values[i]) mine.push_back(*values[i]);
+          const auto it = ref_by_key.find(run.rows[i].key);
+          if (it != ref_by_key.end()) ref.push_back(it->second);
+        }
+        any |= !cell.empty();
+        const bool is_full = spec == "full";
+        ours.push_back(mine.empty() ? status_text(cell) : value_text(is_full, *geomean(mine)));
+        theirs.push_back(ref.empty() ? "-" : value_text(is_full, *geomean(ref)));
+      }
+      if (!any) continue;
+      table.add(ours);
+      if (reference) table.add(theirs);
+    }
+    out += table.str();
+  }
+  return out;
+}
+
+std::string error_table(const SummaryRun& run, const std::vector<std::int64_t>& lengths) {
+  std::string out =
+      "\nError against the fp64 reference, the worst over inputs and causal settings:\n"
+      "  rel_fro on each spec's line, mean cosine below it:\n";
+  Table table(header(lengths));
+  for (const auto& spec : specs_in_order(run.rows)) {
+    std::vector<std::string> rel_fro_line{short_spec(spec)}, cos_line{"  mean cosine"};
+    for (auto n : lengths) {
+      std::vector<const ReportRow*> cell;
+      std::optional<double> rel_fro, cos;
+      for (std::size_t i : cell_rows(run.rows, spec, n)) {
+        const ReportRow& r = run.rows[i];
+        cell.push_back(&r);
+        if (!r.ok() || !r.rel_fro || !r.mean_cos) continue;
+        rel_fro = std::max(rel_fro.value_or(0.0), *r.rel_fro);
+        cos = std::min(cos.value_or(1.0), *r.mean_cos);
+      }
+      rel_fro_line.push_back(rel_fro ? fmt::format("{:.2g}", *rel_fro) : status_text(cell));
+      cos_line.push_back(cos ? fmt::format("{:.4f}", *cos) : "");
+    }
+    table.add(rel_fro_line);
+    table.add(cos_line);
+  }
+  return out + table.str();
+}
+
+// sgemm rate of the run and full's best rate against it.
+std::string yardstick_text(const SummaryRun& run) {
+  std::optional<double> sgemm;
+  const ReportRow* best = nullptr;
+  for (const auto& r : run.rows) {
+    if (r.sgemm_gflops) sgemm = r.sgemm_gflops;
+    if (r.variant == "full" && r.ok() && r.gflops && (!best || *r.gflops > *best->gflops)) best = &r;
+  }
+  if (!sgemm) return "";
+  std::string out = fmt::format("\nYardstick: OpenBLAS sgemm 1024^3 at {:.1f} GFLOP/s in this run",
+                                *sgemm);
+  if (best)
+    out += fmt::format(";\n  exact full at best {:.1f} GFLOP/s ({:.2f} of it), at N={}, causal {}",
+                       *best->gflops, *best->gflops / *sgemm, best->n, best->causal);
+  return out + ".\n";
+}
+
+}  // namespace
+
+std::string sweep_summary(const SummaryRun& run, const SummaryRun* reference) {
+  std::map<std::string, int> by_status;
+  std::set<std::int64_t> length_set;
+  for (const auto& r : run.rows) {
+    ++by_status[r.status];
+    length_set.insert(r.n);
+  }
+  const std::vector<std::int64_t> lengths(length_set.begin(), length_set.end());
+  std::string statuses;
+  for (const auto& [status, count] : by_status)
+    statuses += (statuses.empty() ? "" : ", ") + std::to_string(count) + " " + status;
+  std::string out = fmt::format("Summary of {}: {} points ({})\n  measured on {}\n", run.dir,
+                                run.rows.size(), statuses.empty() ? "none" : statuses,
+                                machine_text(run.meta));
+  if (reference)
+    out += fmt::format("Reference {}\n  measured on {}\n", reference->dir,
+                       machine_text(reference->meta));
+  if (run.rows.empty()) return out;
+  out += speedup_tables(run, reference, lengths);
+  out += error_table(run, lengths);
+  out += yardstick_text(run);
+  return out;
+}
+
+}  // namespace attnlab::harness

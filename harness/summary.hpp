@@ -1,0 +1,32 @@
+// The terminal summary a sweep prints when it ends (`attnlab sweep`, `./dev run`): per spec and
+// length, the speed-up over exact `full` and the error against the fp64 reference, taken from
+// the rows, beside a committed reference run of the same grid where one exists. report.md holds
+// everything else; this is the first screen a user reads.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/report.hpp"
+
+namespace attnlab::harness {
+
+/// A result set as the summary reads it.
+struct SummaryRun {
+  std::string dir;             ///< where it lives, printed in headings
+  std::vector<ReportRow> rows; ///< only the points of the grid being summarised
+  nlohmann::json meta;         ///< its meta.json (null when absent): machine and load
+};
+
+/// Plain text for a terminal, about 100 columns wide: a context line, one speed-up table per
+/// problem shape and causal setting (rows = specs, columns = N; full's row gives its time per
+/// call; peers' rows their speed-up, below 1 when slower than full), one error table (rel_fro
+/// and below it the mean cosine, the worst over inputs and causal settings), and the sgemm
+/// yardstick. Speed-ups are geometric means over the inputs (and seeds) of each cell. With
+/// `reference`, a row under each spec gives the reference's values for the same points. Cells
+/// with no ok row show the status ("unsup.", "oom", "error") or "-" when no point was run.
+std::string sweep_summary(const SummaryRun& run, const SummaryRun* reference = nullptr);
+
+}  // namespace attnlab::harness

@@ -1,0 +1,168 @@
+#include "models/layers.hpp"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "attnlab/error.hpp"
+
+namespace attnlab::models {
+
+std::string shape_text(const Activations& x) {
+  std::string s = "[";  // built in place: GCC 12 warns falsely on "literal" + std::string&&
+  for (std::size_t a = 0; a < 3; ++a) s += (a ? ", " : "") + std::to_string(x.shape()[a]);
+  return s + "]";
+}
+
+void affine(const float* x, std::size_t rows, std::size_t in, std::size_t ldx, const float* w,
+            std::size_t out, std::size_t ldw, const float* b, float* y, std::size_t ldy) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    if (b) std::copy_n(b, out, y + r * ldy);
+    else std::fill_n(y + r * ldy, out, 0.0f);
+  }
+  if (rows == 0 || out == 0) return;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
+              static_cast<int>(out), static_cast<int>(in), 1.0f, x, static_cast<int>(ldx), w,
+              static_cast<int>(ldw), 1.0f, y, static_cast<int>(ldy));
+}
+
+Linear::Linear(std::size_t in_features, std::size_t out_features)
+    : weight(Matrix::from_shape({out_features, in_features})),
+      bias(Vector::from_shape({out_features})) {
+  weight.fill(0);
+  bias.fill(0);
+}
+
+Activations Linear::forward(const Activations& x) const {
+  const std::size_t in = weight.shape()[1], out = weight.shape()[0];
+  if (x.shape()[2] != in)
+    throw Error("linear layer " + std::to_string(in) + " -> " + std::to_string(out) +
+                ": input " + shape_text(x) + " has " + std::to_string(x.shape()[2]) +
+                " features, expected " + std::to_string(in));
+  Activations y = Activations::from_shape({x.shape()[0], x.shape()[1], out});
+  affine(x.data(), x.shape()[0] * x.shape()[1], in, in, weight.data(), out, in, bias.data(),
+         y.data(), out);
+  return y;
+}
+
+void Linear::initialize(std::uint64_t seed, const std::string& prefix) {
+  Parameters p;
+  parameters(prefix, p);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(weight.shape()[1]));
+  for (const ParameterRef& r : p) fill_uniform(r, bound, seed);
+}
+
+void Linear::parameters(const std::string& prefix, Parameters& out) {
+  out.push_back(parameter(prefix + "weight", weight));
+  out.push_back(parameter(prefix + "bias", bias));
+}
+
+LayerNorm::LayerNorm(std::size_t features, double eps)
+    : weight(Vector::from_shape({features})), bias(Vector::from_shape({features})), eps(eps) {
+  initialize();
+}
+
+Activations LayerNorm::forward(const Activations& x) const {
+  const std::size_t d = weight.size();
+  if (x.shape()[2] != d)
+    throw Error("LayerNorm(" + std::to_string(d) + "): input " + shape_text(x) + " has " +
+                std::to_string(x.shape()[2]) + " features");
+  Activations y = Activations::from_shape(x.shape());
+  const std::size_t rows = x.shape()[0] * x.shape()[1];
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* in = x.data() + r * d;
+    float* out = y.data() + r * d;
+    double mean = 0, var = 0;
+    for (std::size_t c = 0; c < d; ++c) mean += in[c];
+    mean /= static_cast<double>(d);
+    for (std::size_t c = 0; c < d; ++c) var += (in[c] - mean) * (in[c] - mean);
+    const double inv = 1.0 / std::sqrt(var / static_cast<double>(d) + eps);
+    for (std::size_t c = 0; c < d; ++c)
+      out[c] = static_cast<float>((in[c] - mean) * inv) * weight[c] + bias[c];
+  }
+  return y;
+}
+
+void LayerNorm::initialize() {
+  weight.fill(1);
+  bias.fill(0);
+}
+
+void LayerNorm::parameters(const std::string& prefix, Parameters& out) {
+  out.push_back(parameter(prefix + "weight", weight));
+  out.push_back(parameter(prefix + "bias", bias));
+}
+
+FeedForward::FeedForward(std::size_t d_model, std::size_t hidden)
+    : linear1(d_model, hidden), linear2(hidden, d_model) {}
+
+Activations FeedForward::forward(const Activations& x) const {
+  Activations h = linear1.forward(x);
+  for (float& v : h) v = v > 0 ? v : 0;
+  return linear2.forward(h);
+}
+
+void FeedForward::initialize(std::uint64_t seed, const std::string& prefix) {
+  linear1.initialize(seed, prefix + "linear1.");
+  linear2.initialize(seed, prefix + "linear2.");
+}
+
+void FeedForward::parameters(const std::string& prefix, Parameters& out) {
+  linear1.parameters(prefix + "linear1.", out);
+  linear2.parameters(prefix + "linear2.", out);
+}
+
+Embedding::Embedding(std::size_t vocab, std::size_t dim)
+    : weight(Matrix::from_shape({vocab, dim})) {
+  weight.fill(0);
+}
+
+Activations Embedding::forward(const Tokens& tokens) const {
+  const std::size_t vocab = weight.shape()[0], dim = weight.shape()[1];
+  Activations y = Activations::from_shape({tokens.shape()[0], tokens.shape()[1], dim});
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const std::int64_t t = tokens.data()[i];
+    if (t < 0 || static_cast<std::size_t>(t) >= vocab)
+      throw Error("token " + std::to_string(t) + " at position " +
+                  std::to_string(i % tokens.shape()[1]) + " of item " +
+                  std::to_string(i / tokens.shape()[1]) + ": outside the vocabulary [0, " +
+                  std::to_string(vocab) + ")");
+    std::copy_n(weight.data() + static_cast<std::size_t>(t) * dim, dim, y.data() + i * dim);
+  }
+  return y;
+}
+
+void Embedding::initialize(std::uint64_t seed, const std::string& prefix) {
+  fill_normal(parameter(prefix + "weight", weight),
+              1.0 / std::sqrt(static_cast<double>(weight.shape()[1])), seed);
+}
+
+void Embedding::parameters(const std::string& prefix, Parameters& out) {
+  out.push_back(parameter(prefix + "weight", weight));
+}
+
+Matrix sinusoidal_positions(std::size_t n, std::size_t dim) {
+  std::vector<double> frequency(dim);
+  for (std::size_t c = 0; c < dim; ++c)
+    frequency[c] = std::pow(10000.0, -static_cast<double>(c - c % 2) / static_cast<double>(dim));
+  Matrix pe = Matrix::from_shape({n, dim});
+  for (std::size_t p = 0; p < n; ++p)
+    for (std::size_t c = 0; c < dim; ++c) {
+      const double angle = static_cast<double>(p) * frequency[c];
+      pe(p, c) = static_cast<float>(c % 2 == 0 ? std::sin(angle) : std::cos(angle));
+    }
+  return pe;
+}
+
+Tokens random_tokens(std::size_t batch, std::size_t n, std::size_t vocab, std::uint64_t seed) {
+  if (vocab == 0) throw Error("random_tokens: vocab=0, expected at least 1");
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int64_t> token(0, static_cast<std::int64_t>(vocab) - 1);
+  Tokens t = Tokens::from_shape({batch, n});
+  for (auto& v : t) v = token(rng);
+  return t;
+}
+
+}  // namespace attnlab::models

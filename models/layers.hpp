@@ -1,0 +1,112 @@
+// The small layers a Transformer is built from, each a class holding its learned tensors as named
+// public members (PyTorch's names and layouts, models/weights.hpp) with forward(),
+// initialize(seed, prefix) and parameters(prefix, out). Inference only: no dropout.
+// Matrix products go through OpenBLAS (cblas_sgemm); everything else is one pass over the data.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "models/weights.hpp"
+
+namespace attnlab::models {
+
+/// Token ids [batch, seq].
+using Tokens = xt::xtensor<std::int64_t, 2>;
+
+/// y[rows, out] = x[rows, in] · w[out, in]^T + b[out] (b may be null), all row-major with leading
+/// dimensions ldx, ldw, ldy: one cblas_sgemm. The product behind every projection here.
+void affine(const float* x, std::size_t rows, std::size_t in, std::size_t ldx, const float* w,
+            std::size_t out, std::size_t ldw, const float* b, float* y, std::size_t ldy);
+
+/// torch.nn.Linear: y = x W^T + b over the last axis.
+class Linear {
+ public:
+  /// Zero weights; call initialize or load weights.
+  Linear(std::size_t in_features, std::size_t out_features);
+
+  Matrix weight;  ///< W [out, in]
+  Vector bias;    ///< b [out]
+
+  /// x [B, N, in] -> [B, N, out]. Throws Error when x's last axis is not `in`.
+  Activations forward(const Activations& x) const;
+
+  /// PyTorch's default: W and b uniform in +-1/sqrt(in), from (seed, prefix + "weight"/"bias").
+  void initialize(std::uint64_t seed, const std::string& prefix);
+
+  /// Appends prefix + "weight", prefix + "bias".
+  void parameters(const std::string& prefix, Parameters& out);
+};
+
+/// torch.nn.LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * weight + bias, with the
+/// biased variance.
+class LayerNorm {
+ public:
+  /// weight 1, bias 0 (PyTorch's initialisation; initialize() restores it).
+  LayerNorm(std::size_t features, double eps = 1e-5);
+
+  Vector weight;  ///< gamma [features]
+  Vector bias;    ///< beta [features]
+  double eps;     ///< added to the variance
+
+  /// x [B, N, features] -> the same shape. Throws Error on a feature-size mismatch.
+  Activations forward(const Activations& x) const;
+
+  /// weight 1, bias 0.
+  void initialize();
+
+  /// Appends prefix + "weight", prefix + "bias".
+  void parameters(const std::string& prefix, Parameters& out);
+};
+
+/// The position-wise FFN of Vaswani et al.: linear2(relu(linear1(x))), named "linear1.*" and
+/// "linear2.*" inside a layer as in torch.nn.TransformerEncoderLayer.
+class FeedForward {
+ public:
+  /// linear1: d_model -> hidden, linear2: hidden -> d_model.
+  FeedForward(std::size_t d_model, std::size_t hidden);
+
+  Linear linear1;  ///< d_model -> hidden
+  Linear linear2;  ///< hidden -> d_model
+
+  /// x [B, N, d_model] -> [B, N, d_model].
+  Activations forward(const Activations& x) const;
+
+  /// Both linears, PyTorch's default initialisation.
+  void initialize(std::uint64_t seed, const std::string& prefix);
+
+  /// Appends prefix + "linear1.weight", ..., prefix + "linear2.bias".
+  void parameters(const std::string& prefix, Parameters& out);
+};
+
+/// torch.nn.Embedding: row t of weight for token t.
+class Embedding {
+ public:
+  /// Zero weights; call initialize or load weights.
+  Embedding(std::size_t vocab, std::size_t dim);
+
+  Matrix weight;  ///< [vocab, dim]
+
+  /// tokens [B, N] -> [B, N, dim]. Throws Error naming the first token outside [0, vocab).
+  Activations forward(const Tokens& tokens) const;
+
+  /// N(0, 1/dim) entries, so that the embedding scaled by sqrt(dim) has unit variance.
+  void initialize(std::uint64_t seed, const std::string& prefix);
+
+  /// Appends prefix + "weight".
+  void parameters(const std::string& prefix, Parameters& out);
+};
+
+/// The sinusoidal positional encoding of Vaswani et al. [n, dim]: PE(p, 2i) = sin(p / 10000^(2i /
+/// dim)), PE(p, 2i + 1) = cos(p / 10000^(2i / dim)).
+Matrix sinusoidal_positions(std::size_t n, std::size_t dim);
+
+/// Token ids [batch, n], uniform in [0, vocab), reproducible from `seed` (e.g. random bytes for
+/// the Long Range Arena text model).
+Tokens random_tokens(std::size_t batch, std::size_t n, std::size_t vocab, std::uint64_t seed);
+
+/// The shape as text, "[2, 16, 64]", for error messages.
+std::string shape_text(const Activations& x);
+
+}  // namespace attnlab::models

@@ -1,0 +1,159 @@
+#include "models/multi_head_attention.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attnlab/error.hpp"
+#include "attnlab/factory.hpp"
+
+namespace attnlab::models {
+namespace {
+
+// y [B·N, H·dk] as [B, H, N, dk]: head h owns dk consecutive columns.
+Tensor split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t heads,
+                   std::size_t dk) {
+  const std::size_t ld = heads * dk;
+  Tensor t = Tensor::from_shape({batch, heads, n, dk});
+  for (std::size_t b = 0; b < batch; ++b)
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t i = 0; i < n; ++i)
+        std::copy_n(y + (b * n + i) * ld + h * dk, dk, &t(b, h, i, 0));
+  return t;
+}
+
+// [B, H, N, dk] -> [B, N, H·dk]: the heads concatenated.
+Activations merge_heads(const Tensor& t) {
+  const std::size_t batch = t.shape()[0], heads = t.shape()[1], n = t.shape()[2], dk = t.shape()[3];
+  Activations x = Activations::from_shape({batch, n, heads * dk});
+  for (std::size_t b = 0; b < batch; ++b)
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t i = 0; i < n; ++i) std::copy_n(&t(b, h, i, 0), dk, &x(b, i, h * dk));
+  return x;
+}
+
+// Row-wise softmax of `scores` (length nk) under the row's visibility; an empty row is zero.
+void masked_softmax(float* scores, std::size_t nk, const Mask& mask, std::size_t b, std::size_t h,
+                    std::size_t i, const Dims& d) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (std::size_t j = 0; j < nk; ++j)
+    if (mask.may_attend(b, h, i, j, d)) max = std::max(max, double(scores[j]));
+  double sum = 0;
+  for (std::size_t j = 0; j < nk; ++j) {
+    const double e = mask.may_attend(b, h, i, j, d) ? std::exp(scores[j] - max) : 0.0;
+    scores[j] = static_cast<float>(e);
+    sum += e;
+  }
+  for (std::size_t j = 0; j < nk; ++j) scores[j] = sum > 0 ? static_cast<float>(scores[j] / sum) : 0;
+}
+
+}  // namespace
+
+MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
+                                       const std::string& spec, bool tied_qk)
+    : in_proj_weight(Matrix::from_shape({3 * d_model, d_model})),
+      in_proj_bias(Vector::from_shape({3 * d_model})),
+      out_proj(d_model, d_model),
+      heads_(heads),
+      tied_qk_(tied_qk) {
+  if (heads == 0 || d_model == 0 || d_model % heads != 0)
+    throw Error("multi-head attention: d_model=" + std::to_string(d_model) + ", heads=" +
+                std::to_string(heads) + ": d_model must be a positive multiple of heads");
+  in_proj_weight.fill(0);
+  in_proj_bias.fill(0);
+  set_attention(spec);
+}
+
+void MultiHeadAttention::set_attention(const std::string& spec) {
+  core_ = make_attention(spec);
+}
+
+void MultiHeadAttention::check_input(const Activations& x, const char* what) const {
+  if (x.shape()[2] != d_model() || x.shape()[0] == 0 || x.shape()[1] == 0)
+    throw Error(std::string("multi-head attention (d_model ") + std::to_string(d_model()) +
+                "): " + what + " " + shape_text(x) + ", expected [B >= 1, N >= 1, " +
+                std::to_string(d_model()) + "]");
+}
+
+QKV MultiHeadAttention::project(const Activations& query, const Activations& memory) const {
+  check_input(query, "query");
+  check_input(memory, "memory");
+  if (query.shape()[0] != memory.shape()[0])
+    throw Error("multi-head attention: query " + shape_text(query) + " and memory " +
+                shape_text(memory) + " have different batch sizes");
+  const std::size_t d = d_model(), batch = query.shape()[0];
+  // One product per block: with W_K = W_Q and memory = query, k is then bitwise q.
+  auto block = [&](const Activations& x, std::size_t which) {
+    const std::size_t rows = batch * x.shape()[1];
+    std::vector<float> y(rows * d);
+    affine(x.data(), rows, d, d, in_proj_weight.data() + which * d * d, d, d,
+           in_proj_bias.data() + which * d, y.data(), d);
+    return split_heads(y.data(), batch, x.shape()[1], heads_, head_dim());
+  };
+  return {block(query, 0), block(memory, 1), block(memory, 2)};
+}
+
+Activations MultiHeadAttention::forward(const Activations& x, const Mask& mask) const {
+  return forward(x, x, mask);
+}
+
+Activations MultiHeadAttention::forward(const Activations& query, const Activations& memory,
+                                        const Mask& mask) const {
+  const QKV in = project(query, memory);
+  return out_proj.forward(merge_heads(core_->forward(in.q, in.k, in.v, mask)));
+}
+
+Tensor MultiHeadAttention::attention_probabilities(const Activations& query,
+                                                   const Activations& memory,
+                                                   const Mask& mask) const {
+  const QKV in = project(query, memory);
+  return models::attention_probabilities(in.q, in.k, mask);
+}
+
+Tensor attention_probabilities(const Tensor& q, const Tensor& k, const Mask& mask) {
+  const Dims d = check_qkv(q, k, k);
+  mask.validate(d);
+  const float scale = static_cast<float>(mask.softmax_scale(d.dk));
+  Tensor p = Tensor::from_shape({d.batch, d.heads, d.nq, d.nk});
+  for (std::size_t b = 0; b < d.batch; ++b)
+    for (std::size_t h = 0; h < d.heads; ++h) {
+      float* s = &p(b, h, 0, 0);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(d.nq), int(d.nk), int(d.dk), scale,
+                  &q(b, h, 0, 0), int(d.dk), &k(b, h, 0, 0), int(d.dk), 0.0f, s, int(d.nk));
+      for (std::size_t i = 0; i < d.nq; ++i) masked_softmax(s + i * d.nk, d.nk, mask, b, h, i, d);
+    }
+  return p;
+}
+
+void MultiHeadAttention::initialize(std::uint64_t seed, const std::string& prefix) {
+  const std::size_t d = d_model();
+  // Xavier-uniform over the whole [3d, d] matrix, as torch.nn.MultiheadAttention does.
+  fill_uniform(parameter(prefix + "in_proj_weight", in_proj_weight), std::sqrt(6.0 / (4.0 * d)),
+               seed);
+  in_proj_bias.fill(0);
+  if (tied_qk_) std::copy_n(in_proj_weight.data(), d * d, in_proj_weight.data() + d * d);
+  fill_uniform(parameter(prefix + "out_proj.weight", out_proj.weight), 1.0 / std::sqrt(double(d)),
+               seed);
+  out_proj.bias.fill(0);
+}
+
+void MultiHeadAttention::parameters(const std::string& prefix, Parameters& out) {
+  out.push_back(parameter(prefix + "in_proj_weight", in_proj_weight));
+  out.push_back(parameter(prefix + "in_proj_bias", in_proj_bias));
+  out_proj.parameters(prefix + "out_proj.", out);
+}
+
+void MultiHeadAttention::check_tied(const std::string& where) const {
+  if (!tied_qk_) return;
+  const std::size_t d = d_model();
+  const float* w = in_proj_weight.data();
+  const float* b = in_proj_bias.data();
+  if (!std::equal(w, w + d * d, w + d * d) || !std::equal(b, b + d, b + d))
+    throw Error(where + "in_proj_weight / in_proj_bias: tied W_Q = W_K needs the K block (rows " +
+                std::to_string(d) + ".." + std::to_string(2 * d - 1) +
+                ") equal to the Q block (rows 0.." + std::to_string(d - 1) + ")");
+}
+
+}  // namespace attnlab::models

@@ -1,0 +1,101 @@
+// Multi-head attention (Vaswani et al. 2017) with any attnlab backend as its core: the factory
+// string `spec` is how a variant is plugged into a model.
+//
+//   MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W_O^T + b_O,
+//   head_i = Attention(query W_Q,i^T + b_Q,i, memory W_K,i^T + b_K,i, memory W_V,i^T + b_V,i)
+// with d_k = d_v = d_model / heads; Attention is make_attention(spec)->forward, called once for
+// all heads on [B, H, N, d_k] tensors with the caller's Mask (causal, key padding, boolean mask,
+// scale) passed through unchanged, so a backend that cannot honour it throws Unsupported.
+// Self-attention: memory = query. Cross-attention: queries from the decoder, keys and values
+// from the encoder's output (Nq != Nk).
+//
+// Parameters and semantics are those of torch.nn.MultiheadAttention (batch_first, no dropout,
+// no bias_k/bias_v, kdim = vdim = d_model):
+//   in_proj_weight [3 d_model, d_model]  rows W_Q, then W_K, then W_V; head i uses rows
+//                                        i·d_k .. (i+1)·d_k - 1 of each block
+//   in_proj_bias   [3 d_model]           b_Q, b_K, b_V
+//   out_proj.weight [d_model, d_model], out_proj.bias [d_model]
+// Tied W_Q = W_K (tied_qk): the K block of in_proj_weight and in_proj_bias always equals the Q
+// block (kept so on initialisation, checked when weights are loaded), so with self-attention the
+// score matrix q k^T is symmetric. A backward pass must add the K block's gradient to the Q block.
+// Cost: 2·B·(Nq + 2·Nk)·d_model² + 2·B·Nq·d_model² FLOPs of GEMMs plus the core's own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "attnlab/attention.hpp"
+#include "attnlab/inputs.hpp"
+#include "attnlab/mask.hpp"
+#include "models/layers.hpp"
+
+namespace attnlab::models {
+
+/// See the header comment. Copies share the (immutable) attention core.
+class MultiHeadAttention {
+ public:
+  /// Throws Error when d_model is not divisible by heads or is 0, or the spec is invalid.
+  MultiHeadAttention(std::size_t d_model, std::size_t heads, const std::string& spec = "full",
+                     bool tied_qk = false);
+
+  Matrix in_proj_weight;  ///< [3 d_model, d_model]: W_Q, W_K, W_V stacked
+  Vector in_proj_bias;    ///< [3 d_model]: b_Q, b_K, b_V
+  Linear out_proj;        ///< W_O [d_model, d_model], b_O
+
+  /// Self-attention: x [B, N, d_model] -> [B, N, d_model].
+  Activations forward(const Activations& x, const Mask& mask = {}) const;
+
+  /// Cross-attention: query [B, Nq, d_model], memory [B, Nk, d_model] -> [B, Nq, d_model].
+  /// Throws Error naming the mismatch when the shapes do not fit.
+  Activations forward(const Activations& query, const Activations& memory, const Mask& mask) const;
+
+  /// The heads' inputs: q [B, H, Nq, d_k] from `query`, k and v [B, H, Nk, d_k] from `memory`.
+  QKV project(const Activations& query, const Activations& memory) const;
+
+  /// softmax(q k^T · scale) under `mask`, dense [B, H, Nq, Nk]: what exact attention weighs the
+  /// values with (whatever the core is), for analysis. O(B·H·Nq·Nk) memory. A row that sees no
+  /// key is zero.
+  Tensor attention_probabilities(const Activations& query, const Activations& memory,
+                                 const Mask& mask = {}) const;
+
+  /// PyTorch's initialisation: in_proj_weight Xavier-uniform (the K block copied from the Q block
+  /// when tied), in_proj_bias and out_proj.bias 0, out_proj.weight uniform in +-1/sqrt(d_model);
+  /// streams from (seed, prefix + name).
+  void initialize(std::uint64_t seed, const std::string& prefix);
+
+  /// Appends prefix + "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias".
+  void parameters(const std::string& prefix, Parameters& out);
+
+  /// Throws Error (naming `where`) when tied and the K block differs from the Q block.
+  void check_tied(const std::string& where) const;
+
+  /// Replaces the core by make_attention(spec), keeping every weight.
+  void set_attention(const std::string& spec);
+
+  /// The core backend.
+  const Attention& attention() const { return *core_; }
+  /// d_model.
+  std::size_t d_model() const { return out_proj.weight.shape()[0]; }
+  /// The number of heads h.
+  std::size_t heads() const { return heads_; }
+  /// d_k = d_v = d_model / heads.
+  std::size_t head_dim() const { return d_model() / heads_; }
+  /// Whether W_Q = W_K (and b_Q = b_K).
+  bool tied_qk() const { return tied_qk_; }
+
+ private:
+  void check_input(const Activations& x, const char* what) const;
+
+  std::size_t heads_;
+  bool tied_qk_;
+  std::shared_ptr<const Attention> core_;
+};
+
+/// softmax(q k^T · scale) under `mask` for q [B, H, Nq, Dk], k [B, H, Nk, Dk]: the dense
+/// [B, H, Nq, Nk] probabilities exact attention weighs the values with (rows that see no key are
+/// zero), accumulated in float32 by one sgemm per head. Validates shapes and mask (throws Error).
+Tensor attention_probabilities(const Tensor& q, const Tensor& k, const Mask& mask = {});
+
+}  // namespace attnlab::models

@@ -1,0 +1,242 @@
+// Transformer layers as in Vaswani et al. 2017 ("Attention Is All You Need"), with any attnlab
+// backend as the attention core (LayerConfig::spec), for inference (no dropout).
+//
+// Encoder layer, post-LN (the paper):  x = LN1(x + SelfAttn(x));  x = LN2(x + FFN(x))
+//                pre-LN (pre_ln):      x = x + SelfAttn(LN1(x));  x = x + FFN(LN2(x))
+// Decoder layer: the same with three sublayers: causal self-attention (norm1), cross-attention
+// to the encoder's output (norm2), FFN (norm3).
+// FFN(x) = linear2(relu(linear1(x))), hidden size `ffn` (4 x d_model in the paper).
+// Switches (the studies' ablations; apply_switches parses them):
+//   pre-ln   LayerNorm at the start of each sublayer's branch; stacks then end in a final
+//            LayerNorm ("norm.*"), as pre-LN models do
+//   no-skip  no residual connections: x = LN(Sublayer(x)) (post-LN) or Sublayer(LN(x)) (pre-LN)
+//   no-ffn   no FFN sublayer (nor its LayerNorm)
+//   no-norm  no LayerNorm anywhere
+//   tied-qk  W_Q = W_K (and b_Q = b_K) in every attention (models/multi_head_attention.hpp)
+// Stacks: Encoder and Decoder run L layers in turn; EncoderModel adds the token embedding scaled
+// by sqrt(d_model) and the sinusoidal positional encoding in front of an Encoder.
+//
+// Parameter names (the weights folder, models/weights.hpp) are torch.nn's:
+//   EncoderLayer   self_attn.{in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias},
+//                  linear1.{weight, bias}, linear2.{weight, bias}, norm1.*, norm2.*
+//                  = torch.nn.TransformerEncoderLayer(d_model, nhead, ffn, dropout=0,
+//                    batch_first=True, norm_first=pre_ln)
+//   DecoderLayer   self_attn.*, multihead_attn.*, linear1.*, linear2.*, norm1.*, norm2.*, norm3.*
+//                  = torch.nn.TransformerDecoderLayer(...) with a causal tgt_mask
+//   Encoder        layers.<i>.<layer names>, norm.* (pre-LN only) = torch.nn.TransformerEncoder
+//   Decoder        layers.<i>.<layer names>, norm.* (pre-LN only) = torch.nn.TransformerDecoder
+//   EncoderModel   embedding.weight, encoder.<Encoder names>
+// Parts a switch removes have no parameters (no-ffn: no linear*, no norm2; no-norm: no norm*).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnlab/mask.hpp"
+#include "models/layers.hpp"
+#include "models/multi_head_attention.hpp"
+
+namespace attnlab::models {
+
+/// One layer's sizes, attention core and switches.
+struct LayerConfig {
+  std::size_t d_model = 512;  ///< model width
+  std::size_t heads = 8;      ///< attention heads; d_model must be a multiple
+  std::size_t ffn = 2048;     ///< FFN hidden size
+  std::string spec = "full";  ///< the attention core's factory string
+  bool pre_ln = false;        ///< LayerNorm inside the residual branch (pre-LN) instead of after
+  bool skip = true;           ///< residual connections
+  bool feed_forward = true;   ///< the FFN sublayer
+  bool layer_norm = true;     ///< LayerNorms
+  bool tied_qk = false;       ///< W_Q = W_K
+  double eps = 1e-5;          ///< LayerNorm's epsilon (PyTorch's default)
+
+  /// Throws Error naming the first bad field (sizes, divisibility, eps, the spec).
+  void validate() const;
+};
+
+/// Sets the switches named in `list` ("pre-ln,no-skip,no-ffn,no-norm,tied-qk", any subset, comma
+/// separated, "" for none). Throws Error naming an unknown switch and listing the known ones.
+void apply_switches(LayerConfig& config, const std::string& list);
+
+/// The switches set in `config`, in the order above, comma separated ("" for none).
+std::string switches_text(const LayerConfig& config);
+
+/// Called after each layer of a stack: its index, its input and its output.
+using LayerObserver =
+    std::function<void(std::size_t layer, const Activations& input, const Activations& output)>;
+
+/// torch.nn.TransformerEncoderLayer (see the header comment).
+class EncoderLayer {
+ public:
+  /// Zero weights (config validated); call initialize or load weights.
+  explicit EncoderLayer(const LayerConfig& config);
+
+  MultiHeadAttention self_attn;         ///< self-attention
+  std::optional<FeedForward> ffn;       ///< linear1, linear2 (absent under no-ffn)
+  std::optional<LayerNorm> norm1, norm2;  ///< absent under no-norm (norm2 also under no-ffn)
+
+  /// x [B, N, d_model] -> [B, N, d_model]; `mask` goes to the self-attention.
+  Activations forward(const Activations& x, const Mask& mask = {}) const;
+
+  /// What self_attn sees of x: norm1(x) under pre-LN, x otherwise.
+  Activations attention_input(const Activations& x) const;
+
+  /// Seeded initialisation of every part (PyTorch's rules; LayerNorms 1 and 0).
+  void initialize(std::uint64_t seed, const std::string& prefix);
+
+  /// Appends the layer's parameters, names prefixed (see the header comment).
+  void parameters(const std::string& prefix, Parameters& out);
+
+  /// Throws Error (names prefixed) when a constraint of the loaded weights fails (tied W_Q = W_K).
+  void check(const std::string& prefix) const;
+
+  /// Replaces the attention core, keeping the weights.
+  void set_attention(const std::string& spec);
+
+  /// The configuration it was built with.
+  const LayerConfig& config() const { return config_; }
+
+ private:
+  LayerConfig config_;
+};
+
+/// torch.nn.TransformerDecoderLayer with a causal self-attention (see the header comment).
+class DecoderLayer {
+ public:
+  /// Zero weights (config validated); call initialize or load weights.
+  explicit DecoderLayer(const LayerConfig& config);
+
+  MultiHeadAttention self_attn;       ///< causal self-attention
+  MultiHeadAttention multihead_attn;  ///< cross-attention to the encoder's output
+  std::optional<FeedForward> ffn;     ///< absent under no-ffn
+  std::optional<LayerNorm> norm1, norm2, norm3;  ///< absent under no-norm (norm3 under no-ffn)
+
+  /// x [B, Nt, d_model], memory [B, Ns, d_model] -> [B, Nt, d_model]. The self-attention is
+  /// causal: `self_mask` with Causal::none becomes top-left (keep bottom-right for decoding
+  /// with a cache); its key padding and boolean parts pass through. `memory_mask` goes to the
+  /// cross-attention (e.g. the source's key padding).
+  Activations forward(const Activations& x, const Activations& memory, const Mask& self_mask = {},
+                      const Mask& memory_mask = {}) const;
+
+  /// Seeded initialisation of every part.
+  void initialize(std::uint64_t seed, const std::string& prefix);
+
+  /// Appends the layer's parameters, names prefixed.
+  void parameters(const std::string& prefix, Parameters& out);
+
+  /// Throws Error (names prefixed) when a constraint of the loaded weights fails.
+  void check(const std::string& prefix) const;
+
+  /// Replaces both attention cores, keeping the weights.
+  void set_attention(const std::string& spec);
+
+  /// The configuration it was built with.
+  const LayerConfig& config() const { return config_; }
+
+ private:
+  LayerConfig config_;
+};
+
+/// torch.nn.TransformerEncoder: L encoder layers, then `norm` under pre-LN.
+class Encoder {
+ public:
+  /// L layers with zero weights; call initialize or load weights.
+  Encoder(const LayerConfig& config, std::size_t layers);
+
+  std::vector<EncoderLayer> layers;  ///< in order
+  std::optional<LayerNorm> norm;     ///< the final LayerNorm (pre-LN with LayerNorm only)
+
+  /// x [B, N, d_model] -> [B, N, d_model]; `observe` sees every layer's input and output
+  /// (the final norm comes after the last observation).
+  Activations forward(const Activations& x, const Mask& mask = {},
+                      const LayerObserver& observe = {}) const;
+
+  /// Seeded initialisation of every layer.
+  void initialize(std::uint64_t seed, const std::string& prefix);
+  /// Appends every parameter: prefix + "layers.<i>." ..., prefix + "norm.".
+  void parameters(const std::string& prefix, Parameters& out);
+  /// Checks every layer (see EncoderLayer::check).
+  void check(const std::string& prefix) const;
+  /// Replaces every layer's attention core, keeping the weights.
+  void set_attention(const std::string& spec);
+};
+
+/// torch.nn.TransformerDecoder: L decoder layers, then `norm` under pre-LN.
+class Decoder {
+ public:
+  /// L layers with zero weights; call initialize or load weights.
+  Decoder(const LayerConfig& config, std::size_t layers);
+
+  std::vector<DecoderLayer> layers;  ///< in order
+  std::optional<LayerNorm> norm;     ///< the final LayerNorm (pre-LN with LayerNorm only)
+
+  /// x [B, Nt, d_model], memory [B, Ns, d_model] -> [B, Nt, d_model] (see DecoderLayer).
+  Activations forward(const Activations& x, const Activations& memory, const Mask& self_mask = {},
+                      const Mask& memory_mask = {}, const LayerObserver& observe = {}) const;
+
+  /// Seeded initialisation of every layer.
+  void initialize(std::uint64_t seed, const std::string& prefix);
+  /// Appends every parameter: prefix + "layers.<i>." ..., prefix + "norm.".
+  void parameters(const std::string& prefix, Parameters& out);
+  /// Checks every layer.
+  void check(const std::string& prefix) const;
+  /// Replaces every layer's attention cores, keeping the weights.
+  void set_attention(const std::string& spec);
+};
+
+/// A token-level encoder's sizes. The defaults are the Long Range Arena text model (Tay et al.
+/// 2020): byte tokens, 6 layers, 8 heads, d_model 512, FFN 2048.
+struct ModelConfig {
+  LayerConfig layer;         ///< every layer's configuration
+  std::size_t layers = 6;    ///< L
+  std::size_t vocab = 256;   ///< token ids 0 .. vocab - 1
+  std::uint64_t seed = 1;    ///< initialisation
+
+  /// Throws Error naming the first bad field.
+  void validate() const;
+};
+
+/// Tokens -> embedding · sqrt(d_model) + sinusoidal positions -> Encoder. Parameters
+/// "embedding.weight" and "encoder.*".
+class EncoderModel {
+ public:
+  /// Builds and initialises the model from config.seed (config validated).
+  explicit EncoderModel(const ModelConfig& config);
+
+  Embedding embedding;  ///< [vocab, d_model]
+  Encoder encoder;      ///< the stack
+
+  /// tokens [B, N] -> embedding(tokens) · sqrt(d_model) + PE[:N] [B, N, d_model].
+  Activations embed(const Tokens& tokens) const;
+
+  /// tokens [B, N] -> the encoder's output [B, N, d_model].
+  Activations forward(const Tokens& tokens, const Mask& mask = {},
+                      const LayerObserver& observe = {}) const;
+
+  /// Every parameter, in state_dict order.
+  Parameters parameters();
+
+  /// Writes the weights folder (models/weights.hpp).
+  void save(const std::string& dir) const;
+
+  /// Reads the weights folder; on any error (missing or mis-shaped file, broken tie) the model
+  /// is unchanged. Returns the unused .npy files' names.
+  std::vector<std::string> load(const std::string& dir);
+
+  /// A copy with every attention core replaced by make_attention(spec), same weights.
+  EncoderModel with_attention(const std::string& spec) const;
+
+  /// The configuration it was built with (spec as given).
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  EncoderModel(const ModelConfig& config, bool initialise);
+  ModelConfig config_;
+};
+
+}  // namespace attnlab::models
