@@ -47,7 +47,8 @@ Activations backward(const LayerNorm& layer, const Activations& x, const Activat
 
 /// What FeedForward's backward needs: its input and the hidden activations after the ReLU.
 struct FeedForwardTrace {
-  Activations x, hidden;
+  Activations x;       ///< the input
+  Activations hidden;  ///< relu(linear1(x))
 };
 
 /// FeedForward::forward, keeping the trace.
@@ -60,12 +61,13 @@ Activations backward(const FeedForward& ffn, const FeedForwardTrace& trace,
 /// What multi-head attention's backward needs: inputs, the heads' q, k, v, the core's output
 /// [B, H, Nq, dk] and its saved row log-sum-exp, the merged heads, the mask.
 struct AttentionTrace {
-  Activations query, memory;
-  QKV in;
-  Tensor heads;
-  RowLogSumExp lse;
-  Activations merged;
-  Mask mask;
+  Activations query;   ///< the queries' input [B, Nq, d_model]
+  Activations memory;  ///< the keys' and values' input [B, Nk, d_model]
+  QKV in;              ///< the heads' q, k, v
+  Tensor heads;        ///< the core's output [B, H, Nq, dk]
+  RowLogSumExp lse;    ///< the core's saved row log-sum-exp (empty without a softmax)
+  Activations merged;  ///< the heads concatenated, out_proj's input
+  Mask mask;           ///< the mask the core saw
 };
 
 /// MultiHeadAttention::forward(query, memory, mask), keeping the trace.
@@ -75,7 +77,8 @@ Activations forward(const MultiHeadAttention& mha, const Activations& query,
 /// The gradients of multi-head attention's two inputs (for self-attention, their sum is the
 /// input's).
 struct AttentionInputGrads {
-  Activations query, memory;
+  Activations query;   ///< dL/dquery
+  Activations memory;  ///< dL/dmemory
 };
 
 /// dL/dquery and dL/dmemory given dy; adds in_proj and out_proj gradients into grad. The core's
@@ -85,9 +88,10 @@ AttentionInputGrads backward(const MultiHeadAttention& mha, const AttentionTrace
 
 /// What an encoder layer's backward needs: its sublayers' traces and what each LayerNorm saw.
 struct EncoderLayerTrace {
-  AttentionTrace attention;
-  FeedForwardTrace ffn;
-  Activations norm1_input, norm2_input;
+  AttentionTrace attention;  ///< the self-attention's
+  FeedForwardTrace ffn;      ///< the FFN's (unused under no-ffn)
+  Activations norm1_input;   ///< what norm1 saw (unused without it)
+  Activations norm2_input;   ///< what norm2 saw (unused without it)
 };
 
 /// EncoderLayer::forward(x, mask), keeping the trace.
@@ -100,8 +104,8 @@ Activations backward(const EncoderLayer& layer, const EncoderLayerTrace& trace,
 
 /// The stack's layer traces and what its final LayerNorm saw (pre-LN).
 struct EncoderTrace {
-  std::vector<EncoderLayerTrace> layers;
-  Activations norm_input;
+  std::vector<EncoderLayerTrace> layers;  ///< one per layer, in order
+  Activations norm_input;                 ///< what the final norm saw (pre-LN)
 };
 
 /// Encoder::forward(x, mask), keeping the trace.
@@ -114,9 +118,12 @@ Activations backward(const Encoder& encoder, const EncoderTrace& trace, const Ac
 
 /// What a decoder layer's backward needs: its three sublayers' traces and their LayerNorms'.
 struct DecoderLayerTrace {
-  AttentionTrace self_attention, cross_attention;
-  FeedForwardTrace ffn;
-  Activations norm1_input, norm2_input, norm3_input;
+  AttentionTrace self_attention;   ///< the causal self-attention's
+  AttentionTrace cross_attention;  ///< the cross-attention's
+  FeedForwardTrace ffn;            ///< the FFN's (unused under no-ffn)
+  Activations norm1_input;         ///< what norm1 saw (unused without it)
+  Activations norm2_input;         ///< what norm2 saw (unused without it)
+  Activations norm3_input;         ///< what norm3 saw (unused without it)
 };
 
 /// DecoderLayer::forward(x, memory, self_mask, memory_mask), keeping the trace.
@@ -125,7 +132,8 @@ Activations forward(const DecoderLayer& layer, const Activations& x, const Activ
 
 /// The gradients of a decoder's two inputs: its target-side x and the encoder's output.
 struct DecoderInputGrads {
-  Activations x, memory;
+  Activations x;       ///< dL/dx
+  Activations memory;  ///< dL/dmemory
 };
 
 /// dL/dx and dL/dmemory given dy; adds every parameter's gradient into grad.
@@ -134,8 +142,8 @@ DecoderInputGrads backward(const DecoderLayer& layer, const DecoderLayerTrace& t
 
 /// The decoder stack's layer traces and what its final LayerNorm saw (pre-LN).
 struct DecoderTrace {
-  std::vector<DecoderLayerTrace> layers;
-  Activations norm_input;
+  std::vector<DecoderLayerTrace> layers;  ///< one per layer, in order
+  Activations norm_input;                 ///< what the final norm saw (pre-LN)
 };
 
 /// Decoder::forward(x, memory, self_mask, memory_mask), keeping the trace.
@@ -148,8 +156,8 @@ DecoderInputGrads backward(const Decoder& decoder, const DecoderTrace& trace,
 
 /// The token ids and the encoder's trace.
 struct ModelTrace {
-  Tokens tokens;
-  EncoderTrace encoder;
+  Tokens tokens;         ///< the input ids
+  EncoderTrace encoder;  ///< the stack's
 };
 
 /// EncoderModel::forward(tokens, mask), keeping the trace.

@@ -70,8 +70,13 @@ class FeedForward {
   Linear linear1;  ///< d_model -> hidden
   Linear linear2;  ///< hidden -> d_model
 
-  /// x [B, N, d_model] -> [B, N, d_model].
+  /// x [B, N, d_model] -> [B, N, d_model], kRowBlock token rows at a time: the hidden
+  /// activations are never held for all B·N rows (128 MiB at the LRA size, B = 4, and a fresh
+  /// buffer of that size costs as much in page faults as the GEMMs that fill it on our VM).
   Activations forward(const Activations& x) const;
+
+  /// Token rows per block of forward().
+  static constexpr std::size_t kRowBlock = 512;
 
   /// Both linears, PyTorch's default initialisation.
   void initialize(std::uint64_t seed, const std::string& prefix);

@@ -82,11 +82,11 @@ QKV MultiHeadAttention::project(const Activations& query, const Activations& mem
     throw Error("multi-head attention: query " + shape_text(query) + " and memory " +
                 shape_text(memory) + " have different batch sizes");
   const std::size_t d = d_model(), batch = query.shape()[0];
-  // One product per block: with W_K = W_Q and memory = query, k is then bitwise q.
+  // One product per block (with W_K = W_Q and memory = query, k is then bitwise q), into one
+  // buffer reused by the three: a fresh one each costs page faults (milliseconds per MiB here).
+  std::vector<float> y(batch * std::max(query.shape()[1], memory.shape()[1]) * d);
   auto block = [&](const Activations& x, std::size_t which) {
-    const std::size_t rows = batch * x.shape()[1];
-    std::vector<float> y(rows * d);
-    affine(x.data(), rows, d, d, in_proj_weight.data() + which * d * d, d, d,
+    affine(x.data(), batch * x.shape()[1], d, d, in_proj_weight.data() + which * d * d, d, d,
            in_proj_bias.data() + which * d, y.data(), d);
     return split_heads(y.data(), batch, x.shape()[1], heads_, head_dim());
   };

@@ -23,6 +23,11 @@ struct Entry {
 };
 constexpr Entry kStudies[] = {
     {"spectrum", spectrum_study},
+    {"rank-collapse", rank_collapse_study},
+    {"capacity", capacity_study},
+    {"symmetry", symmetry_study},
+    {"heads", heads_study},
+    {"swap", swap_study},
 };
 
 std::string load_average() {

@@ -64,7 +64,8 @@ namespace attnlab {
 /// more than once gets the sum of its uses' gradients: d_e[h] + d_f[h] under share=kv, summed
 /// over heads too under share=layer or for matrices supplied as [k, max_len].
 struct ProjectionGradients {
-  xt::xtensor<float, 3> d_e, d_f;
+  xt::xtensor<float, 3> d_e;  ///< dL/dE per head, [H, k, max_len]
+  xt::xtensor<float, 3> d_f;  ///< dL/dF per head, [H, k, max_len]
 };
 
 class LinformerAttention final : public Attention {

@@ -1,5 +1,7 @@
 #include "variants/sliding.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -29,8 +31,6 @@ struct Layout {
   Index s = 1, left = 0, right = 0, offset = 0;  // query i sits at key position i + offset
   Index nq = 0, nk = 0, gq = 0, gk = 0;          // global queries / keys: i < gq, j < gk
   std::vector<Index> count, column;              // per class: its keys, its first column
-  Index global_column = 0;                       // global keys j < gk: columns from here on
-  std::size_t keys = 0, ldk = 0;                 // columns used / allocated per head
 
   Layout(const SlidingConfig& c, const Dims& d, const Mask& mask) {
     nq = static_cast<Index>(d.nq);
@@ -51,26 +51,20 @@ struct Layout {
       count[rho] = below(rho, nk);
       col += count[rho];
     }
-    // With dilation the global keys are spread over the classes: a copy of them, contiguous
-    // after the classes, lets a tile fold them as one block. Without, they are columns 0..gk.
-    global_column = s > 1 ? nk : 0;
-    keys = static_cast<std::size_t>(s > 1 ? nk + gk : nk);
-    // An odd number of 16-float lines per row spreads the Dk rows of a tile over all cache
-    // sets (a power-of-two stride would map them to one set).
-    ldk = (keys + 15) / 16 * 16;
-    if (ldk / 16 % 2 == 0) ldk += 16;
   }
 
   /// Keys of class rho with index j < limit.
   Index below(Index rho, Index limit) const {
     return limit > rho ? (std::min(limit, nk) - 1 - rho) / s + 1 : 0;
   }
-  /// Key t of a run is column `column` + t and key index `first` + `step`·t.
+  /// Key t of a run is key index `first` + `step`·t: of a class, at column `column` + t; of the
+  /// global keys j < gk (spread over the classes when dilated), kept apart (Keys::at).
   struct Run {
     Index column, first, step;
+    bool global;
   };
-  Run class_run(Index rho) const { return {column[rho], rho, s}; }
-  Run global_run() const { return {global_column, 0, 1}; }
+  Run class_run(Index rho) const { return {column[rho], rho, s, false}; }
+  Run global_run() const { return {0, 0, 1, true}; }
   Index residue(Index i) const { return floor_mod(i + offset, s); }
   /// Position of query i inside its class (may be negative or past the keys when Nq != Nk).
   Index slot(Index i) const { return (i + offset - residue(i)) / s; }
@@ -96,13 +90,104 @@ std::vector<Task> plan_tiles(const Layout& g) {
   return tasks;
 }
 
-// The inputs of one (batch item, head), in the class layout.
-struct Head {
-  const float* kt;  // [Dk, ldk], classes one after another, then the global keys if dilated
-  const float* v;   // forward: [keys, Dv], rows in the same order; backward: unused
-  const float* vt;  // backward: [Dv, ldk], values laid out like kt; forward: unused
-  std::size_t b, h;
+// Consecutive tiles [first, end) of one kind (global rows, or rows of one class) laid out and
+// run together by one thread: the columns [lo, hi) of the class layout they read, and whether
+// they also read the global keys (rows of a class, when there are global keys).
+struct Segment {
+  std::size_t first, end;
+  Index lo, hi;
+  bool globals;
 };
+
+// Tiles per segment: 32 x 24 rows read about 1,050 keys at L = R = 128 (a 270 KB layout, in L2),
+// each laid out for 768 queries.
+constexpr std::size_t kSegmentTiles = 32;
+
+// Class-layout columns [lo, hi) a tile reads: every class's keys for global rows, else the
+// window of its class past the class's global keys (those come from the global run).
+std::pair<Index, Index> tile_columns(const Layout& g, const Task& t) {
+  if (t.global) return {0, g.nk};
+  const Index rho = g.residue(t.first), u0 = g.slot(t.first);
+  const Index lo = std::max(u0 - g.left, g.below(rho, g.gk));
+  const Index hi = std::min(u0 + t.rows - 1 + g.right + 1, g.count[rho]);
+  return {g.column[rho] + lo, g.column[rho] + std::max(lo, hi)};
+}
+
+std::vector<Segment> plan_segments(const Layout& g, const std::vector<Task>& tiles) {
+  std::vector<Segment> segments;
+  for (std::size_t i = 0; i < tiles.size();) {
+    const Task& t = tiles[i];
+    Segment seg{i, i, std::numeric_limits<Index>::max(), 0, !t.global && g.gk > 0};
+    for (; seg.end < tiles.size() && seg.end - i < kSegmentTiles; ++seg.end) {
+      const Task& next = tiles[seg.end];
+      if (next.global != t.global || (!t.global && g.residue(next.first) != g.residue(t.first)))
+        break;
+      const auto [lo, hi] = tile_columns(g, next);
+      if (lo < hi) seg.lo = std::min(seg.lo, lo), seg.hi = std::max(seg.hi, hi);
+    }
+    if (seg.lo >= seg.hi) seg.lo = seg.hi = 0;  // no window key at all
+    segments.push_back(seg);
+    i = seg.end;
+  }
+  return segments;
+}
+
+// The keys and values one segment reads, laid out by the thread that runs it: the global keys
+// (if it reads them) in columns [0, globals), then class-layout columns [lo, hi). Small enough
+// to stay in L2 while the segment's tiles read it, and nothing of the size of a head is written.
+struct Keys {
+  std::vector<float> kt;  // [Dk, ld]
+  std::vector<float> v;   // forward: [columns, Dv]
+  std::vector<float> vt;  // backward: [Dv, ld], the values laid out like kt
+  std::size_t ld = 0;
+  Index globals = 0, lo = 0;
+  std::size_t b = 0, h = 0;
+  /// Column of key t of a run.
+  std::size_t at(const Layout::Run& run, Index t) const {
+    return static_cast<std::size_t>(run.global ? t : globals + run.column + t - lo);
+  }
+};
+
+// ksrc [Nk, Dk] and vsrc [Nk, Dv] of one head into keys, for the segment's columns; the values
+// as rows (forward) or transposed like the keys (backward: the operand of dO V^T).
+void lay_out_segment(const Layout& g, const float* ksrc, const float* vsrc, const Dims& d,
+                     const Segment& seg, Keys& keys, bool transposed_values = false) {
+  keys.globals = seg.globals ? g.gk : 0;
+  keys.lo = seg.lo;
+  const auto columns = static_cast<std::size_t>(keys.globals + seg.hi - seg.lo);
+  // An odd number of 16-float lines per row spreads the Dk rows of a tile over all cache sets
+  // (a power-of-two stride would map them to one set).
+  keys.ld = (columns + 15) / 16 * 16;
+  if (keys.ld / 16 % 2 == 0) keys.ld += 16;
+  if (keys.kt.size() < d.dk * keys.ld) keys.kt.resize(d.dk * keys.ld);
+  if (transposed_values && keys.vt.size() < d.dv * keys.ld) keys.vt.resize(d.dv * keys.ld);
+  if (!transposed_values && keys.v.size() < columns * d.dv) keys.v.resize(columns * d.dv);
+  const auto globals = static_cast<std::size_t>(keys.globals);
+  if (globals > 0) {
+    kernels::transpose(globals, d.dk, ksrc, d.dk, keys.kt.data(), keys.ld);
+    if (transposed_values)
+      kernels::transpose(globals, d.dv, vsrc, d.dv, keys.vt.data(), keys.ld);
+    else
+      std::copy_n(vsrc, globals * d.dv, keys.v.data());
+  }
+  const std::size_t step = static_cast<std::size_t>(g.s);
+  for (Index rho = 0; rho < g.s; ++rho) {  // class rho: keys rho, rho + s, ... at its columns
+    const Index t0 = std::max<Index>(seg.lo - g.column[rho], 0);
+    const Index t1 = std::min(seg.hi - g.column[rho], g.count[rho]);
+    if (t0 >= t1) continue;
+    const std::size_t keys_in = static_cast<std::size_t>(t1 - t0);
+    const std::size_t col = keys.at(g.class_run(rho), t0);
+    const std::size_t j0 = static_cast<std::size_t>(rho) + step * static_cast<std::size_t>(t0);
+    kernels::transpose(keys_in, d.dk, ksrc + j0 * d.dk, step * d.dk, keys.kt.data() + col,
+                       keys.ld);
+    if (transposed_values)
+      kernels::transpose(keys_in, d.dv, vsrc + j0 * d.dv, step * d.dv, keys.vt.data() + col,
+                         keys.ld);
+    else
+      for (std::size_t t = 0; t < keys_in; ++t)
+        std::copy_n(vsrc + (j0 + step * t) * d.dv, d.dv, keys.v.data() + (col + t) * d.dv);
+  }
+}
 
 // Each row's keys in the run being visited: row r keeps t in [lo[r], hi[r]) and, under a
 // boolean mask, the keys its mask row allows.
@@ -111,24 +196,27 @@ struct RowLimits {
   const bool* allowed[kRows];
 };
 
-// Per-thread scratch of the forward: the online softmax, gathered queries, the row limits.
+// Per-thread scratch of the forward: the online softmax, a segment's keys, gathered queries and
+// each row's key range.
 struct Scratch {
   OnlineSoftmax softmax;
+  Keys keys;
   std::vector<float> q;
   RowLimits limits;
   explicit Scratch(const Dims& d) : softmax(d.dk, d.dv), q(kRows * d.dk) {}
 };
 
 // Keys t in [t0, t1) of a run in chunks of at most kCols: engine.scores, each row masked to its
-// limits with -inf, then consume(c0, cols). Shared by the forward (OnlineSoftmax) and the
-// backward (SoftmaxBackward), so that both apply exactly the same masks.
+// limits with -inf, then consume(c0, cols, column of key c0 in keys). Shared by the forward
+// (OnlineSoftmax) and the backward (SoftmaxBackward), so that both apply the same masks.
 template <class Engine, class Consume>
-void masked_run(const Layout& g, const float* kt, Layout::Run run, Index t0, Index t1,
-                const RowLimits& limits, Engine& engine, Consume consume) {
+void masked_run(const Keys& keys, Layout::Run run, Index t0, Index t1, const RowLimits& limits,
+                Engine& engine, Consume consume) {
   const std::size_t rows = engine.rows();
   for (Index c0 = t0; c0 < t1; c0 += static_cast<Index>(kCols)) {
     const Index cols = std::min(static_cast<Index>(kCols), t1 - c0);
-    float* s = engine.scores(kt + run.column + c0, g.ldk, static_cast<std::size_t>(cols));
+    const std::size_t col = keys.at(run, c0);
+    float* s = engine.scores(keys.kt.data() + col, keys.ld, static_cast<std::size_t>(cols));
     for (std::size_t r = 0; r < rows; ++r) {
       float* row = s + r * kCols;
       const Index a = std::clamp<Index>(limits.lo[r] - c0, 0, cols);
@@ -139,18 +227,18 @@ void masked_run(const Layout& g, const float* kt, Layout::Run run, Index t0, Ind
         for (Index t = a; t < z; ++t)
           if (!allowed[run.first + run.step * (c0 + t)]) row[t] = kNegInf;
     }
-    consume(c0, static_cast<std::size_t>(cols));
+    consume(c0, static_cast<std::size_t>(cols), col);
   }
 }
 
 // The tile's rows: the keys each passes the causal and padding limits for, and its boolean
 // mask row.
-void row_limits(const Mask& mask, const Dims& d, const Head& head, const Task& task,
+void row_limits(const Mask& mask, const Dims& d, const Keys& keys, const Task& task,
                 Index* visible, RowLimits& limits) {
   for (Index r = 0; r < task.rows; ++r) {
     const std::size_t i = static_cast<std::size_t>(task.first + r * task.step);
-    visible[r] = static_cast<Index>(mask.visible_keys(head.b, i, d));
-    limits.allowed[r] = mask.allowed_row(head.b, head.h, i);
+    visible[r] = static_cast<Index>(mask.visible_keys(keys.b, i, d));
+    limits.allowed[r] = mask.allowed_row(keys.b, keys.h, i);
   }
 }
 
@@ -197,16 +285,17 @@ void for_each_run(const Layout& g, const Task& task, const Index* visible, RowLi
   if (t0 < t1) visit(g.class_run(rho), t0, t1);
 }
 
-// One tile of the forward; lse (this head's row log-sum-exp, or nullptr) saved when given.
-void attend_tile(const Layout& g, const Head& head, const Tensor& q, const Mask& mask,
-                 const Dims& d, const Task& task, float scale, Scratch& sc, Tensor& out,
-                 float* lse) {
+// One tile of the forward over the segment laid out in sc.keys; lse (this head's row
+// log-sum-exp, or nullptr) saved when given.
+void attend_tile(const Layout& g, const Tensor& q, const Mask& mask, const Dims& d,
+                 const Task& task, float scale, Scratch& sc, Tensor& out, float* lse) {
+  const std::size_t b = sc.keys.b, h = sc.keys.h;
   const std::size_t first = static_cast<std::size_t>(task.first);
   const std::size_t rows = static_cast<std::size_t>(task.rows);
   const std::size_t step = static_cast<std::size_t>(task.step);
   Index visible[kRows];
-  row_limits(mask, d, head, task, visible, sc.limits);
-  const float* q_rows = &q(head.b, head.h, first, 0);
+  row_limits(mask, d, sc.keys, task, visible, sc.limits);
+  const float* q_rows = &q(b, h, first, 0);
   if (step != 1) {  // dilated: gather the class's queries into contiguous rows
     for (std::size_t r = 0; r < rows; ++r)
       std::copy_n(q_rows + r * step * d.dk, d.dk, sc.q.data() + r * d.dk);
@@ -214,66 +303,38 @@ void attend_tile(const Layout& g, const Head& head, const Tensor& q, const Mask&
   }
   sc.softmax.start(q_rows, rows, scale);
   for_each_run(g, task, visible, sc.limits, [&](Layout::Run run, Index t0, Index t1) {
-    masked_run(g, head.kt, run, t0, t1, sc.limits, sc.softmax, [&](Index c0, std::size_t cols) {
-      sc.softmax.fold(head.v + static_cast<std::size_t>(run.column + c0) * d.dv, d.dv, cols);
-    });
+    masked_run(sc.keys, run, t0, t1, sc.limits, sc.softmax,
+               [&](Index, std::size_t cols, std::size_t col) {
+                 sc.softmax.fold(sc.keys.v.data() + col * d.dv, d.dv, cols);
+               });
   });
-  sc.softmax.finish(&out(head.b, head.h, first, 0), step * d.dv, lse ? lse + first : nullptr,
-                    step);
+  sc.softmax.finish(&out(b, h, first, 0), step * d.dv, lse ? lse + first : nullptr, step);
 }
 
-// One tile of the backward: the same runs and masks, keys addressed in place (key t of a run is
-// row first + step·t of k, v and their gradients dk, dv: this head's accumulators).
-void backprop_tile(const Layout& g, const Head& head, const Tensor& q, const Tensor& k,
+// One tile of the backward over the segment laid out in keys (values transposed): the same runs
+// and masks; keys' gradients added in place (key t of a run is row first + step·t of k and of
+// this head's accumulators dk, dv). lse: this head's row log-sum-exp.
+void backprop_tile(const Layout& g, const Keys& keys, const Tensor& q, const Tensor& k,
                    const Tensor& out, const Tensor& d_out, const float* lse, const Mask& mask,
                    const Dims& d, const Task& task, float scale, kernels::SoftmaxBackward& grad,
                    Tensor& dq, float* dk, float* dv) {
+  const std::size_t b = keys.b, h = keys.h;
   const std::size_t first = static_cast<std::size_t>(task.first);
   const std::size_t step = static_cast<std::size_t>(task.step);
   Index visible[kRows];
   RowLimits limits;
-  row_limits(mask, d, head, task, visible, limits);
-  grad.start(&q(head.b, head.h, first, 0), step * d.dk, &out(head.b, head.h, first, 0),
-             &d_out(head.b, head.h, first, 0), step * d.dv, lse + first, step,
-             static_cast<std::size_t>(task.rows), scale);
+  row_limits(mask, d, keys, task, visible, limits);
+  grad.start(&q(b, h, first, 0), step * d.dk, &out(b, h, first, 0), &d_out(b, h, first, 0),
+             step * d.dv, lse + first, step, static_cast<std::size_t>(task.rows), scale);
   for_each_run(g, task, visible, limits, [&](Layout::Run run, Index t0, Index t1) {
-    masked_run(g, head.kt, run, t0, t1, limits, grad, [&](Index c0, std::size_t cols) {
+    masked_run(keys, run, t0, t1, limits, grad, [&](Index c0, std::size_t cols, std::size_t col) {
       const std::size_t j0 = static_cast<std::size_t>(run.first + run.step * c0);
       const std::size_t stride = static_cast<std::size_t>(run.step);
-      grad.backprop(&k(head.b, head.h, j0, 0), stride * d.dk, head.vt + run.column + c0, g.ldk,
+      grad.backprop(&k(b, h, j0, 0), stride * d.dk, keys.vt.data() + col, keys.ld,
                     dk + j0 * d.dk, stride * d.dk, dv + j0 * d.dv, stride * d.dv, cols);
     });
   });
-  grad.finish(&dq(head.b, head.h, first, 0), step * d.dk);
-}
-
-// One head's keys ksrc [Nk, dim] -> kdst [dim, ldk] in class order (the backward lays out its
-// values the same way), and with dilation and vdst its values vsrc [Nk, Dv] -> vdst [keys, Dv] in
-// the same order (without, the values are used as they are). Shared among the threads of the
-// caller's parallel region in runs of 512 keys of a class (every thread meets the same sequence
-// of loops); ends with a barrier.
-void lay_out_head(const Layout& g, const float* ksrc, std::size_t dim, const float* vsrc,
-                  const Dims& d, float* kdst, float* vdst) {
-  constexpr Index kRun = 512;
-  const std::size_t step = static_cast<std::size_t>(g.s);
-  for (Index rho = 0; rho < g.s; ++rho) {  // class rho: keys rho, rho + s, ...
-#pragma omp for schedule(static) nowait
-    for (Index t0 = 0; t0 < g.count[rho]; t0 += kRun) {
-      const std::size_t keys = static_cast<std::size_t>(std::min(kRun, g.count[rho] - t0));
-      const std::size_t col = static_cast<std::size_t>(g.column[rho] + t0);
-      const std::size_t j0 = static_cast<std::size_t>(rho) + step * static_cast<std::size_t>(t0);
-      kernels::transpose(keys, dim, ksrc + j0 * dim, step * dim, kdst + col, g.ldk);
-      if (g.s > 1 && vdst)
-        for (std::size_t t = 0; t < keys; ++t)
-          std::copy_n(vsrc + (j0 + step * t) * d.dv, d.dv, vdst + (col + t) * d.dv);
-    }
-  }
-#pragma omp single  // with dilation, the global keys again, contiguous; then the barrier
-  if (g.s > 1) {
-    const std::size_t col = static_cast<std::size_t>(g.global_column);
-    kernels::transpose(static_cast<std::size_t>(g.gk), dim, ksrc, dim, kdst + col, g.ldk);
-    if (vdst) std::copy_n(vsrc, static_cast<std::size_t>(g.gk) * d.dv, vdst + col * d.dv);
-  }
+  grad.finish(&dq(b, h, first, 0), step * d.dk);
 }
 
 }  // namespace
@@ -324,29 +385,23 @@ void SlidingAttention::compute_saving_lse(const Tensor& q, const Tensor& k, cons
 void SlidingAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                            const Dims& d, Tensor& out, float* lse) const {
   const Layout g(config_, d, mask);
-  // One head at a time in two alternating buffers, left uninitialised (the padding columns past
-  // the keys are never read): a head's layout stays in cache while its tiles read it, and no
-  // layout of every head is allocated (and page-faulted) per call.
-  const std::size_t head_k = d.dk * g.ldk, head_v = g.s > 1 ? g.keys * d.dv : 0;
-  const std::unique_ptr<float[]> kt(new float[2 * head_k]);
-  const std::unique_ptr<float[]> vc(head_v > 0 ? new float[2 * head_v] : nullptr);
   const std::vector<Task> tiles = plan_tiles(g);
+  const std::vector<Segment> segments = plan_segments(g, tiles);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
-  const auto tasks = static_cast<std::ptrdiff_t>(tiles.size());
-#pragma omp parallel  // one region: a loaded machine makes every fork and join expensive
+  const auto tasks = static_cast<std::ptrdiff_t>(d.batch * d.heads * segments.size());
+#pragma omp parallel  // one region and no barrier: a loaded machine makes each expensive
   {
     Scratch scratch(d);
-    for (std::size_t bh = 0; bh < d.batch * d.heads; ++bh) {
-      // No thread still reads these buffers (head bh - 2): each passed the layout barrier of
-      // head bh - 1 after its last tile of head bh - 2.
-      float* keys = kt.get() + (bh % 2) * head_k;
-      float* values = head_v > 0 ? vc.get() + (bh % 2) * head_v : nullptr;
-      const float* v_in = v.data() + bh * d.nk * d.dv;
-      lay_out_head(g, k.data() + bh * d.nk * d.dk, d.dk, v_in, d, keys, values);
-      const Head head{keys, values ? values : v_in, nullptr, bh / d.heads, bh % d.heads};
-#pragma omp for schedule(dynamic, 4) nowait
-      for (std::ptrdiff_t t = 0; t < tasks; ++t)
-        attend_tile(g, head, q, mask, d, tiles[static_cast<std::size_t>(t)], scale, scratch, out,
+#pragma omp for schedule(dynamic, 1)
+    for (std::ptrdiff_t t = 0; t < tasks; ++t) {
+      const std::size_t bh = static_cast<std::size_t>(t) / segments.size();
+      const Segment& seg = segments[static_cast<std::size_t>(t) % segments.size()];
+      scratch.keys.b = bh / d.heads;
+      scratch.keys.h = bh % d.heads;
+      lay_out_segment(g, k.data() + bh * d.nk * d.dk, v.data() + bh * d.nk * d.dv, d, seg,
+                      scratch.keys);
+      for (std::size_t i = seg.first; i < seg.end; ++i)
+        attend_tile(g, q, mask, d, tiles[i], scale, scratch, out,
                     lse ? lse + bh * d.nq : nullptr);
     }
   }
@@ -359,26 +414,25 @@ void SlidingAttention::compute_backward(const Tensor& q, const Tensor& k, const 
   RowLogSumExp storage;
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
   const Layout layout(config_, d, mask);
-  // Every head's keys and values laid out up front: the backward's tasks run heads side by side.
-  const std::unique_ptr<float[]> kt(new float[d.batch * d.heads * d.dk * layout.ldk]);
-  const std::unique_ptr<float[]> vt(new float[d.batch * d.heads * d.dv * layout.ldk]);
-#pragma omp parallel
-  for (std::size_t bh = 0; bh < d.batch * d.heads; ++bh) {
-    lay_out_head(layout, k.data() + bh * d.nk * d.dk, d.dk, nullptr, d,
-                 kt.get() + bh * d.dk * layout.ldk, nullptr);
-    lay_out_head(layout, v.data() + bh * d.nk * d.dv, d.dv, nullptr, d,
-                 vt.get() + bh * d.dv * layout.ldk, nullptr);
-  }
   const std::vector<Task> tiles = plan_tiles(layout);
+  const std::vector<Segment> segments = plan_segments(layout, tiles);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
-  kernels::run_backward_tiles(  // the layout above: nothing for the driver to transpose
-      d, tiles.size(), nullptr, nullptr,
-      [&](std::size_t bh, std::size_t t, const float*, const float*, float* dk, float* dv,
+  // Each task lays its segment out, as the forward does, with the values transposed; one Keys
+  // per thread of run_backward_tiles' parallel region.
+  std::vector<Keys> keys(static_cast<std::size_t>(std::max(1, omp_get_max_threads())));
+  kernels::run_backward_tiles(  // the segments are the tiles; nothing for the driver to lay out
+      d, segments.size(), nullptr, nullptr,
+      [&](std::size_t bh, std::size_t s, const float*, const float*, float* dk, float* dv,
           kernels::SoftmaxBackward& grad) {
-        const Head head{kt.get() + bh * d.dk * layout.ldk, nullptr,
-                        vt.get() + bh * d.dv * layout.ldk, bh / d.heads, bh % d.heads};
-        backprop_tile(layout, head, q, k, out, d_out, lse.data() + bh * d.nq, mask, d, tiles[t],
-                      scale, grad, g.dq, dk, dv);
+        Keys& mine = keys[static_cast<std::size_t>(omp_get_thread_num())];
+        mine.b = bh / d.heads;
+        mine.h = bh % d.heads;
+        const Segment& seg = segments[s];
+        lay_out_segment(layout, k.data() + bh * d.nk * d.dk, v.data() + bh * d.nk * d.dv, d, seg,
+                        mine, true);
+        for (std::size_t i = seg.first; i < seg.end; ++i)
+          backprop_tile(layout, mine, q, k, out, d_out, lse.data() + bh * d.nq, mask, d,
+                        tiles[i], scale, grad, g.dq, dk, dv);
       },
       g.dk, g.dv);
 }

@@ -22,8 +22,9 @@
 // O(B·H·(Nq·Dv + Nk·(Dk + Dv))) memory; no Nq x Nk matrix is ever formed.
 // Backward: FlashAttention-2 tiles (kernels::SoftmaxBackward) over the same classes, windows,
 // global keys and masks as the forward, keys' gradients added in place (no gather), from the
-// saved row log-sum-exp. Cost about 2.5x the forward's; extra memory O(B·H·Nk·(Dk + Dv)) for
-// the transposed keys and values, plus full's per-thread dK/dV sums when heads are few.
+// saved row log-sum-exp; each task lays out its segment's keys and values (transposed) as the
+// forward does. Cost 2.5-3.5x the forward's; extra memory: those per-thread layouts and, when
+// heads are fewer than two per thread, full's per-group dK/dV sums (O(threads·Nk·(Dk + Dv))).
 // Exact: dilation=1 with left, right >= N - 1 (self-attention; >= Nq + Nk in general), or
 // global >= Nq, equals full attention.
 #pragma once

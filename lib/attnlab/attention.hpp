@@ -26,7 +26,9 @@ struct Support {
 
 /// Gradients of a scalar loss with respect to one call's q, k and v, shaped like them.
 struct Gradients {
-  Tensor dq, dk, dv;
+  Tensor dq;  ///< dL/dq [B, H, Nq, Dk]
+  Tensor dk;  ///< dL/dk [B, H, Nk, Dk]
+  Tensor dv;  ///< dL/dv [B, H, Nk, Dv]
 };
 
 /// What a softmax forward saves for its backward: the row log-sum-exp, [B, H, Nq],
@@ -41,6 +43,10 @@ class Attention {
 
   /// q [B,H,Nq,Dk], k [B,H,Nk,Dk], v [B,H,Nk,Dv] -> [B,H,Nq,Dv]. Validates shapes and mask
   /// (throws Error), then refuses what support() excludes (throws Unsupported), then computes.
+  /// A NaN or Inf in q, or in a key or value row that is not padding, throws Error naming the
+  /// tensor and the index (padded rows are never read); finite inputs give a finite output.
+  /// Thread-safe: several threads may call forward on one object at once (tests/test_threads.cpp,
+  /// run under ThreadSanitizer in CI); each call uses its own OpenMP team.
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask = {}) const;
 
   /// The same, written into `out`, which is resized only when its shape is not [B,H,Nq,Dv]:

@@ -123,8 +123,10 @@ void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const 
 /// with -inf exactly as the forward did; backprop(...); } finish(dq, lddq).
 class SoftmaxBackward {
  public:
-  static constexpr std::size_t kRows = OnlineSoftmax::kRows, kCols = OnlineSoftmax::kCols;
+  static constexpr std::size_t kRows = OnlineSoftmax::kRows;  ///< queries per tile, at most
+  static constexpr std::size_t kCols = OnlineSoftmax::kCols;  ///< keys per score tile, at most
 
+  /// Scratch for tiles of head size dk (queries, keys) and dv (values).
   SoftmaxBackward(std::size_t dk, std::size_t dv);
 
   /// Starts `rows` <= kRows queries: q[r * ldq + c], their forward output and its gradient
@@ -145,6 +147,7 @@ class SoftmaxBackward {
   /// Writes the queries' gradients, dq[r * lddq + c].
   void finish(float* dq, std::size_t lddq) const;
 
+  /// The rows of the current tile.
   std::size_t rows() const { return rows_; }
 
  private:

@@ -29,7 +29,9 @@ Tensor64 reference_attention(const Tensor64& q, const Tensor64& k, const Tensor6
 
 /// dL/dq, dL/dk, dL/dv in float64, shaped like q, k, v.
 struct Gradients64 {
-  Tensor64 dq, dk, dv;
+  Tensor64 dq;  ///< dL/dq [B, H, Nq, Dk]
+  Tensor64 dk;  ///< dL/dk [B, H, Nk, Dk]
+  Tensor64 dv;  ///< dL/dv [B, H, Nk, Dv]
 };
 
 /// The gradients of reference_attention(q, k, v, scale, allowed) given d_out = dL/d(out)
