@@ -3,6 +3,8 @@
 // definitions, and the Transformer layers, stacks and embedding model against their PyTorch
 // twins' autograd (tests/torch_model_grads.py, float64) with the twins' weights loaded; AdamW
 // with warm-up against torch.optim.AdamW.
+#include <sys/wait.h>
+
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -305,22 +307,38 @@ TEST_CASE("multi-head attention: gradients equal fp64 finite differences", "[mod
 
 namespace {
 
-// One case folder written by tests/torch_model_grads.py, run once per test binary.
-const std::string& torch_cases() {
-  static const test::TempDir dir("torch-model-grads");
-  static const std::string path = [&] {
+// The case folders written by tests/torch_model_grads.py, run once per test binary, and its
+// exit status (3: torch cannot be imported).
+struct TorchCases {
+  test::TempDir dir{"torch-model-grads"};
+  int status = -1;
+  TorchCases() {
     const std::string cmd = "/usr/bin/python3 '" + std::string(ATTNLAB_SOURCE_DIR) +
                             "/tests/torch_model_grads.py' '" + dir.path().string() + "' > '" +
                             dir.file("log.txt") + "' 2>&1";
-    return std::system(cmd.c_str()) == 0 ? dir.path().string() : std::string();
-  }();
-  return path;
+    const int raw = std::system(cmd.c_str());
+    status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  }
+};
+
+const TorchCases& torch_run() {
+  static const TorchCases cases;
+  return cases;
 }
 
+std::string torch_cases() { return torch_run().dir.path().string(); }
+
+// True when the cases are there; a missing torch skips (with a warning), any other failure of
+// the script fails the test with its log.
 bool have_torch() {
-  if (!torch_cases().empty()) return true;
-  WARN("torch_model_grads.py did not run (torch missing?): the torch comparisons are skipped");
-  return false;
+  const TorchCases& run = torch_run();
+  if (run.status == 3) {
+    WARN("torch cannot be imported: the torch comparisons are skipped");
+    return false;
+  }
+  INFO(test::read_text(run.dir.file("log.txt")));
+  REQUIRE(run.status == 0);
+  return true;
 }
 
 A64 load64(const std::string& path) { return xt::cast<double>(load_npy_float(path, {1, 2, 3})); }

@@ -23,20 +23,10 @@ except ImportError as e:
     print(f"torch_model_grads.py: cannot import {e.name}: {e}", file=sys.stderr)
     sys.exit(3)
 
-D_MODEL, HEADS, FFN, VOCAB = 16, 4, 24, 11
-LENGTHS = [7, 4]  # key padding: item 1 has 4 valid keys (the C++ side uses key_lengths)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_layers import D_MODEL, FFN, HEADS, padding, perturb  # noqa: E402 (the twins' sizes)
 
-
-def padding(n):
-    """True = ignore (torch's key_padding_mask convention)."""
-    return torch.arange(n)[None, :] >= torch.tensor(LENGTHS)[:, None]
-
-
-def perturb(module):
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if "bias" in name or "norm" in name:
-                p.add_(0.1 * torch.randn_like(p))
+VOCAB = 11
 
 
 def save(folder, name, t):
