@@ -65,25 +65,23 @@ LayerNorm::LayerNorm(std::size_t features, double eps)
   initialize();
 }
 
-Activations LayerNorm::forward(const Activations& x) const {
+Activations LayerNorm::forward(Activations x) const {
   const std::size_t d = weight.size();
   if (x.shape()[2] != d)
     throw Error("LayerNorm(" + std::to_string(d) + "): input " + shape_text(x) + " has " +
                 std::to_string(x.shape()[2]) + " features");
-  Activations y = Activations::from_shape(x.shape());
   const std::size_t rows = x.shape()[0] * x.shape()[1];
   for (std::size_t r = 0; r < rows; ++r) {
-    const float* in = x.data() + r * d;
-    float* out = y.data() + r * d;
+    float* row = x.data() + r * d;
     double mean = 0, var = 0;
-    for (std::size_t c = 0; c < d; ++c) mean += in[c];
+    for (std::size_t c = 0; c < d; ++c) mean += row[c];
     mean /= static_cast<double>(d);
-    for (std::size_t c = 0; c < d; ++c) var += (in[c] - mean) * (in[c] - mean);
+    for (std::size_t c = 0; c < d; ++c) var += (row[c] - mean) * (row[c] - mean);
     const double inv = 1.0 / std::sqrt(var / static_cast<double>(d) + eps);
     for (std::size_t c = 0; c < d; ++c)
-      out[c] = static_cast<float>((in[c] - mean) * inv) * weight[c] + bias[c];
+      row[c] = static_cast<float>((row[c] - mean) * inv) * weight[c] + bias[c];
   }
-  return y;
+  return x;
 }
 
 void LayerNorm::initialize() {

@@ -50,8 +50,9 @@ class LayerNorm {
   Vector bias;    ///< beta [features]
   double eps;     ///< added to the variance
 
-  /// x [B, N, features] -> the same shape. Throws Error on a feature-size mismatch.
-  Activations forward(const Activations& x) const;
+  /// x [B, N, features] -> the same shape, normalised in x's own storage (pass an rvalue to
+  /// spare a fresh buffer). Throws Error on a feature-size mismatch.
+  Activations forward(Activations x) const;
 
   /// weight 1, bias 0.
   void initialize();

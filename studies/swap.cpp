@@ -209,10 +209,10 @@ std::string split_section(const std::vector<Row>& rows, const Sizes& z) {
          "alike (rows.csv has every round). Everything else: embedding, head split and merge, "
          "residual sums, LayerNorms, ReLU, and the page faults of the buffers each layer "
          "allocates (the last column: what allocating and first writing 64 MiB costs in the same "
-         "rounds; each layer allocates ten buffers of B·N·d_model floats, 8 MiB each at this size: "
+         "rounds; each layer allocates eight buffers of B·N·d_model floats, 8 MiB each at this size: "
          "q, k, v, their projection, the attention output, the merged heads, the output "
-         "projection, the FFN's output and two LayerNorms). The target is a ratio of at most "
-         "2.\n\n" +
+         "projection and the FFN's output; residual sums and LayerNorms work in place). The "
+         "target is a ratio of at most 2.\n\n" +
          t.markdown();
 }
 
