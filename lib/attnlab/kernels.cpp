@@ -161,9 +161,9 @@ void OnlineSoftmax::start(const float* q, std::size_t rows, float scale) {
   rows_ = rows;
   const float log2_scale = scale * kLog2e;  // softmax in base 2: exp(x) = 2^(x log2 e)
   for (std::size_t i = 0; i < rows * dk_; ++i) q_[i] = q[i] * log2_scale;
-  std::fill(max_.begin(), max_.end(), kNegInf);
-  std::fill(sum_.begin(), sum_.end(), 0.0f);
-  std::fill(acc_.begin(), acc_.end(), 0.0f);
+  std::fill_n(max_.begin(), rows, kNegInf);
+  std::fill_n(sum_.begin(), rows, 0.0f);
+  std::fill_n(acc_.begin(), rows * dv_, 0.0f);
 }
 
 float* OnlineSoftmax::scores(const float* kt, std::size_t ldk, std::size_t cols) {
