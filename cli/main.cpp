@@ -25,6 +25,8 @@ void add_mask_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_sweep_command(CLI::App& app);
 void add_merge_command(CLI::App& app);
+void add_model_command(CLI::App& app);
+void add_study_command(CLI::App& app);
 }  // namespace attnlab::cli
 
 namespace {
@@ -39,6 +41,8 @@ constexpr AddCommand kCommands[] = {
     attnlab::cli::add_report_command,
     attnlab::cli::add_sweep_command,
     attnlab::cli::add_merge_command,
+    attnlab::cli::add_model_command,
+    attnlab::cli::add_study_command,
 };
 
 int fail(std::string message) {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +18,8 @@
 #include "attnlab/error.hpp"
 #include "attnlab/factory.hpp"
 #include "harness/anchors.hpp"
+#include "harness/meta.hpp"
+#include "harness/plot.hpp"
 
 namespace attnlab::harness {
 namespace fs = std::filesystem;
@@ -218,6 +222,11 @@ std::vector<ReportRow> parse_report_rows(std::istream& in, const std::string& wh
   std::vector<ReportRow> rows;
   for (std::size_t record_line = line + 1; read_record(in, fields, line); record_line = line + 1) {
     if (fields.size() == 1 && fields[0].empty()) continue;  // blank line
+    if (fields.size() != header.size())
+      throw Error(what + ": line " + std::to_string(record_line) + " has " +
+                  std::to_string(fields.size()) + " fields, the header " +
+                  std::to_string(header.size()) +
+                  " (a torn last line is repaired by resuming the sweep)");
     auto text = [&](const char* name) -> std::string {
       const auto it = column.find(name);
       return it == column.end() || it->second >= fields.size() ? "" : fields[it->second];
@@ -272,7 +281,7 @@ std::vector<ReportRow> parse_report_rows(std::istream& in, const std::string& wh
 
 std::vector<ReportRow> read_report_rows(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("report: cannot open '" + path + "'");
+  if (!in) throw Error("report: cannot open '" + path + "': " + std::strerror(errno));
   return parse_report_rows(in, path);
 }
 
@@ -511,110 +520,11 @@ std::string peers_table(const std::vector<ReportRow>& rows) {
 
 namespace {
 
-struct Series {
-  std::string title;
-  std::vector<std::pair<double, double>> xy;
-};
-
 std::string slug(const std::string& s) {
   std::string out;
   for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   return out;
 }
-
-std::string gp_quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '`') c = '\'';  // gnuplot runs `...` as a shell command, even inside strings
-    out += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
-  }
-  return out + "\"";
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-class Plotter {
- public:
-  Plotter(fs::path dir, const ReportOptions& options, ReportOutput& output)
-      : dir_(std::move(dir)), options_(options), output_(output) {
-    fs::create_directories(dir_);
-    const std::string probe = shell_quote(options.gnuplot) + " -e " +
-                              shell_quote("set terminal pngcairo") + " >/dev/null 2>&1";
-    const std::string exists = shell_quote(options.gnuplot) + " -V >/dev/null 2>&1";
-    available_ = std::system(exists.c_str()) == 0;
-    terminal_ = available_ && std::system(probe.c_str()) == 0
-                    ? "pngcairo size 1100,800 font ',11'"
-                    : "png size 1100,800";
-    if (!available_)
-      output_.plot_note = "gnuplot ('" + options.gnuplot + "') could not be run: the .dat and .gp "
-                          "files are written, run `gnuplot NAME.gp` in plots/ to draw them";
-  }
-
-  // Writes NAME.dat (one block per series) and NAME.gp, then runs gnuplot when it exists.
-  void plot(const std::string& name, const std::vector<Series>& series, const std::string& setup,
-            const std::string& style_all, const std::string& extra = "") {
-    const fs::path dat = dir_ / (name + ".dat"), gp = dir_ / (name + ".gp");
-    {
-      std::ofstream d(dat);
-      for (std::size_t s = 0; s < series.size(); ++s) {
-        d << "# " << series[s].title << "\n";
-        for (const auto& [x, y] : series[s].xy) d << fmt("%.9g", x) << " " << fmt("%.9g", y) << "\n";
-        d << "\n\n";
-      }
-    }
-    {
-      std::ofstream g(gp);
-      g << "# Restyle freely and rerun: gnuplot " << name << ".gp (data in " << name << ".dat)\n"
-        << "set terminal " << terminal_ << "\nset output '" << name << ".png'\n"
-        << setup << extra << "plot ";
-      for (std::size_t s = 0; s < series.size(); ++s)
-        g << (s ? ", \\\n     " : "") << "'" << name << ".dat' index " << s << " "
-          << style_all << " title " << gp_quote(series[s].title);
-      if (series.empty()) g << "NaN notitle";
-      g << "\n";
-    }
-    output_.data_files.push_back(dat.string());
-    output_.data_files.push_back(gp.string());
-    if (!available_) return;
-    const std::string cmd = "cd " + shell_quote(dir_.string()) + " && " +
-                            shell_quote(options_.gnuplot) + " " + shell_quote(name + ".gp") +
-                            " >" + shell_quote(name + ".log") + " 2>&1";
-    if (std::system(cmd.c_str()) == 0 && fs::exists(dir_ / (name + ".png")))
-      output_.pngs.push_back((dir_ / (name + ".png")).string());
-    else
-      output_.plot_note = "gnuplot failed on " + name + ".gp (see plots/" + name + ".log)";
-  }
-
-  // A raw script for plots that need more than one style (the Pareto plots).
-  void raw(const std::string& name, const std::string& data, const std::string& body) {
-    const fs::path dat = dir_ / (name + ".dat"), gp = dir_ / (name + ".gp");
-    std::ofstream(dat) << data;
-    std::ofstream(gp) << "# Restyle freely and rerun: gnuplot " << name << ".gp (data in "
-                      << name << ".dat)\nset terminal " << terminal_ << "\nset output '" << name
-                      << ".png'\n" << body;
-    output_.data_files.push_back(dat.string());
-    output_.data_files.push_back(gp.string());
-    if (!available_) return;
-    const std::string cmd = "cd " + shell_quote(dir_.string()) + " && " +
-                            shell_quote(options_.gnuplot) + " " + shell_quote(name + ".gp") +
-                            " >" + shell_quote(name + ".log") + " 2>&1";
-    if (std::system(cmd.c_str()) == 0 && fs::exists(dir_ / (name + ".png")))
-      output_.pngs.push_back((dir_ / (name + ".png")).string());
-    else
-      output_.plot_note = "gnuplot failed on " + name + ".gp (see plots/" + name + ".log)";
-  }
-
- private:
-  fs::path dir_;
-  const ReportOptions& options_;
-  ReportOutput& output_;
-  bool available_ = false;
-  std::string terminal_;
-};
 
 // Errors of exactly 0 cannot sit on a log axis; they are drawn at this floor.
 constexpr double kErrorFloor = 1e-9;
@@ -628,7 +538,7 @@ std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& di
     md << "No ok rows to plot.\n\n";
     return md.str();
   }
-  Plotter plotter(dir / "plots", options, output);
+  Plotter plotter(dir / "plots", options.gnuplot, output);
   const auto variants = variants_in_order(rows);
   md << "Problem: " << describe(*ctx) << "; one line per variant (its spec as in the LRA "
      << "table, else the spec with most points). Data and gnuplot scripts sit beside the PNGs.\n\n";
@@ -796,8 +706,7 @@ ReportOutput render_report(const std::string& dir, const ReportOptions& options)
   md << error_tables(rows);
 
   output.markdown_path = (base / "report.md").string();
-  std::ofstream out(output.markdown_path);
-  if (!(out << md.str())) throw Error("report: cannot write '" + output.markdown_path + "'");
+  write_atomically(output.markdown_path, md.str());  // an old report or none, never half of one
   return output;
 }
 

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/plot.hpp"
+
 namespace attnlab::harness {
 
 /// One row of rows.csv (columns documented in docs/sweep.md).
@@ -67,11 +69,9 @@ struct ReportOptions {
   std::string gnuplot = "gnuplot";  // skipped with a note in report.md when it cannot be run
 };
 
-struct ReportOutput {
+/// report.md's path and the plots' files (data_files, pngs, plot_note: harness/plot.hpp).
+struct ReportOutput : PlotFiles {
   std::string markdown_path;
-  std::vector<std::string> data_files;  // .dat and .gp, always written when plots = true
-  std::vector<std::string> pngs;        // only when gnuplot ran
-  std::string plot_note;                // why there are no PNGs, when there are none
 };
 
 /// Reads <dir>/rows.csv and <dir>/meta.json (optional), writes report.md and plots/.

@@ -2,7 +2,9 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "attnlab/error.hpp"
@@ -98,9 +100,23 @@ FeedForward::FeedForward(std::size_t d_model, std::size_t hidden)
     : linear1(d_model, hidden), linear2(hidden, d_model) {}
 
 Activations FeedForward::forward(const Activations& x) const {
-  Activations h = linear1.forward(x);
-  for (float& v : h) v = v > 0 ? v : 0;
-  return linear2.forward(h);
+  const std::size_t d = linear1.weight.shape()[1], hidden = linear1.weight.shape()[0];
+  if (x.shape()[2] != d)
+    throw Error("feed-forward " + std::to_string(d) + " -> " + std::to_string(hidden) + " -> " +
+                std::to_string(d) + ": input " + shape_text(x) + " has " +
+                std::to_string(x.shape()[2]) + " features, expected " + std::to_string(d));
+  Activations y = Activations::from_shape(x.shape());
+  const std::size_t rows = x.shape()[0] * x.shape()[1];
+  std::vector<float> h(std::min(rows, kRowBlock) * hidden);
+  for (std::size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const std::size_t n = std::min(kRowBlock, rows - r0);
+    affine(x.data() + r0 * d, n, d, d, linear1.weight.data(), hidden, d, linear1.bias.data(),
+           h.data(), hidden);
+    for (std::size_t i = 0; i < n * hidden; ++i) h[i] = h[i] > 0 ? h[i] : 0;
+    affine(h.data(), n, hidden, hidden, linear2.weight.data(), d, hidden, linear2.bias.data(),
+           y.data() + r0 * d, d);
+  }
+  return y;
 }
 
 void FeedForward::initialize(std::uint64_t seed, const std::string& prefix) {
@@ -153,6 +169,15 @@ Matrix sinusoidal_positions(std::size_t n, std::size_t dim) {
       pe(p, c) = static_cast<float>(c % 2 == 0 ? std::sin(angle) : std::cos(angle));
     }
   return pe;
+}
+
+Tokens random_tokens(std::size_t batch, std::size_t n, std::size_t vocab, std::uint64_t seed) {
+  if (vocab == 0) throw Error("random_tokens: vocab=0, expected at least 1");
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int64_t> token(0, static_cast<std::int64_t>(vocab) - 1);
+  Tokens t = Tokens::from_shape({batch, n});
+  for (auto& v : t) v = token(rng);
+  return t;
 }
 
 }  // namespace attnlab::models

@@ -70,8 +70,13 @@ class FeedForward {
   Linear linear1;  ///< d_model -> hidden
   Linear linear2;  ///< hidden -> d_model
 
-  /// x [B, N, d_model] -> [B, N, d_model].
+  /// x [B, N, d_model] -> [B, N, d_model], kRowBlock token rows at a time: the hidden
+  /// activations are never held for all B·N rows (128 MiB at the LRA size, B = 4, and a fresh
+  /// buffer of that size costs as much in page faults as the GEMMs that fill it on our VM).
   Activations forward(const Activations& x) const;
+
+  /// Token rows per block of forward().
+  static constexpr std::size_t kRowBlock = 512;
 
   /// Both linears, PyTorch's default initialisation.
   void initialize(std::uint64_t seed, const std::string& prefix);
@@ -101,6 +106,10 @@ class Embedding {
 /// The sinusoidal positional encoding of Vaswani et al. [n, dim]: PE(p, 2i) = sin(p / 10000^(2i /
 /// dim)), PE(p, 2i + 1) = cos(p / 10000^(2i / dim)).
 Matrix sinusoidal_positions(std::size_t n, std::size_t dim);
+
+/// Token ids [batch, n], uniform in [0, vocab), reproducible from `seed` (e.g. random bytes for
+/// the Long Range Arena text model).
+Tokens random_tokens(std::size_t batch, std::size_t n, std::size_t vocab, std::uint64_t seed);
 
 /// The shape as text, "[2, 16, 64]", for error messages.
 std::string shape_text(const Activations& x);

@@ -84,11 +84,11 @@ QKV MultiHeadAttention::project(const Activations& query, const Activations& mem
     throw Error("multi-head attention: query " + shape_text(query) + " and memory " +
                 shape_text(memory) + " have different batch sizes");
   const std::size_t d = d_model(), batch = query.shape()[0];
-  // One product per block: with W_K = W_Q and memory = query, k is then bitwise q.
+  // One product per block (with W_K = W_Q and memory = query, k is then bitwise q), into one
+  // buffer reused by the three: a fresh one each costs page faults (milliseconds per MiB here).
+  std::vector<float> y(batch * std::max(query.shape()[1], memory.shape()[1]) * d);
   auto block = [&](const Activations& x, std::size_t which) {
-    const std::size_t rows = batch * x.shape()[1];
-    std::vector<float> y(rows * d);
-    affine(x.data(), rows, d, d, in_proj_weight.data() + which * d * d, d, d,
+    affine(x.data(), batch * x.shape()[1], d, d, in_proj_weight.data() + which * d * d, d, d,
            in_proj_bias.data() + which * d, y.data(), d);
     return split_heads(y.data(), batch, x.shape()[1], heads_, head_dim());
   };
@@ -109,7 +109,11 @@ Tensor MultiHeadAttention::attention_probabilities(const Activations& query,
                                                    const Activations& memory,
                                                    const Mask& mask) const {
   const QKV in = project(query, memory);
-  const Dims d = check_qkv(in.q, in.k, in.v);
+  return models::attention_probabilities(in.q, in.k, mask);
+}
+
+Tensor attention_probabilities(const Tensor& q, const Tensor& k, const Mask& mask) {
+  const Dims d = check_qkv(q, k, k);
   mask.validate(d);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
   Tensor p = Tensor::from_shape({d.batch, d.heads, d.nq, d.nk});
@@ -117,7 +121,7 @@ Tensor MultiHeadAttention::attention_probabilities(const Activations& query,
     for (std::size_t h = 0; h < d.heads; ++h) {
       float* s = &p(b, h, 0, 0);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(d.nq), int(d.nk), int(d.dk), scale,
-                  &in.q(b, h, 0, 0), int(d.dk), &in.k(b, h, 0, 0), int(d.dk), 0.0f, s, int(d.nk));
+                  &q(b, h, 0, 0), int(d.dk), &k(b, h, 0, 0), int(d.dk), 0.0f, s, int(d.nk));
       for (std::size_t i = 0; i < d.nq; ++i) masked_softmax(s + i * d.nk, d.nk, mask, b, h, i, d);
     }
   return p;

@@ -93,4 +93,9 @@ class MultiHeadAttention {
   std::shared_ptr<const Attention> core_;
 };
 
+/// softmax(q k^T · scale) under `mask` for q [B, H, Nq, Dk], k [B, H, Nk, Dk]: the dense
+/// [B, H, Nq, Nk] probabilities exact attention weighs the values with (rows that see no key are
+/// zero), accumulated in float32 by one sgemm per head. Validates shapes and mask (throws Error).
+Tensor attention_probabilities(const Tensor& q, const Tensor& k, const Mask& mask = {});
+
 }  // namespace attnlab::models

@@ -145,6 +145,13 @@ TEST_CASE("error metrics match hand-computed values", "[core]") {
   CHECK(m.p99_row == Approx(1.0 / std::sqrt(18.0)));  // nearest rank: the worst of 3 rows
   CHECK(m.str().find("rel_fro=") != std::string::npos);
   require_error<Error>([&] { compare(out, Tensor64::from_shape({1, 1, 2, 2})); }, {"shapes"});
+  // The row form against a float reference gives the same numbers (these values are exact).
+  const Tensor ref32 = xt::cast<float>(ref);
+  const ErrorMetrics rows = compare(out.data(), ref32.data(), 3, 2);
+  CHECK(rows.max_abs == m.max_abs);
+  CHECK(rows.rel_fro == m.rel_fro);
+  CHECK(rows.mean_cos == m.mean_cos);
+  CHECK(rows.p99_row == m.p99_row);
 }
 
 TEST_CASE("every registered variant keeps the common contract", "[core]") {

@@ -29,6 +29,10 @@ class Attention {
 
   /// q [B,H,Nq,Dk], k [B,H,Nk,Dk], v [B,H,Nk,Dv] -> [B,H,Nq,Dv]. Validates shapes and mask
   /// (throws Error), then refuses what support() excludes (throws Unsupported), then computes.
+  /// A NaN or Inf in q, or in a key or value row that is not padding, throws Error naming the
+  /// tensor and the index (padded rows are never read); finite inputs give a finite output.
+  /// Thread-safe: several threads may call forward on one object at once (tests/test_threads.cpp,
+  /// run under ThreadSanitizer in CI); each call uses its own OpenMP team.
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask = {}) const;
 
   /// The same, written into `out`, which is resized only when its shape is not [B,H,Nq,Dv]:

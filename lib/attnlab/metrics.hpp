@@ -19,4 +19,8 @@ struct ErrorMetrics {
 /// Shapes must match (throws Error otherwise).
 ErrorMetrics compare(const Tensor& out, const Tensor64& ref);
 
+/// The same metrics for `rows` rows of `width` floats each, against a float32 reference (e.g.
+/// one model's activations against another's); allocates only one double per row.
+ErrorMetrics compare(const float* out, const float* ref, std::size_t rows, std::size_t width);
+
 }  // namespace attnlab

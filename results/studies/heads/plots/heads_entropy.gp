@@ -1,0 +1,14 @@
+# Restyle freely and rerun: gnuplot heads_entropy.gp (data in heads_entropy.dat)
+set terminal pngcairo size 1100,800 font ',11'
+set output 'heads_entropy.png'
+set grid
+set key below left Left reverse noenhanced
+set logscale x 2
+set xtics (1, 2, 4, 8, 16)
+set xrange [0.8:20]
+set xlabel 'heads h (d_model = 512, d_k = d_model / h)' noenhanced
+set ylabel 'row entropy (nats)'
+set title 'row entropy (nats) per head (bars: range over heads), N = 512' noenhanced
+plot 'heads_entropy.dat' index 0 using 1:2:3:4 with yerrorlines lw 2 pt 7 title "separate W_Q, W_K", \
+     'heads_entropy.dat' index 1 using 1:2:3:4 with yerrorlines lw 2 pt 7 title "W_Q = W_K (tied)", \
+     6.23832463 with lines dt 2 lw 2 title 'uniform attention'
