@@ -130,14 +130,15 @@ std::vector<Segment> plan_segments(const Layout& g, const std::vector<Task>& til
   return segments;
 }
 
-// The keys and values one segment reads, laid out by the thread that runs it: the global keys
-// (if it reads them) in columns [0, globals), then class-layout columns [lo, hi). Small enough
-// to stay in L2 while the segment's tiles read it, and nothing of the size of a head is written.
+// The keys one segment reads, transposed by the thread that runs it: the global keys (if it
+// reads them) in columns [0, globals), then class-layout columns [lo, hi). Small enough to stay
+// in L2 while the segment's tiles read it; nothing of the size of a head is written. The values
+// are read where they are: a run's rows are evenly spaced (stride step·Dv).
 struct Keys {
   std::vector<float> kt;  // [Dk, ld]
-  std::vector<float> v;   // [columns, Dv]
   std::size_t ld = 0;
   Index globals = 0, lo = 0;
+  const float* v = nullptr;  // the head's values [Nk, Dv]
   std::size_t b = 0, h = 0;
   /// Column of key t of a run.
   std::size_t at(const Layout::Run& run, Index t) const {
@@ -145,9 +146,9 @@ struct Keys {
   }
 };
 
-// ksrc [Nk, Dk] and vsrc [Nk, Dv] of one head into keys, for the segment's columns.
-void lay_out_segment(const Layout& g, const float* ksrc, const float* vsrc, const Dims& d,
-                     const Segment& seg, Keys& keys) {
+// ksrc [Nk, Dk] of one head into keys, for the segment's columns.
+void lay_out_segment(const Layout& g, const float* ksrc, const Dims& d, const Segment& seg,
+                     Keys& keys) {
   keys.globals = seg.globals ? g.gk : 0;
   keys.lo = seg.lo;
   const auto columns = static_cast<std::size_t>(keys.globals + seg.hi - seg.lo);
@@ -156,14 +157,12 @@ void lay_out_segment(const Layout& g, const float* ksrc, const float* vsrc, cons
   keys.ld = (columns + 15) / 16 * 16;
   if (keys.ld / 16 % 2 == 0) keys.ld += 16;
   if (keys.kt.size() < d.dk * keys.ld) keys.kt.resize(d.dk * keys.ld);
-  if (keys.v.size() < columns * d.dv) keys.v.resize(columns * d.dv);
   const auto globals = static_cast<std::size_t>(keys.globals);
-  if (globals > 0) {
-    kernels::transpose(globals, d.dk, ksrc, d.dk, keys.kt.data(), keys.ld);
-    std::copy_n(vsrc, globals * d.dv, keys.v.data());
-  }
+  kernels::transpose(globals, d.dk, ksrc, d.dk, keys.kt.data(), keys.ld);
   const std::size_t step = static_cast<std::size_t>(g.s);
-  for (Index rho = 0; rho < g.s; ++rho) {  // class rho: keys rho, rho + s, ... at its columns
+  // The classes whose columns meet [lo, hi): one for rows of a class, all for global rows.
+  const auto first = std::upper_bound(g.column.begin(), g.column.end(), seg.lo) - 1;
+  for (Index rho = first - g.column.begin(); rho < g.s && g.column[rho] < seg.hi; ++rho) {
     const Index t0 = std::max<Index>(seg.lo - g.column[rho], 0);
     const Index t1 = std::min(seg.hi - g.column[rho], g.count[rho]);
     if (t0 >= t1) continue;
@@ -172,8 +171,6 @@ void lay_out_segment(const Layout& g, const float* ksrc, const float* vsrc, cons
     const std::size_t j0 = static_cast<std::size_t>(rho) + step * static_cast<std::size_t>(t0);
     kernels::transpose(keys_in, d.dk, ksrc + j0 * d.dk, step * d.dk, keys.kt.data() + col,
                        keys.ld);
-    for (std::size_t t = 0; t < keys_in; ++t)
-      std::copy_n(vsrc + (j0 + step * t) * d.dv, d.dv, keys.v.data() + (col + t) * d.dv);
   }
 }
 
@@ -207,7 +204,9 @@ void fold_run(const Dims& d, Layout::Run run, Index t0, Index t1, Scratch& sc) {
         for (Index t = a; t < z; ++t)
           if (!allowed[run.first + run.step * (c0 + t)]) row[t] = kNegInf;
     }
-    sc.softmax.fold(keys.v.data() + col * d.dv, d.dv, static_cast<std::size_t>(cols));
+    const auto first = static_cast<std::size_t>(run.first + run.step * c0);
+    sc.softmax.fold(keys.v + first * d.dv, static_cast<std::size_t>(run.step) * d.dv,
+                    static_cast<std::size_t>(cols));
   }
 }
 
@@ -326,8 +325,8 @@ void SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v
       const Segment& seg = segments[static_cast<std::size_t>(t) % segments.size()];
       scratch.keys.b = bh / d.heads;
       scratch.keys.h = bh % d.heads;
-      lay_out_segment(g, k.data() + bh * d.nk * d.dk, v.data() + bh * d.nk * d.dv, d, seg,
-                      scratch.keys);
+      scratch.keys.v = v.data() + bh * d.nk * d.dv;
+      lay_out_segment(g, k.data() + bh * d.nk * d.dk, d, seg, scratch.keys);
       for (std::size_t i = seg.first; i < seg.end; ++i)
         attend_tile(g, q, mask, d, tiles[i], scale, scratch, out);
     }
