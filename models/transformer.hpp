@@ -78,7 +78,8 @@ class EncoderLayer {
 
   MultiHeadAttention self_attn;         ///< self-attention
   std::optional<FeedForward> ffn;       ///< linear1, linear2 (absent under no-ffn)
-  std::optional<LayerNorm> norm1, norm2;  ///< absent under no-norm (norm2 also under no-ffn)
+  std::optional<LayerNorm> norm1;  ///< absent under no-norm
+  std::optional<LayerNorm> norm2;  ///< absent under no-norm and under no-ffn
 
   /// x [B, N, d_model] -> [B, N, d_model]; `mask` goes to the self-attention.
   Activations forward(const Activations& x, const Mask& mask = {}) const;
@@ -114,7 +115,9 @@ class DecoderLayer {
   MultiHeadAttention self_attn;       ///< causal self-attention
   MultiHeadAttention multihead_attn;  ///< cross-attention to the encoder's output
   std::optional<FeedForward> ffn;     ///< absent under no-ffn
-  std::optional<LayerNorm> norm1, norm2, norm3;  ///< absent under no-norm (norm3 under no-ffn)
+  std::optional<LayerNorm> norm1;  ///< absent under no-norm
+  std::optional<LayerNorm> norm2;  ///< absent under no-norm
+  std::optional<LayerNorm> norm3;  ///< absent under no-norm and under no-ffn
 
   /// x [B, Nt, d_model], memory [B, Ns, d_model] -> [B, Nt, d_model]. The self-attention is
   /// causal: `self_mask` with Causal::none becomes top-left (keep bottom-right for decoding

@@ -21,6 +21,7 @@
 
 namespace attnlab {
 
+/// Exact softmax attention, fused and tiled (see above).
 class FullAttention final : public Attention {
  public:
   std::string spec() const override { return "full"; }
