@@ -101,6 +101,7 @@ class BigBirdAttention final : public Attention {
   BigBirdConfig config_;
 };
 
+/// The factory's maker for "bigbird:...": reads and checks the keys (throws Error).
 std::unique_ptr<Attention> make_bigbird(Params& params);
 
 }  // namespace attnlab

@@ -23,8 +23,10 @@
 
 namespace attnlab {
 
+/// Linear attention's feature maps: elu(x)+1, relu(x), FAVOR+ positive random features, DPFP.
 enum class Feature { elu1, relu, favor, dpfp };
 
+/// "elu1", "relu", "favor" or "dpfp", as in the factory string.
 const char* feature_name(Feature f);
 
 /// The m x Dk FAVOR+ projection for `seed`: orthogonal blocks with chi(Dk)-distributed row norms.

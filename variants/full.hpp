@@ -33,6 +33,7 @@ class FullAttention final : public Attention {
                const Dims& d, Tensor& out) const override;
 };
 
+/// The factory's maker for "full:...": reads and checks the keys (throws Error).
 std::unique_ptr<Attention> make_full(Params& params);
 
 }  // namespace attnlab

@@ -61,6 +61,7 @@
 
 namespace attnlab {
 
+/// How keys and values update the fast-weight memory: summed, or the delta rule.
 enum class LinearRule { sum, delta };
 
 /// Linear attention's parameters, as in the factory string (see above).
@@ -134,6 +135,7 @@ class LinearState {
   std::vector<float> fq_, fk_; // one row of features each
 };
 
+/// The factory's maker for "linear:...": reads and checks the keys (throws Error).
 std::unique_ptr<Attention> make_linear(Params& params);
 
 }  // namespace attnlab

@@ -109,6 +109,7 @@ class LinformerAttention final : public Attention {
   std::size_t supplied_heads_ = 0;  // 1 or H after set_projections
 };
 
+/// The factory's maker for "linformer:...": reads and checks the keys (throws Error).
 std::unique_ptr<Attention> make_linformer(Params& params);
 
 }  // namespace attnlab

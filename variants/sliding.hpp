@@ -64,6 +64,7 @@ class SlidingAttention final : public Attention {
   SlidingConfig config_;
 };
 
+/// The factory's maker for "sliding:...": reads and checks the keys (throws Error).
 std::unique_ptr<Attention> make_sliding(Params& params);
 
 }  // namespace attnlab

@@ -42,6 +42,7 @@ struct InputDistribution {
   double width = 32;   ///< local
   double gap = 6;      ///< local
 };
+/// Parses "gaussian:temp=T", "lowrank:r=R,temp=T" or "local:width=W,gap=G".
 InputDistribution parse_inputs(const std::string& text);
 
 /// Self-attention inputs q, k, v of shape [batch, heads, n, dim]. Throws Error when the

@@ -21,10 +21,12 @@
 
 namespace attnlab {
 
+/// The causal alignment (see above): none, top-left (j <= i) or bottom-right (j <= i + Nk - Nq).
 enum class Causal { none, top_left, bottom_right };
 
 /// "none", "top-left", "bottom-right" and back; parse throws Error quoting the text.
 const char* causal_name(Causal c);
+/// The inverse of causal_name.
 Causal parse_causal(const std::string& text);
 
 /// Every constraint on what a query may attend to, and the softmax scale (see above).

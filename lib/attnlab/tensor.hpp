@@ -12,8 +12,8 @@
 
 namespace attnlab {
 
-using Tensor = xt::xtensor<float, 4>;
-using Tensor64 = xt::xtensor<double, 4>;
+using Tensor = xt::xtensor<float, 4>;     ///< float32 [batch, heads, seq, dim]
+using Tensor64 = xt::xtensor<double, 4>;  ///< float64, for the reference
 
 /// The sizes of one attention problem, read off validated q, k, v.
 struct Dims {
