@@ -8,6 +8,10 @@
 #include "attnlab/error.hpp"
 #include "attnlab/kernels_table.hpp"
 
+#ifdef ATTNLAB_X86_KERNELS
+#include <cpuid.h>
+#endif
+
 namespace attnlab::kernels {
 namespace {
 
@@ -22,6 +26,15 @@ const detail::Table* table_of(Isa isa) {
   }
 }
 
+#ifdef ATTNLAB_X86_KERNELS
+// A feature bit of CPUID leaf 1, ECX: clang 14's __builtin_cpu_supports knows no "f16c" or
+// "movbe" (the TSan and fuzzing builds use clang), so these two are read directly.
+bool cpuid1_ecx(unsigned bit) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit) != 0;
+}
+#endif
+
 // The CPU and the operating system (saved register state) can run the path.
 bool cpu_runs(Isa isa) {
 #ifdef ATTNLAB_X86_KERNELS
@@ -32,7 +45,8 @@ bool cpu_runs(Isa isa) {
              cpu_runs(Isa::avx2);
     case Isa::avx2:  // what x86-64-v3 code uses here (its F16C, MOVBE, LZCNT come with these)
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+             __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+             cpuid1_ecx(bit_F16C) && cpuid1_ecx(bit_MOVBE);
     case Isa::scalar: return true;
   }
   return false;
