@@ -1,6 +1,9 @@
 #include "models/layers.hpp"
 
 #include <cblas.h>
+#include <sys/mman.h>
+
+#include <cstdint>
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +18,17 @@ std::string shape_text(const Activations& x) {
   std::string s = "[";  // built in place: GCC 12 warns falsely on "literal" + std::string&&
   for (std::size_t a = 0; a < 3; ++a) s += (a ? ", " : "") + std::to_string(x.shape()[a]);
   return s + "]";
+}
+
+void prefer_huge_pages(void* data, std::size_t bytes) {
+#ifdef MADV_HUGEPAGE
+  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+  const auto begin = (reinterpret_cast<std::uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(kHuge - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // a hint
+#else
+  (void)data, (void)bytes;
+#endif
 }
 
 void affine(const float* x, std::size_t rows, std::size_t in, std::size_t ldx, const float* w,
@@ -42,7 +56,7 @@ Activations Linear::forward(const Activations& x) const {
     throw Error("linear layer " + std::to_string(in) + " -> " + std::to_string(out) +
                 ": input " + shape_text(x) + " has " + std::to_string(x.shape()[2]) +
                 " features, expected " + std::to_string(in));
-  Activations y = Activations::from_shape({x.shape()[0], x.shape()[1], out});
+  auto y = uninitialized<Activations>({x.shape()[0], x.shape()[1], out});
   affine(x.data(), x.shape()[0] * x.shape()[1], in, in, weight.data(), out, in, bias.data(),
          y.data(), out);
   return y;
@@ -65,25 +79,23 @@ LayerNorm::LayerNorm(std::size_t features, double eps)
   initialize();
 }
 
-Activations LayerNorm::forward(const Activations& x) const {
+Activations LayerNorm::forward(Activations x) const {
   const std::size_t d = weight.size();
   if (x.shape()[2] != d)
     throw Error("LayerNorm(" + std::to_string(d) + "): input " + shape_text(x) + " has " +
                 std::to_string(x.shape()[2]) + " features");
-  Activations y = Activations::from_shape(x.shape());
   const std::size_t rows = x.shape()[0] * x.shape()[1];
   for (std::size_t r = 0; r < rows; ++r) {
-    const float* in = x.data() + r * d;
-    float* out = y.data() + r * d;
+    float* row = x.data() + r * d;
     double mean = 0, var = 0;
-    for (std::size_t c = 0; c < d; ++c) mean += in[c];
+    for (std::size_t c = 0; c < d; ++c) mean += row[c];
     mean /= static_cast<double>(d);
-    for (std::size_t c = 0; c < d; ++c) var += (in[c] - mean) * (in[c] - mean);
+    for (std::size_t c = 0; c < d; ++c) var += (row[c] - mean) * (row[c] - mean);
     const double inv = 1.0 / std::sqrt(var / static_cast<double>(d) + eps);
     for (std::size_t c = 0; c < d; ++c)
-      out[c] = static_cast<float>((in[c] - mean) * inv) * weight[c] + bias[c];
+      row[c] = static_cast<float>((row[c] - mean) * inv) * weight[c] + bias[c];
   }
-  return y;
+  return x;
 }
 
 void LayerNorm::initialize() {
@@ -105,14 +117,14 @@ Activations FeedForward::forward(const Activations& x) const {
     throw Error("feed-forward " + std::to_string(d) + " -> " + std::to_string(hidden) + " -> " +
                 std::to_string(d) + ": input " + shape_text(x) + " has " +
                 std::to_string(x.shape()[2]) + " features, expected " + std::to_string(d));
-  Activations y = Activations::from_shape(x.shape());
+  auto y = uninitialized<Activations>(x.shape());
   const std::size_t rows = x.shape()[0] * x.shape()[1];
-  std::vector<float> h(std::min(rows, kRowBlock) * hidden);
+  auto h = uninitialized<Matrix>({std::min(rows, kRowBlock), hidden});
   for (std::size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
     const std::size_t n = std::min(kRowBlock, rows - r0);
     affine(x.data() + r0 * d, n, d, d, linear1.weight.data(), hidden, d, linear1.bias.data(),
            h.data(), hidden);
-    for (std::size_t i = 0; i < n * hidden; ++i) h[i] = h[i] > 0 ? h[i] : 0;
+    for (std::size_t i = 0; i < n * hidden; ++i) h.data()[i] = std::max(h.data()[i], 0.0f);
     affine(h.data(), n, hidden, hidden, linear2.weight.data(), d, hidden, linear2.bias.data(),
            y.data() + r0 * d, d);
   }
@@ -136,7 +148,7 @@ Embedding::Embedding(std::size_t vocab, std::size_t dim)
 
 Activations Embedding::forward(const Tokens& tokens) const {
   const std::size_t vocab = weight.shape()[0], dim = weight.shape()[1];
-  Activations y = Activations::from_shape({tokens.shape()[0], tokens.shape()[1], dim});
+  auto y = uninitialized<Activations>({tokens.shape()[0], tokens.shape()[1], dim});
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::int64_t t = tokens.data()[i];
     if (t < 0 || static_cast<std::size_t>(t) >= vocab)
@@ -162,7 +174,7 @@ Matrix sinusoidal_positions(std::size_t n, std::size_t dim) {
   std::vector<double> frequency(dim);
   for (std::size_t c = 0; c < dim; ++c)
     frequency[c] = std::pow(10000.0, -static_cast<double>(c - c % 2) / static_cast<double>(dim));
-  Matrix pe = Matrix::from_shape({n, dim});
+  auto pe = uninitialized<Matrix>({n, dim});
   for (std::size_t p = 0; p < n; ++p)
     for (std::size_t c = 0; c < dim; ++c) {
       const double angle = static_cast<double>(p) * frequency[c];

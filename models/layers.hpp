@@ -15,6 +15,20 @@ namespace attnlab::models {
 /// Token ids [batch, seq].
 using Tokens = xt::xtensor<std::int64_t, 2>;
 
+/// Marks [data, data + bytes) for transparent huge pages (Linux madvise MADV_HUGEPAGE on the
+/// 2 MiB-aligned part; nothing elsewhere or below 2 MiB). Call it before the first write: on our
+/// VM the 4 KiB page faults of a fresh 64 MiB buffer cost 0.3 to 0.9 s, with huge pages 0.02 s.
+void prefer_huge_pages(void* data, std::size_t bytes);
+
+/// An uninitialised container of `shape` (xtensor's from_shape) marked by prefer_huge_pages:
+/// how the layers allocate their activations.
+template <class Container>
+Container uninitialized(const typename Container::shape_type& shape) {
+  Container c = Container::from_shape(shape);
+  prefer_huge_pages(c.data(), c.size() * sizeof(typename Container::value_type));
+  return c;
+}
+
 /// y[rows, out] = x[rows, in] · w[out, in]^T + b[out] (b may be null), all row-major with leading
 /// dimensions ldx, ldw, ldy: one cblas_sgemm. The product behind every projection here.
 void affine(const float* x, std::size_t rows, std::size_t in, std::size_t ldx, const float* w,
@@ -50,8 +64,9 @@ class LayerNorm {
   Vector bias;    ///< beta [features]
   double eps;     ///< added to the variance
 
-  /// x [B, N, features] -> the same shape. Throws Error on a feature-size mismatch.
-  Activations forward(const Activations& x) const;
+  /// x [B, N, features] -> the same shape, normalised in x's own storage (pass an rvalue to
+  /// spare a fresh buffer). Throws Error on a feature-size mismatch.
+  Activations forward(Activations x) const;
 
   /// weight 1, bias 0.
   void initialize();

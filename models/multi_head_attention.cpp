@@ -32,7 +32,7 @@ void masked_softmax(float* scores, std::size_t nk, const Mask& mask, std::size_t
 Tensor split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t heads,
                    std::size_t dk) {
   const std::size_t ld = heads * dk;
-  Tensor t = Tensor::from_shape({batch, heads, n, dk});
+  auto t = uninitialized<Tensor>({batch, heads, n, dk});
   for (std::size_t b = 0; b < batch; ++b)
     for (std::size_t h = 0; h < heads; ++h)
       for (std::size_t i = 0; i < n; ++i)
@@ -42,7 +42,7 @@ Tensor split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t
 
 Activations merge_heads(const Tensor& t) {
   const std::size_t batch = t.shape()[0], heads = t.shape()[1], n = t.shape()[2], dk = t.shape()[3];
-  Activations x = Activations::from_shape({batch, n, heads * dk});
+  auto x = uninitialized<Activations>({batch, n, heads * dk});
   for (std::size_t b = 0; b < batch; ++b)
     for (std::size_t h = 0; h < heads; ++h)
       for (std::size_t i = 0; i < n; ++i) std::copy_n(&t(b, h, i, 0), dk, &x(b, i, h * dk));
@@ -84,7 +84,7 @@ QKV MultiHeadAttention::project(const Activations& query, const Activations& mem
   const std::size_t d = d_model(), batch = query.shape()[0];
   // One product per block (with W_K = W_Q and memory = query, k is then bitwise q), into one
   // buffer reused by the three: a fresh one each costs page faults (milliseconds per MiB here).
-  std::vector<float> y(batch * std::max(query.shape()[1], memory.shape()[1]) * d);
+  auto y = uninitialized<Matrix>({batch * std::max(query.shape()[1], memory.shape()[1]), d});
   auto block = [&](const Activations& x, std::size_t which) {
     affine(x.data(), batch * x.shape()[1], d, d, in_proj_weight.data() + which * d * d, d, d,
            in_proj_bias.data() + which * d, y.data(), d);
@@ -100,7 +100,9 @@ Activations MultiHeadAttention::forward(const Activations& x, const Mask& mask) 
 Activations MultiHeadAttention::forward(const Activations& query, const Activations& memory,
                                         const Mask& mask) const {
   const QKV in = project(query, memory);
-  return out_proj.forward(merge_heads(core_->forward(in.q, in.k, in.v, mask)));
+  auto heads = uninitialized<Tensor>({in.q.shape()[0], in.q.shape()[1], in.q.shape()[2], in.v.shape()[3]});
+  core_->forward(in.q, in.k, in.v, mask, heads);
+  return out_proj.forward(merge_heads(heads));
 }
 
 Tensor MultiHeadAttention::attention_probabilities(const Activations& query,

@@ -33,7 +33,8 @@ Activations sublayer(const LayerConfig& c, const Activations& x,
                      const std::optional<LayerNorm>& norm, F&& f) {
   Activations y = c.pre_ln && norm ? f(norm->forward(x)) : f(x);
   if (c.skip) add_into(y, x);
-  return !c.pre_ln && norm ? norm->forward(y) : y;
+  if (!c.pre_ln && norm) return norm->forward(std::move(y));  // in y's storage
+  return y;
 }
 
 std::optional<LayerNorm> make_norm(const LayerConfig& c, bool present) {
@@ -200,69 +201,66 @@ void DecoderLayer::set_attention(const std::string& spec) {
 
 // ------------------------------------------------------------------------------ stacks
 
-Encoder::Encoder(const LayerConfig& config, std::size_t count)
-    : layers(count, EncoderLayer(config)), norm(make_norm(config, config.pre_ln)) {}
+template <class Layer>
+Stack<Layer>::Stack(const LayerConfig& config, std::size_t count)
+    : layers(count, Layer(config)), norm(make_norm(config, config.pre_ln)) {}
 
-Activations Encoder::forward(const Activations& x, const Mask& mask,
-                             const LayerObserver& observe) const {
-  Activations h = x;
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    Activations next = layers[i].forward(h, mask);
-    if (observe) observe(i, h, next);
-    h = std::move(next);
-  }
-  return norm ? norm->forward(h) : h;
-}
-
-void Encoder::initialize(std::uint64_t seed, const std::string& prefix) {
+template <class Layer>
+void Stack<Layer>::initialize(std::uint64_t seed, const std::string& prefix) {
   for (std::size_t i = 0; i < layers.size(); ++i) layers[i].initialize(seed, layer_prefix(prefix, i));
   if (norm) norm->initialize();
 }
 
-void Encoder::parameters(const std::string& prefix, Parameters& out) {
+template <class Layer>
+void Stack<Layer>::parameters(const std::string& prefix, Parameters& out) {
   for (std::size_t i = 0; i < layers.size(); ++i) layers[i].parameters(layer_prefix(prefix, i), out);
   norm_parameters(norm, prefix + "norm.", out);
 }
 
-void Encoder::check(const std::string& prefix) const {
+template <class Layer>
+void Stack<Layer>::check(const std::string& prefix) const {
   for (std::size_t i = 0; i < layers.size(); ++i) layers[i].check(layer_prefix(prefix, i));
 }
 
-void Encoder::set_attention(const std::string& spec) {
+template <class Layer>
+void Stack<Layer>::set_attention(const std::string& spec) {
   for (auto& layer : layers) layer.set_attention(spec);
 }
 
-Decoder::Decoder(const LayerConfig& config, std::size_t count)
-    : layers(count, DecoderLayer(config)), norm(make_norm(config, config.pre_ln)) {}
+template class Stack<EncoderLayer>;
+template class Stack<DecoderLayer>;
+
+namespace {
+
+// Runs `layers` in turn (step(layer, h) -> the layer's output), observed, then the final norm.
+template <class Layers, class Step>
+Activations run_layers(const Layers& layers, const std::optional<LayerNorm>& norm,
+                       const Activations& x, const LayerObserver& observe, Step step) {
+  Activations h = x;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    Activations next = step(layers[i], h);
+    if (observe) observe(i, h, next);
+    h = std::move(next);
+  }
+  if (norm) return norm->forward(std::move(h));
+  return h;
+}
+
+}  // namespace
+
+Activations Encoder::forward(const Activations& x, const Mask& mask,
+                             const LayerObserver& observe) const {
+  return run_layers(layers, norm, x, observe, [&](const EncoderLayer& layer, const Activations& h) {
+    return layer.forward(h, mask);
+  });
+}
 
 Activations Decoder::forward(const Activations& x, const Activations& memory,
                              const Mask& self_mask, const Mask& memory_mask,
                              const LayerObserver& observe) const {
-  Activations h = x;
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    Activations next = layers[i].forward(h, memory, self_mask, memory_mask);
-    if (observe) observe(i, h, next);
-    h = std::move(next);
-  }
-  return norm ? norm->forward(h) : h;
-}
-
-void Decoder::initialize(std::uint64_t seed, const std::string& prefix) {
-  for (std::size_t i = 0; i < layers.size(); ++i) layers[i].initialize(seed, layer_prefix(prefix, i));
-  if (norm) norm->initialize();
-}
-
-void Decoder::parameters(const std::string& prefix, Parameters& out) {
-  for (std::size_t i = 0; i < layers.size(); ++i) layers[i].parameters(layer_prefix(prefix, i), out);
-  norm_parameters(norm, prefix + "norm.", out);
-}
-
-void Decoder::check(const std::string& prefix) const {
-  for (std::size_t i = 0; i < layers.size(); ++i) layers[i].check(layer_prefix(prefix, i));
-}
-
-void Decoder::set_attention(const std::string& spec) {
-  for (auto& layer : layers) layer.set_attention(spec);
+  return run_layers(layers, norm, x, observe, [&](const DecoderLayer& layer, const Activations& h) {
+    return layer.forward(h, memory, self_mask, memory_mask);
+  });
 }
 
 // ------------------------------------------------------------------------------ EncoderModel

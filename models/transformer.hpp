@@ -78,7 +78,8 @@ class EncoderLayer {
 
   MultiHeadAttention self_attn;         ///< self-attention
   std::optional<FeedForward> ffn;       ///< linear1, linear2 (absent under no-ffn)
-  std::optional<LayerNorm> norm1, norm2;  ///< absent under no-norm (norm2 also under no-ffn)
+  std::optional<LayerNorm> norm1;  ///< before or after the self-attention; absent under no-norm
+  std::optional<LayerNorm> norm2;  ///< around the FFN; absent under no-norm and no-ffn
 
   /// x [B, N, d_model] -> [B, N, d_model]; `mask` goes to the self-attention.
   Activations forward(const Activations& x, const Mask& mask = {}) const;
@@ -114,7 +115,9 @@ class DecoderLayer {
   MultiHeadAttention self_attn;       ///< causal self-attention
   MultiHeadAttention multihead_attn;  ///< cross-attention to the encoder's output
   std::optional<FeedForward> ffn;     ///< absent under no-ffn
-  std::optional<LayerNorm> norm1, norm2, norm3;  ///< absent under no-norm (norm3 under no-ffn)
+  std::optional<LayerNorm> norm1;  ///< around the self-attention; absent under no-norm
+  std::optional<LayerNorm> norm2;  ///< around the cross-attention; absent under no-norm
+  std::optional<LayerNorm> norm3;  ///< around the FFN; absent under no-norm and no-ffn
 
   /// x [B, Nt, d_model], memory [B, Ns, d_model] -> [B, Nt, d_model]. The self-attention is
   /// causal: `self_mask` with Causal::none becomes top-left (keep bottom-right for decoding
@@ -142,19 +145,15 @@ class DecoderLayer {
   LayerConfig config_;
 };
 
-/// torch.nn.TransformerEncoder: L encoder layers, then `norm` under pre-LN.
-class Encoder {
+/// L layers run in turn, then a final LayerNorm under pre-LN: what Encoder and Decoder share.
+template <class Layer>
+class Stack {
  public:
   /// L layers with zero weights; call initialize or load weights.
-  Encoder(const LayerConfig& config, std::size_t layers);
+  Stack(const LayerConfig& config, std::size_t layers);
 
-  std::vector<EncoderLayer> layers;  ///< in order
-  std::optional<LayerNorm> norm;     ///< the final LayerNorm (pre-LN with LayerNorm only)
-
-  /// x [B, N, d_model] -> [B, N, d_model]; `observe` sees every layer's input and output
-  /// (the final norm comes after the last observation).
-  Activations forward(const Activations& x, const Mask& mask = {},
-                      const LayerObserver& observe = {}) const;
+  std::vector<Layer> layers;      ///< in order
+  std::optional<LayerNorm> norm;  ///< the final LayerNorm (pre-LN with LayerNorm only)
 
   /// Seeded initialisation of every layer.
   void initialize(std::uint64_t seed, const std::string& prefix);
@@ -162,31 +161,31 @@ class Encoder {
   void parameters(const std::string& prefix, Parameters& out);
   /// Checks every layer (see EncoderLayer::check).
   void check(const std::string& prefix) const;
-  /// Replaces every layer's attention core, keeping the weights.
+  /// Replaces every layer's attention core(s), keeping the weights.
   void set_attention(const std::string& spec);
 };
 
-/// torch.nn.TransformerDecoder: L decoder layers, then `norm` under pre-LN.
-class Decoder {
+/// torch.nn.TransformerEncoder: L encoder layers, then `norm` under pre-LN.
+class Encoder : public Stack<EncoderLayer> {
  public:
-  /// L layers with zero weights; call initialize or load weights.
-  Decoder(const LayerConfig& config, std::size_t layers);
+  /// L encoder layers with zero weights (see Stack).
+  using Stack::Stack;
 
-  std::vector<DecoderLayer> layers;  ///< in order
-  std::optional<LayerNorm> norm;     ///< the final LayerNorm (pre-LN with LayerNorm only)
+  /// x [B, N, d_model] -> [B, N, d_model]; `observe` sees every layer's input and output
+  /// (the final norm comes after the last observation).
+  Activations forward(const Activations& x, const Mask& mask = {},
+                      const LayerObserver& observe = {}) const;
+};
+
+/// torch.nn.TransformerDecoder: L decoder layers, then `norm` under pre-LN.
+class Decoder : public Stack<DecoderLayer> {
+ public:
+  /// L decoder layers with zero weights (see Stack).
+  using Stack::Stack;
 
   /// x [B, Nt, d_model], memory [B, Ns, d_model] -> [B, Nt, d_model] (see DecoderLayer).
   Activations forward(const Activations& x, const Activations& memory, const Mask& self_mask = {},
                       const Mask& memory_mask = {}, const LayerObserver& observe = {}) const;
-
-  /// Seeded initialisation of every layer.
-  void initialize(std::uint64_t seed, const std::string& prefix);
-  /// Appends every parameter: prefix + "layers.<i>." ..., prefix + "norm.".
-  void parameters(const std::string& prefix, Parameters& out);
-  /// Checks every layer.
-  void check(const std::string& prefix) const;
-  /// Replaces every layer's attention cores, keeping the weights.
-  void set_attention(const std::string& spec);
 };
 
 /// A token-level encoder's sizes. The defaults are the Long Range Arena text model (Tay et al.

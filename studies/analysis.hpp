@@ -16,12 +16,15 @@ std::vector<double> singular_values(const float* a, std::size_t rows, std::size_
 /// singular values. All zeros -> all ones.
 std::vector<double> normalized_cumulative(const std::vector<double>& s);
 
-/// Attention statistics of one head's probabilities p [Nq, Nk] (rows sum to 1), averaged over
-/// rows: the weight each query puts on its own position (Nq == Nk), the row entropy in nats,
-/// and the share of rows whose largest weight is on the diagonal.
+/// Attention statistics of one head, averaged over its rows.
 struct HeadStats {
-  double self_mass = 0, entropy = 0, self_argmax = 0;
+  double self_mass = 0;    ///< the weight a query puts on its own position
+  double entropy = 0;      ///< the row entropy in nats
+  double self_argmax = 0;  ///< the share of rows whose largest weight is on the diagonal
 };
+
+/// HeadStats of head (b, h) of self-attention probabilities p [B, H, N, N] (rows sum to 1);
+/// throws Error when Nq != Nk.
 HeadStats head_stats(const Tensor& p, std::size_t b, std::size_t h);
 
 /// Median of `x` (not empty; the mean of the middle two for an even count).

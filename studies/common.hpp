@@ -25,17 +25,25 @@ void progress(const StudyOptions& options, const std::string& study, const std::
 
 /// Each study computes its rows, table, plots and report; run_study writes the folder.
 struct StudyOutput {
-  Table table;
-  Csv rows;
-  Report report;
+  Table table;    ///< the main table
+  Csv rows;       ///< the raw rows
+  Report report;  ///< the text around the table
 };
 
-/// The studies: each fills `plots` through a harness::Plotter on <out_dir>/plots.
+// The studies (studies/study.hpp): each draws its plots into `plots` through a
+// harness::Plotter on <out_dir>/plots and returns its table, rows and report.
+
+/// studies/spectrum.cpp.
 StudyOutput spectrum_study(const StudyOptions& o, harness::PlotFiles& plots);
+/// studies/rank_collapse.cpp.
 StudyOutput rank_collapse_study(const StudyOptions& o, harness::PlotFiles& plots);
+/// studies/capacity.cpp.
 StudyOutput capacity_study(const StudyOptions& o, harness::PlotFiles& plots);
+/// studies/symmetry.cpp.
 StudyOutput symmetry_study(const StudyOptions& o, harness::PlotFiles& plots);
+/// studies/heads.cpp.
 StudyOutput heads_study(const StudyOptions& o, harness::PlotFiles& plots);
+/// studies/swap.cpp.
 StudyOutput swap_study(const StudyOptions& o, harness::PlotFiles& plots);
 
 /// <out_dir>/plots.

@@ -24,10 +24,15 @@
 namespace attnlab::studies {
 
 /// How big a study runs.
-enum class Size { tiny, documented };
+enum class Size {
+  tiny,       ///< about a second: what the tests run
+  documented  ///< the size report.md documents (results/studies/)
+};
 
-/// "tiny", "documented" and back; parse throws Error quoting the text.
+/// "tiny" or "documented".
 const char* size_name(Size s);
+
+/// The Size named `text`; throws Error quoting the text otherwise.
 Size parse_size(const std::string& text);
 
 /// Where and how a study runs.

@@ -27,6 +27,7 @@
 
 namespace attnlab {
 
+/// Exact softmax attention, fused and tiled (see above).
 class FullAttention final : public Attention {
  public:
   std::string spec() const override { return "full"; }
@@ -51,6 +52,7 @@ class FullAttention final : public Attention {
            Tensor& out, float* lse) const;
 };
 
+/// The factory's maker for "full:...": reads and checks the keys (throws Error).
 std::unique_ptr<Attention> make_full(Params& params);
 
 }  // namespace attnlab

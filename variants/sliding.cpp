@@ -132,15 +132,16 @@ std::vector<Segment> plan_segments(const Layout& g, const std::vector<Task>& til
   return segments;
 }
 
-// The keys and values one segment reads, laid out by the thread that runs it: the global keys
-// (if it reads them) in columns [0, globals), then class-layout columns [lo, hi). Small enough
-// to stay in L2 while the segment's tiles read it, and nothing of the size of a head is written.
+// The keys one segment reads, transposed by the thread that runs it: the global keys (if it
+// reads them) in columns [0, globals), then class-layout columns [lo, hi). Small enough to stay
+// in L2 while the segment's tiles read it; nothing of the size of a head is written. The values
+// are read where they are: a run's rows are evenly spaced (stride step·Dv).
 struct Keys {
   std::vector<float> kt;  // [Dk, ld]
-  std::vector<float> v;   // forward: [columns, Dv]
-  std::vector<float> vt;  // backward: [Dv, ld], the values laid out like kt
+  std::vector<float> vt;  // backward: [Dv, ld], the values transposed like kt
   std::size_t ld = 0;
   Index globals = 0, lo = 0;
+  const float* v = nullptr;  // the head's values [Nk, Dv]
   std::size_t b = 0, h = 0;
   /// Column of key t of a run.
   std::size_t at(const Layout::Run& run, Index t) const {
@@ -148,10 +149,10 @@ struct Keys {
   }
 };
 
-// ksrc [Nk, Dk] and vsrc [Nk, Dv] of one head into keys, for the segment's columns; the values
-// as rows (forward) or transposed like the keys (backward: the operand of dO V^T).
-void lay_out_segment(const Layout& g, const float* ksrc, const float* vsrc, const Dims& d,
-                     const Segment& seg, Keys& keys, bool transposed_values = false) {
+// ksrc [Nk, Dk] of one head into keys, for the segment's columns; with vsrc (the backward), its
+// values [Nk, Dv] too, transposed the same way into keys.vt (the operand of dO V^T).
+void lay_out_segment(const Layout& g, const float* ksrc, const Dims& d, const Segment& seg,
+                     Keys& keys, const float* vsrc = nullptr) {
   keys.globals = seg.globals ? g.gk : 0;
   keys.lo = seg.lo;
   const auto columns = static_cast<std::size_t>(keys.globals + seg.hi - seg.lo);
@@ -160,18 +161,14 @@ void lay_out_segment(const Layout& g, const float* ksrc, const float* vsrc, cons
   keys.ld = (columns + 15) / 16 * 16;
   if (keys.ld / 16 % 2 == 0) keys.ld += 16;
   if (keys.kt.size() < d.dk * keys.ld) keys.kt.resize(d.dk * keys.ld);
-  if (transposed_values && keys.vt.size() < d.dv * keys.ld) keys.vt.resize(d.dv * keys.ld);
-  if (!transposed_values && keys.v.size() < columns * d.dv) keys.v.resize(columns * d.dv);
+  if (vsrc && keys.vt.size() < d.dv * keys.ld) keys.vt.resize(d.dv * keys.ld);
   const auto globals = static_cast<std::size_t>(keys.globals);
-  if (globals > 0) {
-    kernels::transpose(globals, d.dk, ksrc, d.dk, keys.kt.data(), keys.ld);
-    if (transposed_values)
-      kernels::transpose(globals, d.dv, vsrc, d.dv, keys.vt.data(), keys.ld);
-    else
-      std::copy_n(vsrc, globals * d.dv, keys.v.data());
-  }
+  kernels::transpose(globals, d.dk, ksrc, d.dk, keys.kt.data(), keys.ld);
+  if (vsrc) kernels::transpose(globals, d.dv, vsrc, d.dv, keys.vt.data(), keys.ld);
   const std::size_t step = static_cast<std::size_t>(g.s);
-  for (Index rho = 0; rho < g.s; ++rho) {  // class rho: keys rho, rho + s, ... at its columns
+  // The classes whose columns meet [lo, hi): one for rows of a class, all for global rows.
+  const auto first = std::upper_bound(g.column.begin(), g.column.end(), seg.lo) - 1;
+  for (Index rho = first - g.column.begin(); rho < g.s && g.column[rho] < seg.hi; ++rho) {
     const Index t0 = std::max<Index>(seg.lo - g.column[rho], 0);
     const Index t1 = std::min(seg.hi - g.column[rho], g.count[rho]);
     if (t0 >= t1) continue;
@@ -180,12 +177,9 @@ void lay_out_segment(const Layout& g, const float* ksrc, const float* vsrc, cons
     const std::size_t j0 = static_cast<std::size_t>(rho) + step * static_cast<std::size_t>(t0);
     kernels::transpose(keys_in, d.dk, ksrc + j0 * d.dk, step * d.dk, keys.kt.data() + col,
                        keys.ld);
-    if (transposed_values)
+    if (vsrc)
       kernels::transpose(keys_in, d.dv, vsrc + j0 * d.dv, step * d.dv, keys.vt.data() + col,
                          keys.ld);
-    else
-      for (std::size_t t = 0; t < keys_in; ++t)
-        std::copy_n(vsrc + (j0 + step * t) * d.dv, d.dv, keys.v.data() + (col + t) * d.dv);
   }
 }
 
@@ -304,8 +298,10 @@ void attend_tile(const Layout& g, const Tensor& q, const Mask& mask, const Dims&
   sc.softmax.start(q_rows, rows, scale);
   for_each_run(g, task, visible, sc.limits, [&](Layout::Run run, Index t0, Index t1) {
     masked_run(sc.keys, run, t0, t1, sc.limits, sc.softmax,
-               [&](Index, std::size_t cols, std::size_t col) {
-                 sc.softmax.fold(sc.keys.v.data() + col * d.dv, d.dv, cols);
+               [&](Index c0, std::size_t cols, std::size_t) {  // values read in place
+                 const auto first = static_cast<std::size_t>(run.first + run.step * c0);
+                 sc.softmax.fold(sc.keys.v + first * d.dv,
+                                 static_cast<std::size_t>(run.step) * d.dv, cols);
                });
   });
   sc.softmax.finish(&out(b, h, first, 0), step * d.dv, lse ? lse + first : nullptr, step);
@@ -398,8 +394,8 @@ void SlidingAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, co
       const Segment& seg = segments[static_cast<std::size_t>(t) % segments.size()];
       scratch.keys.b = bh / d.heads;
       scratch.keys.h = bh % d.heads;
-      lay_out_segment(g, k.data() + bh * d.nk * d.dk, v.data() + bh * d.nk * d.dv, d, seg,
-                      scratch.keys);
+      scratch.keys.v = v.data() + bh * d.nk * d.dv;
+      lay_out_segment(g, k.data() + bh * d.nk * d.dk, d, seg, scratch.keys);
       for (std::size_t i = seg.first; i < seg.end; ++i)
         attend_tile(g, q, mask, d, tiles[i], scale, scratch, out,
                     lse ? lse + bh * d.nq : nullptr);
@@ -428,8 +424,8 @@ void SlidingAttention::compute_backward(const Tensor& q, const Tensor& k, const 
         mine.b = bh / d.heads;
         mine.h = bh % d.heads;
         const Segment& seg = segments[s];
-        lay_out_segment(layout, k.data() + bh * d.nk * d.dk, v.data() + bh * d.nk * d.dv, d, seg,
-                        mine, true);
+        lay_out_segment(layout, k.data() + bh * d.nk * d.dk, d, seg, mine,
+                        v.data() + bh * d.nk * d.dv);
         for (std::size_t i = seg.first; i < seg.end; ++i)
           backprop_tile(layout, mine, q, k, out, d_out, lse.data() + bh * d.nq, mask, d,
                         tiles[i], scale, grad, g.dq, dk, dv);

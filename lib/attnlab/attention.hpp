@@ -12,13 +12,13 @@ namespace attnlab {
 
 /// What a backend can honour. Anything requested outside it throws Unsupported.
 struct Support {
-  bool causal = true;        // causal masks with Nq == Nk
-  bool causal_cross = true;  // causal masks with Nq != Nk (both alignments)
-  bool key_lengths = true;   // key padding
-  bool allowed = true;       // arbitrary boolean masks
-  bool cross = true;         // Nq != Nk
-  bool value_dim = true;     // Dv != Dk
-  bool backward = false;     // backward(): gradients for everything the forward above honours
+  bool causal = true;        ///< causal masks with Nq == Nk
+  bool causal_cross = true;  ///< causal masks with Nq != Nk (both alignments)
+  bool key_lengths = true;   ///< key padding
+  bool allowed = true;       ///< arbitrary boolean masks
+  bool cross = true;         ///< Nq != Nk
+  bool value_dim = true;     ///< Dv != Dk
+  bool backward = false;     ///< backward(): gradients for everything the forward above honours
 
   /// "causal, key padding, boolean mask, ...": the features that are supported.
   std::string describe() const;
@@ -37,6 +37,8 @@ struct Gradients {
 /// from it, exp(scale · q_i · k_j - lse_i), so the backward never forms or stores Nq x Nk.
 using RowLogSumExp = xt::xtensor<float, 3>;
 
+/// The one attention interface: every backend, exact or approximate, is an Attention built by
+/// make_attention(spec) and called through forward().
 class Attention {
  public:
   virtual ~Attention() = default;
@@ -86,6 +88,7 @@ class Attention {
   /// an identical backend.
   virtual std::string spec() const = 0;
 
+  /// The masks and shapes this backend can honour; forward() refuses the rest (Unsupported).
   virtual Support support() const = 0;
 
   /// The factory name, the part of spec() before ':'.

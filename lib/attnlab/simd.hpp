@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), which it then reports as
 // uninitialised (GCC bug 105593, fixed in 12.3): silenced for the header's own lines only.
 #pragma GCC diagnostic push
@@ -15,6 +16,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
 #endif
 
 namespace attnlab::kernels::simd {
