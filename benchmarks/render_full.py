@@ -6,6 +6,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from sgemm_rates import sgemm_rates, sgemm_table
+
 out = Path(sys.argv[1])
 bench = json.loads((out / "bench_full.json").read_text())
 long_run = json.loads((out / "bench_full_long.json").read_text())
@@ -25,19 +27,14 @@ def median(rows, key):
 
 NAN = (float("nan"), float("nan"))
 runs = {}        # (N, causal, D, path) -> (seconds, GFLOP/s)
-sgemm = {}       # (shape, coretype label) -> GFLOP/s
 for name, rows in samples.items():
     if name.startswith("BM_full"):
         args = dict(part.split(":") for part in name.split("/")[1:] if ":" in part)
         key = (int(args["N"]), args["causal"] == "1", int(args["D"]), rows[0]["label"])
         runs[key] = (median(rows, "real_time") / 1e3, median(rows, "FLOPS") / 1e9)
-    elif name.startswith("BM_sgemm"):
-        shape = "x".join(p.split(":")[1] for p in name.split("/") if p[:2] in ("m:", "n:", "k:"))
-        sgemm[(shape, rows[0]["label"])] = median(rows, "FLOPS") / 1e9
 
 fastest = ctx.get("kernels", "?")
-best_sgemm, best_at = max((g, k) for k, g in sgemm.items())
-env_sgemm = max(g for (s, l), g in sgemm.items() if l.startswith("in-process"))
+rates, best_sgemm, best_at, env_sgemm = sgemm_rates(bench)
 
 print("# Exact attention (`full`): speed against OpenBLAS sgemm and NumPy\n")
 reps = max(len(rows) for rows in samples.values())
@@ -45,16 +42,9 @@ print("Regenerate: `benchmarks/run_full.sh [build-dir]`. B = 1, H = 8, float32. 
 print(f"of {reps} repetitions run in random interleaved order with the sgemm yardsticks (real time);")
 print("GFLOP/s counts 4·H·pairs·D useful FLOPs (pairs = N² plain, N(N+1)/2 causal). Every ratio")
 print("comes from this one run of one binary; NumPy ran right after it in the same session.\n")
-print("sgemm yardsticks in the same run (GFLOP/s; the environment's `OPENBLAS_CORETYPE` in-process,")
-print("the others in child processes, `sgemm_probe`):\n")
-print("| shape | " + " | ".join(sorted({l for _, l in sgemm})) + " |")
-print("|---|" + "---|" * len({l for _, l in sgemm}))
-for shape in sorted({s for s, _ in sgemm}, reverse=True):
-    print(f"| {shape} | " + " | ".join(f"{sgemm.get((shape, l), float('nan')):.1f}"
-                                       for l in sorted({l for _, l in sgemm})) + " |")
-print(f"\n**Best sgemm: {best_sgemm:.1f} GFLOP/s** ({best_at[1]}, {best_at[0]}); the environment's "
-      f"core type at best {env_sgemm:.1f} GFLOP/s.\n")
-
+print("sgemm yardsticks in the same run, GFLOP/s (the environment's `OPENBLAS_CORETYPE` in-process,")
+print("the others in child processes started per repetition, `benchmarks/sgemm_probe`):\n")
+print(sgemm_table(rates, best_sgemm, best_at, env_sgemm) + "\n")
 print(f"Kernel path `{fastest}`, D = 64:\n")
 print("| N | full ms | GFLOP/s | / best sgemm | / env sgemm | causal ms | causal / plain | NumPy ms | speed-up vs NumPy |")
 print("|---|---|---|---|---|---|---|---|---|")
@@ -93,18 +83,24 @@ checks += [(f"N = {n}: causal time / plain time", seconds(n, causal=True) / seco
             seconds(n, causal=True) / seconds(n) <= 0.55) for n in (4096, 16384)]
 checks += [(f"N = {n}: GFLOP/s at D = 128 / at D = 64", gflops(n, 128) / gflops(n), ">= 0.85",
             gflops(n, 128) / gflops(n) >= 0.85) for n in (4096, 16384)]
-if (4096, False, 64, "avx2") in runs:
-    r = gflops(4096, path="avx2") / env_sgemm
-    checks.append(("N = 4096, `avx2` path: GFLOP/s / env sgemm (the previous kernel: 1.48 on an "
-                   "idle machine, 1.22 at load ~5)", r, ">= 1.48 (see below)", None))
-numpy_up = numpy_s.get(4096, float("nan")) / seconds(4096)
+ab_file = out / "avx2_vs_before.json"
+if ab_file.exists():  # benchmarks/ab_avx2.sh: alternating rounds against the earlier build
+    ab = json.loads(ab_file.read_text())
+    for name, sides in ab["times"].items():
+        ratio = statistics.median(sides["old"]) / statistics.median(sides["new"])
+        checks.append((f"N = {ab['N']}, {name}: earlier build's time / `avx2` path's time (median "
+                       f"of {len(sides['new'])} alternating rounds)", ratio, ">= 1", ratio >= 1))
 checks.append(("NumPy time / full time at N = 4096", numpy_up, ">= 2.5", numpy_up >= 2.5))
 checks.append(("peak resident memory at N = 32768 (MiB)", mem["peak_rss_MiB"], "<= 1024",
                mem["peak_rss_MiB"] <= 1024))
 print("\n| measure | value | target | met |\n|---|---|---|---|")
 for what, value, target, met in checks:
     print(f"| {what} | {value:.2f} | {target} | {'—' if met is None else 'yes' if met else 'NO'} |")
-print(f"\nN = 32768 took {mem['real_time']:.1f} s (alone in its process).\n")
+print(f"\nN = 32768 took {mem['real_time']:.1f} s (alone in its process).")
+if ab_file.exists():
+    print(f"The earlier build: `{ab['old_build']}` (`benchmarks/ab_avx2.sh`), load "
+          f"{ab['load_before']} before and {ab['load_after']} after its rounds.")
+print()
 
 print("## Context\n")
 for key in ["date", "host_name", "cpu", "num_cpus", "mhz_per_cpu", "git_commit", "compiler",

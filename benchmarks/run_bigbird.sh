@@ -12,7 +12,7 @@ flags=$(meson introspect --buildoptions "$build" | /usr/bin/python3 -c '
 import json, sys
 o = {x["name"]: x["value"] for x in json.load(sys.stdin)}
 print(" ".join(f"{k}:{o.get(k)}" for k in ("buildtype", "native", "b_ndebug", "b_sanitize")))')
-context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- variants/bigbird.cpp variants/bigbird.hpp lib/attnlab/kernels.cpp benchmarks/bench_bigbird.cpp || echo -dirty)"
+context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- lib variants benchmarks meson.build || echo -dirty)"
          --benchmark_context=openblas_coretype="${OPENBLAS_CORETYPE:-unset}"
          --benchmark_context=omp_num_threads="${OMP_NUM_THREADS:-unset}"
          --benchmark_context=compiler="$(c++ --version | head -1)"

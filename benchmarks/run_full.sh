@@ -5,6 +5,8 @@
 # random interleaved order; then NumPy on the same shapes (same session), the peak memory of one
 # N = 32768 call, and the README.
 # Usage: benchmarks/run_full.sh [build-dir]   (default: build; needs bench_full and sgemm_probe)
+# With OLD_BUILD=<build folder of an earlier commit> it also compares the AVX2 path with that
+# build in alternating rounds (benchmarks/ab_avx2.sh; needs bench_sliding and bench_bigbird too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -23,6 +25,7 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" > "$out/load_after.txt"
 # Alone in its process, so ru_maxrss is this call's peak.
 "$build/benchmarks/bench_full" --benchmark_filter='BM_full_long' \
   --benchmark_out="$out/bench_full_long.json" --benchmark_out_format=json "${context[@]}"
+if [[ -n ${OLD_BUILD:-} ]]; then benchmarks/ab_avx2.sh "$OLD_BUILD" "$build"; fi
 /usr/bin/python3 benchmarks/numpy_full.py 256 512 1024 2048 4096 8192 > "$out/numpy.json"
 /usr/bin/python3 benchmarks/render_full.py "$out" > "$out/README.md"
 cat "$out/README.md"

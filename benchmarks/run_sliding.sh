@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 out=results/sliding
 mkdir -p "$out"
-context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff --quiet -- variants/sliding.* variants/full.* lib/attnlab/kernels.* || echo -dirty)"
+context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- lib variants benchmarks meson.build || echo -dirty)"
          --benchmark_context=openblas_coretype="${OPENBLAS_CORETYPE:-unset}"
          --benchmark_context=compiler="$(c++ --version | head -1)"
          --benchmark_context=load_before="$(cut -d' ' -f1-3 /proc/loadavg)")

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "attnlab/attnlab.hpp"
+#include "harness/meta.hpp"
 #include "variants/bigbird.hpp"
 
 namespace attnlab::cli {
@@ -178,7 +178,7 @@ std::vector<std::uint8_t> svg(const BigBirdLayout& l, std::size_t head, const st
 
 struct MaskOptions {
   std::string spec, out;
-  std::size_t n = 0, head = 0;
+  std::int64_t n = 0, head = 0;  // signed, so that -1 is refused, not wrapped around
   bool causal = false;
 };
 
@@ -187,30 +187,31 @@ void mask_command(const MaskOptions& o) {
   const auto* bigbird = dynamic_cast<const BigBirdAttention*>(attention.get());
   if (bigbird == nullptr)
     throw Error("mask: --spec '" + o.spec + "': only bigbird has a block layout to draw");
-  if (o.n == 0) throw Error("mask: --n 0: expected a sequence length >= 1");
+  if (o.n < 1)
+    throw Error("mask: --n " + std::to_string(o.n) + ": expected a sequence length >= 1");
+  if (o.head < 0 || o.head >= 1024)
+    throw Error("mask: --head " + std::to_string(o.head) + ": expected 0 <= head < 1024");
+  const auto n = static_cast<std::size_t>(o.n), head = static_cast<std::size_t>(o.head);
   const std::string ext = std::filesystem::path(o.out).extension().string();
   if (ext != ".png" && ext != ".pgm" && ext != ".svg")
     throw Error("mask: --out '" + o.out + "': expected a .png, .pgm or .svg file name");
-  const std::size_t blocks = (o.n + bigbird->config().block - 1) / bigbird->config().block;
+  const std::size_t blocks = (n + bigbird->config().block - 1) / bigbird->config().block;
   if (blocks > 4096)
-    throw Error("mask: --n " + std::to_string(o.n) + " makes " + std::to_string(blocks) +
+    throw Error("mask: --n " + std::to_string(n) + " makes " + std::to_string(blocks) +
                 " blocks a side; at most 4096 can be drawn (use a larger block)");
-  if (o.head >= 1024) throw Error("mask: --head " + std::to_string(o.head) + ": expected < 1024");
-  const std::size_t heads = o.head + 1;  // the layout of head h depends on h, not on the others
-  const BigBirdLayout layout = bigbird_layout(bigbird->config(), heads, o.n, o.n, o.causal);
-  const std::string title = attention->spec() + " N=" + std::to_string(o.n) + " head " +
-                            std::to_string(o.head) + (o.causal ? " causal" : "");
-  const Picture picture = draw(layout, o.head);
+  const std::size_t heads = head + 1;  // the layout of head h depends on h, not on the others
+  const BigBirdLayout layout = bigbird_layout(bigbird->config(), heads, n, n, o.causal);
+  const std::string title = attention->spec() + " N=" + std::to_string(n) + " head " +
+                            std::to_string(head) + (o.causal ? " causal" : "");
+  const Picture picture = draw(layout, head);
   const std::vector<std::uint8_t> bytes = ext == ".png"   ? png(picture)
                                           : ext == ".pgm" ? pgm(picture)
-                                                          : svg(layout, o.head, title);
-  std::ofstream file(o.out, std::ios::binary);
-  file.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!file.flush()) throw Error("mask: --out '" + o.out + "': cannot write the file");
+                                                          : svg(layout, head, title);
+  harness::write_atomically(o.out, std::string(bytes.begin(), bytes.end()));
 
   std::size_t counts[kCells] = {};
   for (std::size_t i = 0; i < layout.query_blocks; ++i)
-    for (std::size_t j = 0; j < layout.key_blocks; ++j) ++counts[cell_kind(layout, o.head, i, j)];
+    for (std::size_t j = 0; j < layout.key_blocks; ++j) ++counts[cell_kind(layout, head, i, j)];
   std::printf("%s: %zu x %zu blocks of %zu; attended %zu (window %zu, global %zu, random %zu), "
               "masked %zu\n",
               title.c_str(), layout.query_blocks, layout.key_blocks, layout.block,

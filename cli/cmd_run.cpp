@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,7 +78,14 @@ void run(RunOptions& o) {
   mask.scale = o.scale;
 
   for (const RunHook& hook : o.hooks) hook(attention);
-  const Tensor out = attention->forward(to_bhnd(q, o.q), to_bhnd(k, o.k), to_bhnd(v, o.v), mask);
+  Tensor out;
+  try {
+    out = attention->forward(to_bhnd(q, o.q), to_bhnd(k, o.k), to_bhnd(v, o.v), mask);
+  } catch (const std::bad_alloc&) {
+    throw Error("out of memory running " + attention->spec() + " on q " + shape_of(q) +
+                ", k " + shape_of(k) + ", v " + shape_of(v) +
+                ": smaller inputs or parameters (k, m, block...) need less");
+  }
   const auto result = from_bhnd(out, q.dimension());
   save_npy(o.out, result);
   std::printf("%s -> %s, shape %s\n", attention->spec().c_str(), o.out.c_str(),

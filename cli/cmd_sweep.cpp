@@ -143,6 +143,9 @@ void sweep(const SweepFlags& f) {
   const bool root = !f.mpi || mpi::rank() == 0;
   if (f.mpi) mpi::finalize();
   if (!root) return;
+  if (s.repaired_bytes > 0)
+    std::fprintf(stderr, "attnlab: note: %s/rows.csv: dropped a torn last line (%zu bytes, from a "
+                 "crash during a write); its point ran again\n", s.dir.c_str(), s.repaired_bytes);
   std::string statuses;
   for (const auto& [status, count] : s.by_status)
     statuses += (statuses.empty() ? "" : ", ") + std::to_string(count) + " " + status;
@@ -158,6 +161,10 @@ void sweep(const SweepFlags& f) {
 }
 
 }  // namespace
+
+// CLI::PositiveNumber would print its upper bound, 1.8e308, with all 309 digits.
+const CLI::Range kPositive(1e-300, 1e300, "a positive number");
+const CLI::Range kNonNegative(0.0, 1e300, "a number >= 0");
 
 void add_sweep_command(CLI::App& app) {
   auto f = std::make_shared<SweepFlags>();
@@ -183,12 +190,12 @@ void add_sweep_command(CLI::App& app) {
                   "gaussian:temp=T | lowrank:r=R[,temp=T] | local:width=W[,gap=G] | npy:<dir> "
                   "(repeatable)");
   cmd->add_option("--seed", f->seed, "seeds, e.g. 1,2,3");
-  cmd->add_option("--reps", f->reps, "exactly R timed calls per point");
-  cmd->add_option("--warmup", f->warmup, "untimed calls before timing");
-  cmd->add_option("--target-seconds", f->target_seconds, "timing budget per point");
-  cmd->add_option("--error-rows", f->error_rows, "query rows sampled for the error at long N");
+  cmd->add_option("--reps", f->reps, "exactly R timed calls per point")->check(kPositive);
+  cmd->add_option("--warmup", f->warmup, "untimed calls before timing")->check(kNonNegative);
+  cmd->add_option("--target-seconds", f->target_seconds, "timing budget per point")->check(kPositive);
+  cmd->add_option("--error-rows", f->error_rows, "query rows sampled for the error at long N")->check(kPositive);
   cmd->add_option("--memory-budget", f->memory_budget,
-                  "<= 1: fraction of MemAvailable; > 1: bytes. Larger points get status oom");
+                  "<= 1: fraction of MemAvailable; > 1: bytes. Larger points get status oom")->check(kPositive);
   cmd->add_flag("--peers", f->peers, "add NumPy and PyTorch exact-attention rows");
   cmd->add_option("--shard", f->shard, "run the I-th of N disjoint slices of the grid: I/N");
   cmd->add_flag("--mpi", f->mpi, "split the grid across MPI ranks (mpirun -n P attnlab sweep --mpi)");

@@ -16,6 +16,8 @@
 namespace attnlab::harness {
 namespace {
 
+constexpr std::size_t kMaxExpansion = 10000;  // specs one pattern may expand to
+
 // "origin:line: key: why"
 [[noreturn]] void fail_at(const std::string& origin, const toml::source_region& where,
                           const std::string& key, const std::string& why) {
@@ -88,7 +90,10 @@ std::vector<std::int64_t> int_list(const toml::node& v, const std::string& origi
       fail_at(origin, v.source(), key, e.what());
     }
   }
-  return list_of<std::int64_t>(v, origin, key, "an integer, a list of integers or \"A..B\"");
+  const auto values = list_of<std::int64_t>(v, origin, key, "an integer, a list of integers or \"A..B\"");
+  for (std::int64_t x : values)
+    if (x < 1) fail_at(origin, v.source(), key, std::to_string(x) + " is not a positive integer");
+  return values;
 }
 
 std::vector<std::string> string_list(const toml::node& v, const std::string& origin,
@@ -205,6 +210,9 @@ std::vector<std::string> expand_spec(const std::string& pattern) {
           if (v.empty())
             throw Error("attention spec '" + text + "': " + key + "=" + value + ": empty value");
       }
+      if (prefixes.size() * values.size() > kMaxExpansion)
+        throw Error("attention spec '" + text + "': the lists expand to more than " +
+                    std::to_string(kMaxExpansion) + " specs");
       std::vector<std::string> next;
       for (const auto& p : prefixes)
         for (const auto& v : values)
@@ -238,7 +246,10 @@ std::vector<std::int64_t> parse_int_list(const std::string& flag, const std::str
     }
     const std::int64_t lo = parse(token.substr(0, dots)), hi = parse(token.substr(dots + 2));
     if (hi < lo) throw Error(flag + ": range '" + token + "' is empty");
-    for (std::int64_t v = lo; v <= hi; v *= 2) out.push_back(v);  // powers of two times lo
+    for (std::int64_t v = lo;; v *= 2) {  // powers of two times lo, never past INT64_MAX
+      out.push_back(v);
+      if (v > hi / 2) break;
+    }
   }
   return out;
 }
@@ -288,6 +299,11 @@ void validate(const SweepConfig& c) {
   need(!c.causal.empty(), "causal");
   need(!c.input.empty(), "input");
   need(!c.seed.empty(), "seed");
+  for (const auto& [values, key] : {std::pair{&c.n, "n"}, std::pair{&c.batch, "batch"},
+                                    std::pair{&c.heads, "heads"}, std::pair{&c.dim, "dim"}})
+    for (std::int64_t x : *values)
+      if (x < 1)
+        throw Error(c.origin + ": " + key + ": " + std::to_string(x) + " is not a positive integer");
   if (c.name.empty() || c.name.find('/') != std::string::npos || c.name == "." || c.name == "..")
     throw Error(c.origin + ": name: '" + c.name + "' is not a plain directory name");
 }

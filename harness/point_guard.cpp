@@ -26,11 +26,16 @@ struct sigaction g_previous[NSIG];
 
 const char* signal_name(int sig) {
   switch (sig) {
-    case SIGSEGV: return "SIGSEGV";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGILL: return "SIGILL";
-    default: return "SIGABRT";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGILL:
+      return "SIGILL";
+    default:
+      return "SIGABRT";
   }
 }
 
@@ -77,8 +82,8 @@ bool kernel_oom_killed(long pid, long long since_us) {
   bool found = false;
   while (!found) {
     const ssize_t n = ::read(fd, buf, sizeof buf);  // one record per read
-    if (n < 0 && errno == EPIPE) continue;            // records overwritten meanwhile
-    if (n <= 0) break;                                // EAGAIN: the end of the log
+    if (n < 0 && errno == EPIPE) continue;          // records overwritten meanwhile
+    if (n <= 0) break;                              // EAGAIN: the end of the log
     const std::string_view record(buf, static_cast<std::size_t>(n));
     // "priority,sequence,microseconds,flags;message": only kills after the point began count.
     const auto c1 = record.find(','), c2 = record.find(',', c1 + 1);
@@ -97,7 +102,8 @@ long cgroup_oom_kills() {
     if (c2 == std::string::npos) continue;
     const std::string controllers = line.substr(c1 + 1, c2 - c1 - 1), path = line.substr(c2 + 1);
     long n = -1;
-    if (controllers == "memory") n = oom_kill_field("/sys/fs/cgroup/memory" + path + "/memory.oom_control");
+    if (controllers == "memory")
+      n = oom_kill_field("/sys/fs/cgroup/memory" + path + "/memory.oom_control");
     if (controllers.empty()) {
       n = oom_kill_field("/sys/fs/cgroup" + path + "/memory.events");
       if (n < 0) n = oom_kill_field("/sys/fs/cgroup/unified" + path + "/memory.events");
@@ -117,12 +123,18 @@ PointGuard::PointGuard(const std::string& dir) : path_(dir + "/running") {
     std::istringstream fields(line);
     std::string name;
     fields >> name;
-    if (name == "key") fields >> key;
-    else if (name == "faults") fields >> faults;
-    else if (name == "pid") fields >> pid;
-    else if (name == "oom_kills") fields >> oom_kills;
-    else if (name == "started_us") fields >> started_us;
-    else if (name == "signal") fields >> signal;
+    if (name == "key")
+      fields >> key;
+    else if (name == "faults")
+      fields >> faults;
+    else if (name == "pid")
+      fields >> pid;
+    else if (name == "oom_kills")
+      fields >> oom_kills;
+    else if (name == "started_us")
+      fields >> started_us;
+    else if (name == "signal")
+      fields >> signal;
   }
   if (!key.empty()) {  // a process died while running `key`: was it the point's doing?
     if (!signal.empty()) {
@@ -149,8 +161,8 @@ PointGuard::~PointGuard() {
 void PointGuard::begin(const std::string& key) {
   g_armed = 0;
   std::ostringstream marker;
-  marker << "key " << key << "\nfaults " << faults(key) << "\npid " << ::getpid()
-         << "\noom_kills " << cgroup_oom_kills() << "\nstarted_us " << monotonic_us() << "\n";
+  marker << "key " << key << "\nfaults " << faults(key) << "\npid " << ::getpid() << "\noom_kills "
+         << cgroup_oom_kills() << "\nstarted_us " << monotonic_us() << "\n";
   write_atomically(path_, marker.str());
   g_armed = 1;
 }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +18,7 @@
 #include "attnlab/error.hpp"
 #include "attnlab/factory.hpp"
 #include "harness/anchors.hpp"
+#include "harness/meta.hpp"
 #include "harness/plot.hpp"
 
 namespace attnlab::harness {
@@ -219,6 +222,11 @@ std::vector<ReportRow> parse_report_rows(std::istream& in, const std::string& wh
   std::vector<ReportRow> rows;
   for (std::size_t record_line = line + 1; read_record(in, fields, line); record_line = line + 1) {
     if (fields.size() == 1 && fields[0].empty()) continue;  // blank line
+    if (fields.size() != header.size())
+      throw Error(what + ": line " + std::to_string(record_line) + " has " +
+                  std::to_string(fields.size()) + " fields, the header " +
+                  std::to_string(header.size()) +
+                  " (a torn last line is repaired by resuming the sweep)");
     auto text = [&](const char* name) -> std::string {
       const auto it = column.find(name);
       return it == column.end() || it->second >= fields.size() ? "" : fields[it->second];
@@ -273,7 +281,7 @@ std::vector<ReportRow> parse_report_rows(std::istream& in, const std::string& wh
 
 std::vector<ReportRow> read_report_rows(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("report: cannot open '" + path + "'");
+  if (!in) throw Error("report: cannot open '" + path + "': " + std::strerror(errno));
   return parse_report_rows(in, path);
 }
 
@@ -698,8 +706,7 @@ ReportOutput render_report(const std::string& dir, const ReportOptions& options)
   md << error_tables(rows);
 
   output.markdown_path = (base / "report.md").string();
-  std::ofstream out(output.markdown_path);
-  if (!(out << md.str())) throw Error("report: cannot write '" + output.markdown_path + "'");
+  write_atomically(output.markdown_path, md.str());  // an old report or none, never half of one
   return output;
 }
 

@@ -71,17 +71,33 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
   // Rank 0 (or the only process) owns the directory and knows what is done.
   std::unique_ptr<RowsFile> rows;
   std::string done_keys;
+  // A run that fails before its first point leaves no folder it created (a typo in --out, a full
+  // disk): what it made there is removed again.
+  bool created_dir = false;
+  const auto undo_start = [&] {
+    rows.reset();
+    std::error_code ec;
+    if (created_dir) fs::remove_all(summary.dir, ec);
+  };
   if (root) {
-    fs::create_directories(summary.dir);
-    const std::string path = summary.dir + "/rows.csv";
-    if (options.restart && fs::exists(path)) {
-      fs::rename(path, path + ".old");
-      std::remove((summary.dir + "/running").c_str());
+    try {
+      if (fs::exists(summary.dir) && !fs::is_directory(summary.dir))
+        throw Error(summary.dir + ": exists and is not a directory (the results folder)");
+      created_dir = fs::create_directories(summary.dir);
+      const std::string path = summary.dir + "/rows.csv";
+      if (options.restart && fs::exists(path)) {
+        fs::rename(path, path + ".old");
+        std::remove((summary.dir + "/running").c_str());
+      }
+      rows = std::make_unique<RowsFile>(path);
+      summary.repaired_bytes = rows->repaired_bytes();
+      if (options.retry_errors)
+        summary.retried = rows->drop([](const Row& r) { return r[Col::status] == "error"; });
+      for (const Row& r : rows->rows()) done_keys += r[Col::key] + "\n";
+    } catch (...) {
+      undo_start();
+      throw;
     }
-    rows = std::make_unique<RowsFile>(path);
-    if (options.retry_errors)
-      summary.retried = rows->drop([](const Row& r) { return r[Col::status] == "error"; });
-    for (const Row& r : rows->rows()) done_keys += r[Col::key] + "\n";
   }
   if (use_mpi) mpi::broadcast(done_keys);
   std::unordered_set<std::string> done;
@@ -124,7 +140,12 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
                                   {"long_call_seconds", m.long_call_seconds},
                                   {"error_rows", m.error_rows},
                                   {"memory_budget", m.memory_budget}}}};
-    record_run(summary.dir, config, extra);
+    try {
+      record_run(summary.dir, config, extra);
+    } catch (...) {
+      undo_start();
+      throw;
+    }
   }
 
   PointRunner runner(config.measure, summary.sgemm_gflops, budget, shard);

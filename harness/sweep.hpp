@@ -39,6 +39,7 @@ struct SweepSummary {
   std::size_t selected = 0;  // in this shard
   std::size_t done_before = 0;  // of those, already in rows.csv
   std::size_t retried = 0;   // "error" rows dropped by retry_errors
+  std::size_t repaired_bytes = 0;  // a torn last line of rows.csv dropped on opening
   std::size_t ran = 0;       // rows written by this run (all ranks)
   std::map<std::string, std::size_t> by_status;
   double sgemm_gflops = 0;

@@ -47,11 +47,11 @@ ParameterRef parameter(const std::string& name, Matrix& m);
 /// A reference to `v` named `name`.
 ParameterRef parameter(const std::string& name, Vector& v);
 
-/// Writes `dir`/<name>.npy (float32) for every parameter, creating `dir` when needed; each file
+/// Writes `dir/NAME.npy` (float32) for every parameter, creating `dir` when needed; each file
 /// appears atomically. Throws Error naming the file that could not be written.
 void save_weights(const std::string& dir, const Parameters& params);
 
-/// Reads `dir`/<name>.npy into every parameter. Every file is read and checked (exists, float32 or
+/// Reads `dir/NAME.npy` into every parameter. Every file is read and checked (exists, float32 or
 /// float64, exactly the parameter's shape, no NaN or Inf) before any parameter is written, so a
 /// failure changes nothing; the Error names the file, the shape found and the one expected.
 /// Returns the names of the .npy files in `dir` that no parameter read (sorted), for a note.

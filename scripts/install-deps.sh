@@ -10,6 +10,7 @@ PACKAGES=(
   catch2 libbenchmark-dev libcli11-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
   gnuplot-nox openmpi-bin libopenmpi-dev
   python3-numpy python3-torch
+  clang libomp-dev doxygen
   "$@"
 )
 

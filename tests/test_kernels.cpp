@@ -114,7 +114,7 @@ TEST_CASE("exp2 kernels: accurate, exactly 0 below -126, tails included", "[exac
         INFO("2^" << x[i]);
         if (x[i] < -126.0f)
           CHECK(y[i] == 0.0f);
-        else  // a degree-7 polynomial on |f| <= 1/2 (vector paths) or libm: ~1e-7 relative
+        else  // a degree-6 polynomial on |f| <= 1/2 (vector paths) or libm: ~1e-7 relative
           CHECK(std::abs(y[i] - std::exp2(double(x[i]))) <= 4e-7 * std::exp2(double(x[i])));
       }
     }

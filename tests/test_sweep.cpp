@@ -789,6 +789,11 @@ TEST_CASE("a full disk and a read-only results folder are one clear line; rows s
   fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
                           fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
   const std::string as_user = ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
+  // nobody must be able to run the binary: a build under a private folder (mktemp -d) is not.
+  if (run_command(as_user + "'" + cli + "' --version >/dev/null 2>&1") != 0) {
+    WARN("skipped the read-only folder check: " << cli << " cannot be run as uid 65534");
+    return;
+  }
   CHECK(run_command(as_user + sweep + ro + " > /dev/null 2> " + dir.str("err2.txt")) == 2);
   const std::string err2 = read_file(dir.str("err2.txt"));
   CHECK(err2.find("attnlab: error: cannot open " + ro + "/rows.csv: Permission denied") == 0);

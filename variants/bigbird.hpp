@@ -35,8 +35,13 @@
 
 namespace attnlab {
 
+/// BigBird's parameters, as in the factory string (see above).
 struct BigBirdConfig {
-  std::int64_t block = 64, window = 3, global = 2, random = 3, seed = 0;
+  std::int64_t block = 64;   ///< tokens per block (>= 1)
+  std::int64_t window = 3;   ///< key blocks around the query block (odd, >= 1)
+  std::int64_t global = 2;   ///< leading global blocks (>= 0)
+  std::int64_t random = 3;   ///< random key blocks per query block (>= 0)
+  std::int64_t seed = 0;     ///< seed of the random blocks (>= 0)
 
   /// Throws Error naming the first parameter out of range.
   void validate() const;
@@ -48,8 +53,11 @@ enum class BlockKind : std::uint8_t { none, window, global, random };
 /// Which key blocks each query block of each head attends: the semantics, stated once.
 class BigBirdLayout {
  public:
-  std::size_t heads = 0, query_blocks = 0, key_blocks = 0, block = 0;
-  bool causal = false;
+  std::size_t heads = 0;         ///< heads laid out
+  std::size_t query_blocks = 0;  ///< ceil(Nq / block)
+  std::size_t key_blocks = 0;    ///< ceil(Nk / block)
+  std::size_t block = 0;         ///< tokens per block
+  bool causal = false;           ///< laid out for a causal mask
 
   /// Key blocks of query block i in head h, ascending, without duplicates.
   std::span<const std::uint32_t> blocks(std::size_t h, std::size_t i) const;
@@ -73,12 +81,15 @@ class BigBirdLayout {
 BigBirdLayout bigbird_layout(const BigBirdConfig& config, std::size_t heads, std::size_t nq,
                              std::size_t nk, bool causal);
 
+/// BigBird ITC block-sparse attention (see above).
 class BigBirdAttention final : public Attention {
  public:
+  /// Throws Error naming the first parameter out of range.
   explicit BigBirdAttention(const BigBirdConfig& config);
   std::string spec() const override;
   Support support() const override;
   double flops(const Dims& d, const Mask& mask) const override;
+  /// The parameters it was built with.
   const BigBirdConfig& config() const { return config_; }
 
  protected:
@@ -90,6 +101,7 @@ class BigBirdAttention final : public Attention {
   BigBirdConfig config_;
 };
 
+/// The factory's maker for "bigbird:...": reads and checks the keys (throws Error).
 std::unique_ptr<Attention> make_bigbird(Params& params);
 
 }  // namespace attnlab

@@ -23,22 +23,28 @@
 
 namespace attnlab {
 
+/// Linear attention's feature maps: elu(x)+1, relu(x), FAVOR+ positive random features, DPFP.
 enum class Feature { elu1, relu, favor, dpfp };
 
+/// "elu1", "relu", "favor" or "dpfp", as in the factory string.
 const char* feature_name(Feature f);
 
 /// The m x Dk FAVOR+ projection for `seed`: orthogonal blocks with chi(Dk)-distributed row norms.
 /// Same (m, dk, seed), bitwise-same matrix.
 xt::xtensor<float, 2> favor_projection(std::size_t m, std::size_t dk, std::uint64_t seed);
 
+/// A feature map phi of linear attention (elu+1, relu, FAVOR+ or DPFP) for head dim dk.
 class FeatureMap {
  public:
   /// m: favor's feature count; nu: dpfp's roll count (1 <= nu < 2·dk); scale: favor's q·k scale.
   FeatureMap(Feature f, std::size_t dk, std::size_t m, std::size_t nu, std::uint64_t seed,
              double scale);
 
+  /// Which map.
   Feature feature() const { return feature_; }
+  /// The feature dimension Dphi.
   std::size_t dim() const { return dim_; }
+  /// The input head dim.
   std::size_t dk() const { return dk_; }
   /// True for favor: map() then writes log phi(x) (unstabilised).
   bool logarithmic() const { return feature_ == Feature::favor; }

@@ -1,6 +1,7 @@
 #include "variants/full.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -20,14 +21,20 @@ double FullAttention::flops(const Dims& d, const Mask& mask) const {
 
 void FullAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                             const Dims& d, Tensor& out) const {
-  const std::vector<float> kt = kernels::transpose_keys(k, d, OnlineSoftmax::kCols);
-  const std::size_t per_head = kt.size() / (d.batch * d.heads);
+  // transpose_keys' tiles, left uninitialised (not zeroed: the padding is never read).
+  constexpr std::size_t kCols = OnlineSoftmax::kCols;
+  const std::size_t per_head = (d.nk + kCols - 1) / kCols * kCols * d.dk;
+  const std::unique_ptr<float[]> kt(new float[d.batch * d.heads * per_head]);
   const std::vector<std::pair<std::size_t, std::size_t>> all_keys = {{0, d.nk}};
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
   const std::size_t tiles = (d.nq + OnlineSoftmax::kRows - 1) / OnlineSoftmax::kRows;
   const std::ptrdiff_t tasks = static_cast<std::ptrdiff_t>(d.batch * d.heads * tiles);
 #pragma omp parallel
   {
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t bh = 0; bh < static_cast<std::ptrdiff_t>(d.batch * d.heads); ++bh)
+      kernels::transpose_key_tiles(k.data() + bh * d.nk * d.dk, d.dk, kCols, 0, d.nk,
+                                   kt.get() + bh * per_head);
     OnlineSoftmax softmax(d.dk, d.dv);
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t t = 0; t < tasks; ++t) {
@@ -35,7 +42,7 @@ void FullAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v, c
       const std::size_t tile = tiles - 1 - static_cast<std::size_t>(t) % tiles;
       const std::size_t bh = static_cast<std::size_t>(t) / tiles;
       const std::size_t i0 = tile * OnlineSoftmax::kRows;
-      kernels::attend_key_ranges(q, kt.data() + bh * per_head, v, mask, d, bh / d.heads,
+      kernels::attend_key_ranges(q, kt.get() + bh * per_head, v, mask, d, bh / d.heads,
                                  bh % d.heads, i0, std::min(OnlineSoftmax::kRows, d.nq - i0),
                                  all_keys, scale, softmax, out);
     }

@@ -21,6 +21,7 @@
 
 namespace attnlab {
 
+/// Exact softmax attention, fused and tiled (see above).
 class FullAttention final : public Attention {
  public:
   std::string spec() const override { return "full"; }
@@ -32,6 +33,7 @@ class FullAttention final : public Attention {
                const Dims& d, Tensor& out) const override;
 };
 
+/// The factory's maker for "full:...": reads and checks the keys (throws Error).
 std::unique_ptr<Attention> make_full(Params& params);
 
 }  // namespace attnlab

@@ -79,14 +79,9 @@ void divide_rows(float* out, std::size_t rows, std::size_t dv, const float* den,
   }
 }
 
-// out[dv] = f[p] · m[p x dv].
+// out[dv] = f[p] · m[p x dv] (a one-row product on the dispatched kernels).
 void vec_mat(const float* f, const float* m, std::size_t p, std::size_t dv, float* out) {
-  std::fill(out, out + dv, 0.0f);
-  for (std::size_t r = 0; r < p; ++r) {
-    if (f[r] == 0.0f) continue;  // relu and dpfp features are often zero
-    const float* row = m + r * dv;
-    for (std::size_t c = 0; c < dv; ++c) out[c] += f[r] * row[c];
-  }
+  kernels::gemm_tile(1, dv, p, f, p, m, dv, out, dv, false);
 }
 
 struct Workspace {
@@ -219,20 +214,14 @@ void sum_causal(const FeatureMap& map, const float* q, const float* k, const flo
   }
 }
 
-// W += beta (v - W phi_k) phi_k^T, with W stored transposed as wt [P x Dv]. With fq given, also
-// out = W phi_q on the updated rows in the same pass (the same sums as vec_mat afterwards).
+// W += beta (v - W phi_k) phi_k^T, with W stored transposed as wt [P x Dv]: a read, a rank-1
+// update, and with fq given the read out = W phi_q of the updated memory, all on gemm_tile.
 void delta_write(const float* fk, const float* v, float beta, std::size_t p, std::size_t dv,
                  float* wt, float* tmp, const float* fq = nullptr, float* out = nullptr) {
   vec_mat(fk, wt, p, dv, tmp);
   for (std::size_t c = 0; c < dv; ++c) tmp[c] = beta * (v[c] - tmp[c]);
-  if (fq) std::fill(out, out + dv, 0.0f);
-  for (std::size_t r = 0; r < p; ++r) {
-    float* row = wt + r * dv;
-    if (fk[r] != 0.0f)
-      for (std::size_t c = 0; c < dv; ++c) row[c] += fk[r] * tmp[c];
-    if (fq && fq[r] != 0.0f)
-      for (std::size_t c = 0; c < dv; ++c) out[c] += fq[r] * row[c];
-  }
+  kernels::gemm_tile(p, dv, 1, fk, 1, tmp, dv, wt, dv, true);
+  if (fq) vec_mat(fq, wt, p, dv, out);
 }
 
 void delta_features(const FeatureMap& map, const float* x, std::size_t rows, float* out) {
@@ -415,10 +404,8 @@ Tensor LinearState::step(const Tensor& q, const Tensor& k, const Tensor& v) {
       exp_shifted(fk_.data(), p, c_new);
       c_[bh] = c_new;
     }
-    for (std::size_t r = 0; r < p; ++r) {
-      z[r] += fk_[r];
-      for (std::size_t c = 0; c < dv_; ++c) mem[r * dv_ + c] += fk_[r] * vh[c];
-    }
+    for (std::size_t r = 0; r < p; ++r) z[r] += fk_[r];
+    kernels::gemm_tile(p, dv_, 1, fk_.data(), 1, vh, dv_, mem, dv_, true);  // mem += phi_k v^T
     row_features(map_, qh, 1, fq_.data());
     vec_mat(fq_.data(), mem, p, dv_, oh);
     const float den = dot(fq_.data(), z, p);

@@ -61,16 +61,18 @@
 
 namespace attnlab {
 
+/// How keys and values update the fast-weight memory: summed, or the delta rule.
 enum class LinearRule { sum, delta };
 
+/// Linear attention's parameters, as in the factory string (see above).
 struct LinearConfig {
-  Feature feature = Feature::elu1;
-  std::int64_t m = 256;
-  std::int64_t nu = 1;
-  LinearRule rule = LinearRule::sum;
-  double beta = 1.0;
-  double eps = 1e-6;
-  std::int64_t seed = 1;
+  Feature feature = Feature::elu1;    ///< the feature map phi
+  std::int64_t m = 256;               ///< FAVOR+ random features (>= 1)
+  std::int64_t nu = 1;                ///< DPFP rolls (1 <= nu < 2 Dk)
+  LinearRule rule = LinearRule::sum;  ///< sum or delta (fast-weight) update
+  double beta = 1.0;                  ///< delta rule write strength (0 < beta <= 1)
+  double eps = 1e-6;                  ///< added to the denominator (finite, >= 0)
+  std::int64_t seed = 1;              ///< FAVOR+ projection seed (>= 0)
 };
 
 /// {key, why} for the first broken constraint of `c` ({"", ""} when it is valid). Constraints
@@ -79,6 +81,7 @@ std::pair<std::string, std::string> linear_config_problem(const LinearConfig& c)
 
 class LinearState;
 
+/// Linear (fast-weight) attention with a feature map in place of the softmax (see above).
 class LinearAttention final : public Attention {
  public:
   /// Throws Error naming the broken parameter.
@@ -86,6 +89,7 @@ class LinearAttention final : public Attention {
 
   std::string spec() const override;
   Support support() const override;
+  /// The parameters it was built with.
   const LinearConfig& config() const { return config_; }
 
   /// The recurrent form's FLOPs (see the header comment).
@@ -131,6 +135,7 @@ class LinearState {
   std::vector<float> fq_, fk_; // one row of features each
 };
 
+/// The factory's maker for "linear:...": reads and checks the keys (throws Error).
 std::unique_ptr<Attention> make_linear(Params& params);
 
 }  // namespace attnlab

@@ -54,9 +54,12 @@
 
 namespace attnlab {
 
+/// Linformer: keys and values projected along the sequence to k rows (see above).
 class LinformerAttention final : public Attention {
  public:
+  /// Which projections are shared: none (E, F per head), kv (E = F), layer (one for all heads).
   enum class Share { none, kv, layer };
+  /// How E and F are drawn: N(0, 1/k), Xavier, identity rows, or supplied by set_projections.
   enum class Init { gaussian, xavier, identity, supplied };
 
   /// Throws Error naming k or max_len when 1 <= k <= max_len does not hold.
@@ -74,7 +77,9 @@ class LinformerAttention final : public Attention {
   /// The first `columns` columns of E (which = 'E') or F (which = 'F') for `head`, [k, columns].
   xt::xtensor<float, 2> projection(char which, std::size_t head, std::size_t columns) const;
 
+  /// Projected length k.
   std::size_t k() const { return k_; }
+  /// The longest sequence the projections cover.
   std::size_t max_len() const { return max_len_; }
 
  protected:
@@ -104,6 +109,7 @@ class LinformerAttention final : public Attention {
   std::size_t supplied_heads_ = 0;  // 1 or H after set_projections
 };
 
+/// The factory's maker for "linformer:...": reads and checks the keys (throws Error).
 std::unique_ptr<Attention> make_linformer(Params& params);
 
 }  // namespace attnlab

@@ -29,8 +29,6 @@ struct Layout {
   Index s = 1, left = 0, right = 0, offset = 0;  // query i sits at key position i + offset
   Index nq = 0, nk = 0, gq = 0, gk = 0;          // global queries / keys: i < gq, j < gk
   std::vector<Index> count, column;              // per class: its keys, its first column
-  Index global_column = 0;                       // global keys j < gk: columns from here on
-  std::size_t keys = 0, ldk = 0;                 // columns used / allocated per head
 
   Layout(const SlidingConfig& c, const Dims& d, const Mask& mask) {
     nq = static_cast<Index>(d.nq);
@@ -51,26 +49,20 @@ struct Layout {
       count[rho] = below(rho, nk);
       col += count[rho];
     }
-    // With dilation the global keys are spread over the classes: a copy of them, contiguous
-    // after the classes, lets a tile fold them as one block. Without, they are columns 0..gk.
-    global_column = s > 1 ? nk : 0;
-    keys = static_cast<std::size_t>(s > 1 ? nk + gk : nk);
-    // An odd number of 16-float lines per row spreads the Dk rows of a tile over all cache
-    // sets (a power-of-two stride would map them to one set).
-    ldk = (keys + 15) / 16 * 16;
-    if (ldk / 16 % 2 == 0) ldk += 16;
   }
 
   /// Keys of class rho with index j < limit.
   Index below(Index rho, Index limit) const {
     return limit > rho ? (std::min(limit, nk) - 1 - rho) / s + 1 : 0;
   }
-  /// Key t of a run is column `column` + t and key index `first` + `step`·t.
+  /// Key t of a run is key index `first` + `step`·t: of a class, at column `column` + t; of the
+  /// global keys j < gk (spread over the classes when dilated), kept apart (Keys::at).
   struct Run {
     Index column, first, step;
+    bool global;
   };
-  Run class_run(Index rho) const { return {column[rho], rho, s}; }
-  Run global_run() const { return {global_column, 0, 1}; }
+  Run class_run(Index rho) const { return {column[rho], rho, s, false}; }
+  Run global_run() const { return {0, 0, 1, true}; }
   Index residue(Index i) const { return floor_mod(i + offset, s); }
   /// Position of query i inside its class (may be negative or past the keys when Nq != Nk).
   Index slot(Index i) const { return (i + offset - residue(i)) / s; }
@@ -96,16 +88,97 @@ std::vector<Task> plan_tiles(const Layout& g) {
   return tasks;
 }
 
-// The inputs of one (batch item, head), in the class layout.
-struct Head {
-  const float* kt;  // [Dk, ldk], classes one after another, then the global keys if dilated
-  const float* v;   // [keys, Dv], rows in the same order
-  std::size_t b, h;
+// Consecutive tiles [first, end) of one kind (global rows, or rows of one class) laid out and
+// run together by one thread: the columns [lo, hi) of the class layout they read, and whether
+// they also read the global keys (rows of a class, when there are global keys).
+struct Segment {
+  std::size_t first, end;
+  Index lo, hi;
+  bool globals;
 };
 
-// Per-thread scratch: the online softmax, gathered queries and each row's key range.
+// Tiles per segment: 32 x 24 rows read about 1,050 keys at L = R = 128 (a 270 KB layout, in L2),
+// each laid out for 768 queries.
+constexpr std::size_t kSegmentTiles = 32;
+
+// Class-layout columns [lo, hi) a tile reads: every class's keys for global rows, else the
+// window of its class past the class's global keys (those come from the global run).
+std::pair<Index, Index> tile_columns(const Layout& g, const Task& t) {
+  if (t.global) return {0, g.nk};
+  const Index rho = g.residue(t.first), u0 = g.slot(t.first);
+  const Index lo = std::max(u0 - g.left, g.below(rho, g.gk));
+  const Index hi = std::min(u0 + t.rows - 1 + g.right + 1, g.count[rho]);
+  return {g.column[rho] + lo, g.column[rho] + std::max(lo, hi)};
+}
+
+std::vector<Segment> plan_segments(const Layout& g, const std::vector<Task>& tiles) {
+  std::vector<Segment> segments;
+  for (std::size_t i = 0; i < tiles.size();) {
+    const Task& t = tiles[i];
+    Segment seg{i, i, std::numeric_limits<Index>::max(), 0, !t.global && g.gk > 0};
+    for (; seg.end < tiles.size() && seg.end - i < kSegmentTiles; ++seg.end) {
+      const Task& next = tiles[seg.end];
+      if (next.global != t.global || (!t.global && g.residue(next.first) != g.residue(t.first)))
+        break;
+      const auto [lo, hi] = tile_columns(g, next);
+      if (lo < hi) seg.lo = std::min(seg.lo, lo), seg.hi = std::max(seg.hi, hi);
+    }
+    if (seg.lo >= seg.hi) seg.lo = seg.hi = 0;  // no window key at all
+    segments.push_back(seg);
+    i = seg.end;
+  }
+  return segments;
+}
+
+// The keys one segment reads, transposed by the thread that runs it: the global keys (if it
+// reads them) in columns [0, globals), then class-layout columns [lo, hi). Small enough to stay
+// in L2 while the segment's tiles read it; nothing of the size of a head is written. The values
+// are read where they are: a run's rows are evenly spaced (stride step·Dv).
+struct Keys {
+  std::vector<float> kt;  // [Dk, ld]
+  std::size_t ld = 0;
+  Index globals = 0, lo = 0;
+  const float* v = nullptr;  // the head's values [Nk, Dv]
+  std::size_t b = 0, h = 0;
+  /// Column of key t of a run.
+  std::size_t at(const Layout::Run& run, Index t) const {
+    return static_cast<std::size_t>(run.global ? t : globals + run.column + t - lo);
+  }
+};
+
+// ksrc [Nk, Dk] of one head into keys, for the segment's columns.
+void lay_out_segment(const Layout& g, const float* ksrc, const Dims& d, const Segment& seg,
+                     Keys& keys) {
+  keys.globals = seg.globals ? g.gk : 0;
+  keys.lo = seg.lo;
+  const auto columns = static_cast<std::size_t>(keys.globals + seg.hi - seg.lo);
+  // An odd number of 16-float lines per row spreads the Dk rows of a tile over all cache sets
+  // (a power-of-two stride would map them to one set).
+  keys.ld = (columns + 15) / 16 * 16;
+  if (keys.ld / 16 % 2 == 0) keys.ld += 16;
+  if (keys.kt.size() < d.dk * keys.ld) keys.kt.resize(d.dk * keys.ld);
+  const auto globals = static_cast<std::size_t>(keys.globals);
+  kernels::transpose(globals, d.dk, ksrc, d.dk, keys.kt.data(), keys.ld);
+  const std::size_t step = static_cast<std::size_t>(g.s);
+  // The classes whose columns meet [lo, hi): one for rows of a class, all for global rows.
+  const auto first = std::upper_bound(g.column.begin(), g.column.end(), seg.lo) - 1;
+  for (Index rho = first - g.column.begin(); rho < g.s && g.column[rho] < seg.hi; ++rho) {
+    const Index t0 = std::max<Index>(seg.lo - g.column[rho], 0);
+    const Index t1 = std::min(seg.hi - g.column[rho], g.count[rho]);
+    if (t0 >= t1) continue;
+    const std::size_t keys_in = static_cast<std::size_t>(t1 - t0);
+    const std::size_t col = keys.at(g.class_run(rho), t0);
+    const std::size_t j0 = static_cast<std::size_t>(rho) + step * static_cast<std::size_t>(t0);
+    kernels::transpose(keys_in, d.dk, ksrc + j0 * d.dk, step * d.dk, keys.kt.data() + col,
+                       keys.ld);
+  }
+}
+
+// Per-thread scratch: the online softmax, a segment's keys, gathered queries and each row's key
+// range.
 struct Scratch {
   OnlineSoftmax softmax;
+  Keys keys;
   std::vector<float> q;
   Index lo[kRows], hi[kRows];
   const bool* allowed[kRows];
@@ -114,14 +187,13 @@ struct Scratch {
 
 // Folds keys t in [t0, t1) of a run; row r keeps only t in [lo[r], hi[r]) and, under a
 // boolean mask, the keys its mask row allows.
-void fold_run(const Layout& g, const Head& head, const Dims& d, Layout::Run run, Index t0,
-              Index t1, Scratch& sc) {
+void fold_run(const Dims& d, Layout::Run run, Index t0, Index t1, Scratch& sc) {
   const std::size_t rows = sc.softmax.rows();
-  const float* kt = head.kt + run.column;
-  const float* v = head.v + static_cast<std::size_t>(run.column) * d.dv;
+  const Keys& keys = sc.keys;
   for (Index c0 = t0; c0 < t1; c0 += static_cast<Index>(kCols)) {
     const Index cols = std::min(static_cast<Index>(kCols), t1 - c0);
-    float* s = sc.softmax.scores(kt + c0, g.ldk, static_cast<std::size_t>(cols));
+    const std::size_t col = keys.at(run, c0);
+    float* s = sc.softmax.scores(keys.kt.data() + col, keys.ld, static_cast<std::size_t>(cols));
     for (std::size_t r = 0; r < rows; ++r) {
       float* row = s + r * kCols;
       const Index a = std::clamp<Index>(sc.lo[r] - c0, 0, cols);
@@ -132,13 +204,15 @@ void fold_run(const Layout& g, const Head& head, const Dims& d, Layout::Run run,
         for (Index t = a; t < z; ++t)
           if (!allowed[run.first + run.step * (c0 + t)]) row[t] = kNegInf;
     }
-    sc.softmax.fold(v + static_cast<std::size_t>(c0) * d.dv, d.dv, static_cast<std::size_t>(cols));
+    const auto first = static_cast<std::size_t>(run.first + run.step * c0);
+    sc.softmax.fold(keys.v + first * d.dv, static_cast<std::size_t>(run.step) * d.dv,
+                    static_cast<std::size_t>(cols));
   }
 }
 
 // Folds the keys of every class with index below limit(r) for each row r (limit in key indices).
 template <class Limit>
-void fold_prefixes(const Layout& g, const Head& head, const Dims& d, Limit limit, Scratch& sc) {
+void fold_prefixes(const Layout& g, const Dims& d, Limit limit, Scratch& sc) {
   const Index rows = static_cast<Index>(sc.softmax.rows());
   for (Index rho = 0; rho < g.s; ++rho) {
     Index t1 = 0;
@@ -147,21 +221,22 @@ void fold_prefixes(const Layout& g, const Head& head, const Dims& d, Limit limit
       sc.hi[r] = g.below(rho, limit(r));
       t1 = std::max(t1, sc.hi[r]);
     }
-    fold_run(g, head, d, g.class_run(rho), 0, t1, sc);
+    fold_run(d, g.class_run(rho), 0, t1, sc);
   }
 }
 
-void attend_tile(const Layout& g, const Head& head, const Tensor& q, const Mask& mask,
-                 const Dims& d, const Task& task, float scale, Scratch& sc, Tensor& out) {
+void attend_tile(const Layout& g, const Tensor& q, const Mask& mask, const Dims& d,
+                 const Task& task, float scale, Scratch& sc, Tensor& out) {
+  const std::size_t b = sc.keys.b, h = sc.keys.h;
   const std::size_t first = static_cast<std::size_t>(task.first);
   const std::size_t rows = static_cast<std::size_t>(task.rows);
   const std::size_t step = static_cast<std::size_t>(task.step);
   Index visible[kRows];
   for (std::size_t r = 0; r < rows; ++r) {
-    visible[r] = static_cast<Index>(mask.visible_keys(head.b, first + r * step, d));
-    sc.allowed[r] = mask.allowed_row(head.b, head.h, first + r * step);
+    visible[r] = static_cast<Index>(mask.visible_keys(b, first + r * step, d));
+    sc.allowed[r] = mask.allowed_row(b, h, first + r * step);
   }
-  const float* q_rows = &q(head.b, head.h, first, 0);
+  const float* q_rows = &q(b, h, first, 0);
   if (step != 1) {  // dilated: gather the class's queries into contiguous rows
     for (std::size_t r = 0; r < rows; ++r)
       std::copy_n(q_rows + r * step * d.dk, d.dk, sc.q.data() + r * d.dk);
@@ -170,7 +245,7 @@ void attend_tile(const Layout& g, const Head& head, const Tensor& q, const Mask&
   sc.softmax.start(q_rows, rows, scale);
 
   if (task.global) {  // full attention rows
-    fold_prefixes(g, head, d, [&](Index r) { return visible[r]; }, sc);
+    fold_prefixes(g, d, [&](Index r) { return visible[r]; }, sc);
   } else {
     // The global keys j < gk as one block, then the window inside this query class; the
     // window starts after the class's global keys so that no key is counted twice.
@@ -181,7 +256,7 @@ void attend_tile(const Layout& g, const Head& head, const Tensor& q, const Mask&
         sc.hi[r] = std::min(visible[r], g.gk);
         t1 = std::max(t1, sc.hi[r]);
       }
-      fold_run(g, head, d, g.global_run(), 0, t1, sc);
+      fold_run(d, g.global_run(), 0, t1, sc);
     }
     const Index rho = g.residue(task.first), u0 = g.slot(task.first);
     const Index tg = g.below(rho, g.gk);
@@ -195,37 +270,9 @@ void attend_tile(const Layout& g, const Head& head, const Tensor& q, const Mask&
         t1 = std::max(t1, sc.hi[r]);
       }
     }
-    if (t0 < t1) fold_run(g, head, d, g.class_run(rho), t0, t1, sc);
+    if (t0 < t1) fold_run(d, g.class_run(rho), t0, t1, sc);
   }
-  sc.softmax.finish(&out(head.b, head.h, first, 0), step * d.dv);
-}
-
-// One head's keys ksrc [Nk, Dk] -> kdst [Dk, ldk] in class order, and with dilation its values
-// vsrc [Nk, Dv] -> vdst [keys, Dv] in the same order (without, the values are used as they are).
-// Shared among the threads of the caller's parallel region in runs of 512 keys of a class (every
-// thread meets the same sequence of loops); ends with a barrier.
-void lay_out_head(const Layout& g, const float* ksrc, const float* vsrc, const Dims& d,
-                  float* kdst, float* vdst) {
-  constexpr Index kRun = 512;
-  const std::size_t step = static_cast<std::size_t>(g.s);
-  for (Index rho = 0; rho < g.s; ++rho) {  // class rho: keys rho, rho + s, ...
-#pragma omp for schedule(static) nowait
-    for (Index t0 = 0; t0 < g.count[rho]; t0 += kRun) {
-      const std::size_t keys = static_cast<std::size_t>(std::min(kRun, g.count[rho] - t0));
-      const std::size_t col = static_cast<std::size_t>(g.column[rho] + t0);
-      const std::size_t j0 = static_cast<std::size_t>(rho) + step * static_cast<std::size_t>(t0);
-      kernels::transpose(keys, d.dk, ksrc + j0 * d.dk, step * d.dk, kdst + col, g.ldk);
-      if (g.s > 1)
-        for (std::size_t t = 0; t < keys; ++t)
-          std::copy_n(vsrc + (j0 + step * t) * d.dv, d.dv, vdst + (col + t) * d.dv);
-    }
-  }
-#pragma omp single  // with dilation, the global keys again, contiguous; then the barrier
-  if (g.s > 1) {
-    const std::size_t col = static_cast<std::size_t>(g.global_column);
-    kernels::transpose(static_cast<std::size_t>(g.gk), d.dk, ksrc, d.dk, kdst + col, g.ldk);
-    std::copy_n(vsrc, static_cast<std::size_t>(g.gk) * d.dv, vdst + col * d.dv);
-  }
+  sc.softmax.finish(&out(b, h, first, 0), step * d.dv);
 }
 
 }  // namespace
@@ -265,29 +312,23 @@ double SlidingAttention::flops(const Dims& d, const Mask& mask) const {
 void SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
                                const Mask& mask, const Dims& d, Tensor& out) const {
   const Layout g(config_, d, mask);
-  // One head at a time in two alternating buffers, left uninitialised (the padding columns past
-  // the keys are never read): a head's layout stays in cache while its tiles read it, and no
-  // layout of every head is allocated (and page-faulted) per call.
-  const std::size_t head_k = d.dk * g.ldk, head_v = g.s > 1 ? g.keys * d.dv : 0;
-  const std::unique_ptr<float[]> kt(new float[2 * head_k]);
-  const std::unique_ptr<float[]> vc(head_v > 0 ? new float[2 * head_v] : nullptr);
   const std::vector<Task> tiles = plan_tiles(g);
+  const std::vector<Segment> segments = plan_segments(g, tiles);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
-  const auto tasks = static_cast<std::ptrdiff_t>(tiles.size());
-#pragma omp parallel  // one region: a loaded machine makes every fork and join expensive
+  const auto tasks = static_cast<std::ptrdiff_t>(d.batch * d.heads * segments.size());
+#pragma omp parallel  // one region and no barrier: a loaded machine makes each expensive
   {
     Scratch scratch(d);
-    for (std::size_t bh = 0; bh < d.batch * d.heads; ++bh) {
-      // No thread still reads these buffers (head bh - 2): each passed the layout barrier of
-      // head bh - 1 after its last tile of head bh - 2.
-      float* keys = kt.get() + (bh % 2) * head_k;
-      float* values = head_v > 0 ? vc.get() + (bh % 2) * head_v : nullptr;
-      const float* v_in = v.data() + bh * d.nk * d.dv;
-      lay_out_head(g, k.data() + bh * d.nk * d.dk, v_in, d, keys, values);
-      const Head head{keys, values ? values : v_in, bh / d.heads, bh % d.heads};
-#pragma omp for schedule(dynamic, 4) nowait
-      for (std::ptrdiff_t t = 0; t < tasks; ++t)
-        attend_tile(g, head, q, mask, d, tiles[static_cast<std::size_t>(t)], scale, scratch, out);
+#pragma omp for schedule(dynamic, 1)
+    for (std::ptrdiff_t t = 0; t < tasks; ++t) {
+      const std::size_t bh = static_cast<std::size_t>(t) / segments.size();
+      const Segment& seg = segments[static_cast<std::size_t>(t) % segments.size()];
+      scratch.keys.b = bh / d.heads;
+      scratch.keys.h = bh % d.heads;
+      scratch.keys.v = v.data() + bh * d.nk * d.dv;
+      lay_out_segment(g, k.data() + bh * d.nk * d.dk, d, seg, scratch.keys);
+      for (std::size_t i = seg.first; i < seg.end; ++i)
+        attend_tile(g, q, mask, d, tiles[i], scale, scratch, out);
     }
   }
 }

@@ -32,12 +32,18 @@
 
 namespace attnlab {
 
+/// Sliding-window parameters, as in the factory string (see above).
 struct SlidingConfig {
-  std::int64_t left = 128, right = 128, dilation = 1, global = 0;
+  std::int64_t left = 128;   ///< keys to the left (L >= 0)
+  std::int64_t right = 128;  ///< keys to the right (R >= 0)
+  std::int64_t dilation = 1; ///< stride S between window keys (>= 1)
+  std::int64_t global = 0;   ///< leading global tokens (>= 0)
 };
 
+/// Local (sliding-window) attention with Longformer global tokens (see above).
 class SlidingAttention final : public Attention {
  public:
+  /// Takes validated parameters (make_sliding checks them).
   explicit SlidingAttention(const SlidingConfig& config);
 
   std::string spec() const override;
@@ -47,6 +53,7 @@ class SlidingAttention final : public Attention {
   /// (causal, padding; not the boolean mask) exactly: the useful work, not the computed tiles.
   double flops(const Dims& d, const Mask& mask) const override;
 
+  /// The parameters it was built with.
   const SlidingConfig& config() const { return config_; }
 
  protected:
@@ -57,6 +64,7 @@ class SlidingAttention final : public Attention {
   SlidingConfig config_;
 };
 
+/// The factory's maker for "sliding:...": reads and checks the keys (throws Error).
 std::unique_ptr<Attention> make_sliding(Params& params);
 
 }  // namespace attnlab

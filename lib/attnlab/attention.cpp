@@ -2,11 +2,47 @@
 
 #include <algorithm>
 #include <array>
+#include <cfloat>
+#include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "attnlab/error.hpp"
 
 namespace attnlab {
+namespace {
+
+// "q has NaN at [0, 1, 5, 3] of [...]" for the first non-finite entry of t, or "" when there is
+// none. For k and v (`keys`) only the rows a query may read count: padded keys are never read, so
+// their contents do not matter. The scan runs at memory speed: |x| <= FLT_MAX is false for NaN and
+// Inf and vectorises, and the (item, head) slices are shared among the threads.
+std::string non_finite(const Tensor& t, const char* label, const Mask& mask, bool keys) {
+  const std::size_t heads = t.shape()[1], n = t.shape()[2], dim = t.shape()[3];
+  const auto rows = [&](std::size_t b) {
+    return keys && mask.has_key_lengths() ? static_cast<std::size_t>(mask.key_lengths[b]) : n;
+  };
+  const auto slices = static_cast<std::ptrdiff_t>(t.shape()[0] * heads);
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (t.size() > (1 << 18))
+  for (std::ptrdiff_t s = 0; s < slices; ++s) {
+    const float* p = t.data() + static_cast<std::size_t>(s) * n * dim;
+    const std::size_t count = rows(static_cast<std::size_t>(s) / heads) * dim;
+    for (std::size_t i = 0; i < count; ++i) bad |= !(std::abs(p[i]) <= FLT_MAX);
+  }
+  if (!bad) return "";
+  for (std::size_t s = 0;; ++s)
+    for (std::size_t i = 0; i < rows(s / heads) * dim; ++i) {
+      const float x = t.data()[s * n * dim + i];
+      if (std::isfinite(x)) continue;
+      const std::size_t index[] = {s / heads, s % heads, i / dim, i % dim};
+      std::string where = label;  // appended piece by piece: GCC 12 misreads a + chain here
+      where.append(" has ").append(std::isnan(x) ? "NaN" : "Inf").append(" at [");
+      for (std::size_t a = 0; a < 4; ++a) where.append(a ? ", " : "").append(std::to_string(index[a]));
+      return where.append("] of ").append(shape_string(t));
+    }
+}
+
+}  // namespace
 
 std::string Support::describe() const {
   std::string out;
@@ -47,6 +83,12 @@ void Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const
                          "is written)");
   const Dims d = check_qkv(q, k, v);
   mask.validate(d);
+  // Checked here, not left to show in the output: the kernels clamp logits, so a NaN in q or k
+  // would pass as a silently ignored key.
+  for (const auto& [t, label, keys] : {std::tuple{&q, "q", false}, std::tuple{&k, "k", true},
+                                       std::tuple{&v, "v", true}})
+    if (const std::string bad = non_finite(*t, label, mask, keys); !bad.empty())
+      throw Error(name() + ": " + bad + ": inputs must be finite");
   const Support s = support();
   const auto refuse = [&](const std::string& feature) {
     const std::string why = why_unsupported(feature);

@@ -12,23 +12,29 @@ namespace attnlab {
 
 /// What a backend can honour. Anything requested outside it throws Unsupported.
 struct Support {
-  bool causal = true;        // causal masks with Nq == Nk
-  bool causal_cross = true;  // causal masks with Nq != Nk (both alignments)
-  bool key_lengths = true;   // key padding
-  bool allowed = true;       // arbitrary boolean masks
-  bool cross = true;         // Nq != Nk
-  bool value_dim = true;     // Dv != Dk
+  bool causal = true;        ///< causal masks with Nq == Nk
+  bool causal_cross = true;  ///< causal masks with Nq != Nk (both alignments)
+  bool key_lengths = true;   ///< key padding
+  bool allowed = true;       ///< arbitrary boolean masks
+  bool cross = true;         ///< Nq != Nk
+  bool value_dim = true;     ///< Dv != Dk
 
   /// "causal, key padding, boolean mask, ...": the features that are supported.
   std::string describe() const;
 };
 
+/// The one attention interface: every backend, exact or approximate, is an Attention built by
+/// make_attention(spec) and called through forward().
 class Attention {
  public:
   virtual ~Attention() = default;
 
   /// q [B,H,Nq,Dk], k [B,H,Nk,Dk], v [B,H,Nk,Dv] -> [B,H,Nq,Dv]. Validates shapes and mask
   /// (throws Error), then refuses what support() excludes (throws Unsupported), then computes.
+  /// A NaN or Inf in q, or in a key or value row that is not padding, throws Error naming the
+  /// tensor and the index (padded rows are never read); finite inputs give a finite output.
+  /// Thread-safe: several threads may call forward on one object at once (tests/test_threads.cpp,
+  /// run under ThreadSanitizer in CI); each call uses its own OpenMP team.
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask = {}) const;
 
   /// The same, written into `out`, which is resized only when its shape is not [B,H,Nq,Dv]:
@@ -43,6 +49,7 @@ class Attention {
   /// an identical backend.
   virtual std::string spec() const = 0;
 
+  /// The masks and shapes this backend can honour; forward() refuses the rest (Unsupported).
   virtual Support support() const = 0;
 
   /// The factory name, the part of spec() before ':'.

@@ -8,3 +8,13 @@
 #include "attnlab/metrics.hpp"
 #include "attnlab/reference.hpp"
 #include "attnlab/tensor.hpp"
+
+/// Efficient attention variants behind one interface: Attention, make_attention, Mask, the fp64
+/// reference and the error metrics; the backends in variants/, the model layers in models/.
+namespace attnlab {}
+
+/// Building blocks of models (multi-head attention, Transformer layers) over any attention spec.
+namespace attnlab::models {}
+
+/// The hot loops shared by the variants (tiles, online softmax), one build per instruction set.
+namespace attnlab::kernels {}

@@ -17,6 +17,7 @@ class Error : public std::invalid_argument {
 /// A backend was asked for a mask or option it cannot honour. Never silently ignored.
 class Unsupported : public Error {
  public:
+  /// "<variant> does not support <feature>" (the feature may end with ": why").
   Unsupported(const std::string& variant, const std::string& feature)
       : Error(variant + " does not support " + feature) {}
 };

@@ -22,13 +22,20 @@ namespace attnlab {
 /// them); make_attention then rejects any key no maker read.
 class Params {
  public:
+  /// Splits "name:key=value,..."; throws Error for a missing name, a token that is not
+  /// key=value, or a key given twice.
   explicit Params(std::string_view spec);
 
+  /// The variant name, before ':'.
   const std::string& name() const { return name_; }
+  /// The whole string as given.
   const std::string& spec() const { return spec_; }
 
+  /// The integer value of `key`, or `fallback` when absent; Error when it is not an integer.
   std::int64_t integer(const std::string& key, std::int64_t fallback);
+  /// The number value of `key`, or `fallback` when absent; Error when it is not a number.
   double number(const std::string& key, double fallback);
+  /// The value of `key`, one of `options`, or `fallback` when absent; Error otherwise.
   std::string choice(const std::string& key, const std::string& fallback,
                      std::initializer_list<std::string_view> options);
 
@@ -48,10 +55,15 @@ class Params {
 /// Builds canonical spec strings: SpecWriter("bigbird").add("block", 64).str().
 class SpecWriter {
  public:
+  /// Starts the string with the variant name.
   explicit SpecWriter(std::string name) : out_(std::move(name)) {}
+  /// Appends key=value (the first with ':', the rest with ',').
   SpecWriter& add(const std::string& key, std::int64_t value);
-  SpecWriter& add(const std::string& key, double value);  // shortest text that round-trips
+  /// Appends key=value in the shortest text that reads back as the same double.
+  SpecWriter& add(const std::string& key, double value);
+  /// Appends key=value as given.
   SpecWriter& add(const std::string& key, const std::string& value);
+  /// The string so far.
   const std::string& str() const { return out_; }
 
  private:

@@ -25,18 +25,24 @@
 
 namespace attnlab {
 
+/// Queries, keys and values of one problem.
 struct QKV {
-  Tensor q, k, v;
+  Tensor q;  ///< [B, H, N, D]
+  Tensor k;  ///< [B, H, N, D]
+  Tensor v;  ///< [B, H, N, D]
 };
 
 /// A parsed distribution string; parse_inputs throws Error quoting the text and the bad token.
 struct InputDistribution {
-  enum class Kind { gaussian, lowrank, local } kind = Kind::gaussian;
-  double temp = 1.0;   // gaussian, lowrank
-  std::size_t rank = 0;  // lowrank: r
-  double width = 32;   // local
-  double gap = 6;      // local
+  /// The distribution family.
+  enum class Kind { gaussian, lowrank, local };
+  Kind kind = Kind::gaussian;  ///< which family
+  double temp = 1.0;   ///< gaussian, lowrank
+  std::size_t rank = 0;  ///< lowrank: r
+  double width = 32;   ///< local
+  double gap = 6;      ///< local
 };
+/// Parses "gaussian:temp=T", "lowrank:r=R,temp=T" or "local:width=W,gap=G".
 InputDistribution parse_inputs(const std::string& text);
 
 /// Self-attention inputs q, k, v of shape [batch, heads, n, dim]. Throws Error when the

@@ -8,6 +8,10 @@
 #include "attnlab/error.hpp"
 #include "attnlab/kernels_table.hpp"
 
+#ifdef ATTNLAB_X86_KERNELS
+#include <cpuid.h>
+#endif
+
 namespace attnlab::kernels {
 namespace {
 
@@ -22,6 +26,15 @@ const detail::Table* table_of(Isa isa) {
   }
 }
 
+#ifdef ATTNLAB_X86_KERNELS
+// A feature bit of CPUID leaf 1, ECX: clang 14's __builtin_cpu_supports knows no "f16c" or
+// "movbe" (the TSan and fuzzing builds use clang), so these two are read directly.
+bool cpuid1_ecx(unsigned bit) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit) != 0;
+}
+#endif
+
 // The CPU and the operating system (saved register state) can run the path.
 bool cpu_runs(Isa isa) {
 #ifdef ATTNLAB_X86_KERNELS
@@ -30,10 +43,10 @@ bool cpu_runs(Isa isa) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
              cpu_runs(Isa::avx2);
-    case Isa::avx2:
+    case Isa::avx2:  // what x86-64-v3 code uses here (its F16C, MOVBE, LZCNT come with these)
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
              __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
-             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("movbe");
+             cpuid1_ecx(bit_F16C) && cpuid1_ecx(bit_MOVBE);
     case Isa::scalar: return true;
   }
   return false;
@@ -161,9 +174,9 @@ void OnlineSoftmax::start(const float* q, std::size_t rows, float scale) {
   rows_ = rows;
   const float log2_scale = scale * kLog2e;  // softmax in base 2: exp(x) = 2^(x log2 e)
   for (std::size_t i = 0; i < rows * dk_; ++i) q_[i] = q[i] * log2_scale;
-  std::fill(max_.begin(), max_.end(), kNegInf);
-  std::fill(sum_.begin(), sum_.end(), 0.0f);
-  std::fill(acc_.begin(), acc_.end(), 0.0f);
+  std::fill_n(max_.begin(), rows, kNegInf);
+  std::fill_n(sum_.begin(), rows, 0.0f);
+  std::fill_n(acc_.begin(), rows * dv_, 0.0f);
 }
 
 float* OnlineSoftmax::scores(const float* kt, std::size_t ldk, std::size_t cols) {
@@ -190,11 +203,14 @@ void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const 
                  const Dims& d, std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
                  const std::vector<std::pair<std::size_t, std::size_t>>& ranges, float scale,
                  OnlineSoftmax& softmax, Tensor& out) {
-  std::size_t all_see = d.nk, any_sees = 0;  // keys visible to every / to some row
+  std::size_t visible[OnlineSoftmax::kRows];  // per row: keys [0, visible) may be seen
+  const bool* allowed[OnlineSoftmax::kRows];  // per row: its boolean mask row, or null
+  std::size_t all_see = d.nk, any_sees = 0;   // keys visible to every / to some row
   for (std::size_t r = 0; r < rows; ++r) {
-    const std::size_t n = mask.visible_keys(b, i0 + r, d);
-    all_see = std::min(all_see, n);
-    any_sees = std::max(any_sees, n);
+    visible[r] = mask.visible_keys(b, i0 + r, d);
+    allowed[r] = mask.allowed_row(b, h, i0 + r);
+    all_see = std::min(all_see, visible[r]);
+    any_sees = std::max(any_sees, visible[r]);
   }
   softmax.start(&q(b, h, i0, 0), rows, scale);
   for (const auto& [lo, hi] : ranges) {
@@ -204,13 +220,11 @@ void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const 
       float* s = softmax.scores(kt + (c0 / tile) * d.dk * tile + c0 % tile, tile, cols);
       for (std::size_t r = 0; r < rows; ++r) {
         float* row = s + r * OnlineSoftmax::kCols;
-        if (c0 + cols > all_see) {
-          const std::size_t n = mask.visible_keys(b, i0 + r, d);
-          for (std::size_t j = std::max(c0, n); j < c0 + cols; ++j) row[j - c0] = kNegInf;
-        }
-        if (const bool* allowed = mask.allowed_row(b, h, i0 + r))
+        if (c0 + cols > all_see)
+          for (std::size_t j = std::max(c0, visible[r]); j < c0 + cols; ++j) row[j - c0] = kNegInf;
+        if (allowed[r])
           for (std::size_t j = 0; j < cols; ++j)
-            if (!allowed[c0 + j]) row[j] = kNegInf;
+            if (!allowed[r][c0 + j]) row[j] = kNegInf;
       }
       softmax.fold(&v(b, h, c0, 0), d.dv, cols);
     }

@@ -77,9 +77,10 @@ void transpose_key_tiles(const float* k, std::size_t dk, std::size_t block, std:
 /// fold(v, ldv, cols); } finish(out, ldo).
 class OnlineSoftmax {
  public:
-  static constexpr std::size_t kRows = 48;   // a multiple of the 6-row GEMM block
-  static constexpr std::size_t kCols = 128;  // a 48 x 128 score tile stays in L1/L2
+  static constexpr std::size_t kRows = 48;   ///< a multiple of the 6-row GEMM block
+  static constexpr std::size_t kCols = 128;  ///< a 48 x 128 score tile stays in L1/L2
 
+  /// Scratch for queries of head dim `dk` and values of dim `dv`.
   OnlineSoftmax(std::size_t dk, std::size_t dv);
 
   /// Starts `rows` <= kRows queries q[r * dk + c] with softmax scale `scale`.
@@ -95,6 +96,7 @@ class OnlineSoftmax {
   /// Writes the normalised rows, out[r * ldo + c]; a row that saw no key at all is zeros.
   void finish(float* out, std::size_t ldo) const;
 
+  /// The number of queries started.
   std::size_t rows() const { return rows_; }
 
  private:

@@ -93,13 +93,24 @@ void last_columns(size_t n, size_t m, size_t k, const float* a, size_t lda, cons
   }
 }
 
-void gemm_tile(size_t m, size_t n, size_t k, const float* a, size_t lda, const float* b,
-               size_t ldb, float* c, size_t ldc, bool accumulate) {
+// C (+)= A·B over the columns of B in panels of kBlockVecs vectors.
+void gemm_panels(size_t m, size_t n, size_t k, const float* a, size_t lda, const float* b,
+                 size_t ldb, float* c, size_t ldc, bool accumulate) {
   constexpr size_t width = kBlockVecs * kWidth;
   size_t j = 0;
   for (; j + width <= n; j += width)
     panel<kBlockVecs, false>(m, k, a, lda, b + j, ldb, c + j, ldc, accumulate, kWidth);
   if (j < n) last_columns<kBlockVecs>(n - j, m, k, a, lda, b + j, ldb, c + j, ldc, accumulate);
+}
+
+// In slices of kDepth rows of B, so that a slice of a panel (kDepth x kBlockVecs vectors: 16 KiB
+// at AVX-512) stays in L1 while every row block of A passes over it.
+void gemm_tile(size_t m, size_t n, size_t k, const float* a, size_t lda, const float* b,
+               size_t ldb, float* c, size_t ldc, bool accumulate) {
+  constexpr size_t kDepth = 64;
+  for (size_t p = 0; p < k || p == 0; p += kDepth)
+    gemm_panels(m, n, k - p < kDepth ? k - p : kDepth, a + p, lda, b + p * ldb, ldb, c, ldc,
+                accumulate || p > 0);
 }
 
 float row_max(const float* x, size_t n) {

@@ -21,19 +21,24 @@
 
 namespace attnlab {
 
+/// The causal alignment (see above): none, top-left (j <= i) or bottom-right (j <= i + Nk - Nq).
 enum class Causal { none, top_left, bottom_right };
 
 /// "none", "top-left", "bottom-right" and back; parse throws Error quoting the text.
 const char* causal_name(Causal c);
+/// The inverse of causal_name.
 Causal parse_causal(const std::string& text);
 
+/// Every constraint on what a query may attend to, and the softmax scale (see above).
 struct Mask {
-  Causal causal = Causal::none;
-  std::vector<std::int64_t> key_lengths;  // empty: no padding
-  xt::xtensor<bool, 4> allowed;           // empty: no boolean mask
-  std::optional<double> scale;            // softmax scale; default 1 / sqrt(Dk)
+  Causal causal = Causal::none;  ///< the causal alignment, or none
+  std::vector<std::int64_t> key_lengths;  ///< empty: no padding
+  xt::xtensor<bool, 4> allowed;           ///< empty: no boolean mask
+  std::optional<double> scale;            ///< softmax scale; default 1 / sqrt(Dk)
 
+  /// Whether key padding is given.
   bool has_key_lengths() const { return !key_lengths.empty(); }
+  /// Whether a boolean mask is given.
   bool has_allowed() const { return allowed.size() != 0; }
 
   /// Sets the boolean mask from [Nq, Nk] (broadcast over batch and heads).
@@ -42,6 +47,7 @@ struct Mask {
   /// Throws Error when a part of the mask does not fit the problem sizes or is out of range.
   void validate(const Dims& d) const;
 
+  /// `scale`, or 1 / sqrt(dk) when it is not set.
   double softmax_scale(std::size_t dk) const;
 
   /// Keys [0, visible_keys) pass the causal and padding parts for query i of item b.

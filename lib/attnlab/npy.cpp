@@ -1,6 +1,7 @@
 #include "attnlab/npy.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <bit>
 #include <cerrno>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "attnlab/error.hpp"
@@ -22,6 +24,9 @@ static_assert(std::endian::native == std::endian::little, "npy I/O assumes a lit
 
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr std::size_t kMagicLen = 6;
+// numpy writes headers of a few hundred bytes; a longer one is corrupt (numpy itself refuses
+// headers over 10000 bytes unless told otherwise).
+constexpr std::size_t kMaxHeader = 65536;
 
 enum class Dtype { f32, f64, b1, u1 };
 
@@ -102,23 +107,21 @@ Dtype parse_dtype(const std::string& path, const std::string& descr) {
 }
 
 std::vector<std::size_t> parse_shape(const std::string& path, const std::string& text) {
+  const auto bad = [&] {
+    fail(path, "bad .npy header: shape '(" + text + ")' is not a tuple of non-negative integers");
+  };
   std::vector<std::size_t> shape;
   std::size_t pos = 0;
   while (true) {
     pos = text.find_first_not_of(" \t", pos);
     if (pos == std::string::npos) break;
-    std::size_t used = 0;
-    unsigned long long n = 0;
-    try {
-      n = std::stoull(text.substr(pos), &used);
-    } catch (const std::exception&) {
-      fail(path, "bad .npy header: shape '(" + text + ")' is not a tuple of integers");
-    }
+    std::uint64_t n = 0;
+    const auto [end, ec] = std::from_chars(text.data() + pos, text.data() + text.size(), n);
+    if (ec != std::errc()) bad();  // not digits ('-1', 'x'), or beyond 64 bits
     shape.push_back(static_cast<std::size_t>(n));
-    pos = text.find_first_not_of(" \t", pos + used);
+    pos = text.find_first_not_of(" \t", static_cast<std::size_t>(end - text.data()));
     if (pos == std::string::npos) break;
-    if (text[pos] != ',')
-      fail(path, "bad .npy header: shape '(" + text + ")' is not a tuple of integers");
+    if (text[pos] != ',') bad();
     ++pos;
   }
   return shape;
@@ -140,6 +143,9 @@ Header parse_header(const std::string& path, const std::string& bytes) {
   } else {
     fail(path, "unsupported .npy format version " + std::to_string(major) + " (expected 1, 2 or 3)");
   }
+  if (header_len > kMaxHeader)
+    fail(path, "bad .npy header: " + std::to_string(header_len) + " bytes long, more than the " +
+                   std::to_string(kMaxHeader) + " accepted");
   if (start + header_len > bytes.size()) fail(path, "truncated .npy header");
   const std::string dict = bytes.substr(start, header_len);
   if (dict.find('{') == std::string::npos || dict.find('}') == std::string::npos)
@@ -167,9 +173,12 @@ std::size_t check_layout(const std::string& path, const std::string& bytes, cons
     fail(path, "array has rank " + std::to_string(h.shape.size()) + " (shape " +
                    shape_text(h.shape) + "), expected rank " + expected);
   }
-  std::size_t count = 1;
-  for (std::size_t n : h.shape) count *= n;
-  const std::size_t need = count * item_size(h.dtype);
+  std::size_t count = 1, need = 0;
+  for (std::size_t n : h.shape)
+    if (__builtin_mul_overflow(count, n, &count))
+      fail(path, "shape " + shape_text(h.shape) + " has more elements than fit in 64 bits");
+  if (__builtin_mul_overflow(count, item_size(h.dtype), &need))
+    fail(path, "shape " + shape_text(h.shape) + " needs more bytes than fit in 64 bits");
   const std::size_t have = bytes.size() - h.data_offset;
   if (have < need)
     fail(path, "truncated: shape " + shape_text(h.shape) + " needs " + std::to_string(need) +
@@ -240,24 +249,32 @@ void save_npy(const std::string& path, const xt::xarray<float>& a) {
   header += static_cast<char>(dict.size() >> 8);
   header += dict;
 
+  // POSIX calls so that a failure says why (ENOSPC, EFBIG, EACCES); the temporary file goes.
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(path, std::string("cannot write: ") + std::strerror(errno));
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    out.write(reinterpret_cast<const char*>(a.data()),
-              static_cast<std::streamsize>(a.size() * sizeof(float)));
-    out.close();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      fail(path, "write failed (disk full?)");
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(path, std::string("cannot write: ") + std::strerror(errno));
+  const auto give_up = [&](const char* what) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail(path, std::string("cannot write: ") + what + ": " + why);
+  };
+  const auto put = [&](const char* p, std::size_t n) {
+    while (n > 0) {
+      const ssize_t w = ::write(fd, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) give_up("write");
+      p += w, n -= static_cast<std::size_t>(w);
     }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    fail(path, "cannot write: " + ec.message());
+  };
+  put(header.data(), header.size());
+  put(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(float));
+  if (::fsync(fd) != 0) give_up("fsync");
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    fail(path, "cannot write: " + why);
   }
 }
 

@@ -12,12 +12,18 @@
 
 namespace attnlab {
 
-using Tensor = xt::xtensor<float, 4>;
-using Tensor64 = xt::xtensor<double, 4>;
+using Tensor = xt::xtensor<float, 4>;     ///< float32 [batch, heads, seq, dim]
+using Tensor64 = xt::xtensor<double, 4>;  ///< float64, for the reference
 
 /// The sizes of one attention problem, read off validated q, k, v.
 struct Dims {
-  std::size_t batch = 0, heads = 0, nq = 0, nk = 0, dk = 0, dv = 0;
+  std::size_t batch = 0;  ///< B
+  std::size_t heads = 0;  ///< H
+  std::size_t nq = 0;     ///< query sequence length
+  std::size_t nk = 0;     ///< key (and value) sequence length
+  std::size_t dk = 0;     ///< query and key head dim
+  std::size_t dv = 0;     ///< value head dim
+  /// Every size equal.
   bool operator==(const Dims&) const = default;
 };
 
