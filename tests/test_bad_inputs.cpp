@@ -358,6 +358,7 @@ std::vector<CliCase> cli_cases() {
       {"sweep --variant", {}, "sweep --variant 'sliding:left=[4,8' --out res", {"--variant", "missing ']'"}},
       {"sweep --causal", {}, "sweep --n 16 --causal none,sideways --out res", {"--causal", "sideways"}},
       {"sweep --input", {}, kSweep + " --input lowrank:temp=2", {"--input", "r=R"}},
+      {"sweep --input huge rank", {}, kSweep + " --input lowrank:r=4e53", {"--input", "r=4e53", "below 2^32"}},
       {"sweep --shard", {}, kSweep + " --shard 3/2", {"--shard", "3/2"}},
       // sweep: the results folder
       {"sweep foreign rows.csv", [](const TempDir& d) { fs::create_directory(d.file("res")); std::ofstream(d.file("res/rows.csv")) << "a,b\n1,2\n"; }, kSweep, {"res/rows.csv:1", "not the rows.csv schema"}},

@@ -72,7 +72,9 @@ InputDistribution parse_inputs(const std::string& text) {
       dist.temp = positive(text, key, value);
     } else if (key == "r" && dist.kind == InputDistribution::Kind::lowrank) {
       const double r = positive(text, key, value);
-      if (r != std::floor(r)) fail(text, "r=" + value + ": expected a positive integer");
+      // The bound keeps the cast below defined; a rank that large exceeds any dim anyway.
+      if (r != std::floor(r) || r > 4294967295.0)
+        fail(text, "r=" + value + ": expected a positive integer below 2^32");
       dist.rank = static_cast<std::size_t>(r);
       has_rank = true;
     } else if (key == "width" && !gaussian_like) {
