@@ -27,6 +27,7 @@ void add_sweep_command(CLI::App& app);
 void add_merge_command(CLI::App& app);
 void add_model_command(CLI::App& app);
 void add_study_command(CLI::App& app);
+void add_train_command(CLI::App& app);
 }  // namespace attnlab::cli
 
 namespace {
@@ -43,6 +44,7 @@ constexpr AddCommand kCommands[] = {
     attnlab::cli::add_merge_command,
     attnlab::cli::add_model_command,
     attnlab::cli::add_study_command,
+    attnlab::cli::add_train_command,
 };
 
 int fail(std::string message) {

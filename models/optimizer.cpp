@@ -23,6 +23,33 @@ double Adam::learning_rate(std::size_t t) const {
   return config_.lr * std::min(1.0, static_cast<double>(t) / static_cast<double>(config_.warmup));
 }
 
+void Adam::bind(const Parameters& params) {
+  if (!names_.empty() && params.size() != names_.size())
+    throw Error("adam: " + std::to_string(params.size()) + " parameters, the first step had " +
+                std::to_string(names_.size()));
+  for (std::size_t i = 0; i < names_.size(); ++i)
+    if (names_[i] != params[i].name || shapes_[i] != params[i].shape)
+      throw Error("adam: parameter '" + params[i].name + "' is not the one of the first step at " +
+                  "position " + std::to_string(i));
+  if (!names_.empty()) return;
+  for (const ParameterRef& p : params) {
+    names_.push_back(p.name);
+    shapes_.push_back(p.shape);
+    m_.emplace_back(p.size(), 0.0f);
+    v_.emplace_back(p.size(), 0.0f);
+  }
+}
+
+Parameters Adam::state(const Parameters& params) {
+  bind(params);
+  Parameters state;
+  for (std::size_t i = 0; i < names_.size(); ++i)
+    state.push_back({"exp_avg." + names_[i], shapes_[i], m_[i].data()});
+  for (std::size_t i = 0; i < names_.size(); ++i)
+    state.push_back({"exp_avg_sq." + names_[i], shapes_[i], v_[i].data()});
+  return state;
+}
+
 void Adam::step(const Parameters& params, const Parameters& grads) {
   if (params.size() != grads.size())
     throw Error("adam: " + std::to_string(params.size()) + " parameters but " +
@@ -32,25 +59,12 @@ void Adam::step(const Parameters& params, const Parameters& grads) {
     if (p.name != g.name || p.shape != g.shape)
       throw Error("adam: parameter " + std::to_string(i) + " is '" + p.name +
                   "' but its gradient is '" + g.name + "' (or of another shape)");
-    if (!names_.empty() && (i >= names_.size() || names_[i] != p.name || shapes_[i] != p.shape))
-      throw Error("adam: parameter '" + p.name + "' is not the one of the first step at " +
-                  "position " + std::to_string(i));
     for (std::size_t j = 0; j < g.size(); ++j)
       if (!std::isfinite(g.data[j]))
         throw Error("adam: gradient of '" + g.name + "' has a non-finite entry at " +
                     std::to_string(j));
   }
-  if (names_.empty()) {
-    for (const ParameterRef& p : params) {
-      names_.push_back(p.name);
-      shapes_.push_back(p.shape);
-      m_.emplace_back(p.size(), 0.0f);
-      v_.emplace_back(p.size(), 0.0f);
-    }
-  } else if (params.size() != names_.size()) {
-    throw Error("adam: " + std::to_string(params.size()) + " parameters, the first step had " +
-                std::to_string(names_.size()));
-  }
+  bind(params);
   ++t_;
   const double lr = learning_rate(t_);
   const double b1 = config_.beta1, b2 = config_.beta2;

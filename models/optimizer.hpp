@@ -49,11 +49,24 @@ class Adam {
   /// Steps taken.
   std::size_t steps() const { return t_; }
 
+  /// The moments as named tensors over this optimizer's own storage, "exp_avg.<name>" and
+  /// "exp_avg_sq.<name>" (torch's state names) for every parameter in `params` order, zeros
+  /// before the first step: what a checkpoint saves and restores with save_weights and
+  /// load_weights, beside the step count (set_steps). `params` must be the ones step() takes
+  /// (throws Error naming the first mismatch). The references stay valid until the next call.
+  Parameters state(const Parameters& params);
+
+  /// Sets the number of steps taken, when restoring a checkpoint (the bias corrections and the
+  /// warm-up continue from there).
+  void set_steps(std::size_t t) { t_ = t; }
+
   /// The hyper-parameters.
   const AdamConfig& config() const { return config_; }
 
  private:
   AdamConfig config_;
+  void bind(const Parameters& params);  // checks params, allocates the moments on first use
+
   std::size_t t_ = 0;
   std::vector<std::string> names_;                   // the parameters of the first step
   std::vector<std::vector<std::size_t>> shapes_;

@@ -1,0 +1,146 @@
+#include "training/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "attnlab/error.hpp"
+#include "models/backward.hpp"
+
+namespace attnlab::training {
+namespace {
+
+// Mean of x [B, N, d] over each item's first lengths[b] positions -> [B, 1, d].
+models::Activations mean_pool(const models::Activations& x, const std::vector<std::int64_t>& lengths) {
+  const std::size_t batch = x.shape()[0], n = x.shape()[1], d = x.shape()[2];
+  models::Activations pooled = models::Activations::from_shape({batch, 1, d});
+  pooled.fill(0.0f);
+  for (std::size_t b = 0; b < batch; ++b) {
+    const auto len = static_cast<std::size_t>(lengths[b]);
+    float* out = &pooled(b, 0, 0);
+    for (std::size_t i = 0; i < len; ++i)
+      for (std::size_t c = 0; c < d; ++c) out[c] += x.data()[(b * n + i) * d + c];
+    for (std::size_t c = 0; c < d; ++c) out[c] /= static_cast<float>(len);
+  }
+  return pooled;
+}
+
+// Its backward: each unpadded position gets dpooled / length, padded ones 0.
+models::Activations mean_pool_backward(const models::Activations& dpooled, std::size_t n,
+                                       const std::vector<std::int64_t>& lengths) {
+  const std::size_t batch = dpooled.shape()[0], d = dpooled.shape()[2];
+  models::Activations dx = models::Activations::from_shape({batch, n, d});
+  dx.fill(0.0f);
+  for (std::size_t b = 0; b < batch; ++b) {
+    const auto len = static_cast<std::size_t>(lengths[b]);
+    for (std::size_t i = 0; i < len; ++i)
+      for (std::size_t c = 0; c < d; ++c) dx(b, i, c) = dpooled(b, 0, c) / static_cast<float>(len);
+  }
+  return dx;
+}
+
+const std::int64_t* targets_of(const Batch& batch, const models::Activations& logits) {
+  if (batch.targets.shape()[0] != logits.shape()[0] || batch.targets.shape()[1] != logits.shape()[1])
+    throw Error("training: the batch's targets are [" + std::to_string(batch.targets.shape()[0]) +
+                ", " + std::to_string(batch.targets.shape()[1]) + "], the logits " +
+                models::shape_text(logits));
+  return batch.targets.data();
+}
+
+}  // namespace
+
+Score& Score::operator+=(const Score& other) {
+  const std::size_t total = count + other.count;
+  if (total) loss = (loss * double(count) + other.loss * double(other.count)) / double(total);
+  correct += other.correct;
+  count = total;
+  return *this;
+}
+
+Score cross_entropy(const float* logits, const std::int64_t* targets, std::size_t rows,
+                    std::size_t classes, float* dlogits) {
+  Score s;
+  for (std::size_t r = 0; r < rows; ++r) {
+    if (targets[r] == kNoTarget) continue;
+    if (targets[r] < 0 || static_cast<std::size_t>(targets[r]) >= classes)
+      throw Error("cross-entropy: target " + std::to_string(targets[r]) + " at row " +
+                  std::to_string(r) + " is outside [0, " + std::to_string(classes) + ")");
+    ++s.count;
+  }
+  if (dlogits) std::fill_n(dlogits, rows * classes, 0.0f);
+  if (s.count == 0) return s;
+  double total = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    if (targets[r] == kNoTarget) continue;
+    const float* z = logits + r * classes;
+    const auto best = static_cast<std::size_t>(std::max_element(z, z + classes) - z);
+    double lse = 0;
+    for (std::size_t c = 0; c < classes; ++c) lse += std::exp(double(z[c]) - double(z[best]));
+    lse = std::log(lse) + double(z[best]);
+    const auto t = static_cast<std::size_t>(targets[r]);
+    total += lse - double(z[t]);
+    s.correct += best == t;
+    if (!dlogits) continue;
+    float* dz = dlogits + r * classes;
+    for (std::size_t c = 0; c < classes; ++c)
+      dz[c] = static_cast<float>((std::exp(double(z[c]) - lse) - double(c == t)) / double(s.count));
+  }
+  s.loss = total / double(s.count);
+  return s;
+}
+
+Mask batch_mask(const Batch& batch) {
+  Mask mask;
+  const auto n = static_cast<std::int64_t>(batch.tokens.shape()[1]);
+  if (std::any_of(batch.lengths.begin(), batch.lengths.end(), [n](std::int64_t l) { return l < n; }))
+    mask.key_lengths = batch.lengths;
+  return mask;
+}
+
+TaskModel::TaskModel(const models::ModelConfig& config, std::size_t classes, Output output)
+    : body(config), head(config.layer.d_model, classes), output_(output) {
+  if (classes == 0) throw Error("training: a task head needs at least 1 class");
+  head.initialize(config.seed, "head.");
+}
+
+models::Parameters TaskModel::parameters() {
+  models::Parameters params = body.parameters();
+  head.parameters("head.", params);
+  return params;
+}
+
+models::Activations TaskModel::logits(const Batch& batch) const {
+  const models::Activations hidden = body.forward(batch.tokens, batch_mask(batch));
+  return head.forward(output_ == Output::per_token ? hidden : mean_pool(hidden, batch.lengths));
+}
+
+TaskModel zero_like(const TaskModel& model) {
+  TaskModel grad = model;
+  for (const models::ParameterRef& p : grad.parameters()) models::fill_constant(p, 0.0f);
+  return grad;
+}
+
+Score loss_and_gradients(const TaskModel& model, const Batch& batch, TaskModel& grad) {
+  models::ModelTrace trace;
+  const models::Activations hidden = models::forward(model.body, batch.tokens, batch_mask(batch), trace);
+  const bool per_token = model.output() == Output::per_token;
+  const models::Activations features = per_token ? hidden : mean_pool(hidden, batch.lengths);
+  const models::Activations logits = model.head.forward(features);
+  models::Activations dlogits = models::Activations::from_shape(logits.shape());
+  const std::size_t classes = logits.shape()[2];
+  const Score score = cross_entropy(logits.data(), targets_of(batch, logits),
+                                    logits.size() / classes, classes, dlogits.data());
+  const models::Activations dfeatures = models::backward(model.head, features, dlogits, grad.head);
+  models::backward(model.body, trace,
+                   per_token ? dfeatures : mean_pool_backward(dfeatures, hidden.shape()[1], batch.lengths),
+                   grad.body);
+  return score;
+}
+
+Score evaluate(const TaskModel& model, const Batch& batch) {
+  const models::Activations logits = model.logits(batch);
+  const std::size_t classes = logits.shape()[2];
+  return cross_entropy(logits.data(), targets_of(batch, logits), logits.size() / classes, classes,
+                       nullptr);
+}
+
+}  // namespace attnlab::training

@@ -1,0 +1,74 @@
+// A Transformer encoder with a task head: what `attnlab train` trains. The encoder is
+// models::EncoderModel (token embedding, sinusoidal positions, L layers with any attention spec);
+// the head is one Linear from d_model to the task's classes ("head.weight", "head.bias"),
+// applied at every position (Output::per_token) or to the mean of the encoder's outputs over the
+// unpadded positions (Output::per_sequence: mean pooling, as LRA's classifiers may). Padded keys
+// are masked in every attention call (Mask::key_lengths). The loss is the mean cross-entropy over
+// the scored targets.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attnlab/mask.hpp"
+#include "models/transformer.hpp"
+#include "training/tasks.hpp"
+
+namespace attnlab::training {
+
+/// Mean cross-entropy of a batch, with how many scored targets the arg-max got right.
+struct Score {
+  double loss = 0;         ///< mean over the scored targets (0 when there are none)
+  std::size_t correct = 0; ///< scored targets whose logit is the largest (first on ties)
+  std::size_t count = 0;   ///< scored targets
+
+  /// correct / count (0 when count is 0).
+  double accuracy() const { return count ? double(correct) / double(count) : 0.0; }
+  /// Adds another batch's score, weighting the losses by their counts.
+  Score& operator+=(const Score& other);
+};
+
+/// Cross-entropy of logits [rows, classes] (row-major) against targets[rows] in [0, classes) or
+/// kNoTarget (not scored), log-sum-exp in double. When dlogits is not null it receives
+/// d(loss)/d(logits) of the mean loss: (softmax - onehot) / count on scored rows, 0 elsewhere.
+/// Throws Error naming the first target outside [0, classes).
+Score cross_entropy(const float* logits, const std::int64_t* targets, std::size_t rows,
+                    std::size_t classes, float* dlogits);
+
+/// The mask of a batch: key padding where an item is shorter than N, nothing otherwise.
+Mask batch_mask(const Batch& batch);
+
+/// An EncoderModel with a classification head (see the header comment).
+class TaskModel {
+ public:
+  /// Builds and initialises the encoder from config (config.seed) and the head (PyTorch's
+  /// Linear initialisation from the same seed); throws Error for a bad config or classes == 0.
+  TaskModel(const models::ModelConfig& config, std::size_t classes, Output output);
+
+  models::EncoderModel body;  ///< "embedding.weight", "encoder.*"
+  models::Linear head;        ///< "head.weight" [classes, d_model], "head.bias"
+
+  /// Per token or per sequence.
+  Output output() const { return output_; }
+
+  /// Every parameter: the body's in state_dict order, then the head's.
+  models::Parameters parameters();
+
+  /// The logits [B, N, classes] (per token) or [B, 1, classes] (per sequence) of a batch.
+  models::Activations logits(const Batch& batch) const;
+
+ private:
+  Output output_;
+};
+
+/// A copy of `model` with every parameter zero: the gradient accumulator of loss_and_gradients.
+TaskModel zero_like(const TaskModel& model);
+
+/// The batch's score, and the gradient of its mean loss added into `grad` (zero_like's shape).
+/// The attention cores' backward may throw Unsupported.
+Score loss_and_gradients(const TaskModel& model, const Batch& batch, TaskModel& grad);
+
+/// The batch's score without gradients.
+Score evaluate(const TaskModel& model, const Batch& batch);
+
+}  // namespace attnlab::training

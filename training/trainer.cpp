@@ -1,0 +1,252 @@
+#include "training/trainer.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "attnlab/error.hpp"
+#include "attnlab/factory.hpp"
+#include "models/backward.hpp"
+
+namespace attnlab::training {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// The seed of batch `index` of stream `stream` (1: training steps, 2: the held-out set).
+std::uint64_t data_seed(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
+  return mix(mix(seed) ^ mix(stream << 56 ^ index));
+}
+
+models::ModelConfig model_config(const TrainConfig& c, std::size_t vocab) {
+  models::ModelConfig m;
+  m.layer.d_model = c.d_model;
+  m.layer.heads = c.heads;
+  m.layer.ffn = c.ffn;
+  m.layer.spec = c.spec;
+  models::apply_switches(m.layer, c.switches);
+  m.layers = c.layers;
+  m.vocab = vocab;
+  m.seed = c.seed;
+  return m;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("checkpoint file " + path.string() + ": cannot read it");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+void TrainConfig::validate() const {
+  if (n == 0 || batch == 0 || eval_size == 0 || layers == 0)
+    throw Error("train: n, batch, eval_size and layers must be at least 1");
+  model_config(*this, make_task(task, n)->vocab()).validate();
+  adam.validate();
+}
+
+std::string TrainConfig::describe() const {
+  std::ostringstream s;
+  s.precision(17);
+  s << "task " << make_task(task, n)->spec() << "\nspec " << make_attention(spec)->spec()
+    << "\nn " << n << "\nlayers " << layers << "\nd_model " << d_model << "\nheads " << heads
+    << "\nffn " << ffn << "\nswitches " << switches << "\nbatch " << batch << "\nseed " << seed
+    << "\neval_size " << eval_size << "\nlr " << adam.lr << "\nbeta1 " << adam.beta1
+    << "\nbeta2 " << adam.beta2 << "\neps " << adam.eps << "\nweight_decay "
+    << adam.weight_decay << "\nwarmup " << adam.warmup << "\n";
+  return s.str();
+}
+
+Trainer::Trainer(const TrainConfig& config)
+    : config_((config.validate(), config)),
+      task_(make_task(config.task, config.n)),
+      model_(model_config(config, task_->vocab()), task_->classes(), task_->output()),
+      grad_(zero_like(model_)),
+      adam_(config.adam) {}
+
+Score Trainer::step(StepTimes* times) {
+  auto start = Clock::now();
+  const Batch batch = task_->batch(config_.batch, data_seed(config_.seed, 1, steps() + 1));
+  if (times) times->data += since(start);
+  start = Clock::now();
+  auto params = model_.parameters(), grads = grad_.parameters();
+  models::zero_gradients(grads);
+  const Score score = loss_and_gradients(model_, batch, grad_);
+  if (times) times->gradients += since(start);
+  start = Clock::now();
+  adam_.step(params, grads);
+  if (times) times->update += since(start);
+  return score;
+}
+
+Score Trainer::evaluate() {
+  if (eval_.empty())
+    for (std::size_t i = 0, left = config_.eval_size; left > 0; ++i) {
+      const std::size_t size = std::min(left, config_.batch);
+      eval_.push_back(task_->batch(size, data_seed(config_.seed, 2, i)));
+      left -= size;
+    }
+  Score total;
+  for (const Batch& b : eval_) total += training::evaluate(model_, b);
+  return total;
+}
+
+void Trainer::save(const std::string& dir) {
+  const std::string tmp = dir + ".tmp", old = dir + ".old";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  const models::Parameters params = model_.parameters();
+  models::save_weights(tmp, params);
+  models::save_weights(tmp + "/optimizer", adam_.state(params));
+  {
+    std::ofstream state(tmp + "/state.txt");
+    state.precision(17);
+    state << "step " << steps() << "\nseconds " << seconds << "\n" << config_.describe();
+    if (!state.flush()) throw Error("checkpoint file " + tmp + "/state.txt: cannot write it");
+  }
+  if (fs::exists(dir)) {
+    fs::remove_all(old, ec);
+    fs::rename(dir, old, ec);
+    if (ec) throw Error("checkpoint " + dir + ": cannot move it to " + old + ": " + ec.message());
+  }
+  fs::rename(tmp, dir, ec);
+  if (ec) throw Error("checkpoint " + tmp + ": cannot rename it to " + dir + ": " + ec.message());
+  fs::remove_all(old, ec);
+}
+
+bool Trainer::has_checkpoint(const std::string& dir) {
+  return fs::exists(fs::path(dir) / "state.txt") || fs::exists(fs::path(dir + ".old") / "state.txt");
+}
+
+void Trainer::load(const std::string& path) {
+  // A kill between save()'s two renames leaves only DIR.old, which is complete.
+  const std::string dir = fs::exists(fs::path(path) / "state.txt") ? path : path + ".old";
+  std::istringstream state(read_text(fs::path(dir) / "state.txt"));
+  std::size_t step = 0;
+  double seconds_so_far = 0;
+  std::string key, line;
+  if (!(state >> key >> step) || key != "step" || !(state >> key >> seconds_so_far) ||
+      key != "seconds")
+    throw Error("checkpoint file " + dir + "/state.txt: expected 'step T' and 'seconds S' first");
+  std::getline(state, line);
+  std::istringstream expected(config_.describe());
+  std::string want;
+  while (std::getline(expected, want)) {
+    if (!std::getline(state, line)) line = "(nothing)";
+    if (line != want)
+      throw Error("checkpoint " + dir + " was written by another run: it has '" + line +
+                  "', this run '" + want + "' (use the same options, or another --out)");
+  }
+  TaskModel model = model_;
+  models::Adam adam(config_.adam);
+  const models::Parameters params = model.parameters();
+  models::load_weights(dir, params);
+  models::load_weights(dir + "/optimizer", adam.state(params));
+  adam.set_steps(step);
+  model_ = std::move(model);
+  adam_ = std::move(adam);
+  seconds = seconds_so_far;
+}
+
+namespace {
+
+// One Linear's GEMMs in a training step, as models/ calls them: forward y = x W^T, backward
+// dW = dy^T x and dx = dy W, on buffers of its sizes.
+struct LinearGemms {
+  std::size_t rows, in, out;
+  std::vector<float> x, w, y, dw, dx;
+
+  LinearGemms(std::size_t rows_, std::size_t in_, std::size_t out_)
+      : rows(rows_), in(in_), out(out_), x(rows * in, 0.5f), w(out * in, 0.01f), y(rows * out),
+        dw(out * in), dx(rows * in) {}
+
+  void run() {
+    const int r = int(rows), i = int(in), o = int(out);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r, o, i, 1.0f, x.data(), i, w.data(), i,
+                0.0f, y.data(), o);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o, i, r, 1.0f, y.data(), o, x.data(), i,
+                1.0f, dw.data(), i);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, i, o, 1.0f, y.data(), o, w.data(), i,
+                0.0f, dx.data(), i);
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+StepSplit measure_split(const Trainer& trainer, std::size_t rounds) {
+  const TrainConfig& c = trainer.config();
+  TaskModel model = trainer.model();
+  TaskModel grad = zero_like(model);
+  models::Adam adam(c.adam);
+  const Batch batch = trainer.task().batch(c.batch, data_seed(c.seed, 3, 0));
+  const Mask mask = batch_mask(batch);
+
+  // The attention calls: one per layer, at the step's shapes, through the factory.
+  const auto attention = make_attention(c.spec);
+  const std::size_t dk = c.d_model / c.heads;
+  std::mt19937_64 rng(c.seed);
+  std::normal_distribution<float> normal;
+  Tensor q = Tensor::from_shape({c.batch, c.heads, c.n, dk}), k = q, v = q, d_out = q, out;
+  for (Tensor* t : {&q, &k, &v, &d_out})
+    for (float& x : *t) x = normal(rng);
+  RowLogSumExp lse;
+  Gradients g;
+
+  // The GEMMs: per layer W_Q, W_K, W_V, W_O, linear1, linear2; the head once.
+  const std::size_t rows = c.batch * c.n, d = c.d_model;
+  std::vector<LinearGemms> gemms;
+  for (std::size_t l = 0; l < c.layers; ++l) {
+    for (int i = 0; i < 4; ++i) gemms.emplace_back(rows, d, d);
+    gemms.emplace_back(rows, d, c.ffn);
+    gemms.emplace_back(rows, c.ffn, d);
+  }
+  gemms.emplace_back(trainer.task().output() == Output::per_token ? rows : c.batch, d,
+                     trainer.task().classes());
+
+  std::vector<double> step_s, attention_s, gemm_s;
+  for (std::size_t r = 0; r < rounds; ++r) {
+    auto start = Clock::now();
+    auto params = model.parameters(), grads = grad.parameters();
+    models::zero_gradients(grads);
+    loss_and_gradients(model, batch, grad);
+    adam.step(params, grads);
+    step_s.push_back(since(start));
+    start = Clock::now();
+    for (std::size_t l = 0; l < c.layers; ++l) {
+      attention->forward(q, k, v, mask, out, lse);
+      attention->backward(q, k, v, mask, out, d_out, lse, g);
+    }
+    attention_s.push_back(since(start));
+    start = Clock::now();
+    for (LinearGemms& m : gemms) m.run();
+    gemm_s.push_back(since(start));
+  }
+  return {median(step_s), median(attention_s), median(gemm_s), rounds};
+}
+
+}  // namespace attnlab::training

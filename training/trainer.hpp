@@ -1,0 +1,123 @@
+// Training a TaskModel on a Task with Adam, checkpoints that resume exactly, and the time split
+// of a step. What `attnlab train` runs (cli/cmd_train.cpp; docs/training.md).
+//
+// Data: step t (1-based) trains on task.batch(batch, seed of (seed, t)); the held-out set is
+// eval_size examples from another stream of the same seed, generated once. So a run is a
+// function of its config alone, and one resumed from the checkpoint of step t continues with
+// exactly the batches, weights and optimizer moments an uninterrupted run has at step t: the
+// final weights are bitwise equal (tests/test_training.cpp).
+//
+// Checkpoint folder (Trainer::save):
+//   <name>.npy            every parameter, the weights-folder format of models/weights.hpp
+//                         (embedding.weight, encoder.layers.0...., head.weight, head.bias): the
+//                         body loads into `attnlab model --weights` as it is
+//   optimizer/exp_avg.<name>.npy, optimizer/exp_avg_sq.<name>.npy   Adam's moments
+//   state.txt             "step T", "seconds S" (training time so far), then the config lines
+//                         of TrainConfig::describe(), which a resume must match
+// It is written as DIR.tmp and renamed over DIR (the previous one kept as DIR.old until then),
+// so a kill at any moment leaves a complete checkpoint behind.
+//
+// Not learned here: an attention core's own tensors (linformer's E and F stay at their seeded
+// initialisation); the model's parameters are the layers' (models/backward.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/optimizer.hpp"
+#include "training/model.hpp"
+#include "training/tasks.hpp"
+
+namespace attnlab::training {
+
+/// Everything a run is a function of (the number of steps aside: a run can be extended).
+struct TrainConfig {
+  std::string task = "mqar";        ///< task factory string (training/tasks.hpp)
+  std::string spec = "full";        ///< attention factory string
+  std::size_t n = 256;              ///< sequence length
+  std::size_t layers = 2;           ///< encoder layers
+  std::size_t d_model = 64;         ///< model width
+  std::size_t heads = 4;            ///< attention heads (divide d_model)
+  std::size_t ffn = 256;            ///< FFN hidden size
+  std::string switches = "pre-ln";  ///< models::apply_switches list; pre-LN trains without tuning
+  std::size_t batch = 32;           ///< examples per step
+  std::uint64_t seed = 1;           ///< weights and data
+  std::size_t eval_size = 512;      ///< held-out examples
+  models::AdamConfig adam{3e-3, 0.9, 0.98, 1e-8, 0.01, 100};  ///< lr 3e-3, warm-up 100 steps
+
+  /// Throws Error naming the first bad field (sizes, the task, the spec, the switches, Adam).
+  void validate() const;
+
+  /// One "key value" line per field, in a fixed order: the identity of a run.
+  std::string describe() const;
+};
+
+/// Wall-clock seconds of one step's parts.
+struct StepTimes {
+  double data = 0;       ///< generating the batch
+  double gradients = 0;  ///< forward, loss and backward
+  double update = 0;     ///< Adam
+};
+
+/// A training run in memory: the task, the model, its gradient accumulator and the optimizer.
+class Trainer {
+ public:
+  /// Builds the task and the seeded model (config validated).
+  explicit Trainer(const TrainConfig& config);
+
+  /// One step on the batch of step steps() + 1; returns its score (before the update). Adds
+  /// the parts' times into `times` when given.
+  Score step(StepTimes* times = nullptr);
+
+  /// The score on the held-out set (evaluated in batches of config.batch).
+  Score evaluate();
+
+  /// Steps taken.
+  std::size_t steps() const { return adam_.steps(); }
+
+  /// Training time so far in seconds, kept by the caller and saved in checkpoints.
+  double seconds = 0;
+
+  /// Writes the checkpoint folder `dir` (see the header comment), replacing the previous one.
+  /// Throws Error naming the file that could not be written.
+  void save(const std::string& dir);
+
+  /// Restores a checkpoint written by save() for the same config; throws Error naming the first
+  /// config line that differs, or the missing or broken file. Nothing changes on error.
+  void load(const std::string& dir);
+
+  /// Whether `dir` (or what a kill left of it, DIR.old) holds a checkpoint.
+  static bool has_checkpoint(const std::string& dir);
+
+  /// The task.
+  const Task& task() const { return *task_; }
+  /// The model.
+  const TaskModel& model() const { return model_; }
+  /// The configuration.
+  const TrainConfig& config() const { return config_; }
+
+ private:
+  TrainConfig config_;
+  std::unique_ptr<Task> task_;
+  TaskModel model_, grad_;
+  models::Adam adam_;
+  std::vector<Batch> eval_;
+};
+
+/// The time of a training step split into its attention calls, its GEMMs and the rest.
+struct StepSplit {
+  double step = 0;       ///< a whole step (forward, loss, backward, Adam), median of rounds
+  double attention = 0;  ///< its L attention forwards (saving lse) and backwards, measured alone
+  double gemm = 0;       ///< its projection, FFN and head GEMMs (forward and backward), alone
+  std::size_t rounds = 0;  ///< rounds measured
+};
+
+/// Measures a StepSplit at the trainer's config on copies of its model (the trainer does not
+/// change): `rounds` rounds of (one step, the attention calls alone, the GEMMs alone),
+/// alternated so that a shared machine's drift hits all three alike; medians.
+StepSplit measure_split(const Trainer& trainer, std::size_t rounds);
+
+}  // namespace attnlab::training
