@@ -1,0 +1,133 @@
+// `attnlab train` end to end: plain progress lines off a terminal, the output folder, a run
+// SIGKILLed and resumed that ends bitwise equal to an uninterrupted one, and bad options.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "cli_helpers.hpp"
+
+using namespace attnlab::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kRun = "train --task copy --spec full --n 16 --d-model 16 --heads 2 --ffn 32 "
+                         "--batch 8 --eval-size 16 --eval-every 10 --checkpoint-every 2 --steps 60";
+
+// The step in DIR/checkpoint/state.txt, 0 when there is none yet.
+std::size_t checkpoint_step(const std::string& dir) {
+  std::ifstream in(dir + "/checkpoint/state.txt");
+  std::string key;
+  std::size_t step = 0;
+  in >> key >> step;
+  return key == "step" ? step : 0;
+}
+
+// Column `c` of every row of a CSV (the header skipped).
+std::string column(const std::string& path, int c) {
+  std::ifstream in(path);
+  std::string line, out;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::size_t start = 0;
+    for (int i = 0; i < c; ++i) start = line.find(',', start) + 1;
+    out += line.substr(start, line.find(',', start) - start) + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("attnlab train writes its logs, checkpoint and summary, with plain progress lines",
+          "[cli][training]") {
+  TempDir dir("train-cmd");
+  const CliResult r = attnlab_cli(dir, kRun + " --out a --profile 2");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("step 60/60") != std::string::npos);
+  CHECK(r.err.find("ETA") != std::string::npos);
+  CHECK(r.err.find('\r') == std::string::npos);  // not a terminal: no redrawn line
+  CHECK(r.out.find("time split of a step") != std::string::npos);
+  const std::string summary = read_text(dir.file("a/summary.json"));
+  for (const char* key : {"\"git_commit\"", "\"seconds_per_step\"", "\"peak_heap_bytes\"",
+                          "\"attention_seconds\"", "\"loadavg_before\""})
+    CHECK(summary.find(key) != std::string::npos);
+  CHECK(column(dir.file("a/train.csv"), 0).size() > 60);  // 60 rows
+  CHECK(checkpoint_step(dir.file("a")) == 60);
+}
+
+TEST_CASE("attnlab train SIGKILLed and rerun ends bitwise equal to an uninterrupted run",
+          "[cli][training]") {
+  TempDir dir("train-kill");
+  REQUIRE(attnlab_cli(dir, kRun + " --quiet --out straight").code == 0);
+
+  const char* exe = std::getenv("ATTNLAB_CLI");
+  REQUIRE(exe != nullptr);
+  const std::string out = dir.file("killed");
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const std::string cmd = "exec '" + std::string(exe) + "' " + kRun + " --quiet --out '" + out +
+                            "' >/dev/null 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  bool exited = false;
+  while (!exited && checkpoint_step(out) < 10) {
+    exited = waitpid(child, &status, WNOHANG) == child;
+    ::usleep(1000);
+  }
+  if (!exited) {
+    ::kill(child, SIGKILL);
+    REQUIRE(waitpid(child, &status, 0) == child);
+  }
+  const std::size_t at = checkpoint_step(out);
+  INFO("killed with the checkpoint at step " << at);
+  if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL))
+    WARN("the run finished before the kill: this machine is too fast for the test's size");
+
+  const CliResult r = attnlab_cli(dir, kRun + " --out killed");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  if (at < 60) CHECK(r.err.find("resuming from") != std::string::npos);
+  for (const auto& entry : fs::recursive_directory_iterator(dir.file("straight/checkpoint"))) {
+    if (!entry.is_regular_file()) continue;
+    const fs::path rel = fs::relative(entry.path(), dir.file("straight/checkpoint"));
+    INFO(rel.string());
+    if (rel == "state.txt") continue;  // its training seconds differ
+    REQUIRE(read_text(entry.path().string()) == read_text(dir.file("killed/checkpoint/" + rel.string())));
+  }
+  // The logs: every step once, the same losses and accuracies.
+  CHECK(column(dir.file("killed/train.csv"), 1) == column(dir.file("straight/train.csv"), 1));
+  CHECK(column(dir.file("killed/eval.csv"), 2) == column(dir.file("straight/eval.csv"), 2));
+}
+
+TEST_CASE("attnlab train: bad options exit 2 with one line naming the problem", "[cli][training]") {
+  TempDir dir("train-bad");
+  const auto one_line = [&](const std::string& args, const std::string& fragment) {
+    const CliResult r = attnlab_cli(dir, args);
+    INFO(args << "\n" << r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(fragment) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  };
+  one_line("train --spec full --task sorting --n 16 --out o", "sorting");
+  one_line("train --spec full --d-model 64 --heads 3 --n 16 --out o", "heads");
+  one_line("train --spec nope --task copy --n 16 --out o", "nope");
+  one_line("train --spec full --task copy --n 16 --steps many --out o", "--steps");
+  one_line("train --spec full --task copy --n 16 --eval-every 0 --out o", "--eval-every");
+  one_line("train --task copy --n 16", "--spec");
+  // A checkpoint of another run is not resumed into this one.
+  REQUIRE(attnlab_cli(dir, "train --spec full --task copy --n 16 --d-model 16 --heads 2 --ffn 32 "
+                           "--steps 2 --quiet --out o").code == 0);
+  one_line("train --spec full --task copy --n 16 --d-model 16 --heads 2 --ffn 32 --steps 4 "
+           "--lr 0.01 --quiet --out o", "another run");
+}

@@ -1,0 +1,310 @@
+// Training (issue 10): the task generators against independent checks (ListOps' answers by a
+// separate stack evaluation of the tokens), the loss gradient and the task head's against finite
+// differences, a tiny training run whose loss must fall, and checkpoints that resume exactly.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "attnlab/error.hpp"
+#include "helpers.hpp"
+#include "models/backward.hpp"
+#include "npy_helpers.hpp"
+#include "training/trainer.hpp"
+
+using namespace attnlab;
+using namespace attnlab::training;
+using attnlab::test::TempDir;
+
+namespace {
+
+// ListOps evaluated from its tokens alone: a stack of open operators and their arguments.
+int evaluate_listops(const std::int64_t* tokens, std::size_t length) {
+  std::vector<std::pair<std::int64_t, std::vector<int>>> open;
+  int result = -1;
+  for (std::size_t i = 0; i < length; ++i) {
+    const std::int64_t t = tokens[i];
+    if (t >= 1 && t <= 10) {
+      if (open.empty()) result = int(t - 1);
+      else open.back().second.push_back(int(t - 1));
+    } else if (t >= 11 && t <= 14) {
+      open.push_back({t, {}});
+    } else {
+      REQUIRE(t == 15);
+      REQUIRE(!open.empty());
+      auto [op, args] = open.back();
+      open.pop_back();
+      REQUIRE(args.size() >= 2);
+      std::sort(args.begin(), args.end());
+      int v = 0;
+      if (op == 11) v = args.front();
+      if (op == 12) v = args.back();
+      if (op == 13) {  // numpy's median, truncated by int()
+        const std::size_t m = args.size();
+        const double median = m % 2 ? args[m / 2] : 0.5 * (args[m / 2 - 1] + args[m / 2]);
+        v = int(median);
+      }
+      if (op == 14) {
+        for (int a : args) v += a;
+        v %= 10;
+      }
+      if (open.empty()) result = v;
+      else open.back().second.push_back(v);
+    }
+  }
+  REQUIRE(open.empty());
+  return result;
+}
+
+TrainConfig tiny_config(const std::string& task, std::size_t n) {
+  TrainConfig c;
+  c.task = task;
+  c.n = n;
+  c.d_model = 32;
+  c.heads = 2;
+  c.ffn = 64;
+  c.batch = 16;
+  c.eval_size = 32;
+  c.adam.warmup = 10;
+  return c;
+}
+
+std::vector<float> flat_parameters(TaskModel model) {
+  std::vector<float> all;
+  for (const auto& p : model.parameters()) all.insert(all.end(), p.data, p.data + p.size());
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("listops: every answer equals an independent evaluation of its tokens", "[training]") {
+  const auto task = make_task("listops", 128);
+  CHECK(task->spec() == "listops:max_len=128,min_len=32,depth=10,args=10");
+  const Batch b = task->batch(200, 7);
+  std::vector<int> seen(10, 0);
+  std::set<std::int64_t> operators;
+  for (std::size_t e = 0; e < 200; ++e) {
+    const auto len = static_cast<std::size_t>(b.lengths[e]);
+    INFO("example " << e << ", length " << len);
+    CHECK(len > 32);
+    CHECK(len < 128);
+    for (std::size_t i = len; i < 128; ++i) REQUIRE(b.tokens(e, i) == 0);
+    for (std::size_t i = 0; i < len; ++i) operators.insert(b.tokens(e, i));
+    REQUIRE(b.targets(e, 0) == evaluate_listops(&b.tokens(e, 0), len));
+    ++seen[static_cast<std::size_t>(b.targets(e, 0))];
+  }
+  CHECK(operators.count(11) + operators.count(12) + operators.count(13) + operators.count(14) == 4);
+  for (int count : seen) CHECK(count > 0);  // every class occurs in 200 examples
+}
+
+TEST_CASE("mqar: each query's target is the value that followed its key", "[training]") {
+  const auto task = make_task("mqar:pairs=8,vocab=64", 128);
+  const Batch b = task->batch(50, 3);
+  for (std::size_t e = 0; e < 50; ++e) {
+    std::map<std::int64_t, std::int64_t> value_of;
+    for (std::size_t i = 0; i < 8; ++i) {
+      const std::int64_t k = b.tokens(e, 2 * i), v = b.tokens(e, 2 * i + 1);
+      REQUIRE(k >= 1);
+      REQUIRE(k < 32);
+      REQUIRE(v >= 32);
+      REQUIRE(v < 64);
+      REQUIRE(value_of.emplace(k, v).second);  // distinct keys
+    }
+    std::size_t queries = 0;
+    for (std::size_t i = 0; i < 128; ++i) {
+      if (b.targets(e, i) == kNoTarget) continue;
+      REQUIRE(i >= 16);
+      ++queries;
+      REQUIRE(value_of.count(b.tokens(e, i)) == 1);
+      REQUIRE(b.targets(e, i) == value_of[b.tokens(e, i)]);
+    }
+    CHECK(queries == 8);  // every key asked once
+  }
+}
+
+TEST_CASE("copy: the targets after the delimiter repeat the symbols before it", "[training]") {
+  const Batch b = make_task("copy:vocab=6", 11)->batch(20, 1);
+  for (std::size_t e = 0; e < 20; ++e) {
+    CHECK(b.tokens(e, 5) == 1);
+    for (std::size_t i = 0; i < 5; ++i) {
+      CHECK(b.tokens(e, i) >= 2);
+      CHECK(b.tokens(e, i) < 6);
+      CHECK(b.targets(e, i) == kNoTarget);
+      CHECK(b.targets(e, 6 + i) == b.tokens(e, i));
+      CHECK(b.tokens(e, 6 + i) == 0);
+    }
+  }
+}
+
+TEST_CASE("tasks: the same seed gives the same batch, another seed another", "[training]") {
+  for (const char* spec : {"mqar", "listops", "copy"}) {
+    const auto task = make_task(spec, 64);
+    const Batch a = task->batch(8, 11), b = task->batch(8, 11), c = task->batch(8, 12);
+    CHECK(a.tokens == b.tokens);
+    CHECK(a.targets == b.targets);
+    CHECK(a.tokens != c.tokens);
+    CHECK(make_task(task->spec(), 64)->spec() == task->spec());
+  }
+}
+
+TEST_CASE("tasks: bad specs are refused, naming the key", "[training]") {
+  test::require_error([] { make_task("mqar:pairs=100", 256); }, {"pairs"});
+  test::require_error([] { make_task("mqar:pairs=16,vocab=20", 256); }, {"vocab"});
+  test::require_error([] { make_task("listops:max_len=600", 512); }, {"max_len"});
+  test::require_error([] { make_task("listops:min_len=511", 512); }, {"min_len"});
+  test::require_error([] { make_task("copy:colour=2", 32); }, {"colour"});
+  test::require_error([] { make_task("sorting", 32); }, {"sorting", "mqar, listops, copy"});
+}
+
+TEST_CASE("cross-entropy: loss, accuracy and gradient against finite differences", "[training]") {
+  const std::size_t rows = 5, classes = 7;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> z(rows * classes), dz(rows * classes);
+  for (float& x : z) x = normal(rng);
+  const std::vector<std::int64_t> targets = {3, kNoTarget, 0, 6, 2};
+  const Score s = cross_entropy(z.data(), targets.data(), rows, classes, dz.data());
+  CHECK(s.count == 4);
+  for (std::size_t c = 0; c < classes; ++c) CHECK(dz[classes + c] == 0.0f);  // unscored row
+  const double h = 1e-2;
+  for (std::size_t i = 0; i < z.size(); ++i) {
+    std::vector<float> up = z, down = z;
+    up[i] += float(h);
+    down[i] -= float(h);
+    const double fd = (cross_entropy(up.data(), targets.data(), rows, classes, nullptr).loss -
+                       cross_entropy(down.data(), targets.data(), rows, classes, nullptr).loss) /
+                      (2 * h);
+    // Central differences of a smooth loss: error O(h^2 · third derivative) ~ 1e-5 here.
+    CHECK(dz[i] == Approx(fd).margin(1e-4));
+  }
+  std::vector<std::int64_t> bad = {3, 7, 0, 0, 0};
+  test::require_error([&] { cross_entropy(z.data(), bad.data(), rows, classes, nullptr); },
+                      {"target 7", "row 1"});
+}
+
+TEST_CASE("task head: the gradient of the loss through mean pooling and padding equals a "
+          "directional difference", "[training]") {
+  // listops: per-sequence head over padded items, with key padding in every attention call.
+  const auto task = make_task("listops:max_len=24,min_len=6", 24);
+  models::ModelConfig m;
+  m.layer.d_model = 16;
+  m.layer.heads = 2;
+  m.layer.ffn = 32;
+  m.layers = 2;
+  m.vocab = task->vocab();
+  m.layer.pre_ln = true;
+  TaskModel model(m, task->classes(), task->output());
+  const Batch batch = task->batch(4, 5);
+  REQUIRE(std::any_of(batch.lengths.begin(), batch.lengths.end(), [](auto l) { return l < 24; }));
+  TaskModel grad = zero_like(model);
+  loss_and_gradients(model, batch, grad);
+
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal;
+  auto params = model.parameters();
+  auto grads = grad.parameters();
+  std::vector<std::vector<float>> direction;
+  double directional = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    direction.emplace_back(params[i].size());
+    // The head and the final LayerNorm: their gradients pass through the loss, the head and
+    // the pooling but through no ReLU or attention, whose gradients test_model_backward checks.
+    const bool moved = params[i].name.rfind("head.", 0) == 0 || params[i].name.rfind("encoder.norm.", 0) == 0;
+    for (std::size_t j = 0; j < params[i].size(); ++j) {
+      direction[i][j] = moved ? normal(rng) : 0.0f;
+      directional += double(direction[i][j]) * grads[i].data[j];
+    }
+  }
+  const auto loss_at = [&](double t) {
+    TaskModel moved = model;
+    auto p = moved.parameters();
+    for (std::size_t i = 0; i < p.size(); ++i)
+      for (std::size_t j = 0; j < p[i].size(); ++j) p[i].data[j] += float(t) * direction[i][j];
+    return evaluate(moved, batch).loss;
+  };
+  // Richardson extrapolation of float central differences (h and 2h) removes the O(h^2) term;
+  // what remains is float rounding of the loss (~1e-7 / h): a 1% tolerance.
+  const double h = 1e-2;
+  const double d1 = (loss_at(h) - loss_at(-h)) / (2 * h);
+  const double d2 = (loss_at(2 * h) - loss_at(-2 * h)) / (4 * h);
+  CHECK(directional == Approx((4 * d1 - d2) / 3).epsilon(1e-2));
+}
+
+TEST_CASE("a tiny training run on copy at N = 32 brings the loss below 1.0", "[training]") {
+  // The default model (2 layers, d_model 64, 4 heads, batch 32), 80 steps at lr 6e-3 after a
+  // 10-step warm-up. Deterministic with its seed. Chance is log(8) = 2.08 (8 symbols); on our
+  // VM the held-out loss ends at 0.38 (accuracy 86%), so 1.0 leaves room for another BLAS or
+  // kernel path.
+  TrainConfig c;
+  c.task = "copy";
+  c.n = 32;
+  c.eval_size = 64;
+  c.adam.lr = 6e-3;
+  c.adam.warmup = 10;
+  Trainer trainer(c);
+  const double before = trainer.evaluate().loss;
+  CHECK(before > 1.9);
+  for (int s = 0; s < 80; ++s) trainer.step();
+  const Score after = trainer.evaluate();
+  INFO("held-out loss " << before << " -> " << after.loss << ", accuracy " << after.accuracy());
+  CHECK(after.loss < 1.0);
+  CHECK(after.accuracy() > 0.6);
+}
+
+TEST_CASE("checkpoints: a run saved and resumed equals an uninterrupted one, bitwise",
+          "[training]") {
+  TempDir dir("train");
+  const std::string checkpoint = dir.file("checkpoint");
+  TrainConfig c = tiny_config("listops:max_len=32,min_len=8", 32);
+  c.spec = "linear";
+  Trainer straight(c);
+  for (int s = 0; s < 8; ++s) straight.step();
+
+  Trainer first(c);
+  for (int s = 0; s < 5; ++s) first.step();
+  first.seconds = 1.5;
+  first.save(checkpoint);
+  first.save(checkpoint);  // replacing one works too
+  REQUIRE(Trainer::has_checkpoint(checkpoint));
+  CHECK(std::filesystem::exists(checkpoint + "/encoder.layers.0.self_attn.in_proj_weight.npy"));
+  CHECK(std::filesystem::exists(checkpoint + "/optimizer/exp_avg_sq.head.weight.npy"));
+  CHECK(!std::filesystem::exists(checkpoint + ".tmp"));
+
+  // What a kill between save()'s two renames leaves: only DIR.old.
+  std::filesystem::rename(checkpoint, checkpoint + ".old");
+  Trainer resumed(c);
+  resumed.load(checkpoint);
+  CHECK(resumed.steps() == 5);
+  CHECK(resumed.seconds == 1.5);
+  for (int s = 0; s < 3; ++s) resumed.step();
+  CHECK(flat_parameters(resumed.model()) == flat_parameters(straight.model()));
+  CHECK(resumed.evaluate().loss == straight.evaluate().loss);
+
+  TrainConfig other = c;
+  other.adam.lr = 1e-2;
+  Trainer different(other);
+  const auto before = flat_parameters(different.model());
+  test::require_error([&] { different.load(checkpoint); }, {"lr", "another run", "--out"});
+  CHECK(flat_parameters(different.model()) == before);  // unchanged
+  CHECK(different.steps() == 0);
+}
+
+TEST_CASE("Trainer refuses bad configs, naming the field", "[training]") {
+  TrainConfig c = tiny_config("copy", 32);
+  c.heads = 3;
+  test::require_error([&] { Trainer t(c); }, {"heads"});
+  c = tiny_config("copy", 32);
+  c.spec = "full:window=3";
+  test::require_error([&] { Trainer t(c); }, {"window"});
+  c = tiny_config("copy", 32);
+  c.batch = 0;
+  test::require_error([&] { Trainer t(c); }, {"batch"});
+  c = tiny_config("copy", 32);
+  c.switches = "dropout";
+  test::require_error([&] { Trainer t(c); }, {"dropout"});
+}
