@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""Tables and learning curves of the training runs (scripts/train-results.sh).
+
+Usage: render-training.py RUNS OUT
+Reads RUNS/TASK/NAME/{train.csv, eval.csv, summary.json} (attnlab train's output), copies them
+into OUT/TASK/raw/NAME/ and writes OUT/README.md (per task: held-out accuracy, time per step,
+peak memory and load of every spec, the published figures beside ours) and, with gnuplot,
+OUT/TASK/curves.png (held-out accuracy and smoothed training loss against the step). Renders
+only what the runs measured: nothing here is re-run or estimated.
+"""
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+# Long Range Arena, Table 1, ListOps test accuracy % (anchors/papers.md), by our spec's family.
+LRA_LISTOPS = {
+    "full": ("Transformer", 36.37),
+    "sliding": ("Local attention", 15.82),
+    "linformer": ("Linformer", 35.70),
+    "bigbird": ("BigBird", 36.05),
+    "linear": ("Linear Transformer", 16.13),
+    "linear:feature=favor": ("Performer", 18.01),
+}
+ZOOLOGY = ("Zoology (Arora et al. 2023, anchors/papers.md): softmax attention solves MQAR at every "
+           "model width tried; linear attention needs a much larger width (state size) to match, "
+           "and the gap grows with the sequence length and the number of pairs.")
+TASKS = {
+    "copy": "copy: x1..xm, delimiter, m blanks; targets the m symbols (8 symbols, chance 12.5%)",
+    "mqar": "mqar: multi-query associative recall, per query (chance among the values: 1/32; "
+            "among the 8 values in the context: 12.5%)",
+    "listops": "listops: LRA's generator, 10-way classification per sequence (chance about 10%; "
+               "the most frequent class is more common)",
+}
+
+
+def rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def paper_column(spec):
+    base = spec.split(":")[0]
+    if spec.startswith("linear") and "feature=favor" in spec:
+        return LRA_LISTOPS["linear:feature=favor"]
+    if spec.startswith("linear") and "feature=elu1" not in spec:
+        return None  # DPFP has no LRA row
+    return LRA_LISTOPS.get(base)
+
+
+def gnuplot_curves(folder, runs, title):
+    """curves.png: held-out accuracy and training loss (moving mean of 20 steps) by step."""
+    dat, acc_plots, loss_plots = [], [], []
+    for i, (name, r) in enumerate(runs):
+        dat.append(f"# {name} eval\n" + "".join(f"{e['step']} {float(e['accuracy']) * 100}\n"
+                                                  for e in r["eval"]) + "\n\n")
+        losses = [float(t["loss"]) for t in r["train"]]
+        smooth = [sum(losses[max(0, k - 19):k + 1]) / len(losses[max(0, k - 19):k + 1])
+                  for k in range(len(losses))]
+        dat.append(f"# {name} loss\n" + "".join(f"{t['step']} {s}\n"
+                                                  for t, s in zip(r["train"], smooth)) + "\n\n")
+        acc_plots.append(f"'curves.dat' index {2 * i} using 1:2 with linespoints title '{r['spec']}'")
+        loss_plots.append(f"'curves.dat' index {2 * i + 1} using 1:2 with lines title '{r['spec']}'")
+    (folder / "curves.dat").write_text("".join(dat))
+    script = (
+        "set terminal pngcairo size 1200,480\nset output 'curves.png'\nset multiplot layout 1,2 "
+        f"title '{title}'\nset key bottom right font ',8'\nset xlabel 'step'\n"
+        "set ylabel 'held-out accuracy %'\nset grid\nplot " + ", ".join(acc_plots) + "\n"
+        "set key top right font ',8'\nset ylabel 'training loss (mean of 20 steps)'\nplot "
+        + ", ".join(loss_plots) + "\nunset multiplot\n")
+    (folder / "curves.gp").write_text(script)
+    if shutil.which("gnuplot"):
+        subprocess.run(["gnuplot", "curves.gp"], cwd=folder, check=True)
+
+
+def main():
+    runs_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
+    out.mkdir(parents=True, exist_ok=True)
+    lines, context = [], None
+    for task in ["copy", "mqar", "listops"]:
+        if not (runs_dir / task).is_dir():
+            continue
+        runs = []
+        for run in sorted((runs_dir / task).iterdir()):
+            if not (run / "summary.json").exists():
+                continue
+            summary = json.loads((run / "summary.json").read_text())
+            raw = out / task / "raw" / run.name
+            raw.mkdir(parents=True, exist_ok=True)
+            for f in ["train.csv", "eval.csv", "summary.json"]:
+                shutil.copy(run / f, raw / f)
+            runs.append((run.name, {"spec": summary["spec"], "summary": summary,
+                                    "train": rows(run / "train.csv"),
+                                    "eval": rows(run / "eval.csv")}))
+        if not runs:
+            continue
+        context = context or runs[0][1]["summary"]
+        s0 = runs[0][1]["summary"]
+        cfg = dict(line.split(" ", 1) for line in s0["config"].strip().split("\n"))
+        lines += [f"## {task}", "", TASKS[task] + ".", "",
+                  f"Task `{cfg['task']}`, N = {cfg['n']}, {cfg['layers']} layers, d_model "
+                  f"{cfg['d_model']}, {cfg['heads']} heads, FFN {cfg['ffn']}, {cfg['switches']}, "
+                  f"batch {cfg['batch']}, {s0['steps']} steps, Adam lr {float(cfg['lr']):g} (warm-up "
+                  f"{cfg['warmup']}), held-out set of {cfg['eval_size']} examples, seed "
+                  f"{cfg['seed']}.", ""]
+        header = ["spec", "held-out accuracy %", "best held-out %", "held-out loss",
+                  "s / step", "peak extra heap MiB", "max RSS MiB", "load before / after"]
+        if task == "listops":
+            header += ["LRA ListOps % (Tay et al., N up to 2000, trained to convergence)"]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for name, r in runs:
+            s = r["summary"]
+            best = max(float(e["accuracy"]) for e in r["eval"]) * 100
+            cells = [f"`{r['spec']}`", f"{s['eval']['accuracy'] * 100:.1f}", f"{best:.1f}",
+                     f"{s['eval']['loss']:.3f}", f"{s['seconds_per_step']:.3f}",
+                     f"{s['peak_heap_bytes'] / 2**20:.1f}", f"{s['max_rss_bytes'] / 2**20:.0f}",
+                     f"{s['loadavg_before']:.1f} / {s['loadavg_after']:.1f}"]
+            if task == "listops":
+                paper = paper_column(r["spec"])
+                cells.append(f"{paper[1]:.2f} ({paper[0]})" if paper else "-")
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+        if task == "mqar":
+            lines += [ZOOLOGY, ""]
+            for name, r in runs:
+                split = r["summary"].get("split")
+                if split:
+                    step = split["step_seconds"]
+                    lines += [f"Time split of one training step of `{r['spec']}` (medians of "
+                              f"{split['rounds']} rounds, measured after its run; attention = its "
+                              f"{cfg['layers']} attention forwards saving the log-sum-exp and "
+                              "their backwards, GEMMs = every projection, FFN and head GEMM of "
+                              "the step with its two backward GEMMs, each measured alone at the "
+                              "step's shapes; everything else = the step minus both):", "",
+                              "| step | attention | GEMMs | everything else |", "|---|---|---|---|",
+                              f"| {step:.4f} s | {split['attention_seconds']:.4f} s "
+                              f"({100 * split['attention_seconds'] / step:.0f}%) | "
+                              f"{split['gemm_seconds']:.4f} s "
+                              f"({100 * split['gemm_seconds'] / step:.0f}%) | "
+                              f"{split['rest_seconds']:.4f} s "
+                              f"({100 * split['rest_seconds'] / step:.0f}%) |", "",
+                              f"Training `{r['spec']}` for {r['summary']['steps']} steps took "
+                              f"{r['summary']['train_seconds'] / 60:.1f} minutes of training "
+                              "time (held-out scoring and checkpoints aside).", ""]
+        lines += [f"Learning curves: [{task}/curves.png]({task}/curves.png).", ""]
+        gnuplot_curves(out / task, runs, task)
+    c = context
+    head = ["# Training results", "",
+            "Rendered by scripts/render-training.py from the runs of scripts/train-results.sh "
+            "(raw logs and summaries under TASK/raw/). Small models and short runs, sized so that "
+            "all of them together take about 25 minutes on this 2-core VM: these are not "
+            "converged accuracies, and ListOps runs at N = 256 (LRA: up to 2000) for 500 steps.",
+            "", f"Context: commit {c['git_commit'][:10]}{' (dirty)' if c['git_dirty'] else ''}, "
+            f"{c['cpu_model']} ({c['threads']['nproc']} cores, one OpenMP thread per run, two "
+            f"runs at a time), {c['compiler']}, {c['blas']['config']}, OPENBLAS_CORETYPE "
+            f"{c['OPENBLAS_CORETYPE']}, kernels {c['kernels']}, {c['date']}. The machine is "
+            "shared: each table gives the 1-minute load average before and after its run.", ""]
+    (out / "README.md").write_text("\n".join(head + lines))
+
+
+if __name__ == "__main__":
+    main()

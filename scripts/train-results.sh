@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# results/training: every variant's default spec and a few settings trained on copy, mqar and
+# listops at the sizes below, then the tables and plots (scripts/render-training.py).
+# Usage: scripts/train-results.sh [BUILD]   (default: build)
+# Runs two trainings at a time, each on one thread (OMP_NUM_THREADS=1: on 2 shared cores two
+# single-threaded runs finish sooner than one two-threaded run after another), each under the
+# shared CPU lock (they are not speed benchmarks; each summary.json records the load average).
+# Raw runs go to runs/training/TASK/NAME (checkpoints included, git-ignored); the renderer copies
+# their logs and summaries into results/training/TASK/raw/. On this 2-core VM the whole script
+# took about 25 minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+export OMP_NUM_THREADS=1
+
+specs=(full linformer linformer:k=32 sliding sliding:left=16,right=16 bigbird bigbird:block=16
+       linear linear:feature=favor linear:feature=dpfp)
+# task | options
+tasks=(
+  "copy|--task copy --n 64 --steps 300 --lr 6e-3 --warmup 10 --eval-every 25"
+  "mqar|--task mqar:pairs=8,vocab=64 --n 256 --steps 1000 --eval-every 100"
+  "listops|--task listops --n 256 --steps 500 --eval-every 50"
+)
+jobs=()
+for t in "${tasks[@]}"; do
+  task=${t%%|*} options=${t#*|}
+  for spec in "${specs[@]}"; do
+    name=$(echo "$spec" | tr ':=,' '_-_')
+    extra=""
+    [[ $task == mqar && $spec == full ]] && extra="--profile 5"  # the time split
+    jobs+=("$options --spec $spec --out runs/training/$task/$name $extra")
+  done
+done
+echo "load before: $(cat /proc/loadavg)"
+printf '%s\n' "${jobs[@]}" |
+  xargs -P 2 -I{} sh -c "flock -s ${CPU_LOCK:-/work/.cpu.lock} $build/cli/attnlab train --quiet {} || echo FAILED: {}"
+echo "load after: $(cat /proc/loadavg)"
+/usr/bin/python3 scripts/render-training.py runs/training results/training
