@@ -12,7 +12,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -43,13 +45,20 @@ struct TrainOptions {
 };
 
 // Keeps the rows of a CSV log whose step (first column) is at most `step`: what a resumed run
-// has done; a missing file starts with its header.
+// has done. A row cut short by a kill (fewer columns than the header) goes too; a missing file
+// starts with its header.
 void cut_log(const std::string& path, const std::string& header, std::size_t step) {
+  const auto columns = std::count(header.begin(), header.end(), ',');
   std::string kept = header + "\n", line;
   std::ifstream in(path);
   std::getline(in, line);  // the header
-  while (std::getline(in, line))
-    if (!line.empty() && std::stoull(line.substr(0, line.find(','))) <= step) kept += line + "\n";
+  while (std::getline(in, line)) {
+    char* end = nullptr;
+    const unsigned long long row_step = std::strtoull(line.c_str(), &end, 10);
+    if (std::count(line.begin(), line.end(), ',') == columns && end && *end == ',' &&
+        row_step <= step)
+      kept += line + "\n";
+  }
   in.close();
   harness::write_atomically(path, kept);
 }

@@ -7,7 +7,7 @@
 # shared CPU lock (they are not speed benchmarks; each summary.json records the load average).
 # Raw runs go to runs/training/TASK/NAME (checkpoints included, git-ignored); the renderer copies
 # their logs and summaries into results/training/TASK/raw/. On this 2-core VM the whole script
-# took about 25 minutes.
+# took 21 minutes (load average 2 to 4 besides).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}

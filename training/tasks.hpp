@@ -34,6 +34,10 @@
 
 #include "models/layers.hpp"
 
+/// Training over any attention spec: seeded tasks, a task head and its loss, the Trainer with
+/// checkpoints (docs/training.md).
+namespace attnlab::training {}
+
 namespace attnlab::training {
 
 /// What a task asks of the model: a class per token, or one per sequence.

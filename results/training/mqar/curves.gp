@@ -1,0 +1,12 @@
+set terminal pngcairo size 1200,480 noenhanced
+set output 'curves.png'
+set multiplot layout 1,2 title 'mqar'
+set key bottom right font ',8'
+set xlabel 'step'
+set ylabel 'held-out accuracy %'
+set grid
+plot 'curves.dat' index 0 using 1:2 with linespoints title 'bigbird:block=64,window=3,global=2,random=3,seed=0', 'curves.dat' index 2 using 1:2 with linespoints title 'bigbird:block=16,window=3,global=2,random=3,seed=0', 'curves.dat' index 4 using 1:2 with linespoints title 'full', 'curves.dat' index 6 using 1:2 with linespoints title 'linear:feature=elu1,m=256,nu=1,rule=sum,beta=1,eps=1e-06,seed=1', 'curves.dat' index 8 using 1:2 with linespoints title 'linear:feature=dpfp,m=256,nu=1,rule=sum,beta=1,eps=1e-06,seed=1', 'curves.dat' index 10 using 1:2 with linespoints title 'linear:feature=favor,m=256,nu=1,rule=sum,beta=1,eps=1e-06,seed=1', 'curves.dat' index 12 using 1:2 with linespoints title 'linformer:k=256,share=none,init=gaussian,max_len=4096,seed=0', 'curves.dat' index 14 using 1:2 with linespoints title 'linformer:k=32,share=none,init=gaussian,max_len=4096,seed=0', 'curves.dat' index 16 using 1:2 with linespoints title 'sliding:left=128,right=128,dilation=1,global=0', 'curves.dat' index 18 using 1:2 with linespoints title 'sliding:left=16,right=16,dilation=1,global=0'
+set key top right font ',8'
+set ylabel 'training loss (mean of 20 steps)'
+plot 'curves.dat' index 1 using 1:2 with lines title 'bigbird:block=64,window=3,global=2,random=3,seed=0', 'curves.dat' index 3 using 1:2 with lines title 'bigbird:block=16,window=3,global=2,random=3,seed=0', 'curves.dat' index 5 using 1:2 with lines title 'full', 'curves.dat' index 7 using 1:2 with lines title 'linear:feature=elu1,m=256,nu=1,rule=sum,beta=1,eps=1e-06,seed=1', 'curves.dat' index 9 using 1:2 with lines title 'linear:feature=dpfp,m=256,nu=1,rule=sum,beta=1,eps=1e-06,seed=1', 'curves.dat' index 11 using 1:2 with lines title 'linear:feature=favor,m=256,nu=1,rule=sum,beta=1,eps=1e-06,seed=1', 'curves.dat' index 13 using 1:2 with lines title 'linformer:k=256,share=none,init=gaussian,max_len=4096,seed=0', 'curves.dat' index 15 using 1:2 with lines title 'linformer:k=32,share=none,init=gaussian,max_len=4096,seed=0', 'curves.dat' index 17 using 1:2 with lines title 'sliding:left=128,right=128,dilation=1,global=0', 'curves.dat' index 19 using 1:2 with lines title 'sliding:left=16,right=16,dilation=1,global=0'
+unset multiplot
