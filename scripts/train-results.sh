@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # results/training: every variant's default spec and a few settings trained on copy, mqar and
 # listops at the sizes below, then the tables and plots (scripts/render-training.py).
-# Usage: scripts/train-results.sh [BUILD]   (default: build)
+# Usage: scripts/train-results.sh [BUILD] [TASK...]   (default: build, all three tasks)
 # Runs two trainings at a time, each on one thread (OMP_NUM_THREADS=1: on 2 shared cores two
 # single-threaded runs finish sooner than one two-threaded run after another), each under the
 # shared CPU lock (they are not speed benchmarks; each summary.json records the load average).
@@ -11,6 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
+shift || true
+only=" ${*:-copy mqar listops} "
 export OMP_NUM_THREADS=1
 
 specs=(full linformer linformer:k=32 sliding sliding:left=16,right=16 bigbird bigbird:block=16
@@ -24,6 +26,7 @@ tasks=(
 jobs=()
 for t in "${tasks[@]}"; do
   task=${t%%|*} options=${t#*|}
+  [[ $only == *" $task "* ]] || continue
   for spec in "${specs[@]}"; do
     name=$(echo "$spec" | tr ':=,' '_-_')
     extra=""

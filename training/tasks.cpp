@@ -96,10 +96,16 @@ class Mqar final : public Task {
     for (std::size_t e = 0; e < size; ++e) {
       std::int64_t* x = &b.tokens(e, 0);
       std::int64_t* y = &b.targets(e, 0);
-      for (std::size_t i = 0; i < n_; ++i) x[i] = static_cast<std::int64_t>(rng.below(vocab_));
       const auto keys = draw_without_replacement(key_weight, pairs_, rng);
       const auto values = draw_without_replacement(value_weight, pairs_, rng);
       const auto gaps = draw_without_replacement(power, pairs_, rng);
+      std::vector<bool> is_key(vocab_, false);
+      for (std::size_t k : keys) is_key[1 + k] = true;
+      for (std::size_t i = 0; i < n_; ++i) {
+        std::size_t t = rng.below(vocab_);
+        while (is_key[t]) t = rng.below(vocab_);  // one answer per query (see the header)
+        x[i] = static_cast<std::int64_t>(t);
+      }
       for (std::size_t i = 0; i < pairs_; ++i) {
         const auto key = static_cast<std::int64_t>(1 + keys[i]);
         const auto value = static_cast<std::int64_t>(half + values[i]);

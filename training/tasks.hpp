@@ -8,8 +8,11 @@
 //            replacement from [1, vocab/2), values from [vocab/2, vocab)), then every key asked
 //            once, in random order, at positions 2D + 2g with the gaps g drawn without
 //            replacement from [0, (N - 2D) / 2) with weights (g + 1)^(-0.99) (Zoology's power
-//            law, a = 0.01); every other position holds a random token from [0, vocab). Target:
-//            the key's value at each query position. Keys: pairs (default N / 16, >= 1,
+//            law, a = 0.01); every other position holds a random token from [0, vocab) that is
+//            not one of the example's keys (Zoology draws from the whole vocabulary, 8192 tokens,
+//            where that is rare; in a small one a key would recur in the noise with another
+//            successor and make the answer ambiguous). Target: the key's value at each query
+//            position. Keys: pairs (default N / 16, >= 1,
 //            4 · pairs <= N), vocab (default 256, pairs <= vocab / 2 - 1).
 //   listops  Long Range Arena ListOps (Tay et al. 2021, Nangia & Bowman 2018; LRA's
 //            listops.py): nested [MAX, [MIN, [MED, [SM (sum mod 10) lists over digits 0-9, each
