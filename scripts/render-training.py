@@ -105,7 +105,8 @@ def main():
                   f"{cfg['d_model']}, {cfg['heads']} heads, FFN {cfg['ffn']}, {cfg['switches']}, "
                   f"batch {cfg['batch']}, {s0['steps']} steps, Adam lr {float(cfg['lr']):g} (warm-up "
                   f"{cfg['warmup']}), held-out set of {cfg['eval_size']} examples, seed "
-                  f"{cfg['seed']}.", ""]
+                  f"{cfg['seed']}. Run at commit {s0['git_commit'][:10]}"
+                  f"{' (dirty)' if s0['git_dirty'] else ''}, {s0['date']}.", ""]
         header = ["spec", "held-out accuracy %", "best held-out %", "held-out loss",
                   "s / step", "peak extra heap MiB", "max RSS MiB", "load before / after"]
         if task == "listops":
@@ -153,10 +154,10 @@ def main():
             "(raw logs and summaries under TASK/raw/). Small models and short runs, sized so that "
             "all of them together took 21 minutes on this 2-core VM: these are not "
             "converged accuracies, and ListOps runs at N = 256 (LRA: up to 2000) for 500 steps.",
-            "", f"Context: commit {c['git_commit'][:10]}{' (dirty)' if c['git_dirty'] else ''}, "
+            "", f"Context (the commit and date of each task's runs are with its table): "
             f"{c['cpu_model']} ({c['threads']['nproc']} cores, one OpenMP thread per run, two "
             f"runs at a time), {c['compiler']}, {c['blas']['config']}, OPENBLAS_CORETYPE "
-            f"{c['OPENBLAS_CORETYPE']}, kernels {c['kernels']}, {c['date']}. The machine is "
+            f"{c['OPENBLAS_CORETYPE']}, kernels {c['kernels']}. The machine is "
             "shared: each table gives the 1-minute load average before and after its run.", ""]
     notes = out / "notes.md"  # the findings, written by hand from the tables above
     if notes.exists():
