@@ -90,6 +90,7 @@ if ab_file.exists():  # benchmarks/ab_avx2.sh: alternating rounds against the ea
         ratio = statistics.median(sides["old"]) / statistics.median(sides["new"])
         checks.append((f"N = {ab['N']}, {name}: earlier build's time / `avx2` path's time (median "
                        f"of {len(sides['new'])} alternating rounds)", ratio, ">= 1", ratio >= 1))
+numpy_up = numpy_s.get(4096, float("nan")) / seconds(4096)
 checks.append(("NumPy time / full time at N = 4096", numpy_up, ">= 2.5", numpy_up >= 2.5))
 checks.append(("peak resident memory at N = 32768 (MiB)", mem["peak_rss_MiB"], "<= 1024",
                mem["peak_rss_MiB"] <= 1024))
