@@ -6,6 +6,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from report_parts import profile_section
 from sgemm_rates import sgemm_rates, sgemm_table
 
 out = Path(sys.argv[1])
@@ -114,6 +115,8 @@ print(f"- Google Benchmark's own library build (Debian package): {ctx.get('libra
       " attnlab itself is built with buildtype=release")
 print(f"- NumPy {numpy['numpy']}, BLAS: "
       f"{', '.join(i.get('internal_api', '') + ' ' + str(i.get('num_threads', '')) for i in numpy['blas']) or 'threadpoolctl not installed'}")
+if profile_section(out):
+    print("\n" + profile_section(out).rstrip())
 notes = out / "notes.md"
 if notes.exists():
     print("\n" + notes.read_text().rstrip())
