@@ -232,12 +232,12 @@ void BigBirdAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v
   // Keys transposed one head at a time into two alternating buffers: a head's keys stay in cache
   // while its blocks read them, and no buffer of all heads is allocated (and page-faulted) per call.
   // Left uninitialised, as full's: the padding of the last tile is never read (a memset of both
-  // was 4.5% of a forward at N = 65536).
+  // was 4.5% of a forward at N = 65536); huge pages (scratch_floats) spare the per-call faults.
   constexpr std::size_t kCols = OnlineSoftmax::kCols;
   const std::size_t key_tiles = ceil_div(d.nk, kCols);
   const std::size_t per_head = key_tiles * kCols * d.dk;
-  const std::unique_ptr<float[]> kt[2] = {std::unique_ptr<float[]>(new float[per_head]),
-                                          std::unique_ptr<float[]>(new float[per_head])};
+  const auto kt0 = kernels::scratch_floats(per_head), kt1 = kernels::scratch_floats(per_head);
+  float* const kt[2] = {kt0.get(), kt1.get()};
   const auto blocks = static_cast<std::ptrdiff_t>(layout.query_blocks);
 #pragma omp parallel
   {
@@ -245,7 +245,7 @@ void BigBirdAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v
     std::vector<std::pair<std::size_t, std::size_t>> ranges;
     for (std::size_t bh = 0; bh < d.batch * d.heads; ++bh) {
       const std::size_t b = bh / d.heads, h = bh % d.heads;
-      float* keys = kt[bh % 2].get();
+      float* keys = kt[bh % 2];
       // The implicit barrier ends the layout; no thread still reads this buffer (head bh - 2)
       // because each passed the previous head's layout barrier after its last block of it.
 #pragma omp for schedule(static)
