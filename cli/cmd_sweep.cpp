@@ -100,6 +100,7 @@ void summarise(const SweepConfig& config, const SweepOptions& options, const Swe
     if (reference->rows.empty()) reference.reset();
   }
   std::printf("\n%s", sweep_summary(run, reference ? &*reference : nullptr).c_str());
+  std::fflush(stdout);  // before the progress line on stderr, so a log of both reads in order
   if (!render) return;
   if (options.progress) std::fprintf(options.progress, "rendering the report and plots...\n");
   const ReportOutput out = render_report(s.dir);

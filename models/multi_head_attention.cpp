@@ -12,28 +12,6 @@
 namespace attnlab::models {
 namespace {
 
-// y [B·N, H·dk] as [B, H, N, dk]: head h owns dk consecutive columns.
-Tensor split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t heads,
-                   std::size_t dk) {
-  const std::size_t ld = heads * dk;
-  auto t = uninitialized<Tensor>({batch, heads, n, dk});
-  for (std::size_t b = 0; b < batch; ++b)
-    for (std::size_t h = 0; h < heads; ++h)
-      for (std::size_t i = 0; i < n; ++i)
-        std::copy_n(y + (b * n + i) * ld + h * dk, dk, &t(b, h, i, 0));
-  return t;
-}
-
-// [B, H, N, dk] -> [B, N, H·dk]: the heads concatenated.
-Activations merge_heads(const Tensor& t) {
-  const std::size_t batch = t.shape()[0], heads = t.shape()[1], n = t.shape()[2], dk = t.shape()[3];
-  auto x = uninitialized<Activations>({batch, n, heads * dk});
-  for (std::size_t b = 0; b < batch; ++b)
-    for (std::size_t h = 0; h < heads; ++h)
-      for (std::size_t i = 0; i < n; ++i) std::copy_n(&t(b, h, i, 0), dk, &x(b, i, h * dk));
-  return x;
-}
-
 // Row-wise softmax of `scores` (length nk) under the row's visibility; an empty row is zero.
 void masked_softmax(float* scores, std::size_t nk, const Mask& mask, std::size_t b, std::size_t h,
                     std::size_t i, const Dims& d) {
@@ -50,6 +28,26 @@ void masked_softmax(float* scores, std::size_t nk, const Mask& mask, std::size_t
 }
 
 }  // namespace
+
+Tensor split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t heads,
+                   std::size_t dk) {
+  const std::size_t ld = heads * dk;
+  auto t = uninitialized<Tensor>({batch, heads, n, dk});
+  for (std::size_t b = 0; b < batch; ++b)
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t i = 0; i < n; ++i)
+        std::copy_n(y + (b * n + i) * ld + h * dk, dk, &t(b, h, i, 0));
+  return t;
+}
+
+Activations merge_heads(const Tensor& t) {
+  const std::size_t batch = t.shape()[0], heads = t.shape()[1], n = t.shape()[2], dk = t.shape()[3];
+  auto x = uninitialized<Activations>({batch, n, heads * dk});
+  for (std::size_t b = 0; b < batch; ++b)
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t i = 0; i < n; ++i) std::copy_n(&t(b, h, i, 0), dk, &x(b, i, h * dk));
+  return x;
+}
 
 MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
                                        const std::string& spec, bool tied_qk)

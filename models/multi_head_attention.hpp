@@ -93,6 +93,14 @@ class MultiHeadAttention {
   std::shared_ptr<const Attention> core_;
 };
 
+/// Projected rows y [B·N, H·dk] (row stride H·dk) as heads [B, H, N, dk]: head h owns dk
+/// consecutive columns.
+Tensor split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t heads,
+                   std::size_t dk);
+
+/// Heads [B, H, N, dk] concatenated back into [B, N, H·dk].
+Activations merge_heads(const Tensor& t);
+
 /// softmax(q k^T · scale) under `mask` for q [B, H, Nq, Dk], k [B, H, Nk, Dk]: the dense
 /// [B, H, Nq, Nk] probabilities exact attention weighs the values with (rows that see no key are
 /// zero), accumulated in float32 by one sgemm per head. Validates shapes and mask (throws Error).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the committed reference results, each from a fresh run, with its report and plots
 # (a plain `attnlab sweep` or `./dev run` measures into the git-ignored runs/ instead):
-#   results/default/     attnlab sweep --peers (the built-in default grid, ~3 min on 2 idle cores)
+#   results/default/     attnlab sweep --peers (the built-in default grid, ~15 min with the peers)
 #   results/full-sweep/  benchmarks/configs/full-sweep.toml (N = 256 ... 65536, ~15 min)
 #   results/microbench/  benchmarks/bench_variants (Google Benchmark JSON)
 #   results/studies/     attnlab study NAME, every study at its documented size (~10 min)

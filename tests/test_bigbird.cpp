@@ -5,6 +5,7 @@
 #include <set>
 
 #include "helpers.hpp"
+#include "patterns.hpp"
 #include "variants/bigbird.hpp"
 
 using namespace attnlab;
@@ -31,15 +32,6 @@ BigBirdConfig config(std::int64_t block, std::int64_t window, std::int64_t globa
 
 std::string spec_of(const BigBirdConfig& c) { return BigBirdAttention(c).spec(); }
 
-// The element-level pattern: the block layout expanded to tokens, then the Mask's own rule
-// (causal diagonal, padding, boolean). Written without the kernel's key ranges or tiles.
-Pattern expand(const BigBirdLayout& layout, const Mask& mask, const Dims& d) {
-  return [&layout, &mask, d](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
-    return layout.kind(h, i / layout.block, j / layout.block) != BlockKind::none &&
-           mask.may_attend(b, h, i, j, d);
-  };
-}
-
 void check_against_reference(const BigBirdConfig& c, std::size_t batch, std::size_t heads,
                              std::size_t nq, std::size_t nk, std::size_t dk, std::size_t dv,
                              const Mask& mask, std::uint64_t seed) {
@@ -52,7 +44,7 @@ void check_against_reference(const BigBirdConfig& c, std::size_t batch, std::siz
   const Dims d = check_qkv(q, k, v);
   const BigBirdLayout layout = bigbird_layout(c, heads, nq, nk, mask.causal != Causal::none);
   const Tensor64 ref =
-      reference_attention(q, k, v, mask.softmax_scale(dk), expand(layout, mask, d));
+      reference_attention(q, k, v, mask.softmax_scale(dk), test::bigbird_pattern(layout, mask, d));
   require_close(BigBirdAttention(c).forward(q, k, v, mask), ref, kRtol, kAtol);
 }
 

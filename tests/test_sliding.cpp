@@ -5,6 +5,7 @@
 #include <random>
 
 #include "helpers.hpp"
+#include "patterns.hpp"
 #include "variants/sliding.hpp"
 
 using namespace attnlab;
@@ -19,25 +20,7 @@ namespace {
 // means of N(0,1) values, so they agree to a few 1e-6 (as for full, same margin).
 constexpr double kRtol = 1e-4, kAtol = 2e-5;
 
-// The definition of the issue, one key at a time and independent of the kernel: query i (at
-// key position p = i, or i + Nk - Nq under a bottom-right causal mask) attends j when
-// j = p - S·a for some a in 0..L or j = p + S·b for some b in 0..R, or when i < G or j < G;
-// and the Mask must allow (i, j) too.
-Pattern sliding_pattern(const SlidingConfig& c, const Mask& mask, const Dims& d) {
-  return [c, &mask, d](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
-    if (!mask.may_attend(b, h, i, j, d)) return false;
-    const std::int64_t gi = static_cast<std::int64_t>(i), gj = static_cast<std::int64_t>(j);
-    if (gi < c.global || gj < c.global) return true;
-    std::int64_t p = gi;
-    if (mask.causal == Causal::bottom_right)
-      p += static_cast<std::int64_t>(d.nk) - static_cast<std::int64_t>(d.nq);
-    for (std::int64_t a = 0; a <= c.left; ++a)
-      if (gj == p - c.dilation * a) return true;
-    for (std::int64_t b2 = 0; b2 <= c.right; ++b2)
-      if (gj == p + c.dilation * b2) return true;
-    return false;
-  };
-}
+using attnlab::test::sliding_pattern;
 
 std::string spec_of(const SlidingConfig& c) {
   return "sliding:left=" + std::to_string(c.left) + ",right=" + std::to_string(c.right) +

@@ -186,6 +186,7 @@ std::string BigBirdAttention::spec() const {
 Support BigBirdAttention::support() const {
   Support s;
   s.causal_cross = false;  // the block diagonal is only defined for Nq == Nk
+  s.backward = true;
   return s;
 }
 
@@ -215,6 +216,29 @@ double BigBirdAttention::flops(const Dims& d, const Mask& mask) const {
 
 void BigBirdAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
                                const Mask& mask, const Dims& d, Tensor& out) const {
+  run(q, k, v, mask, d, out, nullptr);
+}
+
+void BigBirdAttention::compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Mask& mask, const Dims& d, Tensor& out,
+                                          RowLogSumExp& lse) const {
+  run(q, k, v, mask, d, out, lse.data());
+}
+
+namespace {
+
+// Each query block is cut into equal row tiles of at most kRows, multiples of the 6-row GEMM
+// block where possible (64 -> 36 + 28).
+std::size_t tile_rows(std::size_t block, std::size_t nq) {
+  const std::size_t rows = std::min(block, nq);
+  const std::size_t tiles = ceil_div(rows, OnlineSoftmax::kRows);
+  return std::min(OnlineSoftmax::kRows, ceil_div(ceil_div(rows, tiles), 6) * 6);
+}
+
+}  // namespace
+
+void BigBirdAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                           const Dims& d, Tensor& out, float* lse) const {
   const BigBirdLayout layout =
       bigbird_layout(config_, d.heads, d.nq, d.nk, mask.causal != Causal::none);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
@@ -223,12 +247,7 @@ void BigBirdAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v
   for (int pass = 0; pass < 2; ++pass)
     for (std::size_t i = 0; i < layout.query_blocks; ++i)
       if (is_global(i, layout.query_blocks, config_.global) == (pass == 0)) order.push_back(i);
-  // Each query block is cut into equal row tiles of at most kRows, multiples of the 6-row GEMM
-  // block where possible (64 -> 36 + 28).
-  const std::size_t block = layout.block;
-  const std::size_t tiles = ceil_div(std::min(block, d.nq), OnlineSoftmax::kRows);
-  const std::size_t tile_rows =
-      std::min(OnlineSoftmax::kRows, ceil_div(ceil_div(std::min(block, d.nq), tiles), 6) * 6);
+  const std::size_t block = layout.block, rows = tile_rows(block, d.nq);
   // Keys transposed one head at a time into two alternating buffers: a head's keys stay in cache
   // while its blocks read them, and no buffer of all heads is allocated (and page-faulted) per call.
   // Left uninitialised, as full's: the padding of the last tile is never read (a memset of both
@@ -259,12 +278,39 @@ void BigBirdAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v
         const std::size_t qb = order[static_cast<std::size_t>(t)];
         key_ranges(layout.blocks(h, qb), block, d.nk, ranges);
         const std::size_t end = std::min(d.nq, (qb + 1) * block);
-        for (std::size_t i0 = qb * block; i0 < end; i0 += tile_rows)
-          kernels::attend_key_ranges(q, keys, v, mask, d, b, h, i0, std::min(tile_rows, end - i0),
-                                     ranges, scale, softmax, out);
+        for (std::size_t i0 = qb * block; i0 < end; i0 += rows)
+          kernels::attend_key_ranges(q, keys, v, mask, d, b, h, i0, std::min(rows, end - i0),
+                                     ranges, scale, softmax, out,
+                                     lse ? lse + bh * d.nq + i0 : nullptr);
       }
     }
   }
+}
+
+void BigBirdAttention::compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Mask& mask, const Dims& d, const Tensor& out,
+                                        const Tensor& d_out, const RowLogSumExp* saved,
+                                        Gradients& g) const {
+  RowLogSumExp storage;
+  const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
+  const BigBirdLayout layout =
+      bigbird_layout(config_, d.heads, d.nq, d.nk, mask.causal != Causal::none);
+  const float scale = static_cast<float>(mask.softmax_scale(d.dk));
+  const std::size_t block = layout.block, rows = tile_rows(block, d.nq);
+  kernels::run_backward_tiles(  // one tile per query block, its key ranges as in the forward
+      d, layout.query_blocks, &k, &v,
+      [&](std::size_t bh, std::size_t qb, const float* kt, const float* vt, float* dk, float* dv,
+          kernels::SoftmaxBackward& grad) {
+        const std::size_t b = bh / d.heads, h = bh % d.heads;
+        std::vector<std::pair<std::size_t, std::size_t>> ranges;
+        key_ranges(layout.blocks(h, qb), block, d.nk, ranges);
+        const std::size_t end = std::min(d.nq, (qb + 1) * block);
+        for (std::size_t i0 = qb * block; i0 < end; i0 += rows)
+          kernels::backprop_key_ranges(q, kt, k, vt, out, d_out, lse.data() + bh * d.nq + i0,
+                                       mask, d, b, h, i0, std::min(rows, end - i0), ranges, scale,
+                                       grad, g.dq, dk, dv);
+      },
+      g.dk, g.dv);
 }
 
 std::unique_ptr<Attention> make_bigbird(Params& params) {

@@ -20,6 +20,9 @@
 // the past, and the element-level diagonal applies inside the diagonal block); key padding and
 // boolean masks (intersected with the layout); cross-attention (Nq != Nk, blocks counted on each
 // side, not causal); Dv != Dk. A query that sees no key outputs zeros.
+// Backward: full's FlashAttention-2 tiles (kernels::backprop_key_ranges) over the same key
+// ranges as the forward, from the saved row log-sum-exp; every mask the forward takes. Cost
+// about 2.5x the forward's (five tile GEMMs for two); extra memory as full's.
 // Exact reduction: G >= number of blocks, or W >= 2·blocks - 1, gives full attention (so does
 // N <= block: the single block attends itself).
 #pragma once
@@ -96,8 +99,16 @@ class BigBirdAttention final : public Attention {
   std::string why_unsupported(const std::string& feature) const override;
   void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                const Dims& d, Tensor& out) const override;
+  void compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                          const Dims& d, Tensor& out, RowLogSumExp& lse) const override;
+  void compute_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                        const Dims& d, const Tensor& out, const Tensor& d_out,
+                        const RowLogSumExp* lse, Gradients& g) const override;
 
  private:
+  void run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask, const Dims& d,
+           Tensor& out, float* lse) const;
+
   BigBirdConfig config_;
 };
 

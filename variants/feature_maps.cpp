@@ -118,9 +118,10 @@ FeatureMap::FeatureMap(Feature f, std::size_t dk, std::size_t m, std::size_t nu,
     const xt::xtensor<float, 2> w = favor_projection(m, dk, seed);
     const double root = std::sqrt(scale);
     wt_.resize(dk * m);
+    w_.resize(m * dk);
     for (std::size_t r = 0; r < m; ++r)
       for (std::size_t c = 0; c < dk; ++c)
-        wt_[c * m + r] = static_cast<float>(w(r, c) * root);
+        w_[r * dk + c] = wt_[c * m + r] = static_cast<float>(w(r, c) * root);
   }
 }
 
@@ -156,6 +157,58 @@ void FeatureMap::map(const float* x, std::size_t rows, float* out) const {
         float* o = out + i * dim_;
         for (std::size_t j = 1; j <= nu_; ++j)
           for (std::size_t a = 0; a < d2; ++a) o[(j - 1) * d2 + a] = xp[a] * xp[(a + d2 - j) % d2];
+      }
+      return;
+    }
+  }
+}
+
+void FeatureMap::backward(const float* x, std::size_t rows, const float* phi,
+                          const float* d_phi, float* dx) const {
+  switch (feature_) {
+    case Feature::elu1:  // d/dx (x + 1) = 1; d/dx exp(x) = exp(x) = phi
+      for (std::size_t i = 0; i < rows * dk_; ++i) dx[i] = d_phi[i] * (x[i] > 0.0f ? 1.0f : phi[i]);
+      return;
+    case Feature::relu:
+      for (std::size_t i = 0; i < rows * dk_; ++i) dx[i] = x[i] > 0.0f ? d_phi[i] : 0.0f;
+      return;
+    case Feature::favor: {
+      // d log phi_r = d_phi_r · phi_r; log phi_r = w_r·x' - scale |x|^2 / 2 - log sqrt(m), so
+      // dx = W' d(log phi) - scale · x · sum_r d(log phi_r), W' = W sqrt(scale) [m x Dk].
+      std::vector<float> dlog(rows * dim_);
+      std::vector<float> total(rows, 0.0f);
+      for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t r = 0; r < dim_; ++r) {
+          const float g = d_phi[i * dim_ + r] * phi[i * dim_ + r];
+          dlog[i * dim_ + r] = g;
+          total[i] += g;
+        }
+      kernels::gemm_tile(rows, dk_, dim_, dlog.data(), dim_, w_.data(), dk_, dx, dk_, false);
+      for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t c = 0; c < dk_; ++c) dx[i * dk_ + c] -= scale_ * x[i * dk_ + c] * total[i];
+      return;
+    }
+    case Feature::dpfp: {
+      // phi[(j-1)·2Dk + a] = x'[a] · x'[(a - j) mod 2Dk]: each x'[b] appears as the first factor
+      // (a = b) and as the second (a = b + j) of every roll j.
+      const std::size_t d2 = 2 * dk_;
+      std::vector<float> xp(d2), dxp(d2);
+      for (std::size_t i = 0; i < rows; ++i) {
+        const float* row = x + i * dk_;
+        for (std::size_t c = 0; c < dk_; ++c) {
+          xp[c] = std::max(row[c], 0.0f);
+          xp[dk_ + c] = std::max(-row[c], 0.0f);
+        }
+        std::fill(dxp.begin(), dxp.end(), 0.0f);
+        const float* g = d_phi + i * dim_;
+        for (std::size_t j = 1; j <= nu_; ++j)
+          for (std::size_t a = 0; a < d2; ++a) {
+            const float ga = g[(j - 1) * d2 + a];
+            dxp[a] += ga * xp[(a + d2 - j) % d2];
+            dxp[(a + d2 - j) % d2] += ga * xp[a];
+          }
+        for (std::size_t c = 0; c < dk_; ++c)
+          dx[i * dk_ + c] = (row[c] > 0.0f ? dxp[c] : 0.0f) - (row[c] < 0.0f ? dxp[dk_ + c] : 0.0f);
       }
       return;
     }

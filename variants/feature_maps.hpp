@@ -52,11 +52,20 @@ class FeatureMap {
   /// x [rows x Dk] (row-major, contiguous) -> out [rows x dim()].
   void map(const float* x, std::size_t rows, float* out) const;
 
+  /// The backward of map(): given the features phi [rows x dim()] of x as the caller used them
+  /// and their gradient d_phi, writes dx [rows x Dk]. For favor, phi are the exponentiated
+  /// features exp(log phi - c) and the caller's stabiliser c is held constant (its gradient is
+  /// zero wherever it cancels, as Performer implementations treat it). At the kinks of relu and
+  /// dpfp (x = 0) the derivative is taken as 0.
+  void backward(const float* x, std::size_t rows, const float* phi, const float* d_phi,
+                float* dx) const;
+
  private:
   Feature feature_;
   std::size_t dk_, dim_, nu_;
   float scale_ = 1.0f, log_norm_ = 0.0f;  // favor: q·k scale and log(1 / sqrt(m))
   std::vector<float> wt_;                   // favor: projection^T · sqrt(scale), [Dk x m]
+  std::vector<float> w_;                    // favor: projection · sqrt(scale), [m x Dk]
 };
 
 }  // namespace attnlab

@@ -21,6 +21,17 @@ double FullAttention::flops(const Dims& d, const Mask& mask) const {
 
 void FullAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                             const Dims& d, Tensor& out) const {
+  run(q, k, v, mask, d, out, nullptr);
+}
+
+void FullAttention::compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Mask& mask, const Dims& d, Tensor& out,
+                                       RowLogSumExp& lse) const {
+  run(q, k, v, mask, d, out, lse.data());
+}
+
+void FullAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                        const Dims& d, Tensor& out, float* lse) const {
   // transpose_keys' tiles, left uninitialised (not zeroed: the padding is never read).
   constexpr std::size_t kCols = OnlineSoftmax::kCols;
   const std::size_t per_head = (d.nk + kCols - 1) / kCols * kCols * d.dk;
@@ -44,9 +55,32 @@ void FullAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v, c
       const std::size_t i0 = tile * OnlineSoftmax::kRows;
       kernels::attend_key_ranges(q, kt.get() + bh * per_head, v, mask, d, bh / d.heads,
                                  bh % d.heads, i0, std::min(OnlineSoftmax::kRows, d.nq - i0),
-                                 all_keys, scale, softmax, out);
+                                 all_keys, scale, softmax, out,
+                                 lse ? lse + bh * d.nq + i0 : nullptr);
     }
   }
+}
+
+void FullAttention::compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Mask& mask, const Dims& d, const Tensor& out,
+                                     const Tensor& d_out, const RowLogSumExp* saved,
+                                     Gradients& g) const {
+  RowLogSumExp storage;
+  const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
+  const std::vector<std::pair<std::size_t, std::size_t>> all_keys = {{0, d.nk}};
+  const float scale = static_cast<float>(mask.softmax_scale(d.dk));
+  const std::size_t tiles = (d.nq + OnlineSoftmax::kRows - 1) / OnlineSoftmax::kRows;
+  kernels::run_backward_tiles(
+      d, tiles, &k, &v,
+      [&](std::size_t bh, std::size_t t, const float* kt, const float* vt, float* dk, float* dv,
+          kernels::SoftmaxBackward& grad) {
+        const std::size_t i0 = t * OnlineSoftmax::kRows;
+        kernels::backprop_key_ranges(q, kt, k, vt, out, d_out, lse.data() + bh * d.nq + i0, mask,
+                                     d, bh / d.heads, bh % d.heads, i0,
+                                     std::min(OnlineSoftmax::kRows, d.nq - i0), all_keys, scale,
+                                     grad, g.dq, dk, dv);
+      },
+      g.dk, g.dv);
 }
 
 std::unique_ptr<Attention> make_full(Params&) { return std::make_unique<FullAttention>(); }

@@ -12,6 +12,12 @@
 // Masks: everything in Mask (causal both alignments, key padding, boolean masks),
 // cross-attention and Dv != Dk. A query that sees no key outputs zeros.
 // Numerics: float32 with max-subtracted exponentials; logits of +-1e4 stay finite.
+// Backward: FlashAttention-2 (Dao 2023): per tile of 48 queries x 128 keys the probabilities
+// are rebuilt from the forward's saved row log-sum-exp (forward(..., lse); recomputed by one
+// more forward when not given), dS = P ∘ (dO V^T - rowsum(dO ∘ O)), then dQ += dS K,
+// dK += dS^T Q, dV += P^T dO: five tile GEMMs against the forward's two. Every mask kind.
+// Extra memory O(B·H·N·(Dk + Dv)): transposed K and V, and per-thread dK/dV partial sums when
+// there are fewer than two heads per thread (kernels::run_backward_tiles).
 #pragma once
 
 #include <memory>
@@ -25,12 +31,25 @@ namespace attnlab {
 class FullAttention final : public Attention {
  public:
   std::string spec() const override { return "full"; }
-  Support support() const override { return {}; }
+  Support support() const override {
+    Support s;
+    s.backward = true;
+    return s;
+  }
   double flops(const Dims& d, const Mask& mask) const override;
 
  protected:
   void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                const Dims& d, Tensor& out) const override;
+  void compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                          const Dims& d, Tensor& out, RowLogSumExp& lse) const override;
+  void compute_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                        const Dims& d, const Tensor& out, const Tensor& d_out,
+                        const RowLogSumExp* lse, Gradients& g) const override;
+
+ private:
+  void run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask, const Dims& d,
+           Tensor& out, float* lse) const;
 };
 
 /// The factory's maker for "full:...": reads and checks the keys (throws Error).

@@ -258,6 +258,390 @@ void delta_head(const FeatureMap& map, const float* q, const float* k, const flo
   }
 }
 
+
+// ---- Backward ----
+// The gradients of what the forward computes, with favor's stabilisers held constant (they
+// cancel between numerator and denominator up to eps, and exactly under the delta rule's
+// normalisation). Padded keys and values get zero gradients.
+
+// a[rows x cols] (leading dimension lda) -> at[cols x rows] (leading dimension ldt).
+void transpose(const float* a, std::size_t rows, std::size_t cols, std::size_t lda, float* at,
+               std::size_t ldt) {
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j) at[j * ldt + i] = a[i * lda + j];
+}
+
+// exp(from - to) for stabilisers from <= to (favor), 0 when from is -inf; 1 without a
+// stabiliser (elementwise feature maps).
+float factor(bool log_form, float from, float to) {
+  if (!log_form) return 1.0f;
+  return from == kNegInf ? 0.0f : std::exp(from - to);
+}
+
+// Per-thread scratch of the backward: feature chunks, their gradients, the chunk products and
+// the carried states with their gradients.
+struct GradWorkspace {
+  std::size_t p, dv;
+  std::vector<float> fq, fk, fqt, fkt, dfq, dfk, a, at, gm, gt, vt, dnum, dden, den, c;
+  std::vector<float> s, z, st, ds, dz, dst;
+  GradWorkspace(std::size_t p_, std::size_t dv_)
+      : p(p_), dv(dv_), fq(kChunk * p), fk(kChunk * p), fqt(p * kChunk), fkt(p * kChunk),
+        dfq(kChunk * p), dfk(kChunk * p), a(kChunk * kChunk), at(kChunk * kChunk),
+        gm(kChunk * kChunk), gt(kChunk * kChunk), vt(dv * kChunk), dnum(kChunk * dv),
+        dden(kChunk), den(kChunk), c(kChunk), s(p * dv), z(p), st(dv * p), ds(p * dv), dz(p),
+        dst(dv * p) {}
+};
+
+// The sum rule's output gradient split at the division out_i = num_i / (den_i + eps):
+// dnum_i = g_i / (den_i + eps), dden_i = -(g_i · out_i) / (den_i + eps); zero where den_i = 0
+// (the forward outputs a constant 0 there).
+void split_division(const float* g, const float* out, std::size_t rows, std::size_t dv,
+                    float eps, GradWorkspace& w) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    const float inv = w.den[i] > 0.0f ? 1.0f / (w.den[i] + eps) : 0.0f;
+    for (std::size_t c = 0; c < dv; ++c) w.dnum[i * dv + c] = g[i * dv + c] * inv;
+    w.dden[i] = -inv * dot(g + i * dv, out + i * dv, dv);
+  }
+}
+
+// One head of the non-causal sum rule: every query reads S = sum_j phi(k_j) v_j^T and z.
+//   dphi(q_i) = S dnum_i + z dden_i;  dS = sum_i phi(q_i) dnum_i^T, dz = sum_i phi(q_i) dden_i;
+//   dphi(k_j) = dS v_j + dz;          dv_j = dS^T phi(k_j).
+void sum_all_backward(const FeatureMap& map, const float* q, const float* k, const float* v,
+                      const float* out, const float* g, std::size_t nq, std::size_t nk,
+                      std::size_t valid, std::size_t dk, float eps, float* dq, float* dkey,
+                      float* dval, Workspace& fw, GradWorkspace& w) {
+  const std::size_t p = w.p, dv = w.dv;
+  fw.clear_state();  // S, z and favor's key stabiliser c exactly as the forward builds them
+  float c = kNegInf;
+  for (std::size_t j0 = 0; j0 < valid; j0 += kChunk) {
+    const std::size_t rows = std::min(kChunk, valid - j0);
+    const float c_new = key_features(map, k + j0 * dk, rows, rows, c, fw);
+    if (map.logarithmic()) fw.restabilise(c, c_new);
+    c = c_new;
+    add_key_sums(fw, v + j0 * dv, rows);
+  }
+  transpose(fw.s.data(), p, dv, dv, w.st.data(), p);
+  std::fill(w.ds.begin(), w.ds.end(), 0.0f);
+  std::fill(w.dz.begin(), w.dz.end(), 0.0f);
+  for (std::size_t i0 = 0; i0 < nq; i0 += kChunk) {
+    const std::size_t rows = std::min(kChunk, nq - i0);
+    row_features(map, q + i0 * dk, rows, w.fq.data());
+    for (std::size_t i = 0; i < rows; ++i) w.den[i] = dot(&w.fq[i * p], fw.z.data(), p);
+    split_division(g + i0 * dv, out + i0 * dv, rows, dv, eps, w);
+    kernels::gemm_tile(rows, p, dv, w.dnum.data(), dv, w.st.data(), p, w.dfq.data(), p, false);
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t r = 0; r < p; ++r) w.dfq[i * p + r] += w.dden[i] * fw.z[r];
+    map.backward(q + i0 * dk, rows, w.fq.data(), w.dfq.data(), dq + i0 * dk);
+    transpose(w.fq.data(), rows, p, p, w.fqt.data(), kChunk);
+    kernels::gemm_tile(p, dv, rows, w.fqt.data(), kChunk, w.dnum.data(), dv, w.ds.data(), dv, true);
+    for (std::size_t r = 0; r < p; ++r) w.dz[r] += dot(&w.fqt[r * kChunk], w.dden.data(), rows);
+  }
+  transpose(w.ds.data(), p, dv, dv, w.dst.data(), p);
+  for (std::size_t j0 = 0; j0 < valid; j0 += kChunk) {
+    const std::size_t rows = std::min(kChunk, valid - j0);
+    map.map(k + j0 * dk, rows, w.fk.data());
+    if (map.logarithmic())  // at the forward's final stabiliser
+      for (std::size_t j = 0; j < rows; ++j) exp_shifted(&w.fk[j * p], p, c);
+    kernels::gemm_tile(rows, p, dv, v + j0 * dv, dv, w.dst.data(), p, w.dfk.data(), p, false);
+    for (std::size_t j = 0; j < rows; ++j)
+      for (std::size_t r = 0; r < p; ++r) w.dfk[j * p + r] += w.dz[r];
+    kernels::gemm_tile(rows, dv, p, w.fk.data(), p, w.ds.data(), dv, dval + j0 * dv, dv, false);
+    map.backward(k + j0 * dk, rows, w.fk.data(), w.dfk.data(), dkey + j0 * dk);
+  }
+  std::fill(dkey + valid * dk, dkey + nk * dk, 0.0f);
+  std::fill(dval + valid * dv, dval + nk * dv, 0.0f);
+}
+
+// Key features of one causal chunk of `rows` keys, the first `valid` real: w.fk rows
+// exp(E_j - c_j), each key stabilised by its own running stabiliser c_j (favor: the max
+// log-feature of the keys so far, from c_prev on; no overflow, and exp(E_j - c_i) =
+// phi_j · exp(c_j - c_i) with both factors <= 1 for j <= i), w.c[j] = c_j; padding rows zero.
+// Elementwise maps: the features, c = 0. Returns the stabiliser at the chunk's end.
+float causal_key_features(const FeatureMap& map, const float* k, std::size_t rows,
+                          std::size_t valid, float c_prev, GradWorkspace& w) {
+  const std::size_t p = w.p;
+  if (valid > 0) map.map(k, valid, w.fk.data());
+  std::fill(w.fk.begin() + static_cast<std::ptrdiff_t>(valid * p), w.fk.end(), 0.0f);
+  float c = map.logarithmic() ? c_prev : 0.0f;
+  for (std::size_t j = 0; j < rows; ++j) {
+    if (j < valid && map.logarithmic()) {
+      c = std::max(c, row_max(&w.fk[j * p], p));
+      exp_shifted(&w.fk[j * p], p, c);
+    }
+    w.c[j] = c;
+  }
+  return c;
+}
+
+// The chunk's pair weights: w.a[i][j] = phi(q_i)·phi(k_j) exp(c_j - c_i), what query i gives
+// key j, for j <= i and j < valid; zero elsewhere.
+void chunk_weights(std::size_t rows, std::size_t valid, bool log_form, GradWorkspace& w) {
+  std::fill(w.a.begin(), w.a.end(), 0.0f);
+  if (valid == 0) return;
+  transpose(w.fk.data(), valid, w.p, w.p, w.fkt.data(), kChunk);
+  kernels::gemm_tile(rows, valid, w.p, w.fq.data(), w.p, w.fkt.data(), kChunk, w.a.data(), kChunk,
+                     false);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < valid; ++j)
+      w.a[i * kChunk + j] = j <= i ? w.a[i * kChunk + j] * factor(log_form, w.c[j], w.c[i]) : 0.0f;
+}
+
+// Their gradients: w.gm[i][j] = exp(c_j - c_i) (dnum_i · v_j + dden_i) on the same pairs.
+void chunk_weight_grads(const float* v, std::size_t rows, std::size_t valid, bool log_form,
+                        GradWorkspace& w) {
+  std::fill(w.gm.begin(), w.gm.end(), 0.0f);
+  if (valid == 0) return;
+  transpose(v, valid, w.dv, w.dv, w.vt.data(), kChunk);
+  kernels::gemm_tile(rows, valid, w.dv, w.dnum.data(), w.dv, w.vt.data(), kChunk, w.gm.data(),
+                     kChunk, false);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < valid; ++j)
+      w.gm[i * kChunk + j] =
+          j <= i ? (w.gm[i * kChunk + j] + w.dden[i]) * factor(log_form, w.c[j], w.c[i]) : 0.0f;
+}
+
+// One head of the causal sum rule (Nq == Nk = n) in two chunked passes, O(P·Dv) state each:
+// forward, carrying (S, z) as the forward does, for dphi(q); backward in time, carrying
+// R = sum_{i later} phi(q_i) dnum_i^T and r = sum_{i later} phi(q_i) dden_i, for dphi(k) and dv.
+// States are kept at a reference stabiliser (forward: the last key's before the chunk; backward:
+// the chunk's last), so every exponential factor is <= 1. den and stab hold n floats: each
+// row's denominator and stabiliser, from the first pass for the second.
+void sum_causal_backward(const FeatureMap& map, const float* q, const float* k, const float* v,
+                         const float* out, const float* g, std::size_t n, std::size_t valid_keys,
+                         std::size_t dk, float eps, float* dq, float* dkey, float* dval,
+                         float* den, float* stab, GradWorkspace& w) {
+  const std::size_t p = w.p, dv = w.dv;
+  const bool log_form = map.logarithmic();
+  const auto chunk_valid = [&](std::size_t t0, std::size_t rows) {
+    return std::min(rows, valid_keys > t0 ? valid_keys - t0 : 0);
+  };
+  std::fill(w.s.begin(), w.s.end(), 0.0f);
+  std::fill(w.z.begin(), w.z.end(), 0.0f);
+  float c_prev = log_form ? kNegInf : 0.0f;
+  for (std::size_t t0 = 0; t0 < n; t0 += kChunk) {
+    const std::size_t rows = std::min(kChunk, n - t0), valid = chunk_valid(t0, rows);
+    const float c_end = causal_key_features(map, k + t0 * dk, rows, valid, c_prev, w);
+    std::copy_n(w.c.data(), rows, stab + t0);
+    row_features(map, q + t0 * dk, rows, w.fq.data());
+    for (std::size_t i = 0; i < rows; ++i) w.den[i] = dot(&w.fq[i * p], w.z.data(), p);
+    // The carried part seen from row i: exp(c_prev - c_i) (S, z).
+    for (std::size_t i = 0; i < rows; ++i) w.den[i] *= factor(log_form, c_prev, w.c[i]);
+    chunk_weights(rows, valid, log_form, w);
+    for (std::size_t i = 0; i < rows; ++i) den[t0 + i] = w.den[i] += sum(&w.a[i * kChunk], valid);
+    split_division(g + t0 * dv, out + t0 * dv, rows, dv, eps, w);
+    chunk_weight_grads(v + t0 * dv, rows, valid, log_form, w);
+    // dphi(q_i) = exp(c_prev - c_i) (S dnum_i + z dden_i) + sum_j gm_ij phi(k_j).
+    transpose(w.s.data(), p, dv, dv, w.st.data(), p);
+    kernels::gemm_tile(rows, p, dv, w.dnum.data(), dv, w.st.data(), p, w.dfq.data(), p, false);
+    for (std::size_t i = 0; i < rows; ++i) {
+      const float f = factor(log_form, c_prev, w.c[i]);
+      for (std::size_t r = 0; r < p; ++r)
+        w.dfq[i * p + r] = (w.dfq[i * p + r] + w.dden[i] * w.z[r]) * f;
+    }
+    if (valid > 0)
+      kernels::gemm_tile(rows, p, valid, w.gm.data(), kChunk, w.fk.data(), p, w.dfq.data(), p,
+                         true);
+    map.backward(q + t0 * dk, rows, w.fq.data(), w.dfq.data(), dq + t0 * dk);
+    // (S, z) moved to the reference c_end, this chunk's keys added.
+    const float keep = factor(log_form, c_prev, c_end);
+    for (float& x : w.s) x *= keep;
+    for (float& x : w.z) x *= keep;
+    for (std::size_t j = 0; j < valid; ++j) {
+      const float f = factor(log_form, w.c[j], c_end);
+      for (std::size_t r = 0; r < p; ++r) w.fkt[r * kChunk + j] = w.fk[j * p + r] * f;
+    }
+    if (valid > 0) {
+      kernels::gemm_tile(p, dv, valid, w.fkt.data(), kChunk, v + t0 * dv, dv, w.s.data(), dv, true);
+      for (std::size_t r = 0; r < p; ++r) w.z[r] += sum(&w.fkt[r * kChunk], valid);
+    }
+    c_prev = c_end;
+  }
+  // Backward in time: R, r in w.ds, w.dz at the reference stabiliser of the chunk's last row.
+  std::fill(w.ds.begin(), w.ds.end(), 0.0f);
+  std::fill(w.dz.begin(), w.dz.end(), 0.0f);
+  for (std::size_t chunk = (n + kChunk - 1) / kChunk; chunk-- > 0;) {
+    const std::size_t t0 = chunk * kChunk;
+    const std::size_t rows = std::min(kChunk, n - t0), valid = chunk_valid(t0, rows);
+    const float c_before = t0 > 0 ? stab[t0 - 1] : (log_form ? kNegInf : 0.0f);
+    const float c_end = causal_key_features(map, k + t0 * dk, rows, valid, c_before, w);
+    row_features(map, q + t0 * dk, rows, w.fq.data());
+    std::copy_n(den + t0, rows, w.den.data());
+    split_division(g + t0 * dv, out + t0 * dv, rows, dv, eps, w);
+    chunk_weights(rows, valid, log_form, w);
+    chunk_weight_grads(v + t0 * dv, rows, valid, log_form, w);
+    float* dk_rows = dkey + t0 * dk;
+    float* dv_rows = dval + t0 * dv;
+    if (valid > 0) {
+      // dphi(k_j) = exp(c_j - c_end) (R v_j + r) + sum_i gm_ij phi(q_i);
+      // dv_j = exp(c_j - c_end) R^T phi(k_j) + sum_i a_ij dnum_i.
+      transpose(w.ds.data(), p, dv, dv, w.dst.data(), p);
+      kernels::gemm_tile(valid, p, dv, v + t0 * dv, dv, w.dst.data(), p, w.dfk.data(), p, false);
+      kernels::gemm_tile(valid, dv, p, w.fk.data(), p, w.ds.data(), dv, dv_rows, dv, false);
+      for (std::size_t j = 0; j < valid; ++j) {
+        const float f = factor(log_form, w.c[j], c_end);
+        for (std::size_t r = 0; r < p; ++r) w.dfk[j * p + r] = (w.dfk[j * p + r] + w.dz[r]) * f;
+        for (std::size_t col = 0; col < dv; ++col) dv_rows[j * dv + col] *= f;
+      }
+      transpose(w.gm.data(), rows, valid, kChunk, w.gt.data(), kChunk);
+      kernels::gemm_tile(valid, p, rows, w.gt.data(), kChunk, w.fq.data(), p, w.dfk.data(), p,
+                         true);
+      transpose(w.a.data(), rows, valid, kChunk, w.at.data(), kChunk);
+      kernels::gemm_tile(valid, dv, rows, w.at.data(), kChunk, w.dnum.data(), dv, dv_rows, dv,
+                         true);
+      map.backward(k + t0 * dk, valid, w.fk.data(), w.dfk.data(), dk_rows);
+    }
+    std::fill(dk_rows + valid * dk, dk_rows + rows * dk, 0.0f);
+    std::fill(dv_rows + valid * dv, dv_rows + rows * dv, 0.0f);
+    // (R, r) moved to the reference c_before, this chunk's queries added.
+    const float keep = factor(log_form, c_before, c_end);
+    for (float& x : w.ds) x *= keep;
+    for (float& x : w.dz) x *= keep;
+    for (std::size_t i = 0; i < rows; ++i) {
+      const float f = factor(log_form, c_before, w.c[i]);
+      for (std::size_t r = 0; r < p; ++r) w.fqt[r * kChunk + i] = w.fq[i * p + r] * f;
+    }
+    kernels::gemm_tile(p, dv, rows, w.fqt.data(), kChunk, w.dnum.data(), dv, w.ds.data(), dv, true);
+    for (std::size_t r = 0; r < p; ++r) w.dz[r] += dot(&w.fqt[r * kChunk], w.dden.data(), rows);
+  }
+}
+
+// Delta-rule features of `rows` rows: phi as the feature map's backward needs it (favor:
+// stabilised by the row's max), hat = phi / sum(phi) (zero rows stay zero), and the sums.
+void delta_rows(const FeatureMap& map, const float* x, std::size_t rows, float* phi, float* hat,
+                float* sums) {
+  const std::size_t p = map.dim();
+  row_features(map, x, rows, phi);
+  for (std::size_t i = 0; i < rows; ++i) {
+    sums[i] = sum(phi + i * p, p);
+    for (std::size_t r = 0; r < p; ++r)
+      hat[i * p + r] = sums[i] > 0.0f ? phi[i * p + r] / sums[i] : 0.0f;
+  }
+}
+
+// d/dphi of hat = phi / sum(phi), in place: (dhat - dhat·hat) / sum; zero where the sum is 0.
+void hat_backward(const float* hat, const float* sums, std::size_t rows, std::size_t p,
+                  float* d) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    float* row = d + i * p;
+    const float along = dot(row, hat + i * p, p);
+    for (std::size_t r = 0; r < p; ++r)
+      row[r] = sums[i] > 0.0f ? (row[r] - along) / sums[i] : 0.0f;
+  }
+}
+
+// Per-thread scratch of the delta rule's backward (buffers grow to the longest head).
+struct DeltaWorkspace {
+  std::vector<float> phi, hat, sums, dhat, dx, checkpoints, states, gm, u, du, mt;
+};
+
+// One head of the delta rule by recomputation. M = W^T [P x Dv]; a write is
+// M_j = M_{j-1} + hat(k_j) u_j^T, u_j = beta (v_j - M_{j-1}^T hat(k_j)). Going back in time,
+// with G = dL/dM_j: du = G^T hat(k_j), dv_j = beta du, dhat(k_j) = G u_j - beta M_{j-1} du, and
+// G <- G - beta hat(k_j) du^T. The states M_{j-1} are recomputed from checkpoints kept every
+// C = ceil(sqrt(writes)) writes: O((writes / C + C)·P·Dv) memory, three passes of writes.
+void delta_backward(const FeatureMap& map, const float* q, const float* k, const float* v,
+                    const float* g, std::size_t nq, std::size_t nk, std::size_t valid_keys,
+                    std::size_t dk, std::size_t dv, float beta, bool causal, float* dq,
+                    float* dkey, float* dval, DeltaWorkspace& w) {
+  const std::size_t p = map.dim(), pv = p * dv, writes = std::min(valid_keys, nk);
+  const std::size_t every = std::max<std::size_t>(
+      1, static_cast<std::size_t>(std::ceil(std::sqrt(static_cast<double>(writes)))));
+  const std::size_t rows_max = std::max(kChunk, every);
+  w.phi.resize(rows_max * p);
+  w.hat.resize(rows_max * p);
+  w.sums.resize(rows_max);
+  w.dhat.resize(rows_max * p);
+  w.checkpoints.assign((writes + every - 1) / every * pv, 0.0f);
+  w.states.resize(every * pv);
+  w.gm.assign(pv, 0.0f);
+  w.u.resize(dv);
+  w.du.resize(dv);
+  w.mt.resize(pv);
+  std::vector<float> m(pv, 0.0f);
+  // dq rows [i0, i0 + rows) from dhat(q_i) = M g_i with M = mt^T (already in w.mt, [Dv x P]).
+  const auto query_grads = [&](std::size_t i0, std::size_t rows) {
+    delta_rows(map, q + i0 * dk, rows, w.phi.data(), w.hat.data(), w.sums.data());
+    kernels::gemm_tile(rows, p, dv, g + i0 * dv, dv, w.mt.data(), p, w.dhat.data(), p, false);
+    hat_backward(w.hat.data(), w.sums.data(), rows, p, w.dhat.data());
+    map.backward(q + i0 * dk, rows, w.phi.data(), w.dhat.data(), dq + i0 * dk);
+    // G += sum_i hat(q_i) g_i^T: what the reads add to the gradient of the memory they read.
+    transpose(w.hat.data(), rows, p, p, w.phi.data(), rows);  // phi is free again
+    kernels::gemm_tile(p, dv, rows, w.phi.data(), rows, g + i0 * dv, dv, w.gm.data(), dv, true);
+  };
+  // Pass 1: the writes, checkpoints; causal reads take their gradients as they come.
+  const std::size_t positions = causal ? nk : writes;
+  for (std::size_t t0 = 0; t0 < positions; t0 += kChunk) {
+    const std::size_t rows = std::min(kChunk, positions - t0);
+    const std::size_t kv = std::min(rows, writes > t0 ? writes - t0 : 0);
+    delta_rows(map, k + t0 * dk, kv, w.phi.data(), w.hat.data(), w.sums.data());
+    for (std::size_t i = 0; i < rows; ++i) {
+      const std::size_t j = t0 + i;
+      if (j < writes) {
+        if (j % every == 0) std::copy(m.begin(), m.end(), w.checkpoints.begin() + (j / every) * pv);
+        delta_write(&w.hat[i * p], v + j * dv, beta, p, dv, m.data(), w.u.data());
+      }
+      if (causal)  // dhat(q_j) = M_j g_j, M_j the memory read at position j
+        for (std::size_t r = 0; r < p; ++r) w.dhat[i * p + r] = dot(&m[r * dv], g + j * dv, dv);
+    }
+    if (causal) {
+      delta_rows(map, q + t0 * dk, rows, w.phi.data(), w.hat.data(), w.sums.data());
+      hat_backward(w.hat.data(), w.sums.data(), rows, p, w.dhat.data());
+      map.backward(q + t0 * dk, rows, w.phi.data(), w.dhat.data(), dq + t0 * dk);
+    }
+  }
+  if (!causal) {  // every query reads the final memory
+    transpose(m.data(), p, dv, dv, w.mt.data(), p);
+    for (std::size_t i0 = 0; i0 < nq; i0 += kChunk) query_grads(i0, std::min(kChunk, nq - i0));
+  } else {
+    // Reads after the last write (padded positions) read the final memory, later than every
+    // write: their share of G comes first.
+    for (std::size_t i0 = writes; i0 < nk; i0 += kChunk) {
+      const std::size_t rows = std::min(kChunk, nk - i0);
+      delta_rows(map, q + i0 * dk, rows, w.phi.data(), w.hat.data(), w.sums.data());
+      transpose(w.hat.data(), rows, p, p, w.phi.data(), rows);
+      kernels::gemm_tile(p, dv, rows, w.phi.data(), rows, g + i0 * dv, dv, w.gm.data(), dv, true);
+    }
+  }
+  std::fill(dkey + writes * dk, dkey + nk * dk, 0.0f);
+  std::fill(dval + writes * dv, dval + nk * dv, 0.0f);
+  // Pass 2 and 3, one checkpoint interval at a time from the last: recompute the states before
+  // each write, then go back through the writes.
+  std::vector<float> qhat(causal ? every * p : 0), qphi(qhat.size()), qsums(causal ? every : 0);
+  for (std::size_t interval = (writes + every - 1) / every; interval-- > 0;) {
+    const std::size_t j0 = interval * every;
+    const std::size_t rows = std::min(every, writes - j0);
+    delta_rows(map, k + j0 * dk, rows, w.phi.data(), w.hat.data(), w.sums.data());
+    std::copy_n(w.checkpoints.begin() + (j0 / every) * pv, pv, m.begin());
+    for (std::size_t i = 0; i < rows; ++i) {
+      std::copy(m.begin(), m.end(), w.states.begin() + i * pv);
+      if (i + 1 < rows) delta_write(&w.hat[i * p], v + (j0 + i) * dv, beta, p, dv, m.data(), w.u.data());
+    }
+    if (causal)  // hat(q) of the interval, for the reads' share of G
+      delta_rows(map, q + j0 * dk, rows, qphi.data(), qhat.data(), qsums.data());
+    for (std::size_t i = rows; i-- > 0;) {
+      const std::size_t j = j0 + i;
+      const float* khat = &w.hat[i * p];
+      const float* prev = &w.states[i * pv];  // M_{j-1}
+      if (causal)  // the read at j follows the write at j
+        for (std::size_t r = 0; r < p; ++r)
+          for (std::size_t c = 0; c < dv; ++c) w.gm[r * dv + c] += qhat[i * p + r] * g[j * dv + c];
+      vec_mat(khat, prev, p, dv, w.u.data());  // M_{j-1}^T hat(k_j)
+      for (std::size_t c = 0; c < dv; ++c) w.u[c] = beta * (v[j * dv + c] - w.u[c]);
+      vec_mat(khat, w.gm.data(), p, dv, w.du.data());  // G^T hat(k_j)
+      float* dh = &w.dhat[i * p];
+      for (std::size_t r = 0; r < p; ++r)
+        dh[r] = dot(&w.gm[r * dv], w.u.data(), dv) - beta * dot(&prev[r * dv], w.du.data(), dv);
+      for (std::size_t c = 0; c < dv; ++c) dval[j * dv + c] = beta * w.du[c];
+      for (std::size_t r = 0; r < p; ++r)
+        if (khat[r] != 0.0f)
+          for (std::size_t c = 0; c < dv; ++c) w.gm[r * dv + c] -= beta * khat[r] * w.du[c];
+    }
+    hat_backward(w.hat.data(), w.sums.data(), rows, p, w.dhat.data());
+    map.backward(k + j0 * dk, rows, w.phi.data(), w.dhat.data(), dkey + j0 * dk);
+  }
+}
+
 }  // namespace
 
 std::pair<std::string, std::string> linear_config_problem(const LinearConfig& c) {
@@ -292,6 +676,7 @@ std::string LinearAttention::spec() const {
 
 Support LinearAttention::support() const {
   Support s;
+  s.backward = true;
   s.causal_cross = false;  // the causal forms pair query i with key i
   s.allowed = false;       // no per-pair weights exist to mask
   return s;
@@ -345,6 +730,46 @@ void LinearAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
         sum_causal(map, qh, kh, vh, d.nq, valid, d.dk, eps, oh, w);
       else
         sum_all(map, qh, kh, vh, d.nq, valid, d.dk, eps, oh, w);
+    }
+  }
+}
+
+void LinearAttention::compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Mask& mask, const Dims& d, const Tensor& out,
+                                      const Tensor& d_out, const RowLogSumExp*,
+                                      Gradients& grads) const {
+  const FeatureMap map = feature_map(d.dk, mask.softmax_scale(d.dk));
+  const bool causal = mask.causal != Causal::none;
+  const float eps = static_cast<float>(config_.eps), beta = static_cast<float>(config_.beta);
+  const std::ptrdiff_t heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
+#pragma omp parallel
+  {
+    Workspace forward(map.dim(), d.dv);
+    GradWorkspace w(map.dim(), d.dv);
+    DeltaWorkspace delta;
+    std::vector<float> den(causal ? d.nq : 0), stab(den.size());
+#pragma omp for schedule(dynamic, 1)
+    for (std::ptrdiff_t t = 0; t < heads; ++t) {
+      const std::size_t bh = static_cast<std::size_t>(t), b = bh / d.heads;
+      const std::size_t valid =
+          mask.has_key_lengths() ? static_cast<std::size_t>(mask.key_lengths[b]) : d.nk;
+      const float* qh = q.data() + bh * d.nq * d.dk;
+      const float* kh = k.data() + bh * d.nk * d.dk;
+      const float* vh = v.data() + bh * d.nk * d.dv;
+      const float* oh = out.data() + bh * d.nq * d.dv;
+      const float* gh = d_out.data() + bh * d.nq * d.dv;
+      float* dq = grads.dq.data() + bh * d.nq * d.dk;
+      float* dk = grads.dk.data() + bh * d.nk * d.dk;
+      float* dv = grads.dv.data() + bh * d.nk * d.dv;
+      if (config_.rule == LinearRule::delta)
+        delta_backward(map, qh, kh, vh, gh, d.nq, d.nk, valid, d.dk, d.dv, beta, causal, dq, dk,
+                       dv, delta);
+      else if (causal)
+        sum_causal_backward(map, qh, kh, vh, oh, gh, d.nq, valid, d.dk, eps, dq, dk, dv,
+                            den.data(), stab.data(), w);
+      else
+        sum_all_backward(map, qh, kh, vh, oh, gh, d.nq, d.nk, valid, d.dk, eps, dq, dk, dv,
+                         forward, w);
     }
   }
 }

@@ -45,6 +45,17 @@
 // Masks: causal (Nq == Nk), key padding (padded keys write nothing), cross-attention for the
 //   non-causal forms, Dv != Dk. Boolean masks: Unsupported (no per-pair weights exist).
 // Exactness: none against softmax; feature=favor approaches softmax attention as m grows.
+// Backward (every form above, every feature map; favor's stabilisers held constant, as
+// Performer implementations do: they cancel up to eps, and exactly under the delta rule):
+//   non-causal sum: dS = sum_i phi(q_i) dnum_i^T and dz, then per key dphi(k_j) = dS v_j + dz,
+//     dv_j = dS^T phi(k_j); three chunked passes, O(Dphi·Dv) state.
+//   causal sum: two chunked passes without storing the N states: forward in time carrying
+//     (S, z) for dphi(q), backward in time carrying R = sum_{i later} phi(q_i) dnum_i^T for
+//     dphi(k) and dv; within a chunk the masked 48 x 48 products. Extra memory O(N) per head
+//     (each row's denominator and stabiliser).
+//   delta: by recomputation: checkpoints of W every C = ceil(sqrt(writes)) writes, the states
+//     between two recomputed, then back through the writes: O((N / C + C)·Dphi·Dv) memory.
+// Cost about 2-3x the forward's. Padded keys and values get zero gradients.
 // A recurrent LinearState decodes token by token at O(Dphi·Dv) per head and token.
 #pragma once
 
@@ -105,6 +116,9 @@ class LinearAttention final : public Attention {
  protected:
   void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                const Dims& d, Tensor& out) const override;
+  void compute_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                        const Dims& d, const Tensor& out, const Tensor& d_out,
+                        const RowLogSumExp* lse, Gradients& g) const override;
 
  private:
   LinearConfig config_;

@@ -5,6 +5,7 @@
 
 #include "attnlab/error.hpp"
 #include "attnlab/kernels.hpp"
+#include "variants/full.hpp"
 
 namespace attnlab {
 namespace {
@@ -47,14 +48,15 @@ void project_transposed(const float* x, std::size_t n, std::size_t dim, const fl
 
 // Softmax attention of `rows` queries over k projected keys kpt [Dk x k] and values vp [k x Dv].
 void attend(OnlineSoftmax& softmax, const float* q, std::size_t rows, float scale,
-            const float* kpt, const float* vp, std::size_t k, std::size_t dv, float* out) {
+            const float* kpt, const float* vp, std::size_t k, std::size_t dv, float* out,
+            float* lse) {
   softmax.start(q, rows, scale);
   for (std::size_t c0 = 0; c0 < k; c0 += OnlineSoftmax::kCols) {
     const std::size_t cols = std::min(OnlineSoftmax::kCols, k - c0);
     softmax.scores(kpt + c0, k, cols);
     softmax.fold(vp + c0 * dv, dv, cols);
   }
-  softmax.finish(out, dv);
+  softmax.finish(out, dv, lse);
 }
 
 }  // namespace
@@ -83,6 +85,7 @@ std::string LinformerAttention::spec() const {
 
 Support LinformerAttention::support() const {
   Support s;
+  s.backward = true;
   s.causal = s.causal_cross = false;
   s.allowed = false;
   return s;
@@ -200,8 +203,7 @@ xt::xtensor<float, 2> LinformerAttention::projection(char which, std::size_t hea
   return out;
 }
 
-void LinformerAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Mask& mask, const Dims& d, Tensor& out) const {
+std::vector<std::size_t> LinformerAttention::check_call(const Mask& mask, const Dims& d) const {
   if (d.nk > max_len_)
     throw Error("linformer: Nk = " + std::to_string(d.nk) + " exceeds max_len = " +
                 std::to_string(max_len_) + " (E and F have max_len columns)");
@@ -213,37 +215,71 @@ void LinformerAttention::compute(const Tensor& q, const Tensor& k, const Tensor&
     for (std::size_t b = 0; b < d.batch; ++b)
       lengths[b] = static_cast<std::size_t>(
           std::min<std::int64_t>(mask.key_lengths[b], static_cast<std::int64_t>(d.nk)));
+  return lengths;
+}
+
+LinformerAttention::Projections LinformerAttention::projections(const Dims& d) const {
+  Projections p;
+  for (std::size_t h = 0; h < d.heads; ++h) {
+    p.e.push_back(matrix('E', h, d.nk).et.data());
+    p.f.push_back(matrix('F', h, d.nk).et.data());
+  }
+  return p;
+}
+
+namespace {
+
+// Projection task t of a parallel loop over 2·B·H tasks: K' of head t/2 (t even) into kpt
+// ([Dk, k] per head: the layout OnlineSoftmax scores against) or V' (t odd) into vp ([k, Dv]).
+// chunk and product are the calling thread's scratch (kChunk·max(Dk, Dv) and Dv·k floats).
+void project_task(std::size_t t, const Tensor& k, const Tensor& v, const Dims& d,
+                  const std::vector<std::size_t>& lengths, const std::vector<const float*>& e,
+                  const std::vector<const float*>& f, std::size_t rows, float* kpt, float* vp,
+                  float* chunk, float* product) {
+  const bool value = t % 2 != 0;
+  const std::size_t bh = t / 2, n = lengths[bh / d.heads];
+  const std::size_t dim = value ? d.dv : d.dk;
+  const float* x = (value ? v.data() : k.data()) + bh * d.nk * dim;
+  const float* pt = value ? f[bh % d.heads] : e[bh % d.heads];
+  project_transposed(x, n, dim, pt, rows, chunk, value ? product : kpt + bh * d.dk * rows);
+  if (!value || n == 0) return;  // padded-out item: K', V' stay zero
+  float* vp_h = vp + bh * rows * d.dv;
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < d.dv; ++c) vp_h[r * d.dv + c] = product[c * rows + r];
+}
+
+}  // namespace
+
+void LinformerAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Mask& mask, const Dims& d, Tensor& out) const {
+  run(q, k, v, mask, d, out, nullptr);
+}
+
+void LinformerAttention::compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const Mask& mask, const Dims& d, Tensor& out,
+                                            RowLogSumExp& lse) const {
+  run(q, k, v, mask, d, out, lse.data());
+}
+
+void LinformerAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                             const Dims& d, Tensor& out, float* lse) const {
+  const std::vector<std::size_t> lengths = check_call(mask, d);
   const std::size_t heads = d.batch * d.heads;
-  // K' transposed ([Dk, k] per head: the layout OnlineSoftmax scores against) and V' [k, Dv].
   std::vector<float> kpt(heads * d.dk * k_, 0.0f), vp(heads * k_ * d.dv, 0.0f);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
   const std::size_t tiles = (d.nq + OnlineSoftmax::kRows - 1) / OnlineSoftmax::kRows;
 
   std::lock_guard lock(mutex_);  // the matrices may not grow (move) while we read them
-  std::vector<const float*> e(d.heads), f(d.heads);
-  for (std::size_t h = 0; h < d.heads; ++h) {
-    e[h] = matrix('E', h, d.nk).et.data();
-    f[h] = matrix('F', h, d.nk).et.data();
-  }
+  const Projections p = projections(d);
   // One parallel region (our own tiles, no BLAS threads): first the projections, one task per
   // (item, head, K or V), then FlashAttention's online softmax over the k projected keys.
 #pragma omp parallel
   {
     std::vector<float> chunk(std::max(d.dk, d.dv) * kChunk), product(d.dv * k_);
 #pragma omp for schedule(dynamic, 1)
-    for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(2 * heads); ++t) {
-      const bool value = t % 2 != 0;
-      const std::size_t bh = static_cast<std::size_t>(t) / 2, n = lengths[bh / d.heads];
-      const std::size_t dim = value ? d.dv : d.dk;
-      const float* x = (value ? v.data() : k.data()) + bh * d.nk * dim;
-      const float* pt = value ? f[bh % d.heads] : e[bh % d.heads];
-      float* kpt_h = kpt.data() + bh * d.dk * k_;
-      project_transposed(x, n, dim, pt, k_, chunk.data(), value ? product.data() : kpt_h);
-      if (!value || n == 0) continue;  // padded-out item: K', V' stay zero
-      float* vp_h = vp.data() + bh * k_ * d.dv;
-      for (std::size_t r = 0; r < k_; ++r)
-        for (std::size_t c = 0; c < d.dv; ++c) vp_h[r * d.dv + c] = product[c * k_ + r];
-    }
+    for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(2 * heads); ++t)
+      project_task(static_cast<std::size_t>(t), k, v, d, lengths, p.e, p.f, k_, kpt.data(),
+                   vp.data(), chunk.data(), product.data());
     OnlineSoftmax softmax(d.dk, d.dv);
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * tiles); ++t) {
@@ -251,7 +287,107 @@ void LinformerAttention::compute(const Tensor& q, const Tensor& k, const Tensor&
       const std::size_t i0 = (static_cast<std::size_t>(t) % tiles) * OnlineSoftmax::kRows;
       attend(softmax, &q(b, bh % d.heads, i0, 0), std::min(OnlineSoftmax::kRows, d.nq - i0),
              scale, kpt.data() + bh * d.dk * k_, vp.data() + bh * k_ * d.dv, k_, d.dv,
-             &out(b, bh % d.heads, i0, 0));
+             &out(b, bh % d.heads, i0, 0), lse ? lse + bh * d.nq + i0 : nullptr);
+    }
+  }
+}
+
+void LinformerAttention::compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Mask& mask, const Dims& d, const Tensor& out,
+                                          const Tensor& d_out, const RowLogSumExp* lse,
+                                          Gradients& g) const {
+  backward_impl(q, k, v, mask, d, out, d_out, lse, g, nullptr);
+}
+
+Gradients LinformerAttention::backward_with_projections(
+    const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask, const Tensor& out,
+    const Tensor& d_out, const RowLogSumExp& lse, ProjectionGradients& projections) const {
+  const Dims d = check_backward(q, k, v, mask, out, d_out, lse);
+  Gradients g{Tensor::from_shape(q.shape()), Tensor::from_shape(k.shape()),
+              Tensor::from_shape(v.shape())};
+  backward_impl(q, k, v, mask, d, out, d_out, lse.size() != 0 ? &lse : nullptr, g,
+                &projections);
+  return g;
+}
+
+void LinformerAttention::backward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Mask& mask, const Dims& d, const Tensor& out,
+                                       const Tensor& d_out, const RowLogSumExp* lse,
+                                       Gradients& g, ProjectionGradients* grads) const {
+  const std::vector<std::size_t> lengths = check_call(mask, d);
+  const std::size_t heads = d.batch * d.heads, rows = k_;
+  std::lock_guard lock(mutex_);  // the matrices may not grow (move) while we read them
+  const Projections p = projections(d);
+  // Recompute K' and V' (cheaper than keeping them: O(N·k·D) against the attention's
+  // O(Nq·k·D)), as [B, H, k, D] tensors: full attention's backward does the rest.
+  std::vector<float> kpt(heads * d.dk * rows, 0.0f);
+  Tensor kp = Tensor::from_shape({d.batch, d.heads, rows, d.dk});
+  Tensor vp = xt::zeros<float>({d.batch, d.heads, rows, d.dv});
+#pragma omp parallel
+  {
+    std::vector<float> chunk(std::max(d.dk, d.dv) * kChunk), product(d.dv * rows);
+#pragma omp for schedule(dynamic, 1)
+    for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(2 * heads); ++t)
+      project_task(static_cast<std::size_t>(t), k, v, d, lengths, p.e, p.f, rows, kpt.data(),
+                   vp.data(), chunk.data(), product.data());
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t bh = 0; bh < static_cast<std::ptrdiff_t>(heads); ++bh)
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < d.dk; ++c)
+          kp.data()[(bh * rows + r) * d.dk + c] = kpt[(bh * d.dk + c) * rows + r];
+  }
+  // softmax(Q K'^T · scale) V' is full attention without a mask (padding acted before the
+  // projection), and its row log-sum-exp is the one this forward saved.
+  Mask unmasked;
+  unmasked.scale = mask.softmax_scale(d.dk);
+  Gradients projected;
+  projected.dq = std::move(g.dq);
+  FullAttention().backward(q, kp, vp, unmasked, out, d_out, lse ? *lse : RowLogSumExp(),
+                           projected);
+  g.dq = std::move(projected.dq);
+  // dK = E^T dK', dV = F^T dV' on the unpadded rows (padded keys and values got no weight).
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(2 * heads); ++t) {
+    const bool value = t % 2 != 0;
+    const std::size_t bh = static_cast<std::size_t>(t) / 2, n = lengths[bh / d.heads];
+    const std::size_t dim = value ? d.dv : d.dk;
+    float* dx = (value ? g.dv.data() : g.dk.data()) + bh * d.nk * dim;
+    std::fill(dx, dx + d.nk * dim, 0.0f);
+    const float* pt = value ? p.f[bh % d.heads] : p.e[bh % d.heads];
+    const float* dxp = (value ? projected.dv.data() : projected.dk.data()) + bh * rows * dim;
+    if (n > 0) kernels::gemm_tile(n, dim, rows, pt, rows, dxp, dim, dx, dim, false);
+  }
+  if (grads) projection_gradients(k, v, d, lengths, projected, *grads);
+}
+
+void LinformerAttention::projection_gradients(const Tensor& k, const Tensor& v, const Dims& d,
+                                              const std::vector<std::size_t>& lengths,
+                                              const Gradients& projected,
+                                              ProjectionGradients& grads) const {
+  const std::size_t rows = k_;
+  grads.d_e = xt::zeros<float>({d.heads, rows, max_len_});
+  grads.d_f = xt::zeros<float>({d.heads, rows, max_len_});
+  // dE_h = sum over items of dK'_(b,h) K_(b,h)^T, computed transposed ([n, k] = K dK'^T) with
+  // gemm_tile; likewise dF from dV' and V. One task per (head, E or F): no two write alike.
+#pragma omp parallel
+  {
+    std::vector<float> dxpt(std::max(d.dk, d.dv) * rows), sum(d.nk * rows);
+#pragma omp for schedule(dynamic, 1)
+    for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(2 * d.heads); ++t) {
+      const bool value = t % 2 != 0;
+      const std::size_t h = static_cast<std::size_t>(t) / 2, dim = value ? d.dv : d.dk;
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      for (std::size_t b = 0; b < d.batch; ++b) {
+        const std::size_t bh = b * d.heads + h, n = lengths[b];
+        const float* dxp = (value ? projected.dv.data() : projected.dk.data()) + bh * rows * dim;
+        for (std::size_t r = 0; r < rows; ++r)
+          for (std::size_t c = 0; c < dim; ++c) dxpt[c * rows + r] = dxp[r * dim + c];
+        const float* x = (value ? v.data() : k.data()) + bh * d.nk * dim;
+        if (n > 0) kernels::gemm_tile(n, rows, dim, x, dim, dxpt.data(), rows, sum.data(), rows, true);
+      }
+      auto& grad = value ? grads.d_f : grads.d_e;
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t j = 0; j < d.nk; ++j) grad(h, r, j) = sum[j * rows + r];
     }
   }
 }

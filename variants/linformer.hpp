@@ -35,6 +35,11 @@
 // they still hold softmax weight exp(0 - max) but add nothing to the values — the fairseq rule),
 // cross-attention (projection on the key side), Dv != Dk, explicit scale. Causal masks and boolean
 // masks are Unsupported: every projected key mixes all positions (see why_unsupported).
+// Backward: K' and V' are recomputed (O(B·H·Nk·k·(Dk + Dv)), the forward's projection cost),
+// full attention's FlashAttention-2 backward gives dQ, dK', dV' from the saved row
+// log-sum-exp, then dK = E^T dK' and dV = F^T dV' on the unpadded rows.
+// backward_with_projections also returns dE = dK' K^T and dF = dV' V^T (summed over the batch):
+// E and F are learned. Extra memory O(B·H·k·(Dk + Dv)) plus O(H·k·max_len) for dE and dF.
 // Exact reduction: k = Nk with init=identity gives full attention (K' = K, V' = V exactly).
 #pragma once
 
@@ -53,6 +58,15 @@
 #include "attnlab/factory.hpp"
 
 namespace attnlab {
+
+/// The gradients of one call with respect to the projection matrices, [H, k, max_len] each:
+/// d_e[h] for the E that head h used, d_f[h] for its F; columns >= Nk are zero. A matrix used
+/// more than once gets the sum of its uses' gradients: d_e[h] + d_f[h] under share=kv, summed
+/// over heads too under share=layer or for matrices supplied as [k, max_len].
+struct ProjectionGradients {
+  xt::xtensor<float, 3> d_e;  ///< dL/dE per head, [H, k, max_len]
+  xt::xtensor<float, 3> d_f;  ///< dL/dF per head, [H, k, max_len]
+};
 
 /// Linformer: keys and values projected along the sequence to k rows (see above).
 class LinformerAttention final : public Attention {
@@ -77,6 +91,12 @@ class LinformerAttention final : public Attention {
   /// The first `columns` columns of E (which = 'E') or F (which = 'F') for `head`, [k, columns].
   xt::xtensor<float, 2> projection(char which, std::size_t head, std::size_t columns) const;
 
+  /// backward() that also writes the gradients of E and F into `projections`.
+  Gradients backward_with_projections(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Mask& mask, const Tensor& out, const Tensor& d_out,
+                                      const RowLogSumExp& lse,
+                                      ProjectionGradients& projections) const;
+
   /// Projected length k.
   std::size_t k() const { return k_; }
   /// The longest sequence the projections cover.
@@ -86,8 +106,30 @@ class LinformerAttention final : public Attention {
   std::string why_unsupported(const std::string& feature) const override;
   void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                const Dims& d, Tensor& out) const override;
+  void compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                          const Dims& d, Tensor& out, RowLogSumExp& lse) const override;
+  void compute_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                        const Dims& d, const Tensor& out, const Tensor& d_out,
+                        const RowLogSumExp* lse, Gradients& g) const override;
 
  private:
+  // Each head's E and F, stored transposed (Matrix::et); valid while mutex_ is held.
+  struct Projections {
+    std::vector<const float*> e, f;
+  };
+  // Throws Error when Nk or the heads do not fit the matrices; each item's unpadded length.
+  std::vector<std::size_t> check_call(const Mask& mask, const Dims& d) const;
+  Projections projections(const Dims& d) const;  // call with mutex_ held
+  void run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask, const Dims& d,
+           Tensor& out, float* lse) const;
+  void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                     const Dims& d, const Tensor& out, const Tensor& d_out,
+                     const RowLogSumExp* lse, Gradients& g, ProjectionGradients* grads) const;
+  // dE and dF from dK', dV' (projected.dk, projected.dv) and the unpadded keys and values.
+  void projection_gradients(const Tensor& k, const Tensor& v, const Dims& d,
+                            const std::vector<std::size_t>& lengths, const Gradients& projected,
+                            ProjectionGradients& grads) const;
+
   // One matrix, stored transposed ([columns, k]: column j of E contiguous) so that it grows by
   // columns without moving the ones already drawn.
   struct Matrix {

@@ -1,5 +1,7 @@
 #include "variants/sliding.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -136,6 +138,7 @@ std::vector<Segment> plan_segments(const Layout& g, const std::vector<Task>& til
 // are read where they are: a run's rows are evenly spaced (stride step·Dv).
 struct Keys {
   std::vector<float> kt;  // [Dk, ld]
+  std::vector<float> vt;  // backward: [Dv, ld], the values transposed like kt
   std::size_t ld = 0;
   Index globals = 0, lo = 0;
   const float* v = nullptr;  // the head's values [Nk, Dv]
@@ -146,9 +149,10 @@ struct Keys {
   }
 };
 
-// ksrc [Nk, Dk] of one head into keys, for the segment's columns.
+// ksrc [Nk, Dk] of one head into keys, for the segment's columns; with vsrc (the backward), its
+// values [Nk, Dv] too, transposed the same way into keys.vt (the operand of dO V^T).
 void lay_out_segment(const Layout& g, const float* ksrc, const Dims& d, const Segment& seg,
-                     Keys& keys) {
+                     Keys& keys, const float* vsrc = nullptr) {
   keys.globals = seg.globals ? g.gk : 0;
   keys.lo = seg.lo;
   const auto columns = static_cast<std::size_t>(keys.globals + seg.hi - seg.lo);
@@ -157,8 +161,10 @@ void lay_out_segment(const Layout& g, const float* ksrc, const Dims& d, const Se
   keys.ld = (columns + 15) / 16 * 16;
   if (keys.ld / 16 % 2 == 0) keys.ld += 16;
   if (keys.kt.size() < d.dk * keys.ld) keys.kt.resize(d.dk * keys.ld);
+  if (vsrc && keys.vt.size() < d.dv * keys.ld) keys.vt.resize(d.dv * keys.ld);
   const auto globals = static_cast<std::size_t>(keys.globals);
   kernels::transpose(globals, d.dk, ksrc, d.dk, keys.kt.data(), keys.ld);
+  if (vsrc) kernels::transpose(globals, d.dv, vsrc, d.dv, keys.vt.data(), keys.ld);
   const std::size_t step = static_cast<std::size_t>(g.s);
   // The classes whose columns meet [lo, hi): one for rows of a class, all for global rows.
   const auto first = std::upper_bound(g.column.begin(), g.column.end(), seg.lo) - 1;
@@ -171,71 +177,118 @@ void lay_out_segment(const Layout& g, const float* ksrc, const Dims& d, const Se
     const std::size_t j0 = static_cast<std::size_t>(rho) + step * static_cast<std::size_t>(t0);
     kernels::transpose(keys_in, d.dk, ksrc + j0 * d.dk, step * d.dk, keys.kt.data() + col,
                        keys.ld);
+    if (vsrc)
+      kernels::transpose(keys_in, d.dv, vsrc + j0 * d.dv, step * d.dv, keys.vt.data() + col,
+                         keys.ld);
   }
 }
 
-// Per-thread scratch: the online softmax, a segment's keys, gathered queries and each row's key
-// range.
+// Each row's keys in the run being visited: row r keeps t in [lo[r], hi[r]) and, under a
+// boolean mask, the keys its mask row allows.
+struct RowLimits {
+  Index lo[kRows], hi[kRows];
+  const bool* allowed[kRows];
+};
+
+// Per-thread scratch of the forward: the online softmax, a segment's keys, gathered queries and
+// each row's key range.
 struct Scratch {
   OnlineSoftmax softmax;
   Keys keys;
   std::vector<float> q;
-  Index lo[kRows], hi[kRows];
-  const bool* allowed[kRows];
+  RowLimits limits;
   explicit Scratch(const Dims& d) : softmax(d.dk, d.dv), q(kRows * d.dk) {}
 };
 
-// Folds keys t in [t0, t1) of a run; row r keeps only t in [lo[r], hi[r]) and, under a
-// boolean mask, the keys its mask row allows.
-void fold_run(const Dims& d, Layout::Run run, Index t0, Index t1, Scratch& sc) {
-  const std::size_t rows = sc.softmax.rows();
-  const Keys& keys = sc.keys;
+// Keys t in [t0, t1) of a run in chunks of at most kCols: engine.scores, each row masked to its
+// limits with -inf, then consume(c0, cols, column of key c0 in keys). Shared by the forward
+// (OnlineSoftmax) and the backward (SoftmaxBackward), so that both apply the same masks.
+template <class Engine, class Consume>
+void masked_run(const Keys& keys, Layout::Run run, Index t0, Index t1, const RowLimits& limits,
+                Engine& engine, Consume consume) {
+  const std::size_t rows = engine.rows();
   for (Index c0 = t0; c0 < t1; c0 += static_cast<Index>(kCols)) {
     const Index cols = std::min(static_cast<Index>(kCols), t1 - c0);
     const std::size_t col = keys.at(run, c0);
-    float* s = sc.softmax.scores(keys.kt.data() + col, keys.ld, static_cast<std::size_t>(cols));
+    float* s = engine.scores(keys.kt.data() + col, keys.ld, static_cast<std::size_t>(cols));
     for (std::size_t r = 0; r < rows; ++r) {
       float* row = s + r * kCols;
-      const Index a = std::clamp<Index>(sc.lo[r] - c0, 0, cols);
-      const Index z = std::clamp<Index>(sc.hi[r] - c0, a, cols);
+      const Index a = std::clamp<Index>(limits.lo[r] - c0, 0, cols);
+      const Index z = std::clamp<Index>(limits.hi[r] - c0, a, cols);
       std::fill(row, row + a, kNegInf);
       std::fill(row + z, row + cols, kNegInf);
-      if (const bool* allowed = sc.allowed[r])
+      if (const bool* allowed = limits.allowed[r])
         for (Index t = a; t < z; ++t)
           if (!allowed[run.first + run.step * (c0 + t)]) row[t] = kNegInf;
     }
-    const auto first = static_cast<std::size_t>(run.first + run.step * c0);
-    sc.softmax.fold(keys.v + first * d.dv, static_cast<std::size_t>(run.step) * d.dv,
-                    static_cast<std::size_t>(cols));
+    consume(c0, static_cast<std::size_t>(cols), col);
   }
 }
 
-// Folds the keys of every class with index below limit(r) for each row r (limit in key indices).
-template <class Limit>
-void fold_prefixes(const Layout& g, const Dims& d, Limit limit, Scratch& sc) {
-  const Index rows = static_cast<Index>(sc.softmax.rows());
-  for (Index rho = 0; rho < g.s; ++rho) {
+// The tile's rows: the keys each passes the causal and padding limits for, and its boolean
+// mask row.
+void row_limits(const Mask& mask, const Dims& d, const Keys& keys, const Task& task,
+                Index* visible, RowLimits& limits) {
+  for (Index r = 0; r < task.rows; ++r) {
+    const std::size_t i = static_cast<std::size_t>(task.first + r * task.step);
+    visible[r] = static_cast<Index>(mask.visible_keys(keys.b, i, d));
+    limits.allowed[r] = mask.allowed_row(keys.b, keys.h, i);
+  }
+}
+
+// The runs a tile reads: visit(run, t0, t1) with each row's limits in that run set.
+template <class Visit>
+void for_each_run(const Layout& g, const Task& task, const Index* visible, RowLimits& limits,
+                  Visit visit) {
+  const Index rows = task.rows;
+  if (task.global) {  // full attention rows: every class up to each row's limit
+    for (Index rho = 0; rho < g.s; ++rho) {
+      Index t1 = 0;
+      for (Index r = 0; r < rows; ++r) {
+        limits.lo[r] = 0;
+        limits.hi[r] = g.below(rho, visible[r]);
+        t1 = std::max(t1, limits.hi[r]);
+      }
+      visit(g.class_run(rho), 0, t1);
+    }
+    return;
+  }
+  // The global keys j < gk as one block, then the window inside this query class; the window
+  // starts after the class's global keys so that no key is counted twice.
+  if (g.gk > 0) {
     Index t1 = 0;
     for (Index r = 0; r < rows; ++r) {
-      sc.lo[r] = 0;
-      sc.hi[r] = g.below(rho, limit(r));
-      t1 = std::max(t1, sc.hi[r]);
+      limits.lo[r] = 0;
+      limits.hi[r] = std::min(visible[r], g.gk);
+      t1 = std::max(t1, limits.hi[r]);
     }
-    fold_run(d, g.class_run(rho), 0, t1, sc);
+    visit(g.global_run(), 0, t1);
   }
+  const Index rho = g.residue(task.first), u0 = g.slot(task.first);
+  const Index tg = g.below(rho, g.gk);
+  Index t0 = std::numeric_limits<Index>::max(), t1 = 0;
+  for (Index r = 0; r < rows; ++r) {
+    const Index u = u0 + r;
+    limits.lo[r] = std::max(u - g.left, tg);
+    limits.hi[r] = std::min({u + g.right + 1, g.count[rho], g.below(rho, visible[r])});
+    if (limits.lo[r] < limits.hi[r]) {
+      t0 = std::min(t0, limits.lo[r]);
+      t1 = std::max(t1, limits.hi[r]);
+    }
+  }
+  if (t0 < t1) visit(g.class_run(rho), t0, t1);
 }
 
+// One tile of the forward over the segment laid out in sc.keys; lse (this head's row
+// log-sum-exp, or nullptr) saved when given.
 void attend_tile(const Layout& g, const Tensor& q, const Mask& mask, const Dims& d,
-                 const Task& task, float scale, Scratch& sc, Tensor& out) {
+                 const Task& task, float scale, Scratch& sc, Tensor& out, float* lse) {
   const std::size_t b = sc.keys.b, h = sc.keys.h;
   const std::size_t first = static_cast<std::size_t>(task.first);
   const std::size_t rows = static_cast<std::size_t>(task.rows);
   const std::size_t step = static_cast<std::size_t>(task.step);
   Index visible[kRows];
-  for (std::size_t r = 0; r < rows; ++r) {
-    visible[r] = static_cast<Index>(mask.visible_keys(b, first + r * step, d));
-    sc.allowed[r] = mask.allowed_row(b, h, first + r * step);
-  }
+  row_limits(mask, d, sc.keys, task, visible, sc.limits);
   const float* q_rows = &q(b, h, first, 0);
   if (step != 1) {  // dilated: gather the class's queries into contiguous rows
     for (std::size_t r = 0; r < rows; ++r)
@@ -243,36 +296,41 @@ void attend_tile(const Layout& g, const Tensor& q, const Mask& mask, const Dims&
     q_rows = sc.q.data();
   }
   sc.softmax.start(q_rows, rows, scale);
+  for_each_run(g, task, visible, sc.limits, [&](Layout::Run run, Index t0, Index t1) {
+    masked_run(sc.keys, run, t0, t1, sc.limits, sc.softmax,
+               [&](Index c0, std::size_t cols, std::size_t) {  // values read in place
+                 const auto first = static_cast<std::size_t>(run.first + run.step * c0);
+                 sc.softmax.fold(sc.keys.v + first * d.dv,
+                                 static_cast<std::size_t>(run.step) * d.dv, cols);
+               });
+  });
+  sc.softmax.finish(&out(b, h, first, 0), step * d.dv, lse ? lse + first : nullptr, step);
+}
 
-  if (task.global) {  // full attention rows
-    fold_prefixes(g, d, [&](Index r) { return visible[r]; }, sc);
-  } else {
-    // The global keys j < gk as one block, then the window inside this query class; the
-    // window starts after the class's global keys so that no key is counted twice.
-    if (g.gk > 0) {
-      Index t1 = 0;
-      for (std::size_t r = 0; r < rows; ++r) {
-        sc.lo[r] = 0;
-        sc.hi[r] = std::min(visible[r], g.gk);
-        t1 = std::max(t1, sc.hi[r]);
-      }
-      fold_run(d, g.global_run(), 0, t1, sc);
-    }
-    const Index rho = g.residue(task.first), u0 = g.slot(task.first);
-    const Index tg = g.below(rho, g.gk);
-    Index t0 = std::numeric_limits<Index>::max(), t1 = 0;
-    for (std::size_t r = 0; r < rows; ++r) {
-      const Index u = u0 + static_cast<Index>(r);
-      sc.lo[r] = std::max(u - g.left, tg);
-      sc.hi[r] = std::min({u + g.right + 1, g.count[rho], g.below(rho, visible[r])});
-      if (sc.lo[r] < sc.hi[r]) {
-        t0 = std::min(t0, sc.lo[r]);
-        t1 = std::max(t1, sc.hi[r]);
-      }
-    }
-    if (t0 < t1) fold_run(d, g.class_run(rho), t0, t1, sc);
-  }
-  sc.softmax.finish(&out(b, h, first, 0), step * d.dv);
+// One tile of the backward over the segment laid out in keys (values transposed): the same runs
+// and masks; keys' gradients added in place (key t of a run is row first + step·t of k and of
+// this head's accumulators dk, dv). lse: this head's row log-sum-exp.
+void backprop_tile(const Layout& g, const Keys& keys, const Tensor& q, const Tensor& k,
+                   const Tensor& out, const Tensor& d_out, const float* lse, const Mask& mask,
+                   const Dims& d, const Task& task, float scale, kernels::SoftmaxBackward& grad,
+                   Tensor& dq, float* dk, float* dv) {
+  const std::size_t b = keys.b, h = keys.h;
+  const std::size_t first = static_cast<std::size_t>(task.first);
+  const std::size_t step = static_cast<std::size_t>(task.step);
+  Index visible[kRows];
+  RowLimits limits;
+  row_limits(mask, d, keys, task, visible, limits);
+  grad.start(&q(b, h, first, 0), step * d.dk, &out(b, h, first, 0), &d_out(b, h, first, 0),
+             step * d.dv, lse + first, step, static_cast<std::size_t>(task.rows), scale);
+  for_each_run(g, task, visible, limits, [&](Layout::Run run, Index t0, Index t1) {
+    masked_run(keys, run, t0, t1, limits, grad, [&](Index c0, std::size_t cols, std::size_t col) {
+      const std::size_t j0 = static_cast<std::size_t>(run.first + run.step * c0);
+      const std::size_t stride = static_cast<std::size_t>(run.step);
+      grad.backprop(&k(b, h, j0, 0), stride * d.dk, keys.vt.data() + col, keys.ld,
+                    dk + j0 * d.dk, stride * d.dk, dv + j0 * d.dv, stride * d.dv, cols);
+    });
+  });
+  grad.finish(&dq(b, h, first, 0), step * d.dk);
 }
 
 }  // namespace
@@ -311,6 +369,17 @@ double SlidingAttention::flops(const Dims& d, const Mask& mask) const {
 
 void SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
                                const Mask& mask, const Dims& d, Tensor& out) const {
+  run(q, k, v, mask, d, out, nullptr);
+}
+
+void SlidingAttention::compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Mask& mask, const Dims& d, Tensor& out,
+                                          RowLogSumExp& lse) const {
+  run(q, k, v, mask, d, out, lse.data());
+}
+
+void SlidingAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                           const Dims& d, Tensor& out, float* lse) const {
   const Layout g(config_, d, mask);
   const std::vector<Task> tiles = plan_tiles(g);
   const std::vector<Segment> segments = plan_segments(g, tiles);
@@ -328,9 +397,40 @@ void SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v
       scratch.keys.v = v.data() + bh * d.nk * d.dv;
       lay_out_segment(g, k.data() + bh * d.nk * d.dk, d, seg, scratch.keys);
       for (std::size_t i = seg.first; i < seg.end; ++i)
-        attend_tile(g, q, mask, d, tiles[i], scale, scratch, out);
+        attend_tile(g, q, mask, d, tiles[i], scale, scratch, out,
+                    lse ? lse + bh * d.nq : nullptr);
     }
   }
+}
+
+void SlidingAttention::compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Mask& mask, const Dims& d, const Tensor& out,
+                                        const Tensor& d_out, const RowLogSumExp* saved,
+                                        Gradients& g) const {
+  RowLogSumExp storage;
+  const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
+  const Layout layout(config_, d, mask);
+  const std::vector<Task> tiles = plan_tiles(layout);
+  const std::vector<Segment> segments = plan_segments(layout, tiles);
+  const float scale = static_cast<float>(mask.softmax_scale(d.dk));
+  // Each task lays its segment out, as the forward does, with the values transposed; one Keys
+  // per thread of run_backward_tiles' parallel region.
+  std::vector<Keys> keys(static_cast<std::size_t>(std::max(1, omp_get_max_threads())));
+  kernels::run_backward_tiles(  // the segments are the tiles; nothing for the driver to lay out
+      d, segments.size(), nullptr, nullptr,
+      [&](std::size_t bh, std::size_t s, const float*, const float*, float* dk, float* dv,
+          kernels::SoftmaxBackward& grad) {
+        Keys& mine = keys[static_cast<std::size_t>(omp_get_thread_num())];
+        mine.b = bh / d.heads;
+        mine.h = bh % d.heads;
+        const Segment& seg = segments[s];
+        lay_out_segment(layout, k.data() + bh * d.nk * d.dk, d, seg, mine,
+                        v.data() + bh * d.nk * d.dv);
+        for (std::size_t i = seg.first; i < seg.end; ++i)
+          backprop_tile(layout, mine, q, k, out, d_out, lse.data() + bh * d.nq, mask, d,
+                        tiles[i], scale, grad, g.dq, dk, dv);
+      },
+      g.dk, g.dv);
 }
 
 std::unique_ptr<Attention> make_sliding(Params& params) {

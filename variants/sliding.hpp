@@ -20,6 +20,11 @@
 // plain one; global keys are an extra key block, global queries full attention rows.
 // Cost: O(B·H·Nq·(L + R + 1 + G)·(Dk + Dv)) time (plus O(Nq·Nk) for the G global query rows),
 // O(B·H·(Nq·Dv + Nk·(Dk + Dv))) memory; no Nq x Nk matrix is ever formed.
+// Backward: FlashAttention-2 tiles (kernels::SoftmaxBackward) over the same classes, windows,
+// global keys and masks as the forward, keys' gradients added in place (no gather), from the
+// saved row log-sum-exp; each task lays out its segment's keys and values (transposed) as the
+// forward does. Cost 2.5-3.5x the forward's; extra memory: those per-thread layouts and, when
+// heads are fewer than two per thread, full's per-group dK/dV sums (O(threads·Nk·(Dk + Dv))).
 // Exact: dilation=1 with left, right >= N - 1 (self-attention; >= Nq + Nk in general), or
 // global >= Nq, equals full attention.
 #pragma once
@@ -47,7 +52,11 @@ class SlidingAttention final : public Attention {
   explicit SlidingAttention(const SlidingConfig& config);
 
   std::string spec() const override;
-  Support support() const override { return {}; }
+  Support support() const override {
+    Support s;
+    s.backward = true;
+    return s;
+  }
 
   /// 2 · (Dk + Dv) per attended (query, key) pair, counting the window, global and mask
   /// (causal, padding; not the boolean mask) exactly: the useful work, not the computed tiles.
@@ -59,8 +68,16 @@ class SlidingAttention final : public Attention {
  protected:
   void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                const Dims& d, Tensor& out) const override;
+  void compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                          const Dims& d, Tensor& out, RowLogSumExp& lse) const override;
+  void compute_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                        const Dims& d, const Tensor& out, const Tensor& d_out,
+                        const RowLogSumExp* lse, Gradients& g) const override;
 
  private:
+  void run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask, const Dims& d,
+           Tensor& out, float* lse) const;
+
   SlidingConfig config_;
 };
 

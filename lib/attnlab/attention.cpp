@@ -57,6 +57,7 @@ std::string Support::describe() const {
   item(allowed, "boolean mask");
   item(cross, "cross-attention (Nq != Nk)");
   item(value_dim, "Dv != Dk");
+  item(backward, "backward");
   return out.empty() ? "no masks" : out;
 }
 
@@ -76,11 +77,8 @@ Tensor Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v,
   return out;
 }
 
-void Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                        Tensor& out) const {
-  if (&out == &q || &out == &k || &out == &v)
-    throw Error(name() + ": forward's output must not be one of q, k, v (it is read while out "
-                         "is written)");
+Dims Attention::validate(const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Mask& mask) const {
   const Dims d = check_qkv(q, k, v);
   mask.validate(d);
   // Checked here, not left to show in the output: the kernels clamp logits, so a NaN in q or k
@@ -101,9 +99,105 @@ void Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const
   if (mask.has_allowed() && !s.allowed) refuse("boolean masks");
   if (d.nq != d.nk && !s.cross) refuse("cross-attention (Nq != Nk)");
   if (d.dv != d.dk && !s.value_dim) refuse("Dv != Dk");
-  const std::array<std::size_t, 4> shape = {d.batch, d.heads, d.nq, d.dv};
-  if (!std::equal(shape.begin(), shape.end(), out.shape().begin())) out.resize(shape);
+  return d;
+}
+
+namespace {
+
+// Resizes t to `shape` unless it has it already (keeps a caller's storage).
+template <class T, std::size_t R>
+void ensure_shape(T& t, const std::array<std::size_t, R>& shape) {
+  if (!std::equal(shape.begin(), shape.end(), t.shape().begin())) t.resize(shape);
+}
+
+}  // namespace
+
+void Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                        Tensor& out) const {
+  if (&out == &q || &out == &k || &out == &v)
+    throw Error(name() + ": forward's output must not be one of q, k, v (it is read while out "
+                         "is written)");
+  const Dims d = validate(q, k, v, mask);
+  ensure_shape(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
   compute(q, k, v, mask, d, out);
+}
+
+void Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                        Tensor& out, RowLogSumExp& lse) const {
+  if (&out == &q || &out == &k || &out == &v)
+    throw Error(name() + ": forward's output must not be one of q, k, v (it is read while out "
+                         "is written)");
+  const Dims d = validate(q, k, v, mask);
+  ensure_shape(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
+  ensure_shape(lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
+  compute_saving_lse(q, k, v, mask, d, out, lse);
+}
+
+void Attention::compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Mask& mask, const Dims& d, Tensor& out,
+                                   RowLogSumExp& lse) const {
+  compute(q, k, v, mask, d, out);
+  lse = RowLogSumExp();
+}
+
+Dims Attention::check_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Mask& mask, const Tensor& out, const Tensor& d_out,
+                               const RowLogSumExp& lse) const {
+  const Dims d = validate(q, k, v, mask);
+  const std::array<std::size_t, 4> expected = {d.batch, d.heads, d.nq, d.dv};
+  const std::string want = "[" + std::to_string(d.batch) + ", " + std::to_string(d.heads) +
+                           ", " + std::to_string(d.nq);
+  for (const auto& [t, what] : {std::pair{&out, "out"}, std::pair{&d_out, "d_out"}})
+    if (!std::equal(expected.begin(), expected.end(), t->shape().begin()))
+      throw Error(name() + ": backward's " + what + " has shape " + shape_string(*t) +
+                  ", expected [B, H, Nq, Dv] = " + want + ", " + std::to_string(d.dv) + "]");
+  if (lse.size() != 0 && !(lse.shape()[0] == d.batch && lse.shape()[1] == d.heads &&
+                           lse.shape()[2] == d.nq))
+    throw Error(name() + ": backward's lse has shape [" + std::to_string(lse.shape()[0]) + ", " +
+                std::to_string(lse.shape()[1]) + ", " + std::to_string(lse.shape()[2]) +
+                "], expected [B, H, Nq] = " + want + "] (or empty: recomputed)");
+  if (!support().backward) throw Unsupported(name(), "backward passes");
+  return d;
+}
+
+Gradients Attention::backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Mask& mask, const Tensor& out, const Tensor& d_out,
+                              const RowLogSumExp& lse) const {
+  Gradients g;
+  backward(q, k, v, mask, out, d_out, lse, g);
+  return g;
+}
+
+void Attention::backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                         const Tensor& out, const Tensor& d_out, const RowLogSumExp& lse,
+                         Gradients& g) const {
+  for (const Tensor* grad : {&g.dq, &g.dk, &g.dv})
+    for (const Tensor* input : {&q, &k, &v, &out, &d_out})
+      if (grad == input)
+        throw Error(name() + ": backward's gradients must not be one of q, k, v, out, d_out "
+                             "(they are read while the gradients are written)");
+  const Dims d = check_backward(q, k, v, mask, out, d_out, lse);
+  ensure_shape(g.dq, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dk});
+  ensure_shape(g.dk, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dk});
+  ensure_shape(g.dv, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dv});
+  compute_backward(q, k, v, mask, d, out, d_out, lse.size() != 0 ? &lse : nullptr, g);
+}
+
+void Attention::compute_backward(const Tensor&, const Tensor&, const Tensor&, const Mask&,
+                                 const Dims&, const Tensor&, const Tensor&, const RowLogSumExp*,
+                                 Gradients&) const {
+  throw Unsupported(name(), "backward passes");  // reached only if support() claims backward
+}
+
+const RowLogSumExp& Attention::lse_or_recompute(const Tensor& q, const Tensor& k,
+                                                const Tensor& v, const Mask& mask,
+                                                const Dims& d, const RowLogSumExp* lse,
+                                                RowLogSumExp& storage) const {
+  if (lse) return *lse;
+  Tensor scratch = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});
+  storage = RowLogSumExp::from_shape({d.batch, d.heads, d.nq});
+  compute_saving_lse(q, k, v, mask, d, scratch, storage);
+  return storage;
 }
 
 }  // namespace attnlab

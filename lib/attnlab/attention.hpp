@@ -18,10 +18,24 @@ struct Support {
   bool allowed = true;       ///< arbitrary boolean masks
   bool cross = true;         ///< Nq != Nk
   bool value_dim = true;     ///< Dv != Dk
+  bool backward = false;     ///< backward(): gradients for everything the forward above honours
 
   /// "causal, key padding, boolean mask, ...": the features that are supported.
   std::string describe() const;
 };
+
+/// Gradients of a scalar loss with respect to one call's q, k and v, shaped like them.
+struct Gradients {
+  Tensor dq;  ///< dL/dq [B, H, Nq, Dk]
+  Tensor dk;  ///< dL/dk [B, H, Nk, Dk]
+  Tensor dv;  ///< dL/dv [B, H, Nk, Dv]
+};
+
+/// What a softmax forward saves for its backward: the row log-sum-exp, [B, H, Nq],
+/// lse[b, h, i] = log sum_j exp(scale · q_i · k_j) over the keys query i sees (natural log;
+/// -infinity for a row that sees no key). FlashAttention-2 rebuilds every probability tile
+/// from it, exp(scale · q_i · k_j - lse_i), so the backward never forms or stores Nq x Nk.
+using RowLogSumExp = xt::xtensor<float, 3>;
 
 /// The one attention interface: every backend, exact or approximate, is an Attention built by
 /// make_attention(spec) and called through forward().
@@ -44,6 +58,31 @@ class Attention {
   /// (throws Error); when a call throws, out's contents are unspecified.
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                Tensor& out) const;
+
+  /// forward(q, k, v, mask, out) that also saves `lse` for backward: a backend with a softmax
+  /// writes the row log-sum-exp ([B, H, Nq], resized as needed); one without (linear) leaves it
+  /// empty. O(B·H·Nq) extra memory, no extra time worth measuring.
+  void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask, Tensor& out,
+               RowLogSumExp& lse) const;
+
+  /// The gradients of a scalar loss L through out = forward(q, k, v, mask), given
+  /// d_out = dL/d(out) [B, H, Nq, Dv]. `out` must be that forward's output (read, as in
+  /// FlashAttention-2, instead of recomputed). `lse`: the forward's saved row log-sum-exp, or
+  /// empty (the default), when a softmax backend recomputes it with one more forward. Validates
+  /// like forward, checks the shapes of out, d_out and lse (throws Error naming the argument),
+  /// and throws Unsupported when support().backward is false or the mask is outside support().
+  /// Each variant's header states the backward's cost and what it treats as constant.
+  Gradients backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                     const Tensor& out, const Tensor& d_out,
+                     const RowLogSumExp& lse = {}) const;
+
+  /// The same, written into `g`, whose tensors are resized only when their shapes differ from
+  /// q's, k's and v's: repeated calls at one shape reuse their storage (a fresh 8 MiB gradient
+  /// costs page faults on every call, about 7% of full's backward at N = 2048). g's tensors
+  /// must not be any of the inputs (throws Error); when a call throws, g is unspecified.
+  void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                const Tensor& out, const Tensor& d_out, const RowLogSumExp& lse,
+                Gradients& g) const;
 
   /// The canonical factory string, every key in a fixed order: make_attention(spec()) rebuilds
   /// an identical backend.
@@ -69,6 +108,35 @@ class Attention {
   /// contents, every element of which compute must write.
   virtual void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                        const Dims& d, Tensor& out) const = 0;
+
+  /// compute() that also fills `lse`, already sized [B, H, Nq]. The default (a backend without a
+  /// softmax) runs compute() and empties lse.
+  virtual void compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Mask& mask, const Dims& d, Tensor& out,
+                                  RowLogSumExp& lse) const;
+
+  /// Called with validated, supported input only, and only when support().backward is true:
+  /// writes every element of g.dq, g.dk, g.dv (already shaped like q, k, v). `lse` is the
+  /// caller's saved row log-sum-exp or nullptr (see lse_or_recompute).
+  virtual void compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Mask& mask, const Dims& d, const Tensor& out,
+                                const Tensor& d_out, const RowLogSumExp* lse,
+                                Gradients& g) const;
+
+  /// Validates a backward call like backward() does and returns its sizes: for subclasses that
+  /// offer a backward with more outputs (linformer's projection gradients).
+  Dims check_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                      const Tensor& out, const Tensor& d_out, const RowLogSumExp& lse) const;
+
+  /// `*lse` when the caller saved it, else the row log-sum-exp of one more forward, kept in
+  /// `storage`: what a softmax backend's compute_backward starts from.
+  const RowLogSumExp& lse_or_recompute(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Mask& mask, const Dims& d, const RowLogSumExp* lse,
+                                       RowLogSumExp& storage) const;
+
+ private:
+  /// Shapes, mask and support() checks shared by forward and backward.
+  Dims validate(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask) const;
 };
 
 }  // namespace attnlab

@@ -1,5 +1,7 @@
 #include "attnlab/kernels.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -147,6 +149,7 @@ void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t
 
 namespace {
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 }  // namespace
 
@@ -207,19 +210,127 @@ void OnlineSoftmax::fold(const float* v, std::size_t ldv, std::size_t cols) {
   table().fold(tile, v, ldv, cols);
 }
 
-void OnlineSoftmax::finish(float* out, std::size_t ldo) const {
+void OnlineSoftmax::finish(float* out, std::size_t ldo, float* lse, std::size_t ld_lse) const {
   for (std::size_t r = 0; r < rows_; ++r) {
     const float inv = sum_[r] > 0 ? 1.0f / sum_[r] : 0.0f;  // no visible key: zeros
     for (std::size_t c = 0; c < dv_; ++c) out[r * ldo + c] = acc_[r * dv_ + c] * inv;
+    if (lse) lse[r * ld_lse] = sum_[r] > 0 ? (max_[r] + std::log2(sum_[r])) * kLn2 : kNegInf;
   }
 }
 
-// Rows [i0, i0 + rows) of one head folded over the given key ranges, element masks applied.
-// kt holds the head's keys as transpose_keys tiles of kCols keys; chunks never cross a tile.
-void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const Mask& mask,
-                 const Dims& d, std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
-                 const std::vector<std::pair<std::size_t, std::size_t>>& ranges, float scale,
-                 OnlineSoftmax& softmax, Tensor& out) {
+SoftmaxBackward::SoftmaxBackward(std::size_t dk, std::size_t dv)
+    : dk_(dk), dv_(dv), q_(kRows * dk), do_(kRows * dv), delta_(kRows), lse2_(kRows),
+      scores_(kRows * kCols), dp_(kRows * kCols), pt_(kCols * kRows), dst_(kCols * kRows),
+      dq_(kRows * dk) {}
+
+void SoftmaxBackward::start(const float* q, std::size_t ldq, const float* out,
+                            const float* d_out, std::size_t ldo, const float* lse,
+                            std::size_t ld_lse, std::size_t rows, float scale) {
+  rows_ = rows;
+  scale_ = scale;
+  const float log2_scale = scale * kLog2e;  // scores in base 2, as in the forward
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < dk_; ++c) q_[r * dk_ + c] = q[r * ldq + c] * log2_scale;
+    float delta = 0.0f;  // rowsum(dO ∘ O): the softmax Jacobian's rank-one part
+    for (std::size_t c = 0; c < dv_; ++c) {
+      do_[r * dv_ + c] = d_out[r * ldo + c];
+      delta += d_out[r * ldo + c] * out[r * ldo + c];
+    }
+    delta_[r] = delta;
+    lse2_[r] = lse[r * ld_lse] * kLog2e;
+  }
+  std::fill(dq_.begin(), dq_.end(), 0.0f);
+}
+
+float* SoftmaxBackward::scores(const float* kt, std::size_t ldk, std::size_t cols) {
+  gemm_tile(rows_, cols, dk_, q_.data(), dk_, kt, ldk, scores_.data(), kCols, false);
+  return scores_.data();
+}
+
+void SoftmaxBackward::backprop(const float* k, std::size_t ldk, const float* vt,
+                               std::size_t ldvt, float* dk, std::size_t lddk, float* dv,
+                               std::size_t lddv, std::size_t cols) {
+  float* p = scores_.data();
+  float* ds = dp_.data();
+  gemm_tile(rows_, cols, dv_, do_.data(), dv_, vt, ldvt, ds, kCols, false);  // dP = dO V^T
+  for (std::size_t r = 0; r < rows_; ++r) {
+    float* prow = p + r * kCols;
+    float* dsrow = ds + r * kCols;
+    if (lse2_[r] == kNegInf)  // a row that sees no key: no probability, no gradient
+      std::fill(prow, prow + cols, 0.0f);
+    else
+      exp2_shifted_sum(prow, cols, lse2_[r]);  // P = 2^(S - lse); masked -inf entries give 0
+    for (std::size_t j = 0; j < cols; ++j) dsrow[j] = prow[j] * (dsrow[j] - delta_[r]);
+  }
+  // P^T and dS^T as GEMM operands; dS^T carries 1/log2(e) since q_ holds q · scale · log2(e).
+  for (std::size_t j = 0; j < cols; ++j)
+    for (std::size_t r = 0; r < rows_; ++r) {
+      pt_[j * kRows + r] = p[r * kCols + j];
+      dst_[j * kRows + r] = ds[r * kCols + j] * kLn2;
+    }
+  gemm_tile(cols, dv_, rows_, pt_.data(), kRows, do_.data(), dv_, dv, lddv, true);  // P^T dO
+  gemm_tile(cols, dk_, rows_, dst_.data(), kRows, q_.data(), dk_, dk, lddk, true);  // dS^T Q
+  gemm_tile(rows_, dk_, cols, ds, kCols, k, ldk, dq_.data(), dk_, true);            // dS K
+}
+
+void SoftmaxBackward::finish(float* dq, std::size_t lddq) const {
+  for (std::size_t r = 0; r < rows_; ++r)
+    for (std::size_t c = 0; c < dk_; ++c) dq[r * lddq + c] = dq_[r * dk_ + c] * scale_;
+}
+
+void run_backward_tiles(const Dims& d, std::size_t tiles, const Tensor* k, const Tensor* v,
+                        const BackwardTile& tile, Tensor& dk, Tensor& dv) {
+  const std::size_t heads = d.batch * d.heads, kd = d.nk * d.dk, vd = d.nk * d.dv;
+  const std::size_t threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+  const std::size_t groups =
+      heads >= 2 * threads ? 1 : std::clamp<std::size_t>((2 * threads + heads - 1) / heads, 1, tiles);
+  std::fill(dk.begin(), dk.end(), 0.0f);
+  std::fill(dv.begin(), dv.end(), 0.0f);
+  std::vector<float> partial((groups - 1) * heads * (kd + vd), 0.0f);
+  const auto tasks = static_cast<std::ptrdiff_t>(heads * groups);
+#pragma omp parallel
+  {
+    SoftmaxBackward grad(d.dk, d.dv);
+    constexpr std::size_t kCols = SoftmaxBackward::kCols;
+    const std::size_t padded = (d.nk + kCols - 1) / kCols * kCols;
+    std::vector<float> kt(k ? padded * d.dk : 0), vt(v ? padded * d.dv : 0);
+#pragma omp for schedule(dynamic, 1)
+    for (std::ptrdiff_t task = 0; task < tasks; ++task) {
+      const std::size_t bh = static_cast<std::size_t>(task) / groups;
+      const std::size_t group = static_cast<std::size_t>(task) % groups;
+      if (k) transpose_key_tiles(k->data() + bh * kd, d.dk, kCols, 0, d.nk, kt.data());
+      if (v) transpose_key_tiles(v->data() + bh * vd, d.dv, kCols, 0, d.nk, vt.data());
+      float* dkh = group == 0 ? dk.data() + bh * kd
+                              : partial.data() + ((group - 1) * heads + bh) * (kd + vd);
+      float* dvh = group == 0 ? dv.data() + bh * vd : dkh + kd;
+      for (std::size_t t = group; t < tiles; t += groups)
+        tile(bh, t, k ? kt.data() : nullptr, v ? vt.data() : nullptr, dkh, dvh, grad);
+    }
+    if (groups > 1) {
+#pragma omp for schedule(static)
+      for (std::ptrdiff_t bh = 0; bh < static_cast<std::ptrdiff_t>(heads); ++bh)
+        for (std::size_t group = 1; group < groups; ++group) {
+          const float* src = partial.data() + ((group - 1) * heads + bh) * (kd + vd);
+          float* dkh = dk.data() + bh * kd;
+          float* dvh = dv.data() + bh * vd;
+          for (std::size_t i = 0; i < kd; ++i) dkh[i] += src[i];
+          for (std::size_t i = 0; i < vd; ++i) dvh[i] += src[kd + i];
+        }
+    }
+  }
+}
+
+namespace {
+
+// The masked tiles of rows [i0, i0 + rows) of one head over the given key ranges, shared by the
+// forward and the backward so that both see exactly the same masks: engine.scores for each chunk
+// of at most kCols keys (chunks never cross a transpose_keys tile), every part of the mask
+// applied with -inf, then consume(c0, cols). Keys past what any row can see are skipped.
+template <class Engine, class Consume>
+void for_each_masked_tile(const float* kt, const Mask& mask, const Dims& d, std::size_t b,
+                          std::size_t h, std::size_t i0, std::size_t rows,
+                          const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
+                          Engine& engine, Consume consume) {
   std::size_t visible[OnlineSoftmax::kRows];  // per row: keys [0, visible) may be seen
   const bool* allowed[OnlineSoftmax::kRows];  // per row: its boolean mask row, or null
   std::size_t all_see = d.nk, any_sees = 0;   // keys visible to every / to some row
@@ -229,12 +340,11 @@ void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const 
     all_see = std::min(all_see, visible[r]);
     any_sees = std::max(any_sees, visible[r]);
   }
-  softmax.start(&q(b, h, i0, 0), rows, scale);
   for (const auto& [lo, hi] : ranges) {
     constexpr std::size_t tile = OnlineSoftmax::kCols;
     for (std::size_t c0 = lo, cols = 0; c0 < std::min(hi, any_sees); c0 += cols) {
       cols = std::min({tile - c0 % tile, hi - c0, any_sees - c0});
-      float* s = softmax.scores(kt + (c0 / tile) * d.dk * tile + c0 % tile, tile, cols);
+      float* s = engine.scores(kt + (c0 / tile) * d.dk * tile + c0 % tile, tile, cols);
       for (std::size_t r = 0; r < rows; ++r) {
         float* row = s + r * OnlineSoftmax::kCols;
         if (c0 + cols > all_see)
@@ -243,10 +353,42 @@ void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const 
           for (std::size_t j = 0; j < cols; ++j)
             if (!allowed[r][c0 + j]) row[j] = kNegInf;
       }
-      softmax.fold(&v(b, h, c0, 0), d.dv, cols);
+      consume(c0, cols);
     }
   }
-  softmax.finish(&out(b, h, i0, 0), d.dv);
+}
+
+}  // namespace
+
+void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const Mask& mask,
+                       const Dims& d, std::size_t b, std::size_t h, std::size_t i0,
+                       std::size_t rows,
+                       const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
+                       float scale, OnlineSoftmax& softmax, Tensor& out, float* lse) {
+  softmax.start(&q(b, h, i0, 0), rows, scale);
+  for_each_masked_tile(kt, mask, d, b, h, i0, rows, ranges, softmax,
+                       [&](std::size_t c0, std::size_t cols) {
+                         softmax.fold(&v(b, h, c0, 0), d.dv, cols);
+                       });
+  softmax.finish(&out(b, h, i0, 0), d.dv, lse);
+}
+
+void backprop_key_ranges(const Tensor& q, const float* kt, const Tensor& k, const float* vt,
+                         const Tensor& out, const Tensor& d_out, const float* lse,
+                         const Mask& mask, const Dims& d, std::size_t b, std::size_t h,
+                         std::size_t i0, std::size_t rows,
+                         const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
+                         float scale, SoftmaxBackward& grad, Tensor& dq, float* dk, float* dv) {
+  grad.start(&q(b, h, i0, 0), d.dk, &out(b, h, i0, 0), &d_out(b, h, i0, 0), d.dv, lse, 1, rows,
+             scale);
+  constexpr std::size_t tile = OnlineSoftmax::kCols;
+  for_each_masked_tile(kt, mask, d, b, h, i0, rows, ranges, grad,
+                       [&](std::size_t c0, std::size_t cols) {
+                         grad.backprop(&k(b, h, c0, 0), d.dk,
+                                       vt + (c0 / tile) * d.dv * tile + c0 % tile, tile,
+                                       dk + c0 * d.dk, d.dk, dv + c0 * d.dv, d.dv, cols);
+                       });
+  grad.finish(&dq(b, h, i0, 0), d.dk);
 }
 
 }  // namespace attnlab::kernels

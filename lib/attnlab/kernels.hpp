@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -100,8 +101,9 @@ class OnlineSoftmax {
   /// Folds the masked score tile and the matching values v[j * ldv + c] into the running state.
   void fold(const float* v, std::size_t ldv, std::size_t cols);
 
-  /// Writes the normalised rows, out[r * ldo + c]; a row that saw no key at all is zeros.
-  void finish(float* out, std::size_t ldo) const;
+  /// Writes the normalised rows, out[r * ldo + c]; a row that saw no key at all is zeros. With
+  /// lse, also each row's log-sum-exp (natural log, -infinity for no key) at lse[r * ld_lse].
+  void finish(float* out, std::size_t ldo, float* lse = nullptr, std::size_t ld_lse = 1) const;
 
   /// The number of queries started.
   std::size_t rows() const { return rows_; }
@@ -114,11 +116,82 @@ class OnlineSoftmax {
 /// Query rows [i0, i0 + rows) (rows <= kRows) of head (b, h) attending the keys in `ranges`
 /// (half-open, ascending, disjoint), with every part of `mask` applied element by element; keys
 /// past what any row can see are skipped. kt is that head's transpose_keys(k, d, kCols) tiles.
-/// Writes out[b, h, i0 + r, :]. The one fused loop behind full (one range) and bigbird (blocks).
+/// Writes out[b, h, i0 + r, :] and, when lse is given, the rows' log-sum-exp at lse[r]. The one
+/// fused loop behind full (one range) and bigbird (blocks).
 void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const Mask& mask,
                        const Dims& d, std::size_t b, std::size_t h, std::size_t i0,
                        std::size_t rows,
                        const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
-                       float scale, OnlineSoftmax& softmax, Tensor& out);
+                       float scale, OnlineSoftmax& softmax, Tensor& out, float* lse = nullptr);
+
+/// The backward of OnlineSoftmax, FlashAttention-2's (Dao 2023): for one tile of at most kRows
+/// queries whose row log-sum-exp the forward saved, every masked score tile is turned back into
+/// probabilities P = exp(S - lse), and dS = P ∘ (dO V^T - rowsum(dO ∘ O)) is pushed into dQ
+/// (kept here), dK and dV (the caller's accumulators): no row of P outlives its tile. One object
+/// per thread. Typical use: start(...); for each key block { s = scores(kt, ldk, cols); mask s
+/// with -inf exactly as the forward did; backprop(...); } finish(dq, lddq).
+class SoftmaxBackward {
+ public:
+  static constexpr std::size_t kRows = OnlineSoftmax::kRows;  ///< queries per tile, at most
+  static constexpr std::size_t kCols = OnlineSoftmax::kCols;  ///< keys per score tile, at most
+
+  /// Scratch for tiles of head size dk (queries, keys) and dv (values).
+  SoftmaxBackward(std::size_t dk, std::size_t dv);
+
+  /// Starts `rows` <= kRows queries: q[r * ldq + c], their forward output and its gradient
+  /// out[r * ldo + c], d_out[r * ldo + c], their log-sum-exp lse[r * ld_lse] (natural log).
+  void start(const float* q, std::size_t ldq, const float* out, const float* d_out,
+             std::size_t ldo, const float* lse, std::size_t ld_lse, std::size_t rows,
+             float scale);
+
+  /// As OnlineSoftmax::scores: the current queries against `cols` <= kCols keys given
+  /// transposed, kt[c * ldk + j]; the returned tile (row stride kCols) is to be masked with -inf.
+  float* scores(const float* kt, std::size_t ldk, std::size_t cols);
+
+  /// The keys of the masked tile: their rows k[j * ldk + c], their values transposed
+  /// vt[c * ldvt + j]; adds their gradients into dk[j * lddk + c] and dv[j * lddv + c].
+  void backprop(const float* k, std::size_t ldk, const float* vt, std::size_t ldvt, float* dk,
+                std::size_t lddk, float* dv, std::size_t lddv, std::size_t cols);
+
+  /// Writes the queries' gradients, dq[r * lddq + c].
+  void finish(float* dq, std::size_t lddq) const;
+
+  /// The rows of the current tile.
+  std::size_t rows() const { return rows_; }
+
+ private:
+  std::size_t dk_, dv_, rows_ = 0;
+  float scale_ = 1.0f;
+  std::vector<float> q_, do_, delta_, lse2_, scores_, dp_, pt_, dst_, dq_;
+};
+
+/// The backward of attend_key_ranges for the same rows and ranges, the same masks applied the
+/// same way: adds the keys' gradients into dk and dv (this head's [Nk, Dk] and [Nk, Dv]) and
+/// writes dq[b, h, i0 + r, :]. kt and vt are this head's transpose_keys(k) and
+/// transpose_keys(v) tiles of kCols keys; lse points at the rows' saved log-sum-exp.
+void backprop_key_ranges(const Tensor& q, const float* kt, const Tensor& k, const float* vt,
+                         const Tensor& out, const Tensor& d_out, const float* lse,
+                         const Mask& mask, const Dims& d, std::size_t b, std::size_t h,
+                         std::size_t i0, std::size_t rows,
+                         const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
+                         float scale, SoftmaxBackward& grad, Tensor& dq, float* dk, float* dv);
+
+/// One tile of a tiled softmax backward: head bh (= b · H + h), tile index t; kt and vt are that
+/// head's keys and values as transpose_keys tiles of kCols keys (null unless run_backward_tiles
+/// was given k and v); dk and dv are the [Nk, Dk] and [Nk, Dv] accumulators this call adds into
+/// (zeroed before the first tile).
+using BackwardTile = std::function<void(std::size_t bh, std::size_t t, const float* kt,
+                                        const float* vt, float* dk, float* dv,
+                                        SoftmaxBackward&)>;
+
+/// Runs `tile` for tiles 0 .. tiles-1 of every head in parallel (OpenMP; call it outside your
+/// own parallel region) and leaves the sums of the key gradients in dk and dv ([B, H, Nk, Dk],
+/// [B, H, Nk, Dv]). With k and v, each task first transposes its head's keys and values into
+/// per-thread tiles (cache-resident, nothing of size B·H allocated per call). Heads go to
+/// threads whole; when there are fewer than two heads per thread, each head's tiles are dealt
+/// round-robin to a few groups with private accumulators, summed at the end:
+/// O(max(B·H, 2·threads)·Nk·(Dk + Dv)) extra memory, never O(Nq·Nk).
+void run_backward_tiles(const Dims& d, std::size_t tiles, const Tensor* k, const Tensor* v,
+                        const BackwardTile& tile, Tensor& dk, Tensor& dv);
 
 }  // namespace attnlab::kernels

@@ -11,7 +11,7 @@ set ylabel 'relative Frobenius error vs fp64 exact'
 set title "Error vs N, input gaussian:temp=0.5" noenhanced
 plot 'error_vs_n_gaussian_temp_0_5.dat' index 0 using 1:2 with linespoints lw 2 pt 7 title "full", \
      'error_vs_n_gaussian_temp_0_5.dat' index 1 using 1:2 with linespoints lw 2 pt 7 title "bigbird", \
-     'error_vs_n_gaussian_temp_0_5.dat' index 2 using 1:2 with linespoints lw 2 pt 7 title "linformer", \
+     'error_vs_n_gaussian_temp_0_5.dat' index 2 using 1:2 with linespoints lw 2 pt 7 title "linformer:k=128,share=kv,max_len=16384", \
      'error_vs_n_gaussian_temp_0_5.dat' index 3 using 1:2 with linespoints lw 2 pt 7 title "sliding", \
      'error_vs_n_gaussian_temp_0_5.dat' index 4 using 1:2 with linespoints lw 2 pt 7 title "linear", \
      'error_vs_n_gaussian_temp_0_5.dat' index 5 using 1:2 with linespoints lw 2 pt 7 title "peer:numpy", \

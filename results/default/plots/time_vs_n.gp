@@ -10,7 +10,7 @@ set ylabel 'seconds per forward call'
 set title "Time vs N (B=1, H=8, D=64, causal none, input 'gaussian:temp=0.5')" noenhanced
 plot 'time_vs_n.dat' index 0 using 1:2 with linespoints lw 2 pt 7 title "full", \
      'time_vs_n.dat' index 1 using 1:2 with linespoints lw 2 pt 7 title "bigbird", \
-     'time_vs_n.dat' index 2 using 1:2 with linespoints lw 2 pt 7 title "linformer", \
+     'time_vs_n.dat' index 2 using 1:2 with linespoints lw 2 pt 7 title "linformer:k=128,share=kv,max_len=16384", \
      'time_vs_n.dat' index 3 using 1:2 with linespoints lw 2 pt 7 title "sliding", \
      'time_vs_n.dat' index 4 using 1:2 with linespoints lw 2 pt 7 title "linear", \
      'time_vs_n.dat' index 5 using 1:2 with linespoints lw 2 pt 7 title "peer:numpy", \

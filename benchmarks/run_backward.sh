@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Regenerates results/backward/: full's backward against its forward (N = 1024 ... 4096, plain
+# and causal) and every variant's default spec at N = 4096, forward and backward alternated in
+# one loop of one binary, 3 repetitions in random interleaved order; then the README.
+# Usage: benchmarks/run_backward.sh [build-dir]   (default: build; needs bench_backward)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+out=results/backward
+mkdir -p "$out"
+context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- lib variants benchmarks meson.build || echo -dirty)"
+         --benchmark_context=openblas_coretype="${OPENBLAS_CORETYPE:-unset}"
+         --benchmark_context=omp_num_threads="${OMP_NUM_THREADS:-unset}"
+         --benchmark_context=compiler="$(c++ --version | head -1)"
+         --benchmark_context=cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) x $(nproc)"
+         --benchmark_context=load_before="$(cut -d' ' -f1-3 /proc/loadavg)")
+"$build/benchmarks/bench_backward" --benchmark_min_time=1 --benchmark_repetitions=3 \
+  --benchmark_enable_random_interleaving=true \
+  --benchmark_out="$out/bench_backward.json" --benchmark_out_format=json "${context[@]}"
+echo "$(cut -d' ' -f1-3 /proc/loadavg)" > "$out/load_after.txt"
+/usr/bin/python3 benchmarks/render_backward.py "$out" > "$out/README.md"
+cat "$out/README.md"

@@ -1,0 +1,172 @@
+// Backward passes of the model layers (issue 10): for each layer a forward that keeps a trace
+// (what its backward needs) and a backward that returns the gradient of the layer's input and
+// adds the gradients of its parameters into `grad`, an object of the layer's own type and shape
+// whose tensors hold gradients: grad.parameters() lists them under the model's names and in its
+// order, which is how an optimizer (models/optimizer.hpp) pairs them. Gradients accumulate, so
+// several backward calls (micro-batches) add up; zero_like() gives a fresh accumulator.
+//
+// The loss L is the caller's: backward takes dy = dL/d(output). Conventions as the forwards':
+// activations [batch, seq, features], W [out, in], y = x W^T + b. Matrix products go through
+// OpenBLAS (cblas_sgemm), the attention core through Attention::backward (every backend).
+// What is not learned gets no gradient: the sinusoidal positional encoding is a constant added
+// to the scaled embedding, and a core's own learned tensors (linformer's E and F) are outside
+// the model's parameters (LinformerAttention::backward_with_projections gives them).
+// Tied W_Q = W_K: the K block's gradient is added to the Q block's and both blocks hold the sum,
+// so that an update keeps them equal.
+#pragma once
+
+#include <vector>
+
+#include "attnlab/attention.hpp"
+#include "models/transformer.hpp"
+
+namespace attnlab::models {
+
+/// A copy of `layer` with every parameter zero: a gradient accumulator for its backward.
+template <class Layer>
+Layer zero_like(const Layer& layer) {
+  Layer grad = layer;
+  Parameters params;
+  grad.parameters("", params);
+  for (const ParameterRef& p : params) fill_constant(p, 0.0f);
+  return grad;
+}
+
+/// The same for a whole model (its parameters() takes no prefix).
+EncoderModel zero_like(const EncoderModel& model);
+
+/// dL/dx of Linear::forward at input x, given dy [B, N, out]; adds dL/dW, dL/db into grad.
+/// Throws Error when the shapes do not fit the layer.
+Activations backward(const Linear& layer, const Activations& x, const Activations& dy,
+                     Linear& grad);
+
+/// dL/dx of LayerNorm::forward at input x (mean and variance recomputed), given dy; adds the
+/// gradients of weight and bias into grad.
+Activations backward(const LayerNorm& layer, const Activations& x, const Activations& dy,
+                     LayerNorm& grad);
+
+/// What FeedForward's backward needs: its input and the hidden activations after the ReLU.
+struct FeedForwardTrace {
+  Activations x;       ///< the input
+  Activations hidden;  ///< relu(linear1(x))
+};
+
+/// FeedForward::forward, keeping the trace.
+Activations forward(const FeedForward& ffn, const Activations& x, FeedForwardTrace& trace);
+
+/// dL/dx given dy; adds both linears' gradients into grad (ReLU's derivative at 0 taken as 0).
+Activations backward(const FeedForward& ffn, const FeedForwardTrace& trace,
+                     const Activations& dy, FeedForward& grad);
+
+/// What multi-head attention's backward needs: inputs, the heads' q, k, v, the core's output
+/// [B, H, Nq, dk] and its saved row log-sum-exp, the merged heads, the mask.
+struct AttentionTrace {
+  Activations query;   ///< the queries' input [B, Nq, d_model]
+  Activations memory;  ///< the keys' and values' input [B, Nk, d_model]
+  QKV in;              ///< the heads' q, k, v
+  Tensor heads;        ///< the core's output [B, H, Nq, dk]
+  RowLogSumExp lse;    ///< the core's saved row log-sum-exp (empty without a softmax)
+  Activations merged;  ///< the heads concatenated, out_proj's input
+  Mask mask;           ///< the mask the core saw
+};
+
+/// MultiHeadAttention::forward(query, memory, mask), keeping the trace.
+Activations forward(const MultiHeadAttention& mha, const Activations& query,
+                    const Activations& memory, const Mask& mask, AttentionTrace& trace);
+
+/// The gradients of multi-head attention's two inputs (for self-attention, their sum is the
+/// input's).
+struct AttentionInputGrads {
+  Activations query;   ///< dL/dquery
+  Activations memory;  ///< dL/dmemory
+};
+
+/// dL/dquery and dL/dmemory given dy; adds in_proj and out_proj gradients into grad. The core's
+/// backward may throw Unsupported (a backend without one).
+AttentionInputGrads backward(const MultiHeadAttention& mha, const AttentionTrace& trace,
+                             const Activations& dy, MultiHeadAttention& grad);
+
+/// What an encoder layer's backward needs: its sublayers' traces and what each LayerNorm saw.
+struct EncoderLayerTrace {
+  AttentionTrace attention;  ///< the self-attention's
+  FeedForwardTrace ffn;      ///< the FFN's (unused under no-ffn)
+  Activations norm1_input;   ///< what norm1 saw (unused without it)
+  Activations norm2_input;   ///< what norm2 saw (unused without it)
+};
+
+/// EncoderLayer::forward(x, mask), keeping the trace.
+Activations forward(const EncoderLayer& layer, const Activations& x, const Mask& mask,
+                    EncoderLayerTrace& trace);
+
+/// dL/dx given dy; adds every parameter's gradient into grad (pre- and post-LN, every switch).
+Activations backward(const EncoderLayer& layer, const EncoderLayerTrace& trace,
+                     const Activations& dy, EncoderLayer& grad);
+
+/// The stack's layer traces and what its final LayerNorm saw (pre-LN).
+struct EncoderTrace {
+  std::vector<EncoderLayerTrace> layers;  ///< one per layer, in order
+  Activations norm_input;                 ///< what the final norm saw (pre-LN)
+};
+
+/// Encoder::forward(x, mask), keeping the trace.
+Activations forward(const Encoder& encoder, const Activations& x, const Mask& mask,
+                    EncoderTrace& trace);
+
+/// dL/dx given dy, through the final norm and every layer in reverse; adds into grad.
+Activations backward(const Encoder& encoder, const EncoderTrace& trace, const Activations& dy,
+                     Encoder& grad);
+
+/// What a decoder layer's backward needs: its three sublayers' traces and their LayerNorms'.
+struct DecoderLayerTrace {
+  AttentionTrace self_attention;   ///< the causal self-attention's
+  AttentionTrace cross_attention;  ///< the cross-attention's
+  FeedForwardTrace ffn;            ///< the FFN's (unused under no-ffn)
+  Activations norm1_input;         ///< what norm1 saw (unused without it)
+  Activations norm2_input;         ///< what norm2 saw (unused without it)
+  Activations norm3_input;         ///< what norm3 saw (unused without it)
+};
+
+/// DecoderLayer::forward(x, memory, self_mask, memory_mask), keeping the trace.
+Activations forward(const DecoderLayer& layer, const Activations& x, const Activations& memory,
+                    const Mask& self_mask, const Mask& memory_mask, DecoderLayerTrace& trace);
+
+/// The gradients of a decoder's two inputs: its target-side x and the encoder's output.
+struct DecoderInputGrads {
+  Activations x;       ///< dL/dx
+  Activations memory;  ///< dL/dmemory
+};
+
+/// dL/dx and dL/dmemory given dy; adds every parameter's gradient into grad.
+DecoderInputGrads backward(const DecoderLayer& layer, const DecoderLayerTrace& trace,
+                           const Activations& dy, DecoderLayer& grad);
+
+/// The decoder stack's layer traces and what its final LayerNorm saw (pre-LN).
+struct DecoderTrace {
+  std::vector<DecoderLayerTrace> layers;  ///< one per layer, in order
+  Activations norm_input;                 ///< what the final norm saw (pre-LN)
+};
+
+/// Decoder::forward(x, memory, self_mask, memory_mask), keeping the trace.
+Activations forward(const Decoder& decoder, const Activations& x, const Activations& memory,
+                    const Mask& self_mask, const Mask& memory_mask, DecoderTrace& trace);
+
+/// dL/dx and dL/dmemory (summed over the layers, which all read it) given dy; adds into grad.
+DecoderInputGrads backward(const Decoder& decoder, const DecoderTrace& trace,
+                           const Activations& dy, Decoder& grad);
+
+/// The token ids and the encoder's trace.
+struct ModelTrace {
+  Tokens tokens;         ///< the input ids
+  EncoderTrace encoder;  ///< the stack's
+};
+
+/// EncoderModel::forward(tokens, mask), keeping the trace.
+Activations forward(const EncoderModel& model, const Tokens& tokens, const Mask& mask,
+                    ModelTrace& trace);
+
+/// Adds every parameter's gradient into grad given dy: the encoder's, and the embedding rows of
+/// the tokens seen (scaled by sqrt(d_model), as the forward scales the embedding).
+void backward(const EncoderModel& model, const ModelTrace& trace, const Activations& dy,
+              EncoderModel& grad);
+
+}  // namespace attnlab::models

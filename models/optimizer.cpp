@@ -1,0 +1,79 @@
+#include "models/optimizer.hpp"
+
+#include <cmath>
+
+#include "attnlab/error.hpp"
+
+namespace attnlab::models {
+
+void AdamConfig::validate() const {
+  const auto fail = [](const std::string& what) { throw Error("adam: " + what); };
+  if (!(lr > 0) || !std::isfinite(lr)) fail("lr=" + std::to_string(lr) + ": expected > 0");
+  if (!(beta1 >= 0 && beta1 < 1)) fail("beta1=" + std::to_string(beta1) + ": expected in [0, 1)");
+  if (!(beta2 >= 0 && beta2 < 1)) fail("beta2=" + std::to_string(beta2) + ": expected in [0, 1)");
+  if (!(eps > 0) || !std::isfinite(eps)) fail("eps=" + std::to_string(eps) + ": expected > 0");
+  if (!(weight_decay >= 0) || !std::isfinite(weight_decay))
+    fail("weight_decay=" + std::to_string(weight_decay) + ": expected >= 0");
+}
+
+Adam::Adam(const AdamConfig& config) : config_(config) { config_.validate(); }
+
+double Adam::learning_rate(std::size_t t) const {
+  if (config_.warmup == 0) return config_.lr;
+  return config_.lr * std::min(1.0, static_cast<double>(t) / static_cast<double>(config_.warmup));
+}
+
+void Adam::step(const Parameters& params, const Parameters& grads) {
+  if (params.size() != grads.size())
+    throw Error("adam: " + std::to_string(params.size()) + " parameters but " +
+                std::to_string(grads.size()) + " gradients");
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParameterRef &p = params[i], &g = grads[i];
+    if (p.name != g.name || p.shape != g.shape)
+      throw Error("adam: parameter " + std::to_string(i) + " is '" + p.name +
+                  "' but its gradient is '" + g.name + "' (or of another shape)");
+    if (!names_.empty() && (i >= names_.size() || names_[i] != p.name || shapes_[i] != p.shape))
+      throw Error("adam: parameter '" + p.name + "' is not the one of the first step at " +
+                  "position " + std::to_string(i));
+    for (std::size_t j = 0; j < g.size(); ++j)
+      if (!std::isfinite(g.data[j]))
+        throw Error("adam: gradient of '" + g.name + "' has a non-finite entry at " +
+                    std::to_string(j));
+  }
+  if (names_.empty()) {
+    for (const ParameterRef& p : params) {
+      names_.push_back(p.name);
+      shapes_.push_back(p.shape);
+      m_.emplace_back(p.size(), 0.0f);
+      v_.emplace_back(p.size(), 0.0f);
+    }
+  } else if (params.size() != names_.size()) {
+    throw Error("adam: " + std::to_string(params.size()) + " parameters, the first step had " +
+                std::to_string(names_.size()));
+  }
+  ++t_;
+  const double lr = learning_rate(t_);
+  const double b1 = config_.beta1, b2 = config_.beta2;
+  const double step_size = lr / (1.0 - std::pow(b1, static_cast<double>(t_)));
+  const double root_correction = std::sqrt(1.0 - std::pow(b2, static_cast<double>(t_)));
+  const float decay = static_cast<float>(1.0 - lr * config_.weight_decay);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    float* w = params[i].data;
+    const float* g = grads[i].data;
+    float* m = m_[i].data();
+    float* v = v_[i].data();
+    for (std::size_t j = 0; j < params[i].size(); ++j) {
+      w[j] *= decay;
+      m[j] = static_cast<float>(b1 * m[j] + (1.0 - b1) * g[j]);
+      v[j] = static_cast<float>(b2 * v[j] + (1.0 - b2) * double(g[j]) * g[j]);
+      const double denom = std::sqrt(double(v[j])) / root_correction + config_.eps;
+      w[j] = static_cast<float>(w[j] - step_size * m[j] / denom);
+    }
+  }
+}
+
+void zero_gradients(const Parameters& grads) {
+  for (const ParameterRef& g : grads) fill_constant(g, 0.0f);
+}
+
+}  // namespace attnlab::models

@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""Gradients of attnlab's attention variants by PyTorch autograd in float64, for the tests.
+
+Usage: torch_grads.py DIR
+
+Every folder DIR/case*/ holds case.json ({"kind": ..., parameters}) and float32 .npy inputs,
+d_out.npy among them. Each case's output is computed here from the variants' definitions
+(written independently of attnlab's kernels), the loss sum(out * d_out) is differentiated, and
+d<name>.npy (float64) is written beside every differentiated input. DIR/status.json says
+{"status": "ok"|"skipped"|"error", "message": ...}; a missing torch is "skipped".
+
+Kinds:
+  softmax    q k v, allowed [B,H,Nq,Nk] (0/1), scale: softmax over the allowed keys, zero rows
+             where none is allowed.
+  linformer  q k v, E F [H,kp,Nk] (the matrices each head uses), lengths, scale: softmax
+             attention over E K and F V, padded keys and values zeroed before the projection.
+  linear     q k v, feature (elu1|relu|favor|dpfp), rule (sum|delta), causal, eps, beta, nu,
+             lengths, scale, and for favor W [m,Dk]: linear attention with favor's stabilisers
+             (query row max; key max over the visible keys) held constant, as in attnlab.
+"""
+import json
+import math
+import os
+import sys
+import traceback
+
+
+def load(np, torch, folder, name):
+    array = np.load(os.path.join(folder, name + ".npy")).astype(np.float64)
+    return torch.tensor(array, requires_grad=True)
+
+
+def softmax_attention(torch, q, k, v, allowed, scale):
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    s = s.masked_fill(allowed == 0, float("-inf"))
+    any_key = (allowed != 0).any(dim=-1, keepdim=True)
+    s = torch.where(any_key, s, torch.zeros_like(s))  # empty rows: no NaN, zeroed below
+    return torch.matmul(torch.softmax(s, dim=-1) * (allowed != 0), v)
+
+
+def linformer(torch, q, k, v, e, f, lengths, scale):
+    rows = []
+    for b in range(q.shape[0]):
+        valid = (torch.arange(k.shape[2]) < lengths[b]).to(q.dtype)[:, None]
+        heads = []
+        for h in range(q.shape[1]):
+            kp = e[h] @ (k[b, h] * valid)
+            vp = f[h] @ (v[b, h] * valid)
+            p = torch.softmax(q[b, h] @ kp.T * scale, dim=-1)
+            heads.append(p @ vp)
+        rows.append(torch.stack(heads))
+    return torch.stack(rows)
+
+
+def features(torch, spec, x, w):
+    """phi(x) per row; favor in log form (stabilised by the caller)."""
+    functional = torch.nn.functional
+    feature = spec["feature"]
+    if feature == "elu1":
+        return functional.elu(x) + 1
+    if feature == "relu":
+        return functional.relu(x)
+    if feature == "favor":
+        scale = spec["scale"]
+        xs = x * math.sqrt(scale)
+        return xs @ w.T - (xs * xs).sum(-1, keepdim=True) / 2 - 0.5 * math.log(w.shape[0])
+    xp = torch.cat([functional.relu(x), functional.relu(-x)], dim=-1)
+    return torch.cat([xp * torch.roll(xp, j, dims=-1) for j in range(1, spec["nu"] + 1)], dim=-1)
+
+
+def linear(torch, spec, q, k, v, w):
+    favor = spec["feature"] == "favor"
+    causal = spec["causal"]
+    rows = []
+    for b in range(q.shape[0]):
+        n = spec["lengths"][b]
+        heads = []
+        for h in range(q.shape[1]):
+            fq = features(torch, spec, q[b, h], w)
+            fk = features(torch, spec, k[b, h, :n], w)
+            if favor:  # stabilisers held constant (detached), as in attnlab
+                fq = torch.exp(fq - fq.max(-1, keepdim=True).values.detach())
+            if spec["rule"] == "delta":
+                heads.append(delta_rule(torch, spec, fq, fk, v[b, h, :n], favor, causal))
+                continue
+            nq = q.shape[2]
+            if n == 0:  # no key: zero output
+                heads.append(torch.zeros(nq, v.shape[-1], dtype=q.dtype))
+                continue
+            visible = torch.tensor([[j < n and (not causal or j <= i) for j in range(n)]
+                                    for i in range(nq)], dtype=torch.bool)
+            if favor:
+                ek = fk.detach()
+                top = torch.where(visible[:, :, None], ek[None, :, :],
+                                  torch.full_like(ek[None], float("-inf")))
+                c = top.amax(dim=(1, 2))  # per query: max over the keys it sees
+                c = torch.where(torch.isfinite(c), c, torch.zeros_like(c))
+                a = torch.exp(fk[None, :, :] - c[:, None, None])  # [Nq, n, P]
+                a = (fq[:, None, :] * a).sum(-1)
+            else:
+                a = fq @ fk.T
+            a = a * visible
+            num = a @ v[b, h, :n]
+            den = a.sum(-1, keepdim=True)
+            safe = torch.where(den > 0, den + spec["eps"], torch.ones_like(den))
+            heads.append(torch.where(den > 0, num / safe, torch.zeros_like(num)))
+        rows.append(torch.stack(heads))
+    return torch.stack(rows)
+
+
+def normalise(torch, f):
+    total = f.sum(-1, keepdim=True)
+    return torch.where(total > 0, f / torch.where(total > 0, total, torch.ones_like(total)),
+                       torch.zeros_like(f))
+
+
+def delta_rule(torch, spec, fq, fk, v, favor, causal):
+    if favor:
+        fk = torch.exp(fk - fk.max(-1, keepdim=True).values.detach())
+    fq, fk = normalise(torch, fq), normalise(torch, fk)
+    beta = spec["beta"]
+    memory = torch.zeros(v.shape[1], fq.shape[1], dtype=fq.dtype)  # W [Dv, P]
+    outs = []
+    for j in range(fk.shape[0]):
+        memory = memory + beta * torch.outer(v[j] - memory @ fk[j], fk[j])
+        if causal:
+            outs.append(memory @ fq[j])
+    if causal:
+        for i in range(fk.shape[0], fq.shape[0]):  # queries past the last valid key
+            outs.append(memory @ fq[i])
+        return torch.stack(outs)
+    return fq @ memory.T
+
+
+def run_case(np, torch, folder):
+    with open(os.path.join(folder, "case.json")) as f:
+        spec = json.load(f)
+    kind = spec["kind"]
+    names = ["q", "k", "v"] + (["E", "F"] if kind == "linformer" else [])
+    x = {name: load(np, torch, folder, name) for name in names}
+    d_out = torch.tensor(np.load(os.path.join(folder, "d_out.npy")).astype(np.float64))
+    if kind == "softmax":
+        allowed = torch.tensor(np.load(os.path.join(folder, "allowed.npy")))
+        out = softmax_attention(torch, x["q"], x["k"], x["v"], allowed, spec["scale"])
+    elif kind == "linformer":
+        out = linformer(torch, x["q"], x["k"], x["v"], x["E"], x["F"], spec["lengths"],
+                        spec["scale"])
+    else:
+        w = None
+        if spec["feature"] == "favor":
+            w = torch.tensor(np.load(os.path.join(folder, "W.npy")).astype(np.float64))
+        out = linear(torch, spec, x["q"], x["k"], x["v"], w)
+    (out * d_out).sum().backward()
+    for name, t in x.items():  # an input the output does not depend on has no .grad
+        grad = t.grad if t.grad is not None else torch.zeros_like(t)
+        np.save(os.path.join(folder, "d" + name + ".npy"), grad.numpy())
+
+
+def main(argv):
+    directory = argv[1]
+    status = {"status": "ok", "message": ""}
+    try:
+        import numpy as np
+        import torch
+    except ImportError as e:
+        status = {"status": "skipped", "message": "cannot import numpy and torch: %s" % e}
+    else:
+        torch.set_num_threads(1)
+        try:
+            for case in sorted(os.listdir(directory)):
+                if case.startswith("case"):
+                    run_case(np, torch, os.path.join(directory, case))
+            status["message"] = "torch " + torch.__version__
+        except Exception:
+            status = {"status": "error", "message": traceback.format_exc()}
+            print(status["message"], file=sys.stderr)
+    with open(os.path.join(directory, "status.json"), "w") as f:
+        json.dump(status, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
