@@ -5,6 +5,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from report_parts import met, profile_section
 from sgemm_rates import sgemm_rates, sgemm_table
 
 out = Path(sys.argv[1])
@@ -62,9 +63,10 @@ checks = [
     (f"smallest full / bigbird time ratio, N = {full_ns[0]} ... {full_ns[-1]}",
      f"{slowest_gain:.2f}", "> 1"),
 ]
-print("\n| measure | value | target |\n|---|---|---|")
+
+print("\n| measure | value | target | met |\n|---|---|---|---|")
 for what, value, target in checks:
-    print(f"| {what} | {value} | {target} |")
+    print(f"| {what} | {value} | {target} | {met(value, target)} |")
 print(f"\nThe N = 65536 call alone took {long_run['real_time']:.2f} s.\n")
 ctx = bench["context"]
 print("## Context\n")
@@ -75,6 +77,8 @@ print(f"- load average reported by Google Benchmark: {ctx.get('load_avg', '—')
 print("- OpenMP threads: all cores unless omp_num_threads is set; the machine is shared, so a load")
 print("  above the core count means other jobs ran at the same time and absolute times are")
 print("  inflated: read the ratios, which come from one interleaved run.")
+if profile_section(out):
+    print("\n" + profile_section(out).rstrip())
 notes = out / "notes.md"
 if notes.exists():
     print("\n" + notes.read_text().rstrip())

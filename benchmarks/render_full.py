@@ -6,6 +6,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from report_parts import profile_section
 from sgemm_rates import sgemm_rates, sgemm_table
 
 out = Path(sys.argv[1])
@@ -90,6 +91,7 @@ if ab_file.exists():  # benchmarks/ab_avx2.sh: alternating rounds against the ea
         ratio = statistics.median(sides["old"]) / statistics.median(sides["new"])
         checks.append((f"N = {ab['N']}, {name}: earlier build's time / `avx2` path's time (median "
                        f"of {len(sides['new'])} alternating rounds)", ratio, ">= 1", ratio >= 1))
+numpy_up = numpy_s.get(4096, float("nan")) / seconds(4096)
 checks.append(("NumPy time / full time at N = 4096", numpy_up, ">= 2.5", numpy_up >= 2.5))
 checks.append(("peak resident memory at N = 32768 (MiB)", mem["peak_rss_MiB"], "<= 1024",
                mem["peak_rss_MiB"] <= 1024))
@@ -113,6 +115,8 @@ print(f"- Google Benchmark's own library build (Debian package): {ctx.get('libra
       " attnlab itself is built with buildtype=release")
 print(f"- NumPy {numpy['numpy']}, BLAS: "
       f"{', '.join(i.get('internal_api', '') + ' ' + str(i.get('num_threads', '')) for i in numpy['blas']) or 'threadpoolctl not installed'}")
+if profile_section(out):
+    print("\n" + profile_section(out).rstrip())
 notes = out / "notes.md"
 if notes.exists():
     print("\n" + notes.read_text().rstrip())

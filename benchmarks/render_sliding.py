@@ -4,6 +4,7 @@ import json
 import sys
 from pathlib import Path
 
+from report_parts import met, profile_section
 from sgemm_rates import sgemm_rates, sgemm_table
 
 out = Path(sys.argv[1])
@@ -75,12 +76,6 @@ checks = [
 ]
 
 
-def met(value, target):
-    op, _, bound = target.partition(" ")
-    ops = {"<=": value <= float(bound or 0), ">=": value >= float(bound or 0), ">": value > float(bound or 0)}
-    return ("yes" if ops[op] else "**no**") if op in ops else ""
-
-
 print("\n| measure | value | target | met |\n|---|---|---|---|")
 for what, value, target in checks:
     print(f"| {what} | {value:.2f} | {target} | {met(value, target)} |")
@@ -105,6 +100,8 @@ cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.start
 print(f"- CPU: {cpu}")
 print("- The machine is shared: a load average above the core count means other jobs ran at the")
 print("  same time, so absolute times are pessimistic and ratios carry that noise.")
+if profile_section(out):
+    print("\n" + profile_section(out).rstrip())
 notes = out / "notes.md"
 if notes.exists():
     print("\n" + notes.read_text().rstrip())

@@ -28,5 +28,10 @@ context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff
 "$build/benchmarks/bench_bigbird" --benchmark_filter='BM_bigbird_long' \
   --benchmark_out="$out/bench_bigbird_long.json" --benchmark_out_format=json "${context[@]}"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" > "$out/load_after.txt"
+# Where the time goes (perf: Debian's linux-perf; skipped without it).
+rm -f "$out"/profile-*.txt
+if command -v perf > /dev/null; then
+  benchmarks/profile.sh "$build" bigbird 65536 64 0 8 > "$out/profile-bigbird.txt"
+fi
 /usr/bin/python3 benchmarks/render_bigbird.py "$out" > "$out/README.md"
 cat "$out/README.md"

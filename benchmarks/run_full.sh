@@ -27,5 +27,12 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" > "$out/load_after.txt"
   --benchmark_out="$out/bench_full_long.json" --benchmark_out_format=json "${context[@]}"
 if [[ -n ${OLD_BUILD:-} ]]; then benchmarks/ab_avx2.sh "$OLD_BUILD" "$build"; fi
 /usr/bin/python3 benchmarks/numpy_full.py 256 512 1024 2048 4096 8192 > "$out/numpy.json"
+# Where the time goes (perf: Debian's linux-perf; skipped without it).
+rm -f "$out"/profile-*.txt
+if command -v perf > /dev/null; then
+  benchmarks/profile.sh "$build" full 4096 64 0 8 > "$out/profile-full.txt"
+  benchmarks/profile.sh "$build" full 4096 64 1 8 > "$out/profile-full-causal.txt"
+  benchmarks/profile.sh "$build" full 4096 128 0 8 > "$out/profile-full-d128.txt"
+fi
 /usr/bin/python3 benchmarks/render_full.py "$out" > "$out/README.md"
 cat "$out/README.md"

@@ -25,5 +25,10 @@ context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff
 "$build/benchmarks/bench_sliding" --benchmark_filter='BM_sliding_long' \
   --benchmark_out="$out/bench_sliding_long.json" --benchmark_out_format=json "${context[@]}"
 echo "load_after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/context.txt"
+# Where the time goes (perf: Debian's linux-perf; skipped without it).
+rm -f "$out"/profile-*.txt
+if command -v perf > /dev/null; then
+  benchmarks/profile.sh "$build" sliding:left=128,right=128 65536 64 0 8 > "$out/profile-sliding.txt"
+fi
 /usr/bin/python3 benchmarks/render_sliding.py "$out" > "$out/README.md"
 cat "$out/README.md"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -31,33 +32,62 @@ bool is_global(std::size_t j, std::size_t count, std::int64_t global) {
   return j < front || j + back >= count;
 }
 
-// The (key block, kind) row of query block i in head h; `row` has key_blocks entries.
+using Row = std::vector<std::pair<std::uint32_t, BlockKind>>;  // (key block, kind), ascending
+
+// The row of query block i in head h, in O(G + W + R) for a sparse query block (not O(key
+// blocks): the layout stays linear in N). `moved` is scratch for the random draws.
 void layout_row(const BigBirdConfig& c, const BigBirdLayout& l, std::size_t h, std::size_t i,
-                std::vector<BlockKind>& row, std::vector<std::uint32_t>& candidates) {
+                Row& row, std::vector<std::pair<std::size_t, std::size_t>>& moved) {
   const std::size_t last = l.causal ? std::min(i, l.key_blocks - 1) : l.key_blocks - 1;
-  std::fill(row.begin(), row.end(), BlockKind::none);
+  const auto entry = [](std::size_t j, BlockKind kind) {
+    return std::pair{static_cast<std::uint32_t>(j), kind};
+  };
+  row.clear();
   if (is_global(i, l.query_blocks, c.global)) {
-    std::fill(row.begin(), row.begin() + last + 1, BlockKind::global);
+    for (std::size_t j = 0; j <= last; ++j) row.push_back(entry(j, BlockKind::global));
     return;
   }
-  for (std::size_t j = 0; j <= last; ++j)
-    if (is_global(j, l.key_blocks, c.global)) row[j] = BlockKind::global;
+  // Ascending: the first global blocks, the window's other blocks, the last global blocks.
+  const auto front = static_cast<std::size_t>(c.global / 2 + c.global % 2);
+  const auto back = static_cast<std::size_t>(c.global / 2);
+  const std::size_t back_first = std::max(front, l.key_blocks - std::min(back, l.key_blocks));
+  for (std::size_t j = 0; j < std::min(front, last + 1); ++j)
+    row.push_back(entry(j, BlockKind::global));
   const auto half = static_cast<std::size_t>((c.window - 1) / 2);
-  for (std::size_t j = i > half ? i - half : 0; j <= std::min(last, i + half); ++j)
-    if (row[j] == BlockKind::none) row[j] = BlockKind::window;
-  candidates.clear();
-  for (std::size_t j = 0; j <= last; ++j)
-    if (row[j] == BlockKind::none) candidates.push_back(static_cast<std::uint32_t>(j));
-  // A partial Fisher-Yates shuffle: the first R picks do not depend on R.
+  for (std::size_t j = std::max(i > half ? i - half : 0, front);
+       j <= std::min(last, i + half) && j < back_first; ++j)
+    row.push_back(entry(j, BlockKind::window));
+  for (std::size_t j = back_first; j <= last; ++j) row.push_back(entry(j, BlockKind::global));
+  // A partial Fisher-Yates shuffle of the candidates (the blocks not yet in the row, ascending),
+  // the first R picks not depending on R. Only the positions it moved are stored (`moved`,
+  // position -> candidate rank); candidate rank x is block x plus the row's blocks at or below it.
+  const std::size_t candidates = last + 1 - row.size();
+  moved.clear();
+  const auto at = [&](std::size_t x) {
+    for (const auto& [position, rank] : moved)
+      if (position == x) return rank;
+    return x;
+  };
+  const auto put = [&](std::size_t x, std::size_t rank) {
+    for (auto& [position, r] : moved)
+      if (position == x) return void(r = rank);
+    moved.emplace_back(x, rank);
+  };
+  const std::size_t fixed = row.size();
   std::uint64_t state = static_cast<std::uint64_t>(c.seed);  // one stream per (seed, h, i)
   state = splitmix(state) ^ h;
   state = splitmix(state) ^ i;
-  const std::size_t draws = std::min(static_cast<std::size_t>(c.random), candidates.size());
+  const std::size_t draws = std::min(static_cast<std::size_t>(c.random), candidates);
   for (std::size_t r = 0; r < draws; ++r) {
-    const std::size_t pick = r + splitmix(state) % (candidates.size() - r);
-    std::swap(candidates[r], candidates[pick]);
-    row[candidates[r]] = BlockKind::random;
+    const std::size_t pick = r + splitmix(state) % (candidates - r);
+    const std::size_t drawn = at(pick);
+    put(pick, at(r));
+    put(r, drawn);
+    std::size_t j = drawn;
+    for (std::size_t f = 0; f < fixed && row[f].first <= j; ++f) ++j;
+    row.push_back(entry(j, BlockKind::random));
   }
+  std::sort(row.begin(), row.end());
 }
 
 // Contiguous key ranges [first, second) covered by a sorted list of key blocks.
@@ -125,16 +155,15 @@ BigBirdLayout bigbird_layout(const BigBirdConfig& config, std::size_t heads, std
   l.causal = causal;
   l.offsets_.reserve(heads * l.query_blocks + 1);
   l.offsets_.push_back(0);
-  std::vector<BlockKind> row(l.key_blocks);
-  std::vector<std::uint32_t> candidates;
+  Row row;
+  std::vector<std::pair<std::size_t, std::size_t>> moved;
   for (std::size_t h = 0; h < heads; ++h)
     for (std::size_t i = 0; i < l.query_blocks; ++i) {
-      layout_row(config, l, h, i, row, candidates);
-      for (std::size_t j = 0; j < l.key_blocks; ++j)
-        if (row[j] != BlockKind::none) {
-          l.blocks_.push_back(static_cast<std::uint32_t>(j));
-          l.kinds_.push_back(row[j]);
-        }
+      layout_row(config, l, h, i, row, moved);
+      for (const auto& [j, kind] : row) {
+        l.blocks_.push_back(j);
+        l.kinds_.push_back(kind);
+      }
       l.offsets_.push_back(l.blocks_.size());
     }
   return l;
@@ -221,10 +250,13 @@ void BigBirdAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, co
   const std::size_t block = layout.block, rows = tile_rows(block, d.nq);
   // Keys transposed one head at a time into two alternating buffers: a head's keys stay in cache
   // while its blocks read them, and no buffer of all heads is allocated (and page-faulted) per call.
+  // Left uninitialised, as full's: the padding of the last tile is never read (a memset of both
+  // was 4.5% of a forward at N = 65536); huge pages (scratch_floats) spare the per-call faults.
   constexpr std::size_t kCols = OnlineSoftmax::kCols;
   const std::size_t key_tiles = ceil_div(d.nk, kCols);
-  std::vector<float> kt[2] = {std::vector<float>(key_tiles * kCols * d.dk),
-                              std::vector<float>(key_tiles * kCols * d.dk)};
+  const std::size_t per_head = key_tiles * kCols * d.dk;
+  const auto kt0 = kernels::scratch_floats(per_head), kt1 = kernels::scratch_floats(per_head);
+  float* const kt[2] = {kt0.get(), kt1.get()};
   const auto blocks = static_cast<std::ptrdiff_t>(layout.query_blocks);
 #pragma omp parallel
   {
@@ -232,7 +264,7 @@ void BigBirdAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, co
     std::vector<std::pair<std::size_t, std::size_t>> ranges;
     for (std::size_t bh = 0; bh < d.batch * d.heads; ++bh) {
       const std::size_t b = bh / d.heads, h = bh % d.heads;
-      float* keys = kt[bh % 2].data();
+      float* keys = kt[bh % 2];
       // The implicit barrier ends the layout; no thread still reads this buffer (head bh - 2)
       // because each passed the previous head's layout barrier after its last block of it.
 #pragma omp for schedule(static)

@@ -35,7 +35,7 @@ void FullAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, const
   // transpose_keys' tiles, left uninitialised (not zeroed: the padding is never read).
   constexpr std::size_t kCols = OnlineSoftmax::kCols;
   const std::size_t per_head = (d.nk + kCols - 1) / kCols * kCols * d.dk;
-  const std::unique_ptr<float[]> kt(new float[d.batch * d.heads * per_head]);
+  const auto kt = kernels::scratch_floats(d.batch * d.heads * per_head);
   const std::vector<std::pair<std::size_t, std::size_t>> all_keys = {{0, d.nk}};
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
   const std::size_t tiles = (d.nq + OnlineSoftmax::kRows - 1) / OnlineSoftmax::kRows;

@@ -6,12 +6,16 @@
 #include <atomic>
 #include <cstdlib>
 #include <limits>
+#include <new>
 
 #include "attnlab/error.hpp"
 #include "attnlab/kernels_table.hpp"
 
 #ifdef ATTNLAB_X86_KERNELS
 #include <cpuid.h>
+#endif
+#if defined(__linux__)
+#include <sys/mman.h>
 #endif
 
 namespace attnlab::kernels {
@@ -148,6 +152,19 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 }  // namespace
+
+std::unique_ptr<float[], void (*)(void*)> scratch_floats(std::size_t n) {
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const std::size_t bytes = std::max<std::size_t>(n, 1) * sizeof(float);
+  const bool huge = bytes >= kHuge;
+  void* p = huge ? std::aligned_alloc(kHuge, (bytes + kHuge - 1) / kHuge * kHuge)
+                 : std::malloc(bytes);
+  if (!p) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  if (huge) madvise(p, (bytes + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);  // a hint only
+#endif
+  return {static_cast<float*>(p), std::free};
+}
 
 void transpose_key_tiles(const float* k, std::size_t dk, std::size_t block, std::size_t j0,
                          std::size_t j1, float* kt) {
