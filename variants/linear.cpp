@@ -688,7 +688,7 @@ double LinearAttention::flops(const Dims& d, const Mask& mask) const {
                                                          : double(d.dk);
   double keys = 0;  // keys that write into the memory, over the batch
   for (std::size_t b = 0; b < d.batch; ++b)
-    keys += mask.has_key_lengths() ? double(mask.key_lengths[b]) : double(d.nk);
+    keys += double(mask.valid_keys(b, d.nk));
   const double queries = double(d.batch * d.nq);
   const double dv = double(d.dv);
   const double write = config_.rule == LinearRule::sum ? 2 * dphi * (dv + 1) : 4 * dphi * dv;
@@ -718,8 +718,7 @@ void LinearAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t t = 0; t < heads; ++t) {
       const std::size_t bh = static_cast<std::size_t>(t), b = bh / d.heads;
-      const std::size_t valid =
-          mask.has_key_lengths() ? static_cast<std::size_t>(mask.key_lengths[b]) : d.nk;
+      const std::size_t valid = mask.valid_keys(b, d.nk);
       const float* qh = q.data() + bh * d.nq * d.dk;
       const float* kh = k.data() + bh * d.nk * d.dk;
       const float* vh = v.data() + bh * d.nk * d.dv;
@@ -751,8 +750,7 @@ void LinearAttention::compute_backward(const Tensor& q, const Tensor& k, const T
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t t = 0; t < heads; ++t) {
       const std::size_t bh = static_cast<std::size_t>(t), b = bh / d.heads;
-      const std::size_t valid =
-          mask.has_key_lengths() ? static_cast<std::size_t>(mask.key_lengths[b]) : d.nk;
+      const std::size_t valid = mask.valid_keys(b, d.nk);
       const float* qh = q.data() + bh * d.nq * d.dk;
       const float* kh = k.data() + bh * d.nk * d.dk;
       const float* vh = v.data() + bh * d.nk * d.dv;

@@ -104,10 +104,7 @@ std::string LinformerAttention::why_unsupported(const std::string& feature) cons
 double LinformerAttention::flops(const Dims& d, const Mask& mask) const {
   double projected = 0;  // keys that enter the projections, summed over the batch
   for (std::size_t b = 0; b < d.batch; ++b)
-    projected += mask.has_key_lengths()
-                     ? static_cast<double>(std::min<std::int64_t>(
-                           mask.key_lengths[b], static_cast<std::int64_t>(d.nk)))
-                     : static_cast<double>(d.nk);
+    projected += static_cast<double>(mask.valid_keys(b, d.nk));
   const double per_row = 2.0 * static_cast<double>(k_ * (d.dk + d.dv)) * d.heads;
   return per_row * (projected + static_cast<double>(d.batch * d.nq));
 }
@@ -210,11 +207,8 @@ std::vector<std::size_t> LinformerAttention::check_call(const Mask& mask, const 
   if (init_ == Init::supplied && supplied_heads_ > 1 && supplied_heads_ != d.heads)
     throw Error("linformer: the supplied E and F have " + std::to_string(supplied_heads_) +
                 " heads, the input has " + std::to_string(d.heads));
-  std::vector<std::size_t> lengths(d.batch, d.nk);  // padded keys and values count as zero
-  if (mask.has_key_lengths())
-    for (std::size_t b = 0; b < d.batch; ++b)
-      lengths[b] = static_cast<std::size_t>(
-          std::min<std::int64_t>(mask.key_lengths[b], static_cast<std::int64_t>(d.nk)));
+  std::vector<std::size_t> lengths(d.batch);  // padded keys and values count as zero
+  for (std::size_t b = 0; b < d.batch; ++b) lengths[b] = mask.valid_keys(b, d.nk);
   return lengths;
 }
 

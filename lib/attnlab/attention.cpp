@@ -19,7 +19,7 @@ namespace {
 std::string non_finite(const Tensor& t, const char* label, const Mask& mask, bool keys) {
   const std::size_t heads = t.shape()[1], n = t.shape()[2], dim = t.shape()[3];
   const auto rows = [&](std::size_t b) {
-    return keys && mask.has_key_lengths() ? static_cast<std::size_t>(mask.key_lengths[b]) : n;
+    return keys ? mask.valid_keys(b, n) : n;
   };
   const auto slices = static_cast<std::ptrdiff_t>(t.shape()[0] * heads);
   int bad = 0;

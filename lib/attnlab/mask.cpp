@@ -63,6 +63,12 @@ std::size_t Mask::visible_keys(std::size_t b, std::size_t i, const Dims& d) cons
   return static_cast<std::size_t>(std::clamp<std::int64_t>(limit, 0, d.nk));
 }
 
+std::size_t Mask::valid_keys(std::size_t b, std::size_t nk) const {
+  if (!has_key_lengths()) return nk;
+  return static_cast<std::size_t>(
+      std::clamp<std::int64_t>(key_lengths[b], 0, static_cast<std::int64_t>(nk)));
+}
+
 const bool* Mask::allowed_row(std::size_t b, std::size_t h, std::size_t i) const {
   if (!has_allowed()) return nullptr;
   const bool shared = allowed.shape()[0] == 1 && allowed.shape()[1] == 1;

@@ -38,6 +38,9 @@ struct Mask {
 
   /// Whether key padding is given.
   bool has_key_lengths() const { return !key_lengths.empty(); }
+  /// The keys of item b that are not padding: key_lengths[b] clamped to [0, nk], or nk when no
+  /// padding is given.
+  std::size_t valid_keys(std::size_t b, std::size_t nk) const;
   /// Whether a boolean mask is given.
   bool has_allowed() const { return allowed.size() != 0; }
 
