@@ -8,17 +8,8 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 out=results/bigbird
 mkdir -p "$out"
-flags=$(meson introspect --buildoptions "$build" | /usr/bin/python3 -c '
-import json, sys
-o = {x["name"]: x["value"] for x in json.load(sys.stdin)}
-print(" ".join(f"{k}:{o.get(k)}" for k in ("buildtype", "native", "b_ndebug", "b_sanitize")))')
-context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- lib variants benchmarks meson.build || echo -dirty)"
-         --benchmark_context=openblas_coretype="${OPENBLAS_CORETYPE:-unset}"
-         --benchmark_context=omp_num_threads="${OMP_NUM_THREADS:-unset}"
-         --benchmark_context=compiler="$(c++ --version | head -1)"
-         --benchmark_context=build="$flags"
-         --benchmark_context=cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) x $(nproc)"
-         --benchmark_context=load_before="$(cut -d' ' -f1-3 /proc/loadavg)")
+. benchmarks/context.sh
+bench_context "$build" HEAD -- lib variants benchmarks meson.build
 # Three repetitions, randomly interleaved so that the shared machine's load drifts hit every
 # configuration alike; the renderer takes medians.
 "$build/benchmarks/bench_bigbird" --benchmark_filter='BM_bigbird/|BM_full/|BM_sgemm' \

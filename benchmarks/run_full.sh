@@ -12,12 +12,8 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 out=results/full
 mkdir -p "$out"
-context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- lib variants benchmarks meson.build || echo -dirty)"
-         --benchmark_context=openblas_coretype="${OPENBLAS_CORETYPE:-unset}"
-         --benchmark_context=omp_num_threads="${OMP_NUM_THREADS:-unset}"
-         --benchmark_context=compiler="$(c++ --version | head -1)"
-         --benchmark_context=cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) x $(nproc)"
-         --benchmark_context=load_before="$(cut -d' ' -f1-3 /proc/loadavg)")
+. benchmarks/context.sh
+bench_context "$build" HEAD -- lib variants benchmarks meson.build
 "$build/benchmarks/bench_full" --benchmark_filter='BM_full/|BM_full_d128|BM_full_avx2|BM_sgemm' \
   --benchmark_min_time=0.5 --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true \
   --benchmark_out="$out/bench_full.json" --benchmark_out_format=json "${context[@]}"

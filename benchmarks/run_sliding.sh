@@ -7,10 +7,8 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 out=results/sliding
 mkdir -p "$out"
-context=(--benchmark_context=git_commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- lib variants benchmarks meson.build || echo -dirty)"
-         --benchmark_context=openblas_coretype="${OPENBLAS_CORETYPE:-unset}"
-         --benchmark_context=compiler="$(c++ --version | head -1)"
-         --benchmark_context=load_before="$(cut -d' ' -f1-3 /proc/loadavg)")
+. benchmarks/context.sh
+bench_context "$build" HEAD -- lib variants benchmarks meson.build
 # Repetitions are interleaved at random, so load that comes and goes on this shared machine
 # hits every benchmark alike and the ratios stay fair. Values with '=' cannot go through --benchmark_context: a side file the renderer reads.
 {
