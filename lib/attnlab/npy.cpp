@@ -173,12 +173,17 @@ std::size_t check_layout(const std::string& path, const std::string& bytes, cons
     fail(path, "array has rank " + std::to_string(h.shape.size()) + " (shape " +
                    shape_text(h.shape) + "), expected rank " + expected);
   }
-  std::size_t count = 1, need = 0;
+  // The product of the non-zero dimensions must fit too: a zero dimension makes the element
+  // count 0, but the tensor's strides are still products of the others (signed 64-bit).
+  std::int64_t strides = 1, stride_bytes = 0;
   for (std::size_t n : h.shape)
-    if (__builtin_mul_overflow(count, n, &count))
+    if (n != 0 && __builtin_mul_overflow(strides, n, &strides))
       fail(path, "shape " + shape_text(h.shape) + " has more elements than fit in 64 bits");
-  if (__builtin_mul_overflow(count, item_size(h.dtype), &need))
+  if (__builtin_mul_overflow(strides, static_cast<std::int64_t>(item_size(h.dtype)), &stride_bytes))
     fail(path, "shape " + shape_text(h.shape) + " needs more bytes than fit in 64 bits");
+  std::size_t count = 1;
+  for (std::size_t n : h.shape) count *= n;
+  const std::size_t need = count * item_size(h.dtype);
   const std::size_t have = bytes.size() - h.data_offset;
   if (have < need)
     fail(path, "truncated: shape " + shape_text(h.shape) + " needs " + std::to_string(need) +
