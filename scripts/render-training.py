@@ -3,7 +3,7 @@
 
 Usage: render-training.py RUNS OUT
 Reads RUNS/TASK/NAME/{train.csv, eval.csv, summary.json} (attnlab train's output), copies them
-into OUT/TASK/raw/NAME/ and writes OUT/README.md (per task: held-out accuracy, time per step,
+into OUT/TASK/raw/NAME/ (a task with no RUNS/TASK keeps the runs committed there) and writes OUT/README.md (per task: held-out accuracy, time per step,
 peak memory and load of every spec, the published figures beside ours) and, with gnuplot,
 OUT/TASK/curves.png (held-out accuracy and smoothed training loss against the step), then
 appends OUT/notes.md (what the tables show, written by hand) when it exists. Renders
@@ -32,6 +32,9 @@ TASKS = {
     "copy": "copy: x1..xm, delimiter, m blanks; targets the m symbols (8 symbols, chance 12.5%)",
     "mqar": "mqar: multi-query associative recall, per query (chance among the values: 1/32; "
             "among the 8 values in the context: 12.5%)",
+    "mqar-long": "mqar-long: the same recall at N = 64 with 4 pairs, trained 16 or more times as "
+                 "long, to see past the plateau (chance among the values: 1/32; among the 4 values "
+                 "in the context: 25%)",
     "listops": "listops: LRA's generator, 10-way classification per sequence (chance 10%; the "
                "most frequent class, 0, is 16.5% of 5000 examples drawn at N = 256)",
 }
@@ -80,18 +83,21 @@ def main():
     runs_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
     lines, context = [], None
-    for task in ["copy", "mqar", "listops"]:
-        if not (runs_dir / task).is_dir():
+    for task in ["copy", "mqar", "mqar-long", "listops"]:
+        # A task not run this time keeps its committed rows (OUT/TASK/raw).
+        source = runs_dir / task if (runs_dir / task).is_dir() else out / task / "raw"
+        if not source.is_dir():
             continue
         runs = []
-        for run in sorted((runs_dir / task).iterdir()):
+        for run in sorted(source.iterdir()):
             if not (run / "summary.json").exists():
                 continue
             summary = json.loads((run / "summary.json").read_text())
             raw = out / task / "raw" / run.name
-            raw.mkdir(parents=True, exist_ok=True)
-            for f in ["train.csv", "eval.csv", "summary.json"]:
-                shutil.copy(run / f, raw / f)
+            if raw != run:
+                raw.mkdir(parents=True, exist_ok=True)
+                for f in ["train.csv", "eval.csv", "summary.json"]:
+                    shutil.copy(run / f, raw / f)
             runs.append((run.name, {"spec": summary["spec"], "summary": summary,
                                     "train": rows(run / "train.csv"),
                                     "eval": rows(run / "eval.csv")}))
@@ -103,11 +109,13 @@ def main():
         lines += [f"## {task}", "", TASKS[task] + ".", "",
                   f"Task `{cfg['task']}`, N = {cfg['n']}, {cfg['layers']} layers, d_model "
                   f"{cfg['d_model']}, {cfg['heads']} heads, FFN {cfg['ffn']}, {cfg['switches']}, "
-                  f"batch {cfg['batch']}, {s0['steps']} steps, Adam lr {float(cfg['lr']):g} (warm-up "
+                  f"batch {cfg['batch']}, Adam lr {float(cfg['lr']):g} (warm-up "
                   f"{cfg['warmup']}), held-out set of {cfg['eval_size']} examples, seed "
-                  f"{cfg['seed']}. Run at commit {s0['git_commit'][:10]}"
-                  f"{' (dirty)' if s0['git_dirty'] else ''}, {s0['date']}.", ""]
-        header = ["spec", "held-out accuracy %", "best held-out %", "held-out loss",
+                  f"{cfg['seed']}. Run at " + "; ".join(sorted(
+                      {f"commit {r['summary']['git_commit'][:10]}"
+                       f"{' (dirty)' if r['summary']['git_dirty'] else ''}" for _, r in runs}))
+                  + f", {s0['date']}.", ""]
+        header = ["spec", "steps", "held-out accuracy %", "best held-out %", "held-out loss",
                   "s / step", "peak extra heap MiB", "max RSS MiB", "load before / after"]
         if task == "listops":
             header += ["LRA ListOps % (Tay et al., N up to 2000, trained to convergence)"]
@@ -115,7 +123,8 @@ def main():
         for name, r in runs:
             s = r["summary"]
             best = max(float(e["accuracy"]) for e in r["eval"]) * 100
-            cells = [f"`{r['spec']}`", f"{s['eval']['accuracy'] * 100:.1f}", f"{best:.1f}",
+            cells = [f"`{r['spec']}`", str(s["steps"]), f"{s['eval']['accuracy'] * 100:.1f}",
+                     f"{best:.1f}",
                      f"{s['eval']['loss']:.3f}", f"{s['seconds_per_step']:.3f}",
                      f"{s['peak_heap_bytes'] / 2**20:.1f}", f"{s['max_rss_bytes'] / 2**20:.0f}",
                      f"{s['loadavg_before']:.1f} / {s['loadavg_after']:.1f}"]
@@ -124,7 +133,7 @@ def main():
                 cells.append(f"{paper[1]:.2f} ({paper[0]})" if paper else "-")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-        if task == "mqar":
+        if task.startswith("mqar"):
             lines += [ZOOLOGY, ""]
             for name, r in runs:
                 split = r["summary"].get("split")

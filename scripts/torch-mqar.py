@@ -1,0 +1,97 @@
+#!/usr/bin/python3
+"""An independent check of results/training/mqar-long: the same model trained in PyTorch.
+
+Usage: torch-mqar.py OUT.csv [--n 64] [--pairs 4] [--vocab 64] [--steps 16000] [--lr 3e-3]
+Trains what `attnlab train --task mqar:pairs=P,vocab=V --spec full --n N` trains: a 2-layer pre-LN
+encoder (d_model 64, 4 heads, FFN 256, no dropout), token embedding (std d_model^-1/2) scaled by
+sqrt(d_model) plus sinusoidal positions, a Linear head at every position, AdamW (betas 0.9, 0.98,
+weight decay 0.01) with a 100-step linear warm-up, batch 32, on MQAR drawn as training/tasks.cpp
+draws it (its own NumPy generator and seed: the batches differ, the distribution does not). Writes
+step, training loss and held-out accuracy (512 examples) every 250 steps to OUT.csv. It answers
+whether a long plateau at the chance of guessing among the context's values, then a sudden rise,
+is what this model does on this task, or something of attnlab's own.
+"""
+import argparse
+import csv
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def mqar_batch(rng, size, n, pairs, vocab):
+    """Pairs (key, value) at the start, each key asked once at a power-law gap, noise elsewhere."""
+    half, context = vocab // 2, 2 * pairs
+    space = (n - context) // 2
+    power = np.arange(1, space + 1) ** (0.01 - 1.0)
+    power /= power.sum()
+    x = np.zeros((size, n), np.int64)
+    y = np.full((size, n), -100, np.int64)  # -100: not scored
+    for e in range(size):
+        keys = rng.choice(np.arange(1, half), pairs, replace=False)
+        values = rng.choice(np.arange(half, vocab), pairs, replace=False)
+        gaps = rng.choice(space, pairs, replace=False, p=power)
+        x[e] = rng.choice(np.setdiff1d(np.arange(vocab), keys), n)  # keys only where placed
+        x[e, 0:context:2], x[e, 1:context:2] = keys, values
+        x[e, context + 2 * gaps], y[e, context + 2 * gaps] = keys, values
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+class Encoder(nn.Module):
+    def __init__(self, n, vocab, d=64, heads=4, ffn=256, layers=2):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, d)
+        nn.init.normal_(self.embedding.weight, std=d ** -0.5)
+        layer = nn.TransformerEncoderLayer(d, heads, ffn, 0.0, batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, vocab)
+        position = torch.arange(n, dtype=torch.float64)[:, None]
+        channel = torch.arange(d)
+        angle = position * 10000.0 ** (-(channel - channel % 2).double() / d)
+        pe = torch.where(channel % 2 == 0, torch.sin(angle), torch.cos(angle)).float()
+        self.register_buffer("pe", pe)
+        self.scale = math.sqrt(d)
+
+    def forward(self, x):
+        return self.head(self.encoder(self.embedding(x) * self.scale + self.pe))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("out")
+    p.add_argument("--n", type=int, default=64)
+    p.add_argument("--pairs", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=64)
+    p.add_argument("--steps", type=int, default=16000)
+    p.add_argument("--lr", type=float, default=3e-3)
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(1)
+    rng = np.random.default_rng(1)
+    model = Encoder(a.n, a.vocab)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: min(1.0, (e + 1) / 100))
+    held_x, held_y = mqar_batch(rng, 512, a.n, a.pairs, a.vocab)
+    with open(a.out, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["step", "loss", "accuracy"])
+        for step in range(1, a.steps + 1):
+            x, y = mqar_batch(rng, 32, a.n, a.pairs, a.vocab)
+            loss = nn.functional.cross_entropy(model(x).reshape(-1, a.vocab), y.reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            warmup.step()
+            if step % 250 == 0:
+                with torch.no_grad():
+                    scored = held_y >= 0
+                    acc = (model(held_x).argmax(-1)[scored] == held_y[scored]).float().mean()
+                out.writerow([step, f"{loss.item():.4f}", f"{acc.item():.4f}"])
+                f.flush()
+                print(f"step {step}/{a.steps}  loss {loss.item():.4f}  held-out {acc.item():.1%}",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
