@@ -161,7 +161,8 @@ def main():
     head = ["# Training results", "",
             "Rendered by scripts/render-training.py from the runs of scripts/train-results.sh "
             "(raw logs and summaries under TASK/raw/). Small models and short runs, sized so that "
-            "all of them together took 21 minutes on this 2-core VM: these are not "
+            "copy, mqar and listops together took 21 minutes on this 2-core VM (mqar-long, "
+            "28 minutes more): these are not "
             "converged accuracies, and ListOps runs at N = 256 (LRA: up to 2000) for 500 steps.",
             "", f"Context (the commit and date of each task's runs are with its table): "
             f"{c['cpu_model']} ({c['threads']['nproc']} cores, one OpenMP thread per run, two "

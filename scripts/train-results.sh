@@ -6,8 +6,9 @@
 # single-threaded runs finish sooner than one two-threaded run after another), each under the
 # shared CPU lock (they are not speed benchmarks; each summary.json records the load average).
 # Raw runs go to runs/training/TASK/NAME (checkpoints included, git-ignored); the renderer copies
-# their logs and summaries into results/training/TASK/raw/. On this 2-core VM the whole script
-# took 21 minutes (load average 2 to 4 besides).
+# their logs and summaries into results/training/TASK/raw/. On this 2-core VM copy, mqar and
+# listops took 21 minutes (load average 2 to 4 besides), mqar-long 28 minutes more (with `full`
+# resumed to 32000 steps beside it: rerunning a job with a larger --steps resumes it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
