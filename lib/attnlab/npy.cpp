@@ -175,15 +175,17 @@ std::size_t check_layout(const std::string& path, const std::string& bytes, cons
   }
   // The product of the non-zero dimensions must fit too: a zero dimension makes the element
   // count 0, but the tensor's strides are still products of the others (signed 64-bit).
-  std::int64_t strides = 1, stride_bytes = 0;
-  for (std::size_t n : h.shape)
-    if (n != 0 && __builtin_mul_overflow(strides, n, &strides))
+  std::int64_t nonzero = 1, nonzero_bytes = 0;
+  bool empty = false;
+  for (std::size_t n : h.shape) {
+    empty |= n == 0;
+    if (n != 0 && __builtin_mul_overflow(nonzero, n, &nonzero))
       fail(path, "shape " + shape_text(h.shape) + " has more elements than fit in 64 bits");
-  if (__builtin_mul_overflow(strides, static_cast<std::int64_t>(item_size(h.dtype)), &stride_bytes))
+  }
+  if (__builtin_mul_overflow(nonzero, static_cast<std::int64_t>(item_size(h.dtype)), &nonzero_bytes))
     fail(path, "shape " + shape_text(h.shape) + " needs more bytes than fit in 64 bits");
-  std::size_t count = 1;
-  for (std::size_t n : h.shape) count *= n;
-  const std::size_t need = count * item_size(h.dtype);
+  const auto count = empty ? std::size_t{0} : static_cast<std::size_t>(nonzero);
+  const auto need = empty ? std::size_t{0} : static_cast<std::size_t>(nonzero_bytes);
   const std::size_t have = bytes.size() - h.data_offset;
   if (have < need)
     fail(path, "truncated: shape " + shape_text(h.shape) + " needs " + std::to_string(need) +
