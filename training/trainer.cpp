@@ -118,8 +118,8 @@ Trainer::Trainer(const TrainConfig& config)
 Score Trainer::step(StepTimes* times) {
   auto start = Clock::now();
   const Batch batch = task_->batch(config_.batch, data_seed(config_.seed, 1, steps() + 1));
-  if (!config_.dump_batches.empty()) dump(batch, config_.dump_batches, steps() + 1);
   if (times) times->data += since(start);
+  if (!config_.dump_batches.empty()) dump(batch, config_.dump_batches, steps() + 1);  // untimed
   start = Clock::now();
   auto params = model_.parameters(), grads = grad_.parameters();
   models::zero_gradients(grads);
