@@ -50,7 +50,9 @@ class TaskModel(nn.Module):
         """tokens [B, N] (int64), lengths [B] (None: no padding) -> logits [B, N or 1, classes]."""
         n = tokens.shape[1]
         x = self.embedding(tokens) * self.scale + positions(n, self.embedding.embedding_dim)
-        mask = torch.triu(torch.full((n, n), float("-inf")), diagonal=1) if self.causal else None
+        mask = None
+        if self.causal:
+            mask = torch.triu(torch.full((n, n), float("-inf"), dtype=x.dtype), diagonal=1)
         padding = None
         if lengths is not None and bool((lengths < n).any()):
             padding = torch.arange(n)[None, :] >= lengths[:, None]  # True: a padded key
