@@ -9,12 +9,12 @@
 // Switches (the studies' ablations; apply_switches parses them):
 //   pre-ln   LayerNorm at the start of each sublayer's branch; stacks then end in a final
 //            LayerNorm ("norm.*"), as pre-LN models do
-//   no-final-norm  no final LayerNorm at the end of a pre-LN stack (requires pre-ln): torch's
-//            nn.TransformerEncoder without norm=
 //   no-skip  no residual connections: x = LN(Sublayer(x)) (post-LN) or Sublayer(LN(x)) (pre-LN)
 //   no-ffn   no FFN sublayer (nor its LayerNorm)
 //   no-norm  no LayerNorm anywhere
 //   tied-qk  W_Q = W_K (and b_Q = b_K) in every attention (models/multi_head_attention.hpp)
+//   no-final-norm  no final LayerNorm at the end of a pre-LN stack (needs pre-ln): torch's
+//                  nn.TransformerEncoder without norm=
 // Stacks: Encoder and Decoder run L layers in turn; EncoderModel adds the token embedding scaled
 // by sqrt(d_model) and the sinusoidal positional encoding in front of an Encoder.
 //
@@ -65,8 +65,8 @@ struct LayerConfig {
 };
 
 /// Sets the switches named in `list` ("pre-ln,no-skip,no-ffn,no-norm,tied-qk,no-final-norm", any
-/// subset, comma
-/// separated, "" for none). Throws Error naming an unknown switch and listing the known ones.
+/// subset, comma separated, "" for none). Throws Error naming an unknown switch and listing the
+/// known ones.
 void apply_switches(LayerConfig& config, const std::string& list);
 
 /// The switches set in `config`, in the order above, comma separated ("" for none).
