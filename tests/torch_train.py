@@ -4,9 +4,10 @@
 Usage: torch_train.py ATTNLAB  (works in a temporary folder)
 
 For the pre-LN encoder (with its final LayerNorm), the post-LN encoder and the causal decoder
-(pre-LN, train --causal), at a tiny size (N 16, d_model 16, 2 heads, 2 layers, batch 4, MQAR):
-builds the PyTorch twin (scripts/torch_twin.py: independent layer inits), exports its initial
-weights, trains `attnlab train --init` on them for 1 step, keeps that checkpoint, resumes to
+(pre-LN, train --causal) on MQAR, and the causal decoder on ListOps (key padding and mean
+pooling), at a tiny size (N 16, d_model 16, 2 heads, 2 layers, batch 4): builds the PyTorch twin
+(scripts/torch_twin.py: independent layer inits), exports its initial weights, trains
+`attnlab train --init` on them for 1 step and keeps that checkpoint, then trains a fresh run of
 STEPS steps writing every batch (--dump-batches), then trains the twin with torch.optim.AdamW on
 those batches with the hyper-parameters the run reports (summary.json), and requires
   - every parameter after step 1 equal to torch's to 1e-6 (while step 1 moved some by >= 1e-4),
@@ -38,12 +39,14 @@ import torch_twin  # noqa: E402
 
 STEPS = 50
 N, D_MODEL, HEADS, FFN, LAYERS, BATCH = 16, 16, 2, 32, 2, 4
-PAIRS, VOCAB = 3, 32  # MQAR: 12 scored targets per batch
 LOSS_TOLERANCE, PARAMETER_TOLERANCE, MOVED = 2e-6, 1e-6, 1e-4
-CASES = {  # name: (switches, causal)
-    "pre-ln": ("pre-ln", False),
-    "post-ln": ("", False),
-    "causal": ("pre-ln", True),
+MQAR = ("mqar:pairs=3,vocab=32", 32, 32, True)  # (task, vocab, classes, per token): 12 targets
+LISTOPS = ("listops:max_len=16,min_len=4", 16, 10, False)  # padded, one target per sequence
+CASES = {  # name: (switches, causal, task)
+    "pre-ln": ("pre-ln", False, MQAR),
+    "post-ln": ("", False, MQAR),
+    "causal": ("pre-ln", True, MQAR),
+    "causal-listops": ("pre-ln", True, LISTOPS),
 }
 
 
@@ -52,8 +55,8 @@ def fail(case, what):
     sys.exit(1)
 
 
-def train(attnlab, folder, switches, causal, steps):
-    cmd = [attnlab, "train", "--task", f"mqar:pairs={PAIRS},vocab={VOCAB}", "--spec", "full",
+def train(attnlab, folder, switches, causal, task, steps):
+    cmd = [attnlab, "train", "--task", task, "--spec", "full",
            "--n", str(N), "--layers", str(LAYERS), "--d-model", str(D_MODEL), "--heads",
            str(HEADS), "--ffn", str(FFN), "--batch", str(BATCH), "--switches", switches,
            "--warmup", "10", "--steps", str(steps), "--eval-size", "4", "--init",
@@ -78,18 +81,19 @@ def batch(folder, step):
     return load("tokens"), load("targets"), load("lengths")
 
 
-def check(attnlab, work, case, switches, causal):
+def check(attnlab, work, case, switches, causal, task):
     folder = os.path.join(work, case)
     torch.manual_seed(len(case))
-    model = torch_twin.TaskModel(VOCAB, VOCAB, D_MODEL, HEADS, FFN, LAYERS,
-                                 pre_ln="pre-ln" in switches, causal=causal)
+    spec, vocab, classes, per_token = task
+    model = torch_twin.TaskModel(vocab, classes, D_MODEL, HEADS, FFN, LAYERS,
+                                 pre_ln="pre-ln" in switches, causal=causal, per_token=per_token)
     torch_twin.export(model, os.path.join(folder, "init"))
     initial = {k: t.clone() for k, t in model.state_dict().items()}
 
-    train(attnlab, folder, switches, causal, 1)
+    train(attnlab, folder, switches, causal, spec, 1)
     os.rename(os.path.join(folder, "run", "checkpoint"), os.path.join(folder, "step-1"))
     os.remove(os.path.join(folder, "run", "train.csv"))  # a fresh run of STEPS steps, not a resume
-    train(attnlab, folder, switches, causal, STEPS)
+    train(attnlab, folder, switches, causal, spec, STEPS)
     with open(os.path.join(folder, "run", "summary.json")) as f:
         adam = adam_of(json.load(f))
     opt, schedule = torch_twin.adamw(model, **adam)
@@ -137,8 +141,8 @@ def check(attnlab, work, case, switches, causal):
 def main(attnlab):
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="attnlab-torch-train-") as work:
-        for case, (switches, causal) in CASES.items():
-            check(attnlab, work, case, switches, causal)
+        for case, (switches, causal, task) in CASES.items():
+            check(attnlab, work, case, switches, causal, task)
 
 
 if __name__ == "__main__":
