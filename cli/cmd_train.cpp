@@ -250,8 +250,17 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--d-model", c.d_model, "Model width")->capture_default_str();
   cmd->add_option("--heads", c.heads, "Attention heads (must divide d_model)")->capture_default_str();
   cmd->add_option("--ffn", c.ffn, "FFN hidden size")->capture_default_str();
-  cmd->add_option("--switches", c.switches, "pre-ln,no-skip,no-ffn,no-norm,tied-qk (any subset)")
+  cmd->add_option("--switches", c.switches,
+                  "pre-ln,no-skip,no-ffn,no-norm,tied-qk,no-final-norm (any subset)")
       ->capture_default_str();
+  cmd->add_flag("--causal", c.causal,
+                "Decoder-only (GPT-style): every attention call causal, each token predicted "
+                "from its prefix");
+  cmd->add_option("--init", c.init,
+                  "Initial weights from this weights folder (torch state_dict names) instead of "
+                  "the seeded ones");
+  cmd->add_option("--dump-batches", c.dump_batches,
+                  "Write each step's batch to this folder as step-T.{tokens,targets,lengths}.npy");
   cmd->add_option("--batch", c.batch, "Examples per step")->capture_default_str();
   cmd->add_option("--steps", o->steps, "Train until this step")->capture_default_str();
   cmd->add_option("--seed", c.seed, "Weights and data seed")->capture_default_str();

@@ -17,7 +17,7 @@ struct Switch {
 constexpr Switch kSwitches[] = {
     {"pre-ln", &LayerConfig::pre_ln, true},         {"no-skip", &LayerConfig::skip, false},
     {"no-ffn", &LayerConfig::feed_forward, false},  {"no-norm", &LayerConfig::layer_norm, false},
-    {"tied-qk", &LayerConfig::tied_qk, true},
+    {"tied-qk", &LayerConfig::tied_qk, true},       {"no-final-norm", &LayerConfig::final_norm, false},
 };
 
 void add_into(Activations& y, const Activations& x) {
@@ -64,6 +64,8 @@ void LayerConfig::validate() const {
          std::to_string(heads));
   if (feed_forward && ffn == 0) fail("ffn=0: the FFN needs a hidden size >= 1 (or no-ffn)");
   if (!(eps > 0) || !std::isfinite(eps)) fail("eps=" + std::to_string(eps) + ": expected > 0");
+  if (!final_norm && !pre_ln)
+    fail("no-final-norm without pre-ln: only a pre-LN stack ends in a final LayerNorm");
   make_attention(spec);  // throws Error quoting the spec
 }
 
@@ -203,7 +205,7 @@ void DecoderLayer::set_attention(const std::string& spec) {
 
 template <class Layer>
 Stack<Layer>::Stack(const LayerConfig& config, std::size_t count)
-    : layers(count, Layer(config)), norm(make_norm(config, config.pre_ln)) {}
+    : layers(count, Layer(config)), norm(make_norm(config, config.pre_ln && config.final_norm)) {}
 
 template <class Layer>
 void Stack<Layer>::initialize(std::uint64_t seed, const std::string& prefix) {

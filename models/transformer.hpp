@@ -13,6 +13,8 @@
 //   no-ffn   no FFN sublayer (nor its LayerNorm)
 //   no-norm  no LayerNorm anywhere
 //   tied-qk  W_Q = W_K (and b_Q = b_K) in every attention (models/multi_head_attention.hpp)
+//   no-final-norm  no final LayerNorm at the end of a pre-LN stack (needs pre-ln): torch's
+//                  nn.TransformerEncoder without norm=
 // Stacks: Encoder and Decoder run L layers in turn; EncoderModel adds the token embedding scaled
 // by sqrt(d_model) and the sinusoidal positional encoding in front of an Encoder.
 //
@@ -23,8 +25,9 @@
 //                    batch_first=True, norm_first=pre_ln)
 //   DecoderLayer   self_attn.*, multihead_attn.*, linear1.*, linear2.*, norm1.*, norm2.*, norm3.*
 //                  = torch.nn.TransformerDecoderLayer(...) with a causal tgt_mask
-//   Encoder        layers.<i>.<layer names>, norm.* (pre-LN only) = torch.nn.TransformerEncoder
-//   Decoder        layers.<i>.<layer names>, norm.* (pre-LN only) = torch.nn.TransformerDecoder
+//   Encoder        layers.<i>.<layer names>, norm.* (pre-LN without no-final-norm only)
+//                  = torch.nn.TransformerEncoder(layer, L, norm=LayerNorm(d_model) under pre-LN)
+//   Decoder        layers.<i>.<layer names>, norm.* (the same) = torch.nn.TransformerDecoder
 //   EncoderModel   embedding.weight, encoder.<Encoder names>
 // Parts a switch removes have no parameters (no-ffn: no linear*, no norm2; no-norm: no norm*).
 #pragma once
@@ -52,15 +55,18 @@ struct LayerConfig {
   bool skip = true;           ///< residual connections
   bool feed_forward = true;   ///< the FFN sublayer
   bool layer_norm = true;     ///< LayerNorms
+  bool final_norm = true;     ///< a pre-LN stack's final LayerNorm (off: no-final-norm)
   bool tied_qk = false;       ///< W_Q = W_K
   double eps = 1e-5;          ///< LayerNorm's epsilon (PyTorch's default)
 
-  /// Throws Error naming the first bad field (sizes, divisibility, eps, the spec).
+  /// Throws Error naming the first bad field (sizes, divisibility, eps, the spec, no-final-norm
+  /// without pre-ln).
   void validate() const;
 };
 
-/// Sets the switches named in `list` ("pre-ln,no-skip,no-ffn,no-norm,tied-qk", any subset, comma
-/// separated, "" for none). Throws Error naming an unknown switch and listing the known ones.
+/// Sets the switches named in `list` ("pre-ln,no-skip,no-ffn,no-norm,tied-qk,no-final-norm", any
+/// subset, comma separated, "" for none). Throws Error naming an unknown switch and listing the
+/// known ones.
 void apply_switches(LayerConfig& config, const std::string& list);
 
 /// The switches set in `config`, in the order above, comma separated ("" for none).
@@ -145,7 +151,8 @@ class DecoderLayer {
   LayerConfig config_;
 };
 
-/// L layers run in turn, then a final LayerNorm under pre-LN: what Encoder and Decoder share.
+/// L layers run in turn, then a final LayerNorm under pre-LN (unless no-final-norm): what Encoder
+/// and Decoder share.
 template <class Layer>
 class Stack {
  public:
@@ -153,7 +160,7 @@ class Stack {
   Stack(const LayerConfig& config, std::size_t layers);
 
   std::vector<Layer> layers;      ///< in order
-  std::optional<LayerNorm> norm;  ///< the final LayerNorm (pre-LN with LayerNorm only)
+  std::optional<LayerNorm> norm;  ///< the final LayerNorm (pre-LN, LayerNorms, final_norm only)
 
   /// Seeded initialisation of every layer.
   void initialize(std::uint64_t seed, const std::string& prefix);
@@ -165,7 +172,7 @@ class Stack {
   void set_attention(const std::string& spec);
 };
 
-/// torch.nn.TransformerEncoder: L encoder layers, then `norm` under pre-LN.
+/// torch.nn.TransformerEncoder: L encoder layers, then `norm` under pre-LN (see Stack).
 class Encoder : public Stack<EncoderLayer> {
  public:
   /// L encoder layers with zero weights (see Stack).
@@ -177,7 +184,7 @@ class Encoder : public Stack<EncoderLayer> {
                       const LayerObserver& observe = {}) const;
 };
 
-/// torch.nn.TransformerDecoder: L decoder layers, then `norm` under pre-LN.
+/// torch.nn.TransformerDecoder: L decoder layers, then `norm` under pre-LN (see Stack).
 class Decoder : public Stack<DecoderLayer> {
  public:
   /// L decoder layers with zero weights (see Stack).

@@ -2,22 +2,26 @@
 """An independent check of results/training/mqar-long: the same model trained in PyTorch.
 
 Usage: torch-mqar.py OUT.csv [--n 64] [--pairs 4] [--vocab 64] [--steps 16000] [--lr 3e-3]
-Trains what `attnlab train --task mqar:pairs=P,vocab=V --spec full --n N` trains: a 2-layer pre-LN
-encoder (d_model 64, 4 heads, FFN 256, no dropout), token embedding (std d_model^-1/2) scaled by
-sqrt(d_model) plus sinusoidal positions, a Linear head at every position, AdamW (betas 0.9, 0.98,
-weight decay 0.01) with a 100-step linear warm-up, batch 32, on MQAR drawn as training/tasks.cpp
-draws it (its own NumPy generator and seed: the batches differ, the distribution does not). Writes
-step, training loss and held-out accuracy (512 examples) every 250 steps to OUT.csv. It answers
-whether a long plateau at the chance of guessing among the context's values, then a sudden rise,
-is what this model does on this task, or something of attnlab's own.
+                     [--no-final-norm] [--seed 1]
+Trains exactly the model `attnlab train --task mqar:pairs=P,vocab=V --spec full --n N` trains
+(scripts/torch_twin.py: a 2-layer pre-LN encoder with its final LayerNorm, d_model 64, 4 heads,
+FFN 256, no dropout, each layer initialised on its own; --no-final-norm is our
+`--switches pre-ln,no-final-norm`), AdamW (betas 0.9, 0.98, weight decay 0.01) with a 100-step
+linear warm-up, batch 32, on MQAR drawn as training/tasks.cpp draws it (its own NumPy generator
+and seed: the batches and the initial weights differ from ours, the distribution does not; for
+the same batches and weights see tests/torch_train.py). Writes step, training loss and held-out
+accuracy (512 examples) every 250 steps to OUT.csv. It answers whether a long plateau at the
+chance of guessing among the context's values, then a sudden rise, is what this model does on
+this task, or something of attnlab's own.
 """
 import argparse
 import csv
-import math
 
 import numpy as np
 import torch
 from torch import nn
+
+import torch_twin
 
 
 def mqar_batch(rng, size, n, pairs, vocab):
@@ -38,25 +42,6 @@ def mqar_batch(rng, size, n, pairs, vocab):
     return torch.from_numpy(x), torch.from_numpy(y)
 
 
-class Encoder(nn.Module):
-    def __init__(self, n, vocab, d=64, heads=4, ffn=256, layers=2):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab, d)
-        nn.init.normal_(self.embedding.weight, std=d ** -0.5)
-        layer = nn.TransformerEncoderLayer(d, heads, ffn, 0.0, batch_first=True, norm_first=True)
-        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-        self.head = nn.Linear(d, vocab)
-        position = torch.arange(n, dtype=torch.float64)[:, None]
-        channel = torch.arange(d)
-        angle = position * 10000.0 ** (-(channel - channel % 2).double() / d)
-        pe = torch.where(channel % 2 == 0, torch.sin(angle), torch.cos(angle)).float()
-        self.register_buffer("pe", pe)
-        self.scale = math.sqrt(d)
-
-    def forward(self, x):
-        return self.head(self.encoder(self.embedding(x) * self.scale + self.pe))
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out")
@@ -65,13 +50,14 @@ def main():
     p.add_argument("--vocab", type=int, default=64)
     p.add_argument("--steps", type=int, default=16000)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--no-final-norm", action="store_true")
+    p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
     torch.set_num_threads(1)
-    torch.manual_seed(1)
-    rng = np.random.default_rng(1)
-    model = Encoder(a.n, a.vocab)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.98), weight_decay=0.01)
-    warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: min(1.0, (e + 1) / 100))
+    torch.manual_seed(a.seed)
+    rng = np.random.default_rng(a.seed)
+    model = torch_twin.TaskModel(a.vocab, a.vocab, final_norm=not a.no_final_norm)
+    opt, warmup = torch_twin.adamw(model, a.lr)
     held_x, held_y = mqar_batch(rng, 512, a.n, a.pairs, a.vocab)
     with open(a.out, "w", newline="") as f:
         out = csv.writer(f)

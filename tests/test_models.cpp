@@ -143,7 +143,7 @@ TEST_CASE("decoder layers equal a direct fp64 computation", "[models]") {
 }
 
 TEST_CASE("stacks run their layers in turn; the model embeds, scales and adds positions", "[models]") {
-  for (const std::string switches : {"", "pre-ln"}) {
+  for (const std::string switches : {"", "pre-ln", "pre-ln,no-final-norm"}) {
     INFO("switches '" << switches << "'");
     ModelConfig c;
     c.layer = small_config(switches);
@@ -350,6 +350,9 @@ TEST_CASE("bad configurations and inputs are refused with the name of the proble
   apply_switches(c, "no-ffn");
   CHECK_NOTHROW(EncoderLayer(c));
   CHECK(switches_text(c) == "no-ffn");
+  apply_switches(c, "no-final-norm");
+  require_error([&] { EncoderLayer l(c); }, {"no-final-norm", "pre-ln"});
+  c.final_norm = true;
   ModelConfig m;
   m.layer = small_config();
   m.layers = 0;

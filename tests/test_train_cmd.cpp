@@ -133,3 +133,27 @@ TEST_CASE("attnlab train: bad options exit 2 with one line naming the problem", 
   one_line("train --spec full --task copy --n 16 --d-model 16 --heads 2 --ffn 32 --steps 4 "
            "--lr 0.01 --quiet --out o", "another run");
 }
+
+TEST_CASE("attnlab train --causal, --init and --dump-batches: runs, and bad uses exit 2 with one "
+          "line", "[cli][training]") {
+  TempDir dir("train-causal");
+  const std::string tiny = "train --task copy --n 16 --d-model 16 --heads 2 --ffn 32 --batch 4 "
+                           "--eval-size 4 --steps 2 --quiet ";
+  REQUIRE(attnlab_cli(dir, tiny + "--spec linear --causal --dump-batches b --out a").code == 0);
+  CHECK(read_text(dir.file("a/summary.json")).find("causal 1") != std::string::npos);
+  CHECK(fs::exists(dir.file("b/step-2.targets.npy")));
+  REQUIRE(attnlab_cli(dir, tiny + "--spec full --init a/checkpoint --out c").code == 0);
+  const auto one_line = [&](const std::string& args, const std::string& fragment) {
+    const CliResult r = attnlab_cli(dir, tiny + args);
+    INFO(args << "\n" << r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(fragment) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  };
+  one_line("--spec linformer:k=4 --causal --out d", "linformer does not support causal masks");
+  one_line("--spec full --init nowhere --out d", "nowhere: not a directory");
+  one_line("--spec full --init a/checkpoint --switches pre-ln,no-final-norm --out d",
+           "no parameter");
+  one_line("--spec full --switches no-final-norm --out d", "no-final-norm without pre-ln");
+  one_line("--spec linear --out a", "another run");  // a's checkpoint is causal
+}

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "attnlab/error.hpp"
 #include "models/backward.hpp"
+#include "models/weights.hpp"
 
 namespace attnlab::training {
 namespace {
@@ -88,16 +90,18 @@ Score cross_entropy(const float* logits, const std::int64_t* targets, std::size_
   return s;
 }
 
-Mask batch_mask(const Batch& batch) {
+Mask batch_mask(const Batch& batch, bool causal) {
   Mask mask;
+  if (causal) mask.causal = Causal::top_left;
   const auto n = static_cast<std::int64_t>(batch.tokens.shape()[1]);
   if (std::any_of(batch.lengths.begin(), batch.lengths.end(), [n](std::int64_t l) { return l < n; }))
     mask.key_lengths = batch.lengths;
   return mask;
 }
 
-TaskModel::TaskModel(const models::ModelConfig& config, std::size_t classes, Output output)
-    : body(config), head(config.layer.d_model, classes), output_(output) {
+TaskModel::TaskModel(const models::ModelConfig& config, std::size_t classes, Output output,
+                     bool causal)
+    : body(config), head(config.layer.d_model, classes), output_(output), causal_(causal) {
   if (classes == 0) throw Error("training: a task head needs at least 1 class");
   head.initialize(config.seed, "head.");
 }
@@ -108,8 +112,21 @@ models::Parameters TaskModel::parameters() {
   return params;
 }
 
+void TaskModel::load(const std::string& dir) {
+  TaskModel loaded = *this;
+  const std::vector<std::string> unused = models::load_weights(dir, loaded.parameters());
+  if (!unused.empty()) {
+    std::string names;
+    for (const std::string& name : unused) names += (names.empty() ? "" : ", ") + name;
+    throw Error("weights folder " + dir + ": " + names + " belong to no parameter of this model "
+                "(another model's weights? e.g. a final LayerNorm the switches leave out)");
+  }
+  loaded.body.encoder.check(dir + "/encoder.");
+  *this = std::move(loaded);
+}
+
 models::Activations TaskModel::logits(const Batch& batch) const {
-  const models::Activations hidden = body.forward(batch.tokens, batch_mask(batch));
+  const models::Activations hidden = body.forward(batch.tokens, mask(batch));
   return head.forward(output_ == Output::per_token ? hidden : mean_pool(hidden, batch.lengths));
 }
 
@@ -121,7 +138,7 @@ TaskModel zero_like(const TaskModel& model) {
 
 Score loss_and_gradients(const TaskModel& model, const Batch& batch, TaskModel& grad) {
   models::ModelTrace trace;
-  const models::Activations hidden = models::forward(model.body, batch.tokens, batch_mask(batch), trace);
+  const models::Activations hidden = models::forward(model.body, batch.tokens, model.mask(batch), trace);
   const bool per_token = model.output() == Output::per_token;
   const models::Activations features = per_token ? hidden : mean_pool(hidden, batch.lengths);
   const models::Activations logits = model.head.forward(features);

@@ -3,12 +3,16 @@
 // the head is one Linear from d_model to the task's classes ("head.weight", "head.bias"),
 // applied at every position (Output::per_token) or to the mean of the encoder's outputs over the
 // unpadded positions (Output::per_sequence: mean pooling, as LRA's classifiers may). Padded keys
-// are masked in every attention call (Mask::key_lengths). The loss is the mean cross-entropy over
-// the scored targets.
+// are masked in every attention call (Mask::key_lengths). A causal model (`attnlab train
+// --causal`) is a decoder-only, GPT-style stack: every attention call is also causal (top-left),
+// so position i sees positions 0..i only and a per-token target is predicted from the prefix up
+// to its position; per-sequence tasks pool the causal outputs as above. The loss is the mean
+// cross-entropy over the scored targets.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "attnlab/mask.hpp"
 #include "models/transformer.hpp"
@@ -35,15 +39,18 @@ struct Score {
 Score cross_entropy(const float* logits, const std::int64_t* targets, std::size_t rows,
                     std::size_t classes, float* dlogits);
 
-/// The mask of a batch: key padding where an item is shorter than N, nothing otherwise.
-Mask batch_mask(const Batch& batch);
+/// The mask of a batch: key padding where an item is shorter than N, nothing otherwise; and
+/// top-left causal when `causal`.
+Mask batch_mask(const Batch& batch, bool causal = false);
 
 /// An EncoderModel with a classification head (see the header comment).
 class TaskModel {
  public:
   /// Builds and initialises the encoder from config (config.seed) and the head (PyTorch's
   /// Linear initialisation from the same seed); throws Error for a bad config or classes == 0.
-  TaskModel(const models::ModelConfig& config, std::size_t classes, Output output);
+  /// `causal`: every attention call is causal (see the header comment).
+  TaskModel(const models::ModelConfig& config, std::size_t classes, Output output,
+            bool causal = false);
 
   models::EncoderModel body;  ///< "embedding.weight", "encoder.*"
   models::Linear head;        ///< "head.weight" [classes, d_model], "head.bias"
@@ -51,14 +58,27 @@ class TaskModel {
   /// Per token or per sequence.
   Output output() const { return output_; }
 
+  /// Whether every attention call is causal.
+  bool causal() const { return causal_; }
+
+  /// The mask of every attention call on `batch`: batch_mask(batch, causal()).
+  Mask mask(const Batch& batch) const { return batch_mask(batch, causal_); }
+
   /// Every parameter: the body's in state_dict order, then the head's.
   models::Parameters parameters();
+
+  /// Reads the weights folder `dir` (models/weights.hpp: "embedding.weight", "encoder.*",
+  /// "head.*") into every parameter, e.g. a PyTorch twin's exported initial weights. Throws Error
+  /// naming the file that is missing, mis-shaped or not finite, a broken tie, or a file no
+  /// parameter reads (the folder is of another model); on error nothing changes.
+  void load(const std::string& dir);
 
   /// The logits [B, N, classes] (per token) or [B, 1, classes] (per sequence) of a batch.
   models::Activations logits(const Batch& batch) const;
 
  private:
   Output output_;
+  bool causal_;
 };
 
 /// A copy of `model` with every parameter zero: the gradient accumulator of loss_and_gradients.

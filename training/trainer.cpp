@@ -11,6 +11,7 @@
 
 #include "attnlab/error.hpp"
 #include "attnlab/factory.hpp"
+#include "attnlab/npy.hpp"
 #include "models/backward.hpp"
 
 namespace attnlab::training {
@@ -48,6 +49,25 @@ models::ModelConfig model_config(const TrainConfig& c, std::size_t vocab) {
   return m;
 }
 
+xt::xarray<float> as_floats(const models::Tokens& t) {
+  xt::xarray<float> a = xt::xarray<float>::from_shape({t.shape()[0], t.shape()[1]});
+  std::copy(t.begin(), t.end(), a.begin());
+  return a;
+}
+
+// Writes the batch of `step` into `dir` (see the header comment).
+void dump(const Batch& batch, const std::string& dir, std::size_t step) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error("batches folder " + dir + ": cannot create it: " + ec.message());
+  const std::string stem = dir + "/step-" + std::to_string(step);
+  xt::xarray<float> lengths = xt::xarray<float>::from_shape({batch.lengths.size()});
+  std::copy(batch.lengths.begin(), batch.lengths.end(), lengths.begin());
+  save_npy(stem + ".tokens.npy", as_floats(batch.tokens));
+  save_npy(stem + ".targets.npy", as_floats(batch.targets));
+  save_npy(stem + ".lengths.npy", lengths);
+}
+
 std::string read_text(const fs::path& path) {
   std::ifstream in(path);
   if (!in) throw Error("checkpoint file " + path.string() + ": cannot read it");
@@ -63,6 +83,12 @@ void TrainConfig::validate() const {
     throw Error("train: n, batch, eval_size and layers must be at least 1");
   model_config(*this, make_task(task, n)->vocab()).validate();
   adam.validate();
+  if (causal) {
+    const auto attention = make_attention(spec);
+    if (!attention->support().causal)
+      throw Unsupported(attention->name(), "causal masks, which train --causal needs in every "
+                                           "attention call");
+  }
 }
 
 std::string TrainConfig::describe() const {
@@ -74,20 +100,26 @@ std::string TrainConfig::describe() const {
     << "\neval_size " << eval_size << "\nlr " << adam.lr << "\nbeta1 " << adam.beta1
     << "\nbeta2 " << adam.beta2 << "\neps " << adam.eps << "\nweight_decay "
     << adam.weight_decay << "\nwarmup " << adam.warmup << "\n";
+  if (causal) s << "causal 1\n";
+  if (!init.empty()) s << "init " << init << "\n";
   return s.str();
 }
 
 Trainer::Trainer(const TrainConfig& config)
     : config_((config.validate(), config)),
       task_(make_task(config.task, config.n)),
-      model_(model_config(config, task_->vocab()), task_->classes(), task_->output()),
+      model_(model_config(config, task_->vocab()), task_->classes(), task_->output(),
+             config.causal),
       grad_(zero_like(model_)),
-      adam_(config.adam) {}
+      adam_(config.adam) {
+  if (!config_.init.empty()) model_.load(config_.init);
+}
 
 Score Trainer::step(StepTimes* times) {
   auto start = Clock::now();
   const Batch batch = task_->batch(config_.batch, data_seed(config_.seed, 1, steps() + 1));
   if (times) times->data += since(start);
+  if (!config_.dump_batches.empty()) dump(batch, config_.dump_batches, steps() + 1);  // untimed
   start = Clock::now();
   auto params = model_.parameters(), grads = grad_.parameters();
   models::zero_gradients(grads);
@@ -151,12 +183,15 @@ void Trainer::load(const std::string& path) {
   std::getline(state, line);
   std::istringstream expected(config_.describe());
   std::string want;
+  const auto differ = [&](const std::string& has, const std::string& wants) {
+    return Error("checkpoint " + dir + " was written by another run: it has '" + has +
+                 "', this run '" + wants + "' (use the same options, or another --out)");
+  };
   while (std::getline(expected, want)) {
     if (!std::getline(state, line)) line = "(nothing)";
-    if (line != want)
-      throw Error("checkpoint " + dir + " was written by another run: it has '" + line +
-                  "', this run '" + want + "' (use the same options, or another --out)");
+    if (line != want) throw differ(line, want);
   }
+  if (std::getline(state, line) && !line.empty()) throw differ(line, "(nothing)");
   TaskModel model = model_;
   models::Adam adam(config_.adam);
   const models::Parameters params = model.parameters();
@@ -204,7 +239,7 @@ StepSplit measure_split(const Trainer& trainer, std::size_t rounds) {
   TaskModel grad = zero_like(model);
   models::Adam adam(c.adam);
   const Batch batch = trainer.task().batch(c.batch, data_seed(c.seed, 3, 0));
-  const Mask mask = batch_mask(batch);
+  const Mask mask = model.mask(batch);
 
   // The attention calls: one per layer, at the step's shapes, through the factory.
   const auto attention = make_attention(c.spec);

@@ -1,6 +1,8 @@
 // Training a TaskModel on a Task with Adam, checkpoints that resume exactly, and the time split
 // of a step. What `attnlab train` runs (cli/cmd_train.cpp; docs/training.md).
 //
+// Weights: seeded from `seed`, or read from the weights folder `init` (a PyTorch twin's exported
+// state_dict, or another run's checkpoint folder; TaskModel::load checks every name and shape).
 // Data: step t (1-based) trains on task.batch(batch, seed of (seed, t)); the held-out set is
 // eval_size examples from another stream of the same seed, generated once. So a run is a
 // function of its config alone, and one resumed from the checkpoint of step t continues with
@@ -16,6 +18,11 @@
 //                         of TrainConfig::describe(), which a resume must match
 // It is written as DIR.tmp and renamed over DIR (the previous one kept as DIR.old until then),
 // so a kill at any moment leaves a complete checkpoint behind.
+//
+// Batches (dump_batches = DIR): step t also writes its batch as DIR/step-<t>.tokens.npy [B, N],
+// DIR/step-<t>.targets.npy ([B, N] or [B, 1], kNoTarget = -1) and DIR/step-<t>.lengths.npy
+// [B], float32 (every id is below 2^24, so exact): what a PyTorch twin trains on to follow a run
+// step for step (tests/torch_train.py).
 //
 // Not learned here: an attention core's own tensors (linformer's E and F stay at their seeded
 // initialisation); the model's parameters are the layers' (models/backward.hpp).
@@ -47,11 +54,18 @@ struct TrainConfig {
   std::uint64_t seed = 1;           ///< weights and data
   std::size_t eval_size = 512;      ///< held-out examples
   models::AdamConfig adam{3e-3, 0.9, 0.98, 1e-8, 0.01, 100};  ///< lr 3e-3, warm-up 100 steps
+  bool causal = false;              ///< a decoder-only stack: every attention call causal
+  std::string init;                 ///< initial weights folder ("": seeded from `seed`)
+  std::string dump_batches;         ///< folder to write each step's batch to ("": none); not
+                                    ///< part of the run's identity (describe() leaves it out)
 
-  /// Throws Error naming the first bad field (sizes, the task, the spec, the switches, Adam).
+  /// Throws Error naming the first bad field (sizes, the task, the spec, the switches, Adam);
+  /// Unsupported when `causal` and the spec has no causal mode.
   void validate() const;
 
-  /// One "key value" line per field, in a fixed order: the identity of a run.
+  /// One "key value" line per field, in a fixed order: the identity of a run. `causal` and
+  /// `init` add their lines ("causal 1", "init DIR") only when set, so that the checkpoints of
+  /// earlier runs still resume.
   std::string describe() const;
 };
 
@@ -65,7 +79,8 @@ struct StepTimes {
 /// A training run in memory: the task, the model, its gradient accumulator and the optimizer.
 class Trainer {
  public:
-  /// Builds the task and the seeded model (config validated).
+  /// Builds the task and the model, seeded or read from config.init (config validated; throws
+  /// Error naming what in the init folder does not fit the model).
   explicit Trainer(const TrainConfig& config);
 
   /// One step on the batch of step steps() + 1; returns its score (before the update). Adds

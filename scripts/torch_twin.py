@@ -1,0 +1,85 @@
+"""The PyTorch twin of what `attnlab train` trains (training/model.hpp), for the comparisons that
+train both: tests/torch_train.py (step for step, from the same weights and batches) and
+scripts/torch-mqar.py (the same model on its own batches).
+
+TaskModel is attnlab's TaskModel layer for layer, with its state_dict names: the token embedding
+("embedding.weight") scaled by sqrt(d_model) plus sinusoidal positions, nn.TransformerEncoder
+("encoder.*"; post-LN, or pre-LN with a final LayerNorm as `norm=` unless final_norm is False,
+attnlab's no-final-norm), no dropout, every attention call causal when `causal` (train --causal),
+and a Linear head ("head.*") at every position or on the mean over the unpadded positions.
+nn.TransformerEncoder deep-copies its layer, so every layer would start from the same weights;
+here each layer is initialised on its own, as attnlab's are. adamw() is attnlab's Adam
+(models/optimizer.hpp): torch.optim.AdamW under a linear warm-up.
+"""
+import math
+import os
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def positions(n, d):
+    """attnlab's sinusoidal_positions [n, d] (float32): sin at even, cos at odd channels."""
+    position = torch.arange(n, dtype=torch.float64)[:, None]
+    channel = torch.arange(d)
+    angle = position * 10000.0 ** (-(channel - channel % 2).double() / d)
+    return torch.where(channel % 2 == 0, torch.sin(angle), torch.cos(angle)).float()
+
+
+class TaskModel(nn.Module):
+    def __init__(self, vocab, classes, d_model=64, heads=4, ffn=256, layers=2, pre_ln=True,
+                 final_norm=True, causal=False, per_token=True):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, d_model)
+        nn.init.normal_(self.embedding.weight, std=d_model ** -0.5)  # attnlab's Embedding
+        layer = nn.TransformerEncoderLayer(d_model, heads, ffn, dropout=0.0, batch_first=True,
+                                           norm_first=pre_ln)
+        norm = nn.LayerNorm(d_model) if pre_ln and final_norm else None
+        self.encoder = nn.TransformerEncoder(layer, layers, norm=norm, enable_nested_tensor=False)
+        for copy in self.encoder.layers:  # independent inits, not deep copies of one layer
+            copy.self_attn._reset_parameters()
+            copy.linear1.reset_parameters()
+            copy.linear2.reset_parameters()
+        self.head = nn.Linear(d_model, classes)
+        self.scale = math.sqrt(d_model)
+        self.causal = causal
+        self.per_token = per_token
+
+    def forward(self, tokens, lengths=None):
+        """tokens [B, N] (int64), lengths [B] (None: no padding) -> logits [B, N or 1, classes]."""
+        n = tokens.shape[1]
+        x = self.embedding(tokens) * self.scale + positions(n, self.embedding.embedding_dim)
+        mask = None
+        if self.causal:
+            mask = torch.triu(torch.full((n, n), float("-inf"), dtype=x.dtype), diagonal=1)
+        padding = None
+        if lengths is not None and bool((lengths < n).any()):
+            padding = torch.arange(n)[None, :] >= lengths[:, None]  # True: a padded key
+        h = self.encoder(x, mask=mask, src_key_padding_mask=padding)
+        if not self.per_token:
+            keep = (torch.arange(n)[None, :] < lengths[:, None]).float()[:, :, None]
+            h = (h * keep).sum(1, keepdim=True) / lengths.float()[:, None, None]
+        return self.head(h)
+
+
+def export(model, folder):
+    """Writes the weights folder attnlab reads (models/weights.hpp): <state_dict key>.npy."""
+    os.makedirs(folder, exist_ok=True)
+    for key, t in model.state_dict().items():
+        np.save(os.path.join(folder, key + ".npy"), t.detach().numpy())
+
+
+def adamw(model, lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01, warmup=100):
+    """attnlab's Adam: AdamW with lr · min(1, t / warmup) at step t (1-based); step both."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, eps=eps,
+                            weight_decay=weight_decay)
+    ramp = (lambda e: min(1.0, (e + 1) / warmup)) if warmup else (lambda e: 1.0)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, ramp)
+
+
+def loss_of(model, tokens, targets, lengths=None):
+    """Mean cross-entropy over the scored targets (kNoTarget = -1 is not scored)."""
+    logits = model(tokens, lengths)
+    return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                       ignore_index=-1)
