@@ -6,6 +6,7 @@
 // one, with one memcpy (the caller hands over C-contiguous float32). Every result (output, lse,
 // gradients) is handed to NumPy without a copy: the array's base is a capsule owning the Tensor
 // (python/tests/test_numpy.py checks both).
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -103,6 +104,22 @@ class Backend {
     return py::make_tuple(to_numpy(std::move(out)), saved);
   }
 
+  // For benchmarks/python_bench.py only: seconds per call of the same forward made from C++
+  // (fresh output each call, as attnlab.attention returns a new array), the inputs copied once
+  // outside the timing; `calls` calls after one warm-up, the GIL released throughout.
+  double time_cpp_forward(const Floats& q, const Floats& k, const Floats& v, const MaskArgs& m,
+                          int calls) const {
+    if (calls < 1) throw attnlab::Error("calls must be >= 1");
+    attnlab::Mask mask = make_mask(m);
+    py::gil_scoped_release release;
+    const attnlab::Tensor tq = to_tensor<float, 4>(q), tk = to_tensor<float, 4>(k),
+                          tv = to_tensor<float, 4>(v);
+    attnlab::Tensor out = attention_->forward(tq, tk, tv, mask);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) out = attention_->forward(tq, tk, tv, mask);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
+  }
+
   // {"dq", "dk", "dv"} and the variant's own parameter gradients (linformer: "d_e", "d_f").
   py::dict backward(const Floats& q, const Floats& k, const Floats& v, const MaskArgs& m,
                     const Floats& out, const Floats& d_out,
@@ -191,7 +208,9 @@ PYBIND11_MODULE(_core, m) {
       .def("forward", &Backend::forward, py::arg("q"), py::arg("k"), py::arg("v"),
            py::arg("mask"), py::arg("save_lse") = false)
       .def("backward", &Backend::backward, py::arg("q"), py::arg("k"), py::arg("v"),
-           py::arg("mask"), py::arg("out"), py::arg("d_out"), py::arg("lse") = py::none());
+           py::arg("mask"), py::arg("out"), py::arg("d_out"), py::arg("lse") = py::none())
+      .def("_time_cpp_forward", &Backend::time_cpp_forward, py::arg("q"), py::arg("k"),
+           py::arg("v"), py::arg("mask"), py::arg("calls"));
 
   m.def("variants", &attnlab::attention_names);
   m.def("reference", &reference, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask"));
