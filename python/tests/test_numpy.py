@@ -173,6 +173,26 @@ thread.join()
 sys.setswitchinterval(old)
 check(moved > 0, f"GIL released during the call (counter moved {moved})")
 
+# Calls from several threads at once on one backend (each thread copies into its own buffers),
+# at changing shapes: each result equals the one-thread result.
+shared = attnlab.make("full")
+problems = [qkv(nq=24 + 8 * i, nk=40 + 4 * i) for i in range(4)]
+alone = [shared.forward(*p, causal="bottom-right") for p in problems]
+together = [None] * len(problems)
+
+
+def worker(i):
+    for _ in range(3):
+        together[i] = shared.forward(*problems[i], causal="bottom-right")
+
+
+threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(problems))]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+check(all(a.tobytes() == b.tobytes() for a, b in zip(alone, together)), "threads at once")
+
 # Bad input: a Python exception naming the problem, never a crash.
 raises(TypeError, ["q", "int32", "float32"], attnlab.attention, q.astype(np.int32), k, v)
 raises(TypeError, ["k", "list"], attnlab.attention, q, k.tolist(), v)

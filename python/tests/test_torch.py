@@ -248,6 +248,9 @@ check(losses[-1] < 0.5 * losses[0], f"Adam through attnlab layers {losses[0]} ->
 
 # Bad input.
 q = torch.randn(1, 2, 8, 4)
+x2, w = q.clone().requires_grad_(), torch.ones(1, 2, 8, 4, requires_grad=True)
+(g,) = torch.autograd.grad(at.attention(x2, q, q), x2, grad_outputs=w, create_graph=True)
+raises(RuntimeError, ["twice"], lambda: g.sum().backward())  # no silent second derivative
 raises(TypeError, ["q", "float64", "float32"], at.attention, q.double(), q, q)
 raises(TypeError, ["k", "ndarray"], at.attention, q, q.numpy(), q)
 raises(ValueError, ["attn_mask", "shape"], at.attention, q, q, q, attn_mask=torch.ones(8, 7).bool())
