@@ -1,0 +1,179 @@
+"""attnlab from Python: every attention variant of the C++ library on NumPy arrays.
+
+    import attnlab
+    out = attnlab.attention(q, k, v, spec="sliding:window=64", causal="top-left")
+
+Arrays are float32 [B, H, N, D], [H, N, D] or [N, D] (all three of one rank, as the CLI takes
+them); the output has the same rank. Bad input raises before anything runs: TypeError for a wrong
+type or dtype, ValueError naming the argument for a wrong shape, value (NaN, Inf) or spec
+(attnlab::Error), NotImplementedError for what a variant cannot do (attnlab::Unsupported), each
+with the library's message. The GIL is released while a kernel runs. docs/python.md is the full
+reference; attnlab.torch adds autograd and a drop-in nn.MultiheadAttention.
+"""
+import numbers
+
+import numpy as np
+
+from attnlab import _core
+
+__all__ = ["Attention", "attention", "compare", "make", "reference", "variants"]
+
+_CAUSAL = {None: "none", "none": "none", "top-left": "top-left", "bottom-right": "bottom-right"}
+
+
+def variants():
+    """The registered variant names, in the registry's order (full, bigbird, ...)."""
+    return list(_core.variants())
+
+
+def _floats(name, x):
+    """x as a C-contiguous float32 array of rank 2..4, converted at most once."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
+    if x.dtype.kind != "f":
+        raise TypeError(f"{name}: dtype {x.dtype}, expected float32 (float16 and float64 are "
+                        "rounded to float32)")
+    if x.ndim not in (2, 3, 4):
+        raise ValueError(f"{name}: shape {list(x.shape)}, expected [N, D], [H, N, D] or "
+                         "[B, H, N, D]")
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def _bhnd(x):
+    """[N, D] and [H, N, D] lifted to [B, H, N, D] (a view)."""
+    return x.reshape((1,) * (4 - x.ndim) + x.shape)
+
+
+def _qkv(q, k, v):
+    q, k, v = _floats("q", q), _floats("k", k), _floats("v", v)
+    if not q.ndim == k.ndim == v.ndim:
+        raise ValueError(f"q, k and v must have the same rank: {list(q.shape)}, "
+                         f"{list(k.shape)}, {list(v.shape)}")
+    return q.ndim, _bhnd(q), _bhnd(k), _bhnd(v)
+
+
+def _mask(q, k, causal, key_lengths, mask, scale):
+    """The C++ Mask of one call on [B, H, N, D] q and k; raises naming the bad argument."""
+    m = _core.Mask()
+    if not isinstance(causal, (str, type(None))) or causal not in _CAUSAL:
+        raise ValueError(f"causal={causal!r}: expected None, 'top-left' or 'bottom-right'")
+    m.causal = _CAUSAL[causal]
+    if key_lengths is not None:
+        lengths = np.asarray(key_lengths)
+        if lengths.ndim != 1 or (lengths.size and lengths.dtype.kind not in "iu"):
+            raise ValueError(f"key_lengths: expected a list of B integers, got {key_lengths!r}")
+        m.key_lengths = [int(n) for n in lengths]
+    if mask is not None:
+        if not isinstance(mask, np.ndarray):
+            raise TypeError(f"mask: expected a numpy.ndarray, got {type(mask).__name__}")
+        if mask.dtype == np.uint8 and mask.size and mask.max() > 1:
+            raise ValueError("mask: uint8 entries must be 0 or 1")
+        if mask.dtype not in (np.bool_, np.uint8):
+            raise TypeError(f"mask: dtype {mask.dtype}, expected bool (True = may attend)")
+        if mask.ndim not in (2, 3, 4):
+            raise ValueError(f"mask: shape {list(mask.shape)}, expected [Nq, Nk], [H, Nq, Nk] "
+                             "or [B, H, Nq, Nk]")
+        mask = _bhnd(mask.astype(np.bool_, copy=False))
+        if mask.shape[0] == 1 and mask.shape[1] != 1 and q.shape[0] != 1:
+            mask = np.broadcast_to(mask, (q.shape[0],) + mask.shape[1:])  # [H, Nq, Nk]
+        m.allowed = np.ascontiguousarray(mask)
+    if scale is not None:
+        if not isinstance(scale, numbers.Real) or not np.isfinite(scale) or scale <= 0:
+            raise ValueError(f"scale={scale!r}: expected a finite number > 0")
+        m.scale = float(scale)
+    return m
+
+
+def _unlift(x, rank):
+    return x.reshape(x.shape[4 - rank:])
+
+
+class Attention:
+    """One backend built from a factory string (make(spec)); reusable and thread-safe."""
+
+    def __init__(self, spec):
+        if not isinstance(spec, str):
+            raise TypeError(f"spec: expected a string such as 'full', got {type(spec).__name__}")
+        self._backend = _core.Backend(spec)
+
+    @property
+    def spec(self):
+        """The canonical factory string: make(a.spec) builds an identical backend."""
+        return self._backend.spec
+
+    @property
+    def support(self):
+        """What the backend honours: {"causal", "causal_cross", "key_lengths", "allowed",
+        "cross", "value_dim", "backward"} -> bool."""
+        return dict(self._backend.support)
+
+    def __repr__(self):
+        return f"attnlab.make({self.spec!r})"
+
+    def __reduce__(self):  # pickle and copy.deepcopy (nn.TransformerEncoder clones its layers)
+        return (make, (self.spec,))
+
+    def forward(self, q, k, v, causal=None, key_lengths=None, mask=None, scale=None,
+                save_lse=False):
+        """softmax-or-variant attention of q, k, v: a new float32 array shaped like q with v's
+        last dimension. save_lse=True returns (out, lse): lse [B, H, Nq] is the row
+        log-sum-exp a softmax variant saves for backward (None for linear attention)."""
+        rank, q4, k4, v4 = _qkv(q, k, v)
+        m = _mask(q4, k4, causal, key_lengths, mask, scale)
+        if not save_lse:
+            return _unlift(self._backend.forward(q4, k4, v4, m), rank)
+        out, lse = self._backend.forward(q4, k4, v4, m, save_lse=True)
+        return _unlift(out, rank), lse
+
+    def backward(self, q, k, v, out, d_out, causal=None, key_lengths=None, mask=None,
+                 scale=None, lse=None):
+        """Gradients of a loss L through out = forward(q, k, v, ...), given d_out = dL/d(out):
+        {"dq", "dk", "dv"} shaped like q, k, v, plus the variant's own parameter gradients
+        where it has them (linformer: "d_e", "d_f", [H, k, max_len]). lse: forward's saved
+        row log-sum-exp, or None to recompute it."""
+        rank, q4, k4, v4 = _qkv(q, k, v)
+        out, d_out = _floats("out", out), _floats("d_out", d_out)
+        if not out.ndim == d_out.ndim == rank:
+            raise ValueError(f"out and d_out must have q's rank {rank}: {list(out.shape)}, "
+                             f"{list(d_out.shape)}")
+        out4, d4 = _bhnd(out), _bhnd(d_out)
+        m = _mask(q4, k4, causal, key_lengths, mask, scale)
+        if lse is not None:
+            lse = np.ascontiguousarray(lse, dtype=np.float32)
+        grads = self._backend.backward(q4, k4, v4, m, out4, d4, lse)
+        for name in ("dq", "dk", "dv"):
+            grads[name] = _unlift(grads[name], rank)
+        return grads
+
+
+def make(spec):
+    """The backend a factory string names ("full", "sliding:window=64", ...): an Attention."""
+    return Attention(spec)
+
+
+def attention(q, k, v, spec="full", causal=None, key_lengths=None, mask=None, scale=None):
+    """make(spec).forward(q, k, v, ...): one call, a new float32 array.
+
+    causal: None, "top-left" (j <= i) or "bottom-right" (j <= i + Nk - Nq); key_lengths: B valid
+    key counts (the rest is padding); mask: bool [Nq, Nk], [H, Nq, Nk] or [B, H, Nq, Nk],
+    True = may attend; scale: the softmax scale (default 1 / sqrt(D))."""
+    return make(spec).forward(q, k, v, causal=causal, key_lengths=key_lengths, mask=mask,
+                              scale=scale)
+
+
+def reference(q, k, v, causal=None, key_lengths=None, mask=None, scale=None):
+    """Exact softmax attention under the same mask, accumulated in float64: a float64 array."""
+    rank, q4, k4, v4 = _qkv(q, k, v)
+    m = _mask(q4, k4, causal, key_lengths, mask, scale)
+    return _unlift(_core.reference(q4, k4, v4, m), rank)
+
+
+def compare(out, ref):
+    """The library's error metrics of out against ref (same shape): {"rel_fro", "max_abs",
+    "mean_cos", "p99_row"}."""
+    out = _floats("out", out)
+    if not isinstance(ref, np.ndarray) or ref.dtype.kind != "f":
+        raise TypeError("ref: expected a floating-point numpy.ndarray")
+    if ref.shape != out.shape:
+        raise ValueError(f"out {list(out.shape)} and ref {list(ref.shape)} differ in shape")
+    return _core.compare(_bhnd(out), _bhnd(np.ascontiguousarray(ref, dtype=np.float64)))

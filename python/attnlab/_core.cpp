@@ -1,0 +1,247 @@
+// attnlab._core: the C++ library as a Python extension (pybind11). Thin on purpose: the public
+// API, its argument checks and the rank lifting live in attnlab/__init__.py; this file only moves
+// arrays in and out and releases the GIL while the library runs.
+//
+// Copies: Attention::forward takes owning Tensors (xtensor), so each input is copied once into
+// one, with one memcpy (the caller hands over C-contiguous float32), kept per thread for the next
+// call (InputCopies). Every result (output, lse,
+// gradients) is handed to NumPy without a copy: the array's base is a capsule owning the Tensor
+// (python/tests/test_numpy.py checks both).
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "attnlab/attnlab.hpp"
+#include "variants/linformer.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+using Floats = py::array_t<float, py::array::c_style>;
+using Bools = py::array_t<bool, py::array::c_style>;
+
+// A C-contiguous array of rank R as an owning xtensor: the one copy. The caller (Python) has
+// checked dtype, rank and layout; run with the GIL released (the array stays alive in the caller).
+template <class T, std::size_t R>
+xt::xtensor<T, R> to_tensor(const py::array_t<T, py::array::c_style>& a) {
+  if (static_cast<std::size_t>(a.ndim()) != R)
+    throw attnlab::Error("expected a rank-" + std::to_string(R) + " array");
+  std::array<std::size_t, R> shape;
+  for (std::size_t i = 0; i < R; ++i) shape[i] = static_cast<std::size_t>(a.shape(i));
+  auto t = xt::xtensor<T, R>::from_shape(shape);
+  if (t.size() != 0) std::memcpy(t.data(), a.data(), t.size() * sizeof(T));
+  return t;
+}
+
+// The same copy into `t`, resized only when its shape differs (the buffer is then reused).
+template <class T, std::size_t R>
+const xt::xtensor<T, R>& copy_into(xt::xtensor<T, R>& t, const py::array_t<T, py::array::c_style>& a) {
+  if (static_cast<std::size_t>(a.ndim()) != R)
+    throw attnlab::Error("expected a rank-" + std::to_string(R) + " array");
+  std::array<std::size_t, R> shape;
+  for (std::size_t i = 0; i < R; ++i) shape[i] = static_cast<std::size_t>(a.shape(i));
+  t.resize(shape);
+  if (t.size() != 0) std::memcpy(t.data(), a.data(), t.size() * sizeof(T));
+  return t;
+}
+
+// What each thread copies the inputs of forward and backward into, kept from call to call: a
+// fresh tensor above malloc's mmap threshold is page-faulted in on every call, and at N = 4096
+// (q, k, v 8 MiB each) that made the Python call 23% slower than the C++ one on our loaded
+// 2-core VM (results/python/). Holds the last call's inputs per calling thread.
+struct InputCopies {
+  attnlab::Tensor q, k, v, out, d_out;
+  attnlab::RowLogSumExp lse;
+};
+InputCopies& input_copies() {
+  thread_local InputCopies copies;
+  return copies;
+}
+
+// Hands an xtensor to NumPy without a copy: the array's base is a capsule that owns it.
+template <class T>
+py::array to_numpy(T&& tensor) {
+  using Value = typename std::decay_t<T>::value_type;
+  auto* owned = new std::decay_t<T>(std::forward<T>(tensor));
+  py::capsule owner(owned, [](void* p) { delete static_cast<std::decay_t<T>*>(p); });
+  std::vector<py::ssize_t> shape(owned->shape().begin(), owned->shape().end());
+  return py::array_t<Value>(shape, owned->data(), owner);
+}
+
+struct MaskArgs {
+  std::string causal = "none";
+  std::vector<std::int64_t> key_lengths;
+  std::optional<Bools> allowed;
+  std::optional<double> scale;
+};
+
+// The Mask of one call. Needs the GIL (reads the mask array).
+attnlab::Mask make_mask(const MaskArgs& m) {
+  attnlab::Mask mask;
+  mask.causal = attnlab::parse_causal(m.causal);
+  mask.key_lengths = m.key_lengths;
+  if (m.allowed) mask.allowed = to_tensor<bool, 4>(*m.allowed);
+  mask.scale = m.scale;
+  return mask;
+}
+
+py::dict support_dict(const attnlab::Support& s) {
+  py::dict d;
+  d["causal"] = s.causal;
+  d["causal_cross"] = s.causal_cross;
+  d["key_lengths"] = s.key_lengths;
+  d["allowed"] = s.allowed;
+  d["cross"] = s.cross;
+  d["value_dim"] = s.value_dim;
+  d["backward"] = s.backward;
+  return d;
+}
+
+// One backend built from a factory string, shared by the Python objects that hold it.
+class Backend {
+ public:
+  explicit Backend(const std::string& spec) : attention_(attnlab::make_attention(spec)) {}
+
+  std::string spec() const { return attention_->spec(); }
+  py::dict support() const { return support_dict(attention_->support()); }
+
+  // out, or (out, lse) when save_lse: lse is what backward() reads instead of recomputing.
+  py::object forward(const Floats& q, const Floats& k, const Floats& v, const MaskArgs& m,
+                     bool save_lse) const {
+    attnlab::Mask mask = make_mask(m);
+    attnlab::Tensor out;
+    attnlab::RowLogSumExp lse;
+    {
+      py::gil_scoped_release release;
+      InputCopies& in = input_copies();
+      const attnlab::Tensor &tq = copy_into(in.q, q), &tk = copy_into(in.k, k),
+                            &tv = copy_into(in.v, v);
+      if (save_lse) attention_->forward(tq, tk, tv, mask, out, lse);
+      else attention_->forward(tq, tk, tv, mask, out);
+    }
+    if (!save_lse) return to_numpy(std::move(out));
+    py::object saved = lse.size() == 0 ? py::object(py::none()) : to_numpy(std::move(lse));
+    return py::make_tuple(to_numpy(std::move(out)), saved);
+  }
+
+  // For benchmarks/python_bench.py only: seconds per call of the same forward made from C++
+  // (fresh output each call, as attnlab.attention returns a new array), the inputs copied once
+  // outside the timing; `calls` calls after one warm-up, the GIL released throughout.
+  double time_cpp_forward(const Floats& q, const Floats& k, const Floats& v, const MaskArgs& m,
+                          int calls) const {
+    if (calls < 1) throw attnlab::Error("calls must be >= 1");
+    attnlab::Mask mask = make_mask(m);
+    py::gil_scoped_release release;
+    const attnlab::Tensor tq = to_tensor<float, 4>(q), tk = to_tensor<float, 4>(k),
+                          tv = to_tensor<float, 4>(v);
+    attnlab::Tensor out = attention_->forward(tq, tk, tv, mask);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) out = attention_->forward(tq, tk, tv, mask);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
+  }
+
+  // {"dq", "dk", "dv"} and the variant's own parameter gradients (linformer: "d_e", "d_f").
+  py::dict backward(const Floats& q, const Floats& k, const Floats& v, const MaskArgs& m,
+                    const Floats& out, const Floats& d_out,
+                    const std::optional<Floats>& lse) const {
+    attnlab::Mask mask = make_mask(m);
+    attnlab::Gradients g;
+    attnlab::ProjectionGradients projections;
+    const auto* linformer = dynamic_cast<const attnlab::LinformerAttention*>(attention_.get());
+    {
+      py::gil_scoped_release release;
+      InputCopies& in = input_copies();
+      const attnlab::Tensor &tq = copy_into(in.q, q), &tk = copy_into(in.k, k),
+                            &tv = copy_into(in.v, v), &tout = copy_into(in.out, out),
+                            &td = copy_into(in.d_out, d_out);
+      if (!lse) in.lse = attnlab::RowLogSumExp{};
+      const attnlab::RowLogSumExp& tlse = lse ? copy_into(in.lse, *lse) : in.lse;
+      if (linformer != nullptr)
+        g = linformer->backward_with_projections(tq, tk, tv, mask, tout, td, tlse, projections);
+      else
+        attention_->backward(tq, tk, tv, mask, tout, td, tlse, g);
+    }
+    py::dict d;
+    d["dq"] = to_numpy(std::move(g.dq));
+    d["dk"] = to_numpy(std::move(g.dk));
+    d["dv"] = to_numpy(std::move(g.dv));
+    if (linformer != nullptr) {
+      d["d_e"] = to_numpy(std::move(projections.d_e));
+      d["d_f"] = to_numpy(std::move(projections.d_f));
+    }
+    return d;
+  }
+
+ private:
+  std::unique_ptr<attnlab::Attention> attention_;
+};
+
+// The float64 reference under a mask, as float64 [B, H, Nq, Dv].
+py::array reference(const Floats& q, const Floats& k, const Floats& v, const MaskArgs& m) {
+  attnlab::Mask mask = make_mask(m);
+  attnlab::Tensor64 ref;
+  {
+    py::gil_scoped_release release;
+    ref = attnlab::reference_attention(to_tensor<float, 4>(q), to_tensor<float, 4>(k),
+                                       to_tensor<float, 4>(v), mask);
+  }
+  return to_numpy(std::move(ref));
+}
+
+py::dict compare(const Floats& out, const py::array_t<double, py::array::c_style>& ref) {
+  const attnlab::ErrorMetrics e =
+      attnlab::compare(to_tensor<float, 4>(out), to_tensor<double, 4>(ref));
+  py::dict d;
+  d["rel_fro"] = e.rel_fro;
+  d["max_abs"] = e.max_abs;
+  d["mean_cos"] = e.mean_cos;
+  d["p99_row"] = e.p99_row;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "attnlab's C++ library; use the attnlab package, which checks arguments first.";
+
+  // Unsupported derives from Error, so it is caught first. Other exceptions keep pybind11's
+  // translation (std::bad_alloc: MemoryError).
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const attnlab::Unsupported& e) {
+      PyErr_SetString(PyExc_NotImplementedError, e.what());
+    } catch (const attnlab::Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  py::class_<MaskArgs>(m, "Mask")
+      .def(py::init<>())
+      .def_readwrite("causal", &MaskArgs::causal)
+      .def_readwrite("key_lengths", &MaskArgs::key_lengths)
+      .def_readwrite("allowed", &MaskArgs::allowed)
+      .def_readwrite("scale", &MaskArgs::scale);
+
+  py::class_<Backend>(m, "Backend")
+      .def(py::init<const std::string&>(), py::arg("spec"))
+      .def_property_readonly("spec", &Backend::spec)
+      .def_property_readonly("support", &Backend::support)
+      .def("forward", &Backend::forward, py::arg("q"), py::arg("k"), py::arg("v"),
+           py::arg("mask"), py::arg("save_lse") = false)
+      .def("backward", &Backend::backward, py::arg("q"), py::arg("k"), py::arg("v"),
+           py::arg("mask"), py::arg("out"), py::arg("d_out"), py::arg("lse") = py::none())
+      .def("_time_cpp_forward", &Backend::time_cpp_forward, py::arg("q"), py::arg("k"),
+           py::arg("v"), py::arg("mask"), py::arg("calls"));
+
+  m.def("variants", &attnlab::attention_names);
+  m.def("reference", &reference, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask"));
+  m.def("compare", &compare, py::arg("out"), py::arg("ref"));
+}

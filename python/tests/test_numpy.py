@@ -1,0 +1,221 @@
+"""attnlab's NumPy API: every variant bitwise equal to the CLI's C++ call, the ranks, the copy
+claims, the GIL, and a clear Python exception for every kind of bad input."""
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+
+import numpy as np
+
+import attnlab
+
+CLI = os.environ["ATTNLAB_CLI"]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def raises(kind, words, fn, *args, **kwargs):
+    """fn(...) raises `kind` whose message contains every word in `words`."""
+    try:
+        fn(*args, **kwargs)
+    except kind as e:
+        text = str(e)
+        check(all(w in text for w in words), f"{kind.__name__} {text!r} lacks {words}")
+        return
+    except Exception as e:  # noqa: BLE001: the wrong exception is a failure, not a crash
+        check(False, f"expected {kind.__name__} with {words}, got {type(e).__name__}: {e}")
+        return
+    check(False, f"expected {kind.__name__} with {words}, nothing raised")
+
+
+rng = np.random.default_rng(7)
+
+
+def qkv(b=2, h=2, nq=40, nk=40, d=16, dv=16):
+    return (rng.standard_normal((b, h, nq, d), dtype=np.float32),
+            rng.standard_normal((b, h, nk, d), dtype=np.float32),
+            rng.standard_normal((b, h, nk, dv), dtype=np.float32))
+
+
+def cli_run(spec, q, k, v, causal=None, key_lengths=None, mask=None):
+    """The C++ call through `attnlab run`: (output or None, exit status)."""
+    with tempfile.TemporaryDirectory() as d:
+        args = [CLI, "run", "--spec", spec, "--out", os.path.join(d, "o.npy")]
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            np.save(os.path.join(d, name + ".npy"), x)
+            args += ["--" + name, os.path.join(d, name + ".npy")]
+        if causal:
+            args += ["--causal", causal]
+        if key_lengths is not None:
+            args += ["--key-lengths", ",".join(map(str, key_lengths))]
+        if mask is not None:
+            np.save(os.path.join(d, "m.npy"), mask)
+            args += ["--mask", os.path.join(d, "m.npy")]
+        r = subprocess.run(args, capture_output=True, text=True)
+        return (np.load(os.path.join(d, "o.npy")) if r.returncode == 0 else None), r.returncode
+
+
+# The registry, as the CLI lists it.
+names = attnlab.variants()
+help_text = subprocess.run([CLI, "--help"], capture_output=True, text=True).stdout
+check(f"Variants (factory names): {', '.join(names)}" in help_text, f"variants() {names}")
+
+# Every variant, bitwise equal to the same call in C++, under each kind of mask; what a variant
+# refuses, Python refuses too (NotImplementedError) where the CLI exits 2.
+specs = {"full": "full", "bigbird": "bigbird:block=8", "linformer": "linformer:k=8,max_len=64",
+         "sliding": "sliding:left=5,right=3,global=2", "linear": "linear"}
+check(sorted(specs) == sorted(names), f"a spec for every variant: {names}")
+q, k, v = qkv()
+band = np.tril(np.ones((40, 40), dtype=bool), 3) & np.triu(np.ones((40, 40), dtype=bool), -9)
+cases = [{}, {"causal": "top-left"}, {"key_lengths": [40, 23]}, {"mask": band}]
+for name, spec in specs.items():
+    for case in cases:
+        expected, status = cli_run(spec, q, k, v, **case)
+        what = f"{spec} {list(case)}"
+        if status == 0:
+            out = attnlab.attention(q, k, v, spec=spec, **case)
+            check(out.dtype == np.float32 and out.shape == expected.shape, what + " shape")
+            check(out.tobytes() == expected.tobytes(), what + " bitwise equal to the CLI")
+        else:
+            check(status == 2, what + f" CLI exit {status}")
+            raises(NotImplementedError, ["does not support"], attnlab.attention, q, k, v,
+                   spec=spec, **case)
+
+# Cross-attention with a value dim of its own, bottom-right causal, explicit scale.
+q2, k2, v2 = qkv(nq=24, nk=40, dv=8)
+expected, status = cli_run("full", q2, k2, v2, causal="bottom-right")
+out = attnlab.attention(q2, k2, v2, causal="bottom-right")
+check(status == 0 and out.shape == (2, 2, 24, 8) and out.tobytes() == expected.tobytes(),
+      "cross bottom-right bitwise")
+
+# The ranks the CLI takes: [N, D] and [H, N, D] in, the same rank out.
+for shape in [(40, 16), (3, 40, 16)]:
+    x = rng.standard_normal(shape, dtype=np.float32)
+    out = attnlab.attention(x, x, x)
+    x4 = x.reshape((1,) * (4 - x.ndim) + shape)
+    full = attnlab.attention(x4, x4, x4)
+    check(out.shape == shape and out.tobytes() == full.tobytes(), f"rank {x.ndim}")
+
+# Against the float64 reference and the library's metrics.
+out = attnlab.attention(q, k, v, causal="top-left")
+ref = attnlab.reference(q, k, v, causal="top-left")
+metrics = attnlab.compare(out, ref)
+check(ref.dtype == np.float64 and metrics["rel_fro"] < 1e-5 and metrics["mean_cos"] > 0.99999,
+      f"full vs reference {metrics}")
+wide = attnlab.compare(attnlab.attention(q, k, v, spec="sliding:left=2,right=2"), ref)
+check(wide["rel_fro"] > 0.1, f"compare sees a different pattern {wide}")
+
+# make(): canonical spec, support, forward with lse, backward (linformer adds d_e, d_f).
+a = attnlab.make("sliding:left=4")
+check(a.spec.startswith("sliding:left=4,right=128") and attnlab.make(a.spec).spec == a.spec,
+      a.spec)
+check(attnlab.make("linformer").support["causal"] is False and a.support["backward"], "support")
+out, lse = a.forward(q, k, v, save_lse=True)
+check(lse.shape == (2, 2, 40) and lse.dtype == np.float32, "lse shape")
+d_out = rng.standard_normal(out.shape, dtype=np.float32)
+g_saved = a.backward(q, k, v, out, d_out, lse=lse)
+g_recomputed = a.backward(q, k, v, out, d_out)
+check(all(g_saved[n].shape == x.shape for n, x in (("dq", q), ("dk", k), ("dv", v))),
+      "gradient shapes")
+check(all(np.allclose(g_saved[n], g_recomputed[n], rtol=1e-5, atol=1e-6)
+          for n in ("dq", "dk", "dv")), "saved and recomputed lse give the same gradients")
+lin = attnlab.make("linformer:k=8,max_len=64,share=kv")
+out = lin.forward(q, k, v)
+g = lin.backward(q, k, v, out, d_out)
+check(g["d_e"].shape == (2, 8, 64) and "d_f" in g, "linformer projection gradients")
+check(attnlab.make("linear").forward(q, k, v, save_lse=True)[1] is None, "linear saves no lse")
+
+# Copies: each result is the C++ Tensor itself, handed over (its base is a capsule that owns
+# it), not a copy made on the way out; each input is copied once into a C++ Tensor, so the
+# caller's array is never written and a view gives what a contiguous copy gives.
+out = attnlab.attention(q, k, v)
+base = out
+while isinstance(base, np.ndarray) and base.base is not None:
+    base = base.base
+check(type(base).__name__ == "PyCapsule" and not out.flags.owndata,
+      f"output handed over without a copy (base {type(base).__name__})")
+before = q.copy()
+strided = np.asfortranarray(q)
+check(attnlab.attention(strided, k, v).tobytes() == out.tobytes(), "non-contiguous input")
+check(attnlab.attention(q.astype(np.float64), k, v).tobytes() == out.tobytes(),
+      "float64 input rounded to float32")
+check(np.array_equal(q, before), "input untouched")
+
+# The GIL is released while the kernel runs: with a 10 s switch interval a thread waiting for
+# the GIL cannot run during a call that holds it, yet the counter moves during the call.
+big = rng.standard_normal((1, 4, 1024, 64), dtype=np.float32)
+counter, stop = [0], threading.Event()
+
+
+def spin():
+    import time
+    while not stop.is_set():
+        counter[0] += 1
+        time.sleep(0)
+
+
+old = sys.getswitchinterval()
+sys.setswitchinterval(10)
+thread = threading.Thread(target=spin)
+thread.start()
+start = counter[0]
+for _ in range(5):
+    attnlab.attention(big, big, big)
+moved = counter[0] - start
+stop.set()
+thread.join()
+sys.setswitchinterval(old)
+check(moved > 0, f"GIL released during the call (counter moved {moved})")
+
+# Calls from several threads at once on one backend (each thread copies into its own buffers),
+# at changing shapes: each result equals the one-thread result.
+shared = attnlab.make("full")
+problems = [qkv(nq=24 + 8 * i, nk=40 + 4 * i) for i in range(4)]
+alone = [shared.forward(*p, causal="bottom-right") for p in problems]
+together = [None] * len(problems)
+
+
+def worker(i):
+    for _ in range(3):
+        together[i] = shared.forward(*problems[i], causal="bottom-right")
+
+
+threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(problems))]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+check(all(a.tobytes() == b.tobytes() for a, b in zip(alone, together)), "threads at once")
+
+# Bad input: a Python exception naming the problem, never a crash.
+raises(TypeError, ["q", "int32", "float32"], attnlab.attention, q.astype(np.int32), k, v)
+raises(TypeError, ["k", "list"], attnlab.attention, q, k.tolist(), v)
+raises(ValueError, ["q", "shape", "[B, H, N, D]"], attnlab.attention, q[None], k, v)
+raises(ValueError, ["same rank"], attnlab.attention, q, k[0], v)
+raises(ValueError, ["k"], attnlab.attention, q, k[:, :, :, :8], v)
+raises(ValueError, ["v"], attnlab.attention, q, k, v[:, :, :30])
+nan = q.copy()
+nan[1, 0, 3, 2] = np.nan
+raises(ValueError, ["q", "NaN", "[1, 0, 3, 2]"], attnlab.attention, nan, k, v)
+raises(ValueError, ["unknown", "nosuch"], attnlab.attention, q, k, v, spec="nosuch")
+raises(ValueError, ["sliding:left=-1"], attnlab.make, "sliding:left=-1")
+raises(ValueError, ["mask"], attnlab.attention, q, k, v, mask=band[:30])
+raises(TypeError, ["mask", "float32"], attnlab.attention, q, k, v, mask=band.astype(np.float32))
+raises(ValueError, ["causal"], attnlab.attention, q, k, v, causal="upper")
+raises(ValueError, ["key_lengths"], attnlab.attention, q, k, v, key_lengths=[1.5, 2])
+raises(ValueError, ["key"], attnlab.attention, q, k, v, key_lengths=[40])
+raises(ValueError, ["scale"], attnlab.attention, q, k, v, scale=-1.0)
+raises(NotImplementedError, ["linformer", "causal"], attnlab.attention, q, k, v,
+       spec="linformer:k=8,max_len=64", causal="top-left")
+raises(ValueError, ["d_out"], a.backward, q, k, v, out, d_out[:, :, :5])
+raises(ValueError, ["ref"], attnlab.compare, out, ref[:, :1])
+raises(TypeError, ["spec"], attnlab.make, 3)
+
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
