@@ -93,6 +93,10 @@ void sum_key_features(const FeatureMap& map, const float* k, std::size_t rows,
   std::fill(g + valid, g + rows, 0.0f);
 }
 
+// Columns of [v | 1 | 0...]: the ones column, padded to whole 8-column blocks of gemm_tile (an
+// odd 65th column cost the sum rule 1.6x its time at Dv = 64).
+std::size_t augmented(std::size_t dv) { return (dv + 1 + 7) / 8 * 8; }
+
 // Per-thread copies of one head's features and the engine's inputs and outputs.
 struct HeadWork {
   std::vector<float> fq, fk, hq, hk, sq, sk, g, vx, num, dnum, dfq, dfk, dvx;
@@ -129,10 +133,10 @@ scan::Head prepare(const FeatureMap& map, const LinearConfig& c, const float* q,
   w.g.resize(nk);
   float stabiliser = kNegInf;
   sum_key_features(map, k, nk, valid, w.fk.data(), w.g.data(), stabiliser);
-  w.vx.resize(nk * (dv + 1));
+  w.vx.assign(nk * augmented(dv), 0.0f);
   for (std::size_t j = 0; j < nk; ++j) {
-    std::copy_n(v + j * dv, dv, &w.vx[j * (dv + 1)]);
-    w.vx[j * (dv + 1) + dv] = 1.0f;
+    std::copy_n(v + j * dv, dv, &w.vx[j * augmented(dv)]);
+    w.vx[j * augmented(dv) + dv] = 1.0f;
   }
   h.q = w.fq.data();
   h.k = w.fk.data();
@@ -144,9 +148,9 @@ scan::Head prepare(const FeatureMap& map, const LinearConfig& c, const float* q,
 // out_i = num_i / (den_i + eps) from the engine's [num | den] rows; zeros where den_i = 0.
 void divide_rows(const float* num, std::size_t rows, std::size_t dv, float eps, float* out) {
   for (std::size_t i = 0; i < rows; ++i) {
-    const float den = num[i * (dv + 1) + dv];
+    const float den = num[i * augmented(dv) + dv];
     const float inv = den > 0.0f ? 1.0f / (den + eps) : 0.0f;
-    for (std::size_t c = 0; c < dv; ++c) out[i * dv + c] = num[i * (dv + 1) + c] * inv;
+    for (std::size_t c = 0; c < dv; ++c) out[i * dv + c] = num[i * augmented(dv) + c] * inv;
   }
 }
 
@@ -236,8 +240,8 @@ void LinearAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
         scan::forward(h, p, d.dv, oh, nullptr);
         continue;
       }
-      w.num.resize(d.nq * (d.dv + 1));
-      scan::forward(h, p, d.dv + 1, w.num.data(), nullptr);
+      w.num.resize(d.nq * augmented(d.dv));
+      scan::forward(h, p, augmented(d.dv), w.num.data(), nullptr);
       divide_rows(w.num.data(), d.nq, d.dv, eps, oh);
     }
   }
@@ -277,14 +281,14 @@ void LinearAttention::compute_backward(const Tensor& q, const Tensor& k, const T
         // out = num / (den + eps): dnum = g / (den + eps), dden = -(g · out) / (den + eps),
         // zero where den = 0 (the forward outputs a constant 0 there). The engine runs again
         // for den (O(N·P·Dv), cheaper than keeping it).
-        w.num.resize(d.nq * (dv + 1));
-        scan::forward(h, p, dv + 1, w.num.data(), nullptr);
-        w.dnum.resize(d.nq * (dv + 1));
+        w.num.resize(d.nq * augmented(dv));
+        scan::forward(h, p, augmented(dv), w.num.data(), nullptr);
+        w.dnum.resize(d.nq * augmented(dv));
         for (std::size_t i = 0; i < d.nq; ++i) {
-          const float* num = &w.num[i * (dv + 1)];
+          const float* num = &w.num[i * augmented(dv)];
           const float den = num[dv];
           const float inv = den > 0.0f ? 1.0f / (den + eps) : 0.0f;
-          float* dn = &w.dnum[i * (dv + 1)];
+          float* dn = &w.dnum[i * augmented(dv)];
           float along = 0.0f;  // g · out = g · num / (den + eps)
           for (std::size_t c = 0; c < dv; ++c) {
             dn[c] = gh[i * dv + c] * inv;
@@ -292,11 +296,11 @@ void LinearAttention::compute_backward(const Tensor& q, const Tensor& k, const T
           }
           dn[dv] = -inv * along;
         }
-        w.dvx.resize(d.nk * (dv + 1));
+        w.dvx.resize(d.nk * augmented(dv));
         // favor's g (its stabilisers) is held constant: no dg.
-        scan::backward(h, p, dv + 1, w.dnum.data(), nullptr, w.dfq.data(), w.dfk.data(),
+        scan::backward(h, p, augmented(dv), w.dnum.data(), nullptr, w.dfq.data(), w.dfk.data(),
                        w.dvx.data(), nullptr, nullptr);
-        for (std::size_t j = 0; j < d.nk; ++j) std::copy_n(&w.dvx[j * (dv + 1)], dv, dval + j * dv);
+        for (std::size_t j = 0; j < d.nk; ++j) std::copy_n(&w.dvx[j * augmented(dv)], dv, dval + j * dv);
       }
       map.backward(qh, d.nq, w.fq.data(), w.dfq.data(), dq);
       if (valid > 0) map.backward(kh, valid, w.fk.data(), w.dfk.data(), dk);
@@ -318,7 +322,7 @@ LinearState LinearAttention::start(std::size_t batch, std::size_t heads, std::si
 LinearState::LinearState(const LinearConfig& config, FeatureMap map, std::size_t batch,
                          std::size_t heads, std::size_t dv)
     : config_(config), map_(std::move(map)), batch_(batch), heads_(heads), dv_(dv),
-      memory_(batch * heads * map_.dim() * (dv + 1), 0.0f), c_(batch * heads, kNegInf),
+      memory_(batch * heads * map_.dim() * augmented(dv), 0.0f), c_(batch * heads, kNegInf),
       fq_(map_.dim()), fk_(map_.dim()) {}
 
 Tensor LinearState::step(const Tensor& q, const Tensor& k, const Tensor& v) {
@@ -334,11 +338,12 @@ Tensor LinearState::step(const Tensor& q, const Tensor& k, const Tensor& v) {
   expect(k, dk, "k");
   expect(v, dv_, "v");
   Tensor out = Tensor::from_shape({batch_, heads_, 1, dv_});
-  std::vector<float> vx(dv_ + 1, 1.0f), num(dv_ + 1), tmp(dv_ + 1), sums(1);
+  std::vector<float> vx(augmented(dv_), 0.0f), num(augmented(dv_)), tmp(augmented(dv_)), sums(1);
+  vx[dv_] = 1.0f;
   for (std::size_t bh = 0; bh < batch_ * heads_; ++bh) {
     const float* vh = v.data() + bh * dv_;
     float* oh = out.data() + bh * dv_;
-    float* mem = memory_.data() + bh * p * (dv_ + 1);
+    float* mem = memory_.data() + bh * p * augmented(dv_);
     if (config_.rule == LinearRule::delta) {  // the engine's step on hat(q), hat(k)
       std::vector<float> phi(p), kh(p), qh(p);
       delta_rows(map_, k.data() + bh * dk, 1, phi.data(), kh.data(), sums.data());
@@ -351,7 +356,7 @@ Tensor LinearState::step(const Tensor& q, const Tensor& k, const Tensor& v) {
     sum_key_features(map_, k.data() + bh * dk, 1, 1, fk_.data(), &g, c_[bh]);
     row_features(map_, q.data() + bh * dk, 1, fq_.data());
     std::copy_n(vh, dv_, vx.begin());
-    scan::step(mem, fq_.data(), fk_.data(), vx.data(), g, nullptr, p, dv_ + 1, num.data(),
+    scan::step(mem, fq_.data(), fk_.data(), vx.data(), g, nullptr, p, augmented(dv_), num.data(),
                tmp.data());
     divide_rows(num.data(), 1, dv_, static_cast<float>(config_.eps), oh);
   }

@@ -28,10 +28,10 @@ struct Chunk {
   std::size_t dk, dv;
   std::vector<double> b;                  // cumulative log-decay within the chunk
   std::vector<float> eb, tail, e;         // e^{b_i}, e^{b_last - b_j}, E_ij = e^{b_i - b_j}
-  std::vector<float> kt, kk, xk, xv, u, a, qd, kdt;
+  std::vector<float> kt, kk, t, xk, xv, u, a, qd, kdt;
   Chunk(std::size_t dk_, std::size_t dv_)
-      : dk(dk_), dv(dv_), b(C), eb(C), tail(C), e(C * C), kt(dk * C), kk(C * C), xk(C * dk),
-        xv(C * dv), u(C * dv), a(C * C), qd(C * dk), kdt(dk * C) {}
+      : dk(dk_), dv(dv_), b(C), eb(C), tail(C), e(C * C), kt(dk * C), kk(C * C), t(C * C),
+        xk(C * dk), xv(C * dv), u(C * dv), a(C * C), qd(C * dk), kdt(dk * C) {}
 };
 
 constexpr double kLog2e = 1.4426950408889634;
@@ -75,19 +75,23 @@ void chunk(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv, floa
   if (h.beta && kv > 0) {
     const float* beta = h.beta + t0;
     kernels::gemm_tile(kv, kv, dk, k, dk, w.kt.data(), C, w.kk.data(), C, false);
+    // T = (I + L)^{-1}, row by row (T_i = e_i - sum_{j<i} L_ij T_j, rows zero right of the
+    // diagonal), then X = T [diag(beta) V | diag(beta e^b) K] as two products.
+    std::fill(w.t.begin(), w.t.end(), 0.0f);
     for (std::size_t i = 0; i < kv; ++i) {
-      float* xv = &w.xv[i * dv];
-      float* xk = &w.xk[i * dk];
-      const float eb = decays ? w.eb[i] : 1.0f;
-      for (std::size_t c = 0; c < dv; ++c) xv[c] = beta[i] * v[i * dv + c];
-      for (std::size_t r = 0; r < dk; ++r) xk[r] = beta[i] * eb * k[i * dk + r];
-      for (std::size_t j = 0; j < i; ++j) {  // forward substitution through (I + L)
+      float* ti = &w.t[i * C];
+      for (std::size_t j = 0; j < i; ++j) {
         const float l = beta[i] * (decays ? w.e[i * C + j] : 1.0f) * w.kk[i * C + j];
-        if (l == 0.0f) continue;
-        for (std::size_t c = 0; c < dv; ++c) xv[c] -= l * w.xv[j * dv + c];
-        for (std::size_t r = 0; r < dk; ++r) xk[r] -= l * w.xk[j * dk + r];
+        const float* tj = &w.t[j * C];
+        for (std::size_t c = 0; c <= j; ++c) ti[c] -= l * tj[c];
       }
+      ti[i] = 1.0f;
+      const float eb = decays ? w.eb[i] : 1.0f;
+      for (std::size_t c = 0; c < dv; ++c) w.u[i * dv + c] = beta[i] * v[i * dv + c];
+      for (std::size_t r = 0; r < dk; ++r) w.qd[i * dk + r] = beta[i] * eb * k[i * dk + r];
     }
+    kernels::gemm_tile(kv, dv, kv, w.t.data(), C, w.u.data(), dv, w.xv.data(), dv, false);
+    kernels::gemm_tile(kv, dk, kv, w.t.data(), C, w.qd.data(), dk, w.xk.data(), dk, false);
     kernels::gemm_tile(kv, dv, dk, w.xk.data(), dk, s, dv, w.u.data(), dv, false);
     for (std::size_t i = 0; i < kv * dv; ++i) w.u[i] = w.xv[i] - w.u[i];
     u = w.u.data();
