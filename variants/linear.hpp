@@ -39,7 +39,7 @@
 //   with the constant beta. Causal forms in the engine's chunks of 64 tokens (matrix products
 //   per chunk; the delta rule's WY/UT form), non-causal ones as chunked state sums.
 // Cost: O(B·H·N·(64·(Dphi + Dv) + Dphi·Dv)) time, O(B·H·Dphi·Dv) state memory, plus per thread
-//   one head's features and [v | 1], O(N·(Dphi + Dv));
+//   one head's features and [v | 1], O(N·(Dphi + Dv)), kept across calls (no page faults per call);
 //   Dphi = Dk (elu1, relu), m (favor), 2·Dk·nu (dpfp).
 // FLOPs (flops()): those of the recurrent form, whatever kernel runs: per key, the memory write
 //   (sum: 2·Dphi·(Dv + 1) for S and z; delta: 4·Dphi·Dv, read W phi(k) then the rank-1 update),

@@ -407,7 +407,7 @@ void ScanAttention::run_forward(const Tensor& q, const Tensor& k, const Tensor& 
   const auto heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
 #pragma omp parallel
   {
-    Prepared w;
+    static thread_local Prepared w;  // kept across calls: no page faults per call
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t t = 0; t < heads; ++t) {
       const auto bh = static_cast<std::size_t>(t);
@@ -461,7 +461,7 @@ void ScanAttention::compute_backward_with(const Tensor& q, const Tensor& k, cons
   const auto heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
 #pragma omp parallel
   {
-    Prepared w;
+    static thread_local Prepared w;  // kept across calls: no page faults per call
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t t = 0; t < heads; ++t) {
       const auto bh = static_cast<std::size_t>(t);

@@ -23,7 +23,8 @@
 //   O = diag(e^b) Q S_0 + (Q K^T ∘ E) U, E_ij = e^{b_i - b_j} for j <= i, 0 above;
 //   S_C = e^{b_C} S_0 + (diag(e^{b_C - b}) K)^T U.
 // Cost: O(N·C·(Dk + Dv) + N·Dk·Dv) per head, matrix products per chunk (kernels::gemm_tile);
-// memory O(Dk·Dv + C·(C + Dk + Dv)) per thread.
+// memory O(Dk·Dv + C·(C + Dk + Dv)) per thread, and ScanAttention keeps one head's prepared q
+// and k per thread across calls (O(N·Dk)).
 // Backward: by the recurrence run backwards, token by token within each chunk, from the states
 // at the chunk starts (saved by a causal forward given a Saved, else recomputed by a forward
 // without outputs); the chunk's C states are recomputed from its start. Gradients of q, k, v,
