@@ -1,24 +1,9 @@
 #include "variants/delta.hpp"
 
-#include "attnlab/error.hpp"
-
 namespace attnlab {
-namespace {
 
-ScanRule delta_rule(double beta) {
-  if (!(beta >= 0.0 && beta <= 1.0))  // also refuses NaN
-    throw Error("delta: beta=" + std::to_string(beta) + ": must be in [0, 1]");
-  ScanRule r;
-  r.delta = true;
-  r.normalise = true;
-  r.beta_input = true;
-  r.beta = beta;
-  return r;
-}
-
-}  // namespace
-
-DeltaAttention::DeltaAttention(double beta) : ScanAttention(delta_rule(beta)) {}
+DeltaAttention::DeltaAttention(double beta)
+    : ScanAttention(delta_rule("delta", beta, false)) {}
 
 std::string DeltaAttention::spec() const {
   return SpecWriter("delta").add("beta", rule().beta).str();

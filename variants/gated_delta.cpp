@@ -1,25 +1,9 @@
 #include "variants/gated_delta.hpp"
 
-#include "attnlab/error.hpp"
-
 namespace attnlab {
-namespace {
 
-ScanRule gated_delta_rule(double beta) {
-  if (!(beta >= 0.0 && beta <= 1.0))  // also refuses NaN
-    throw Error("gated-delta: beta=" + std::to_string(beta) + ": must be in [0, 1]");
-  ScanRule r;
-  r.delta = true;
-  r.normalise = true;
-  r.decay = ScanRule::Decay::input;
-  r.beta_input = true;
-  r.beta = beta;
-  return r;
-}
-
-}  // namespace
-
-GatedDeltaAttention::GatedDeltaAttention(double beta) : ScanAttention(gated_delta_rule(beta)) {}
+GatedDeltaAttention::GatedDeltaAttention(double beta)
+    : ScanAttention(delta_rule("gated-delta", beta, true)) {}
 
 std::string GatedDeltaAttention::spec() const {
   return SpecWriter("gated-delta").add("beta", rule().beta).str();

@@ -373,6 +373,18 @@ std::vector<std::size_t> valid_keys(const Mask& mask, const Dims& d) {
 
 }  // namespace
 
+ScanRule delta_rule(const std::string& name, double beta, bool gated) {
+  if (!(beta >= 0.0 && beta <= 1.0))  // also refuses NaN
+    throw Error(name + ": beta=" + std::to_string(beta) + ": must be in [0, 1]");
+  ScanRule r;
+  r.delta = true;
+  r.normalise = true;
+  r.decay = gated ? ScanRule::Decay::input : ScanRule::Decay::none;
+  r.beta_input = true;
+  r.beta = beta;
+  return r;
+}
+
 Support ScanAttention::support() const {
   Support s;
   s.backward = true;

@@ -94,6 +94,11 @@ struct ScanRule {
   double beta = 1.0;          ///< the delta rule's strength when no beta is given
 };
 
+/// The delta rule's rule for variant `name` (delta; gated-delta when `gated`, with the g input):
+/// q and k normalised, beta per token or the constant `beta`. Throws Error naming `name` unless
+/// 0 <= beta <= 1.
+ScanRule delta_rule(const std::string& name, double beta, bool gated);
+
 class ScanState;
 
 /// An Attention that is a client of the scan engine: prepares q (softmax scale, optional
