@@ -148,7 +148,9 @@ Activations forward(const MultiHeadAttention& mha, const Activations& query,
   trace.memory = memory;
   trace.mask = mask;
   trace.in = mha.project(query, memory);
-  mha.attention().forward(trace.in.q, trace.in.k, trace.in.v, mask, trace.heads, trace.lse);
+  trace.gates = mha.gates(memory);
+  mha.attention().forward(trace.in.q, trace.in.k, trace.in.v, mask, trace.gates.inputs(),
+                          trace.heads, trace.saved);
   trace.merged = merge_heads(trace.heads);
   return mha.out_proj.forward(trace.merged);
 }
@@ -160,8 +162,10 @@ AttentionInputGrads backward(const MultiHeadAttention& mha, const AttentionTrace
   require_shape(dy, batch, nq, d, "multi-head attention backward");
   const Activations d_merged = backward(mha.out_proj, trace.merged, dy, grad.out_proj);
   const Tensor d_heads = split_heads(d_merged.data(), batch, nq, mha.heads(), mha.head_dim());
-  const Gradients g = mha.attention().backward(trace.in.q, trace.in.k, trace.in.v, trace.mask,
-                                               trace.heads, d_heads, trace.lse);
+  AllGradients all;
+  mha.attention().backward(trace.in.q, trace.in.k, trace.in.v, trace.mask, trace.gates.inputs(),
+                           trace.heads, d_heads, trace.saved, all);
+  const Gradients& g = all.qkv;
   // q = query W_Q^T + b_Q, k = memory W_K^T + b_K, v = memory W_V^T + b_V: this call's block
   // gradients first (a tie adds them before they join the accumulator).
   const Activations dq = merge_heads(g.dq), dk = merge_heads(g.dk), dv = merge_heads(g.dv);
@@ -180,6 +184,25 @@ AttentionInputGrads backward(const MultiHeadAttention& mha, const AttentionTrace
                     false);
   }
   add_into(out.memory, dmemory_v);
+  // g = logsigmoid(pre) / tau: dpre = dg sigmoid(-pre) / tau; beta = sigmoid(pre): dpre =
+  // dbeta beta (1 - beta). Then the projections' own backward adds to dmemory.
+  const auto gate_backward = [&](const TokenTensor& d_token, const Activations& pre,
+                                 const std::optional<Linear>& proj,
+                                 std::optional<Linear>& proj_grad, bool log_decay) {
+    if (!proj || d_token.size() == 0) return;
+    Activations d_pre = Activations::from_shape(pre.shape());
+    for (std::size_t b = 0; b < pre.shape()[0]; ++b)
+      for (std::size_t j = 0; j < pre.shape()[1]; ++j)
+        for (std::size_t h = 0; h < pre.shape()[2]; ++h) {
+          const double x = pre(b, j, h), s = 1.0 / (1.0 + std::exp(-x));
+          d_pre(b, j, h) = static_cast<float>(
+              d_token(b, h, j) * (log_decay ? (1.0 - s) / MultiHeadAttention::kGateTau
+                                            : s * (1.0 - s)));
+        }
+    add_into(out.memory, backward(*proj, trace.memory, d_pre, *proj_grad));
+  };
+  gate_backward(all.d_log_decay, trace.gates.g_pre, mha.gate_proj, grad.gate_proj, true);
+  gate_backward(all.d_beta, trace.gates.beta_pre, mha.beta_proj, grad.beta_proj, false);
   if (mha.tied_qk()) {  // one matrix in two places: both blocks get the sum
     for (std::size_t i = 0; i < d * d; ++i) dw.data()[i] = dw.data()[d * d + i] += dw.data()[i];
     for (std::size_t i = 0; i < d; ++i) db.data()[i] = db.data()[d + i] += db.data()[i];

@@ -10,7 +10,9 @@
 // OpenBLAS (cblas_sgemm), the attention core through Attention::backward (every backend).
 // What is not learned gets no gradient: the sinusoidal positional encoding is a constant added
 // to the scaled embedding, and a core's own learned tensors (linformer's E and F) are outside
-// the model's parameters (LinformerAttention::backward_with_projections gives them).
+// the model's parameters (the core's AllGradients reports them; the model does not learn them
+// yet). The gate projections of a core that takes g or beta are learned: dg and dbeta come back
+// from Attention::backward's AllGradients and pass through logsigmoid / 16 and sigmoid.
 // Tied W_Q = W_K: the K block's gradient is added to the Q block's and both blocks hold the sum,
 // so that an update keeps them equal.
 #pragma once
@@ -58,14 +60,15 @@ Activations forward(const FeedForward& ffn, const Activations& x, FeedForwardTra
 Activations backward(const FeedForward& ffn, const FeedForwardTrace& trace,
                      const Activations& dy, FeedForward& grad);
 
-/// What multi-head attention's backward needs: inputs, the heads' q, k, v, the core's output
-/// [B, H, Nq, dk] and its saved row log-sum-exp, the merged heads, the mask.
+/// What multi-head attention's backward needs: inputs, the heads' q, k, v, the gates, the core's
+/// output [B, H, Nq, dk] and what its forward saved, the merged heads, the mask.
 struct AttentionTrace {
   Activations query;   ///< the queries' input [B, Nq, d_model]
   Activations memory;  ///< the keys' and values' input [B, Nk, d_model]
   QKV in;              ///< the heads' q, k, v
   Tensor heads;        ///< the core's output [B, H, Nq, dk]
-  RowLogSumExp lse;    ///< the core's saved row log-sum-exp (empty without a softmax)
+  Gates gates;         ///< the core's per-token inputs (empty without)
+  Saved saved;         ///< what the core's forward saved (a softmax's row log-sum-exp, ...)
   Activations merged;  ///< the heads concatenated, out_proj's input
   Mask mask;           ///< the mask the core saw
 };

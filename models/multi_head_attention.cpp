@@ -66,6 +66,47 @@ MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
 
 void MultiHeadAttention::set_attention(const std::string& spec) {
   core_ = make_attention(spec);
+  const Support s = core_->support();
+  const auto gate = [&](std::optional<Linear>& proj, bool wanted) {
+    if (!wanted) {
+      proj.reset();
+    } else if (!proj) {
+      proj.emplace(d_model(), heads_);
+      proj->weight.fill(0);
+      proj->bias.fill(0);
+    }
+  };
+  gate(gate_proj, s.log_decay);
+  gate(beta_proj, s.beta);
+}
+
+TokenInputs Gates::inputs() const {
+  return {g.size() ? &g : nullptr, beta.size() ? &beta : nullptr};
+}
+
+Gates MultiHeadAttention::gates(const Activations& memory) const {
+  Gates out;
+  const std::size_t batch = memory.shape()[0], n = memory.shape()[1];
+  // [B, Nk, H] pre-activations -> [B, H, Nk] through f.
+  const auto heads_of = [&](const Activations& pre, auto f) {
+    TokenTensor t = TokenTensor::from_shape({batch, heads_, n});
+    for (std::size_t b = 0; b < batch; ++b)
+      for (std::size_t j = 0; j < n; ++j)
+        for (std::size_t h = 0; h < heads_; ++h) t(b, h, j) = f(double(pre(b, j, h)));
+    return t;
+  };
+  if (gate_proj) {
+    out.g_pre = gate_proj->forward(memory);
+    out.g = heads_of(out.g_pre, [](double x) {  // logsigmoid(x) = -log(1 + e^-x), stably
+      return static_cast<float>((std::min(x, 0.0) - std::log1p(std::exp(-std::abs(x)))) / kGateTau);
+    });
+  }
+  if (beta_proj) {
+    out.beta_pre = beta_proj->forward(memory);
+    out.beta = heads_of(out.beta_pre,
+                        [](double x) { return static_cast<float>(1.0 / (1.0 + std::exp(-x))); });
+  }
+  return out;
 }
 
 void MultiHeadAttention::check_input(const Activations& x, const char* what) const {
@@ -101,7 +142,13 @@ Activations MultiHeadAttention::forward(const Activations& query, const Activati
                                         const Mask& mask) const {
   const QKV in = project(query, memory);
   auto heads = uninitialized<Tensor>({in.q.shape()[0], in.q.shape()[1], in.q.shape()[2], in.v.shape()[3]});
-  core_->forward(in.q, in.k, in.v, mask, heads);
+  const Gates g = gates(memory);
+  if (g.inputs().empty()) {
+    core_->forward(in.q, in.k, in.v, mask, heads);
+  } else {
+    Saved saved;
+    core_->forward(in.q, in.k, in.v, mask, g.inputs(), heads, saved);
+  }
   return out_proj.forward(merge_heads(heads));
 }
 
@@ -137,12 +184,16 @@ void MultiHeadAttention::initialize(std::uint64_t seed, const std::string& prefi
   fill_uniform(parameter(prefix + "out_proj.weight", out_proj.weight), 1.0 / std::sqrt(double(d)),
                seed);
   out_proj.bias.fill(0);
+  if (gate_proj) gate_proj->initialize(seed, prefix + "gate_proj.");
+  if (beta_proj) beta_proj->initialize(seed, prefix + "beta_proj.");
 }
 
 void MultiHeadAttention::parameters(const std::string& prefix, Parameters& out) {
   out.push_back(parameter(prefix + "in_proj_weight", in_proj_weight));
   out.push_back(parameter(prefix + "in_proj_bias", in_proj_bias));
   out_proj.parameters(prefix + "out_proj.", out);
+  if (gate_proj) gate_proj->parameters(prefix + "gate_proj.", out);
+  if (beta_proj) beta_proj->parameters(prefix + "beta_proj.", out);
 }
 
 void MultiHeadAttention::check_tied(const std::string& where) const {

@@ -18,12 +18,19 @@
 // Tied W_Q = W_K (tied_qk): the K block of in_proj_weight and in_proj_bias always equals the Q
 // block (kept so on initialisation, checked when weights are loaded), so with self-attention the
 // score matrix q k^T is symmetric. A backward pass must add the K block's gradient to the Q block.
+// Gates: a core that takes per-token inputs (support().log_decay / .beta: gla, gated-delta,
+// delta) gets them from learned projections of the memory, one value per head and key token, as
+// GLA and Gated DeltaNet compute them: g = logsigmoid(memory W_g^T + b_g) / kGateTau (the gate
+// projection gate_proj, [H, d_model]) and beta = sigmoid(memory W_beta^T + b_beta) (beta_proj).
+// They exist only for such a core (parameters "gate_proj.*", "beta_proj.*"); a core that takes
+// neither leaves the layer exactly torch.nn.MultiheadAttention.
 // Cost: 2·B·(Nq + 2·Nk)·d_model² + 2·B·Nq·d_model² FLOPs of GEMMs plus the core's own.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "attnlab/attention.hpp"
@@ -32,6 +39,17 @@
 #include "models/layers.hpp"
 
 namespace attnlab::models {
+
+/// A core's per-token inputs as the gate projections computed them, with their pre-activations
+/// (for the backward). Empty tensors: not used by the core.
+struct Gates {
+  TokenTensor g;          ///< log-decay [B, H, Nk]
+  TokenTensor beta;       ///< delta rule strength [B, H, Nk]
+  Activations g_pre;      ///< memory W_g^T + b_g [B, Nk, H]
+  Activations beta_pre;   ///< memory W_beta^T + b_beta [B, Nk, H]
+  /// Pointers to the ones present, for Attention::forward.
+  TokenInputs inputs() const;
+};
 
 /// See the header comment. Copies share the (immutable) attention core.
 class MultiHeadAttention {
@@ -43,6 +61,13 @@ class MultiHeadAttention {
   Matrix in_proj_weight;  ///< [3 d_model, d_model]: W_Q, W_K, W_V stacked
   Vector in_proj_bias;    ///< [3 d_model]: b_Q, b_K, b_V
   Linear out_proj;        ///< W_O [d_model, d_model], b_O
+  std::optional<Linear> gate_proj;  ///< W_g [H, d_model], b_g: when the core takes g
+  std::optional<Linear> beta_proj;  ///< W_beta [H, d_model], b_beta: when the core takes beta
+  /// g's temperature: logsigmoid(x) / 16 keeps a fresh gate near 0.96 per token (GLA's choice).
+  static constexpr double kGateTau = 16.0;
+
+  /// The core's per-token inputs from `memory` [B, Nk, d_model] (empty for a core without).
+  Gates gates(const Activations& memory) const;
 
   /// Self-attention: x [B, N, d_model] -> [B, N, d_model].
   Activations forward(const Activations& x, const Mask& mask = {}) const;
@@ -71,7 +96,8 @@ class MultiHeadAttention {
   /// Throws Error (naming `where`) when tied and the K block differs from the Q block.
   void check_tied(const std::string& where) const;
 
-  /// Replaces the core by make_attention(spec), keeping every weight.
+  /// Replaces the core by make_attention(spec), keeping every weight; gate projections the new
+  /// core needs and the old did not have start at zero (g = logsigmoid(0) / 16, beta = 1/2).
   void set_attention(const std::string& spec);
 
   /// The core backend.

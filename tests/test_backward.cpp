@@ -429,6 +429,18 @@ TEST_CASE("linformer: backward and the gradients of E and F equal finite differe
     require_close_grad(df, fd[4], kRtol, kAtol, "dF");
     CHECK(de_rest == 0.0);
     CHECK(df_rest == 0.0);
+    // The same through the interface's one door, E and F as named parameters.
+    Saved saved;
+    a->forward(q, k, v, c.mask, {}, out, saved);
+    AllGradients all;
+    a->backward(q, k, v, c.mask, {}, out, d_out, saved, all);
+    CHECK((all.qkv.dk == g.dk));
+    REQUIRE(all.parameters.size() == 2);
+    CHECK(all.parameters[0].name == "E");
+    CHECK(all.parameters[1].name == "F");
+    CHECK(all.parameters[0].shape == std::vector<std::size_t>{2, a->k(), a->max_len()});
+    CHECK(all.parameters[0].values == std::vector<float>(pg.d_e.begin(), pg.d_e.end()));
+    CHECK(all.parameters[1].values == std::vector<float>(pg.d_f.begin(), pg.d_f.end()));
   }
 }
 

@@ -124,8 +124,8 @@ TEST_CASE("linear: backward equals PyTorch autograd across chunks and checkpoint
   };
   test::TorchGrads torch;
   std::vector<Expected> expected;
-  // 100 positions: two full 48-row chunks and a partial one; the delta rule's checkpoints every
-  // ceil(sqrt(writes)) writes. favor with eps > 0 too (stabilisers held constant on both sides),
+  // 100 positions: one full 64-token chunk of the scan engine and a partial one (the backward
+  // restarts from the second chunk's saved state). favor with eps > 0 too (stabilisers held constant on both sides),
   // and keys whose norms differ widely (the running stabiliser jumps inside a chunk).
   const char* specs[] = {"linear:eps=0.001",
                          "linear:feature=relu,eps=0.001",

@@ -55,12 +55,13 @@ TEST_CASE("the registry lists every variant in its fixed order and refuses dupli
   // Each variant registers itself from its own .cpp; the positions fix this order whatever the
   // static-initialisation order of the files.
   CHECK(attention_names() ==
-        std::vector<std::string>{"full", "bigbird", "linformer", "sliding", "linear"});
+        std::vector<std::string>{"full", "bigbird", "linformer", "sliding", "linear", "delta",
+                                 "retnet", "gla", "gated-delta"});
   const AttentionMaker full_maker = [](Params&) { return make_attention("full"); };
   require_error([&] { register_attention("sliding", full_maker, 99); },
                 {"'sliding'", "registered twice"});
   require_error([&] { register_attention("", full_maker, 99); }, {"name"});
-  CHECK(attention_names().size() == 5);  // nothing was added by the refused registrations
+  CHECK(attention_names().size() == 9);  // nothing was added by the refused registrations
 }
 
 TEST_CASE("SpecWriter prints values that parse back exactly", "[core]") {

@@ -237,7 +237,11 @@ TEST_CASE("multi-head attention: gradients equal fp64 finite differences", "[mod
                         {"cross, key padding", "full", false, true, padded},
                         {"cross, linear core", "linear:eps=0.001", false, true, padded},
                         {"self, sliding core, causal", "sliding:left=1,right=1", false, false,
-                         causal}};
+                         causal},
+                        {"self, gated-delta core (learned g and beta), causal", "gated-delta",
+                         false, false, causal},
+                        {"cross, gla core (learned g), key padding", "gla", false, true,
+                         padded}};
   for (const Case& c : cases) {
     INFO(c.name);
     MultiHeadAttention mha(8, 2, c.spec, c.tied);
@@ -256,9 +260,47 @@ TEST_CASE("multi-head attention: gradients equal fp64 finite differences", "[mod
     // Cores: full and sliding (a window is a boolean mask for the fp64 reference) against fp64
     // finite differences; linear, whose fp64 definition is tested in test_backward_linear,
     // through a directional difference of the float forward itself.
-    if (c.spec.starts_with("linear")) {
+    const bool gated = c.spec.starts_with("gated-delta") || c.spec.starts_with("gla");
+    if (gated) {  // the gates exist exactly for a core that takes them, named in parameters()
+      Parameters names;
+      mha.parameters("", names);
+      CHECK(names[4].name == "gate_proj.weight");
+      CHECK(names[4].shape == std::vector<std::size_t>{2, 8});
+      CHECK(bool(mha.beta_proj) == c.spec.starts_with("gated-delta"));
+    }
+    if (c.spec.starts_with("linear") || gated) {
+      if (gated) {  // the gate projections' gradients, by a directional difference of the
+                    // float32 forward along a random direction of every gate parameter
+        Parameters params, grads;
+        mha.parameters("", params);
+        grad.parameters("", grads);
+        std::mt19937_64 rng(19);
+        std::normal_distribution<float> normal;
+        std::vector<std::vector<float>> dirs, base;
+        double analytic = 0;
+        for (std::size_t i = 4; i < params.size(); ++i) {
+          const ParameterRef& p = params[i];
+          dirs.emplace_back(p.size());
+          base.emplace_back(p.data, p.data + p.size());
+          for (std::size_t e = 0; e < p.size(); ++e) {
+            dirs.back()[e] = normal(rng);
+            analytic += double(dirs.back()[e]) * grads[i].data[e];
+          }
+        }
+        const auto loss = [&](double t) {
+          for (std::size_t i = 4; i < params.size(); ++i)
+            for (std::size_t e = 0; e < params[i].size(); ++e)
+              params[i].data[e] = float(base[i - 4][e] + t * dirs[i - 4][e]);
+          const double l = xt::sum(xt::cast<double>(mha.forward(query, memory, c.mask)) * to64(dy))();
+          for (std::size_t i = 4; i < params.size(); ++i)
+            std::copy(base[i - 4].begin(), base[i - 4].end(), params[i].data);
+          return l;
+        };
+        CHECK(analytic == Approx(directional_difference(loss)).epsilon(2e-3));
+      }
       // Directional check of the whole layer through its float32 forward.
-      Activations uq = random_activations(2, 4, 8, 17), um = random_activations(2, 5, 8, 18);
+      Activations uq = random_activations(2, 4, 8, 17),
+                  um = random_activations(2, memory.shape()[1], 8, 18);
       const auto loss = [&](double t) {
         Activations q2 = query, m2 = memory;
         for (std::size_t i = 0; i < q2.size(); ++i) q2.data()[i] += float(t * uq.data()[i]);

@@ -72,9 +72,14 @@ bool exact(const std::string& spec, const Mask& mask) {
          spec.rfind("bigbird:block=4,window=15", 0) == 0;
 }
 
-// Kernel-weighted averages: with all keys equal every visible key gets the same weight.
+// Kernel-weighted averages: with all keys equal every visible key gets the same weight. Not
+// Linformer, not the delta rule, and not the scan engine's clients (no normaliser: retnet and
+// gla sum, delta and gated-delta overwrite).
 bool averages(const std::string& spec) {
-  return spec.rfind("linformer", 0) != 0 && spec.find("rule=delta") == std::string::npos;
+  const std::string name = spec.substr(0, spec.find(':'));
+  for (const char* scan : {"delta", "retnet", "gla", "gated-delta"})
+    if (name == scan) return false;
+  return name != "linformer" && spec.find("rule=delta") == std::string::npos;
 }
 
 std::vector<std::string> specs_for(const Problem& p) {

@@ -17,6 +17,9 @@ Kinds:
   linear     q k v, feature (elu1|relu|favor|dpfp), rule (sum|delta), causal, eps, beta, nu,
              lengths, scale, and for favor W [m,Dk]: linear attention with favor's stabilisers
              (query row max; key max over the visible keys) held constant, as in attnlab.
+  scan       q k v, and g [B,H,N] / beta [B,H,N] when "g" / "beta" are true; delta, normalise,
+             causal, lengths, scale, head_g (the per-head log-decay when g is not an input),
+             beta_value: the decay-and-delta recurrence of variants/linear_scan.hpp.
 """
 import json
 import math
@@ -132,11 +135,41 @@ def delta_rule(torch, spec, fq, fk, v, favor, causal):
     return fq @ memory.T
 
 
+def scan(torch, spec, q, k, v, g, beta):
+    """S_t = a_t S_{t-1} + k_t u_t^T, u_t = v_t (sum) or beta_t (v_t - a_t S_{t-1}^T k_t)."""
+    if spec["normalise"]:
+        q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
+        k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    q = q * spec["scale"]
+    rows = []
+    for b in range(q.shape[0]):
+        heads = []
+        for h in range(q.shape[1]):
+            memory = torch.zeros(k.shape[3], v.shape[3], dtype=q.dtype)
+            outs = []
+            for t in range(k.shape[2]):
+                if t < spec["lengths"][b]:
+                    log_a = g[b, h, t] if g is not None else spec["head_g"][h]
+                    prior = torch.exp(torch.as_tensor(log_a, dtype=q.dtype)) * memory
+                    if spec["delta"]:
+                        strength = beta[b, h, t] if beta is not None else spec["beta_value"]
+                        u = strength * (v[b, h, t] - prior.T @ k[b, h, t])
+                    else:
+                        u = v[b, h, t]
+                    memory = prior + torch.outer(k[b, h, t], u)
+                if spec["causal"]:
+                    outs.append(memory.T @ q[b, h, t])
+            heads.append(torch.stack(outs) if spec["causal"] else q[b, h] @ memory)
+        rows.append(torch.stack(heads))
+    return torch.stack(rows)
+
+
 def run_case(np, torch, folder):
     with open(os.path.join(folder, "case.json")) as f:
         spec = json.load(f)
     kind = spec["kind"]
     names = ["q", "k", "v"] + (["E", "F"] if kind == "linformer" else [])
+    names += [n for n in ("g", "beta") if kind == "scan" and spec[n]]
     x = {name: load(np, torch, folder, name) for name in names}
     d_out = torch.tensor(np.load(os.path.join(folder, "d_out.npy")).astype(np.float64))
     if kind == "softmax":
@@ -145,6 +178,8 @@ def run_case(np, torch, folder):
     elif kind == "linformer":
         out = linformer(torch, x["q"], x["k"], x["v"], x["E"], x["F"], spec["lengths"],
                         spec["scale"])
+    elif kind == "scan":
+        out = scan(torch, spec, x["q"], x["k"], x["v"], x.get("g"), x.get("beta"))
     else:
         w = None
         if spec["feature"] == "favor":

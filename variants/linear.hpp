@@ -31,12 +31,15 @@
 //   The sum rule with favor is therefore exp-stabilised softmax-kernel estimation in which eps
 //   is measured in units of the stabilised features.
 //
-// Kernels: one OpenMP task per (batch, head); products by attnlab::kernels::gemm_tile.
-//   non-causal sum: S and z accumulated over key chunks, then every query chunk reads them.
-//   causal sum: chunked parallel form, chunks of 48 tokens: within a chunk a masked 48 x 48
-//     product phi(Q) phi(K)^T, across chunks the carried (S, z).
-//   delta: sequential per head (each write reads the memory the previous one left).
-// Cost: O(B·H·N·Dphi·Dv) time (+ O(B·H·N·48·(Dphi + Dv)) causal), O(B·H·Dphi·Dv) state memory;
+// Kernels: a client of the scan engine (variants/linear_scan.hpp), one OpenMP task per (batch,
+//   head). The sum rule runs the engine's sum rule on the values with a column of ones appended
+//   ([v | 1]: the last output column is the denominator phi(q)^T z), then divides; favor's
+//   running key stabiliser enters as the engine's log-decay, g_t = c_{t-1} - c_t <= 0, keys as
+//   exp(E_t - c_t). The delta rule runs the engine's delta rule on the sum-normalised features
+//   with the constant beta. Causal forms in the engine's chunks of 64 tokens (matrix products
+//   per chunk; the delta rule's WY/UT form), non-causal ones as chunked state sums.
+// Cost: O(B·H·N·(64·(Dphi + Dv) + Dphi·Dv)) time, O(B·H·Dphi·Dv) state memory, plus per thread
+//   one head's features and [v | 1], O(N·(Dphi + Dv)), kept across calls (no page faults per call);
 //   Dphi = Dk (elu1, relu), m (favor), 2·Dk·nu (dpfp).
 // FLOPs (flops()): those of the recurrent form, whatever kernel runs: per key, the memory write
 //   (sum: 2·Dphi·(Dv + 1) for S and z; delta: 4·Dphi·Dv, read W phi(k) then the rank-1 update),
@@ -46,16 +49,12 @@
 //   non-causal forms, Dv != Dk. Boolean masks: Unsupported (no per-pair weights exist).
 // Exactness: none against softmax; feature=favor approaches softmax attention as m grows.
 // Backward (every form above, every feature map; favor's stabilisers held constant, as
-// Performer implementations do: they cancel up to eps, and exactly under the delta rule):
-//   non-causal sum: dS = sum_i phi(q_i) dnum_i^T and dz, then per key dphi(k_j) = dS v_j + dz,
-//     dv_j = dS^T phi(k_j); three chunked passes, O(Dphi·Dv) state.
-//   causal sum: two chunked passes without storing the N states: forward in time carrying
-//     (S, z) for dphi(q), backward in time carrying R = sum_{i later} phi(q_i) dnum_i^T for
-//     dphi(k) and dv; within a chunk the masked 48 x 48 products. Extra memory O(N) per head
-//     (each row's denominator and stabiliser).
-//   delta: by recomputation: checkpoints of W every C = ceil(sqrt(writes)) writes, the states
-//     between two recomputed, then back through the writes: O((N / C + C)·Dphi·Dv) memory.
-// Cost about 2-3x the forward's. Padded keys and values get zero gradients.
+// Performer implementations do: they cancel up to eps, and exactly under the delta rule): the
+// engine's backward (the recurrence backwards from chunk states, variants/linear_scan.hpp) on
+// the same inputs, after the division's gradient (dnum = g / (den + eps), dden = -(g·out) /
+// (den + eps), as the ones column's output gradient; den from one more engine forward), then
+// the sum normalisation's and the feature map's backward. O(B·H·N·Dphi·Dv) time, O((N / 64 +
+// 64)·Dphi·Dv) memory per head. Padded keys and values get zero gradients.
 // A recurrent LinearState decodes token by token at O(Dphi·Dv) per head and token.
 #pragma once
 
@@ -124,8 +123,9 @@ class LinearAttention final : public Attention {
   LinearConfig config_;
 };
 
-/// Token-by-token decoding: the causal form as a recurrence. The memory is (S, z) per head for
-/// the sum rule and W per head for the delta rule, O(Dphi·Dv) whatever the position.
+/// Token-by-token decoding: the causal form as a recurrence (the scan engine's step). The
+/// memory is (S, z) per head for the sum rule and W per head for the delta rule, O(Dphi·Dv)
+/// whatever the position.
 class LinearState {
  public:
   /// q, k [B, H, 1, Dk], v [B, H, 1, Dv] -> [B, H, 1, Dv]: the next row of the causal output.
@@ -143,8 +143,7 @@ class LinearState {
   LinearConfig config_;
   FeatureMap map_;
   std::size_t batch_, heads_, dv_, position_ = 0;
-  std::vector<float> memory_;  // per head: S [Dphi x Dv] (sum) or W^T [Dphi x Dv] (delta)
-  std::vector<float> z_;       // per head: z [Dphi] (sum rule)
+  std::vector<float> memory_;  // per head: [S | z] [Dphi x (Dv + 1)] (sum) or W^T [Dphi x Dv]
   std::vector<float> c_;       // per head: favor's key stabiliser (sum rule)
   std::vector<float> fq_, fk_; // one row of features each
 };

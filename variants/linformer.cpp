@@ -293,6 +293,19 @@ void LinformerAttention::compute_backward(const Tensor& q, const Tensor& k, cons
   backward_impl(q, k, v, mask, d, out, d_out, lse, g, nullptr);
 }
 
+void LinformerAttention::compute_backward_with(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const Mask& mask, const TokenInputs&,
+                                               const Dims& d, const Tensor& out,
+                                               const Tensor& d_out, const Saved& saved,
+                                               AllGradients& g) const {
+  ProjectionGradients projections;
+  backward_impl(q, k, v, mask, d, out, d_out, saved.lse.size() != 0 ? &saved.lse : nullptr,
+                g.qkv, &projections);
+  for (const auto& [name, grad] : {std::pair{"E", &projections.d_e}, {"F", &projections.d_f}})
+    g.parameters.push_back({name, {grad->shape().begin(), grad->shape().end()},
+                            {grad->begin(), grad->end()}});
+}
+
 Gradients LinformerAttention::backward_with_projections(
     const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask, const Tensor& out,
     const Tensor& d_out, const RowLogSumExp& lse, ProjectionGradients& projections) const {

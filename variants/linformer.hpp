@@ -38,7 +38,8 @@
 // Backward: K' and V' are recomputed (O(B·H·Nk·k·(Dk + Dv)), the forward's projection cost),
 // full attention's FlashAttention-2 backward gives dQ, dK', dV' from the saved row
 // log-sum-exp, then dK = E^T dK' and dV = F^T dV' on the unpadded rows.
-// backward_with_projections also returns dE = dK' K^T and dF = dV' V^T (summed over the batch):
+// backward_with_projections, and the interface's backward(..., AllGradients&) as parameters "E"
+// and "F", also return dE = dK' K^T and dF = dV' V^T (summed over the batch):
 // E and F are learned. Extra memory O(B·H·k·(Dk + Dv)) plus O(H·k·max_len) for dE and dF.
 // Exact reduction: k = Nk with init=identity gives full attention (K' = K, V' = V exactly).
 #pragma once
@@ -111,6 +112,12 @@ class LinformerAttention final : public Attention {
   void compute_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                         const Dims& d, const Tensor& out, const Tensor& d_out,
                         const RowLogSumExp* lse, Gradients& g) const override;
+  /// The interface's backward also reports E's and F's gradients, as parameters "E" and "F"
+  /// ([H, k, max_len] each, the ProjectionGradients above).
+  void compute_backward_with(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Mask& mask, const TokenInputs& in, const Dims& d,
+                             const Tensor& out, const Tensor& d_out, const Saved& saved,
+                             AllGradients& g) const override;
 
  private:
   // Each head's E and F, stored transposed (Matrix::et); valid while mutex_ is held.

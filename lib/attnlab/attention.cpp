@@ -183,6 +183,81 @@ void Attention::backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   compute_backward(q, k, v, mask, d, out, d_out, lse.size() != 0 ? &lse : nullptr, g);
 }
 
+void Attention::validate_tokens(const TokenInputs& in, const Dims& d, const Mask& mask) const {
+  const Support s = support();
+  for (const auto& [t, label, taken, low, high] :
+       {std::tuple{in.log_decay, "log-decay g", s.log_decay, -FLT_MAX, 0.0f},
+        std::tuple{in.beta, "beta", s.beta, 0.0f, 1.0f}}) {
+    if (t == nullptr) continue;
+    if (!taken) throw Unsupported(name(), std::string("a per-token ") + label + " input");
+    const auto& shape = t->shape();
+    if (shape[0] != d.batch || shape[1] != d.heads || shape[2] != d.nk)
+      throw Error(name() + ": " + label + " has shape [" + std::to_string(shape[0]) + ", " +
+                  std::to_string(shape[1]) + ", " + std::to_string(shape[2]) +
+                  "], expected [B, H, Nk] = [" + std::to_string(d.batch) + ", " +
+                  std::to_string(d.heads) + ", " + std::to_string(d.nk) + "]");
+    for (std::size_t b = 0; b < d.batch; ++b)
+      for (std::size_t h = 0; h < d.heads; ++h)
+        for (std::size_t j = 0; j < mask.valid_keys(b, d.nk); ++j) {
+          const float x = (*t)(b, h, j);
+          if (x >= low && x <= high) continue;  // false for NaN
+          throw Error(name() + ": " + label + " is " + std::to_string(x) + " at [" +
+                      std::to_string(b) + ", " + std::to_string(h) + ", " + std::to_string(j) +
+                      "]: it must be " +
+                      (high == 0.0f ? "finite and <= 0" : "in [0, 1]"));
+        }
+  }
+}
+
+void Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                        const TokenInputs& in, Tensor& out, Saved& saved) const {
+  if (&out == &q || &out == &k || &out == &v)
+    throw Error(name() + ": forward's output must not be one of q, k, v (it is read while out "
+                         "is written)");
+  const Dims d = validate(q, k, v, mask);
+  validate_tokens(in, d, mask);
+  ensure_shape(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
+  ensure_shape(saved.lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
+  compute_with(q, k, v, mask, in, d, out, saved);
+}
+
+void Attention::compute_with(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Mask& mask, const TokenInputs&, const Dims& d, Tensor& out,
+                             Saved& saved) const {
+  compute_saving_lse(q, k, v, mask, d, out, saved.lse);
+  saved.state.reset();
+}
+
+void Attention::backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                         const TokenInputs& in, const Tensor& out, const Tensor& d_out,
+                         const Saved& saved, AllGradients& g) const {
+  for (const Tensor* grad : {&g.qkv.dq, &g.qkv.dk, &g.qkv.dv})
+    for (const Tensor* input : {&q, &k, &v, &out, &d_out})
+      if (grad == input)
+        throw Error(name() + ": backward's gradients must not be one of q, k, v, out, d_out "
+                             "(they are read while the gradients are written)");
+  const Dims d = check_backward(q, k, v, mask, out, d_out, saved.lse);
+  validate_tokens(in, d, mask);
+  ensure_shape(g.qkv.dq, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dk});
+  ensure_shape(g.qkv.dk, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dk});
+  ensure_shape(g.qkv.dv, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dv});
+  const std::array<std::size_t, 3> tokens = {d.batch, d.heads, d.nk};
+  if (in.log_decay) ensure_shape(g.d_log_decay, tokens);
+  else g.d_log_decay = TokenTensor();
+  if (in.beta) ensure_shape(g.d_beta, tokens);
+  else g.d_beta = TokenTensor();
+  g.parameters.clear();
+  compute_backward_with(q, k, v, mask, in, d, out, d_out, saved, g);
+}
+
+void Attention::compute_backward_with(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Mask& mask, const TokenInputs&, const Dims& d,
+                                      const Tensor& out, const Tensor& d_out, const Saved& saved,
+                                      AllGradients& g) const {
+  compute_backward(q, k, v, mask, d, out, d_out, saved.lse.size() != 0 ? &saved.lse : nullptr,
+                   g.qkv);
+}
+
 void Attention::compute_backward(const Tensor&, const Tensor&, const Tensor&, const Mask&,
                                  const Dims&, const Tensor&, const Tensor&, const RowLogSumExp*,
                                  Gradients&) const {

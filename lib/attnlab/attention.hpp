@@ -3,7 +3,10 @@
 // CLI, the model layers and the tests all go through this door.
 #pragma once
 
+#include <any>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "attnlab/mask.hpp"
 #include "attnlab/tensor.hpp"
@@ -19,6 +22,8 @@ struct Support {
   bool cross = true;         ///< Nq != Nk
   bool value_dim = true;     ///< Dv != Dk
   bool backward = false;     ///< backward(): gradients for everything the forward above honours
+  bool log_decay = false;    ///< takes TokenInputs::log_decay
+  bool beta = false;         ///< takes TokenInputs::beta
 
   /// "causal, key padding, boolean mask, ...": the features that are supported.
   std::string describe() const;
@@ -36,6 +41,43 @@ struct Gradients {
 /// -infinity for a row that sees no key). FlashAttention-2 rebuilds every probability tile
 /// from it, exp(scale · q_i · k_j - lse_i), so the backward never forms or stores Nq x Nk.
 using RowLogSumExp = xt::xtensor<float, 3>;
+
+/// One value per (batch item, head, key token): [B, H, Nk].
+using TokenTensor = xt::xtensor<float, 3>;
+
+/// Per-token, per-head inputs beyond q, k, v, for the variants whose support() takes them
+/// (others throw Unsupported when one is given). Not owned; nullptr: not given.
+struct TokenInputs {
+  /// g [B, H, Nk]: the log of the memory's decay at each key token, <= 0 (finite).
+  const TokenTensor* log_decay = nullptr;
+  /// beta [B, H, Nk]: the delta rule's write strength at each key token, in [0, 1].
+  const TokenTensor* beta = nullptr;
+  /// Neither is given.
+  bool empty() const { return log_decay == nullptr && beta == nullptr; }
+};
+
+/// What a forward saves for its backward, opaque to the caller: the row log-sum-exp of a
+/// softmax backend, and any other state the backend keeps (the scan engine's chunk states).
+struct Saved {
+  RowLogSumExp lse;  ///< a softmax backend's row log-sum-exp, else empty
+  std::any state;    ///< the backend's own saved state, read only by that backend
+};
+
+/// The gradient of one of a backend's own learned parameters, summed over the batch.
+struct ParameterGradient {
+  std::string name;                ///< the parameter's name ("E", "F")
+  std::vector<std::size_t> shape;  ///< its shape
+  std::vector<float> values;       ///< dL/d(parameter), row-major
+};
+
+/// Gradients of everything one call read: q, k, v, the token inputs that were given, and the
+/// backend's own learned parameters.
+struct AllGradients {
+  Gradients qkv;                              ///< dq, dk, dv
+  TokenTensor d_log_decay;                    ///< dL/dg [B, H, Nk] when g was given, else empty
+  TokenTensor d_beta;                         ///< dL/dbeta [B, H, Nk] when given, else empty
+  std::vector<ParameterGradient> parameters;  ///< the backend's parameters (empty: none)
+};
 
 /// The one attention interface: every backend, exact or approximate, is an Attention built by
 /// make_attention(spec) and called through forward().
@@ -84,6 +126,20 @@ class Attention {
                 const Tensor& out, const Tensor& d_out, const RowLogSumExp& lse,
                 Gradients& g) const;
 
+  /// forward with per-token inputs and the full saved state: validates `in` like q, k, v
+  /// (shape [B, H, Nk], finite on unpadded tokens, g <= 0, beta in [0, 1]; throws Error naming
+  /// it) and refuses an input support() does not take (Unsupported). `saved` is what
+  /// backward(..., saved, ...) reads.
+  void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+               const TokenInputs& in, Tensor& out, Saved& saved) const;
+
+  /// backward with per-token inputs: `in` must be the forward's, `saved` its Saved (or a
+  /// default Saved: recomputed). Fills every gradient of `g`: q, k, v, each given token input,
+  /// and the backend's parameters. Validates like the backward above.
+  void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                const TokenInputs& in, const Tensor& out, const Tensor& d_out,
+                const Saved& saved, AllGradients& g) const;
+
   /// The canonical factory string, every key in a fixed order: make_attention(spec()) rebuilds
   /// an identical backend.
   virtual std::string spec() const = 0;
@@ -123,6 +179,20 @@ class Attention {
                                 const Tensor& d_out, const RowLogSumExp* lse,
                                 Gradients& g) const;
 
+  /// forward with token inputs, called with validated input. The default (a backend that takes
+  /// none, so `in` is empty here) runs compute_saving_lse into saved.lse and clears saved.state.
+  virtual void compute_with(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                            const TokenInputs& in, const Dims& d, Tensor& out,
+                            Saved& saved) const;
+
+  /// backward with token inputs, called with validated input; g.qkv is shaped, the token
+  /// gradients are shaped for the inputs given. The default runs compute_backward with
+  /// saved.lse and reports no parameters.
+  virtual void compute_backward_with(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Mask& mask, const TokenInputs& in, const Dims& d,
+                                     const Tensor& out, const Tensor& d_out, const Saved& saved,
+                                     AllGradients& g) const;
+
   /// Validates a backward call like backward() does and returns its sizes: for subclasses that
   /// offer a backward with more outputs (linformer's projection gradients).
   Dims check_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
@@ -137,6 +207,8 @@ class Attention {
  private:
   /// Shapes, mask and support() checks shared by forward and backward.
   Dims validate(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask) const;
+  /// Shapes, values and support() checks of token inputs.
+  void validate_tokens(const TokenInputs& in, const Dims& d, const Mask& mask) const;
 };
 
 }  // namespace attnlab

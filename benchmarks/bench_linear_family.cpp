@@ -1,0 +1,88 @@
+// The scan engine's clients (variants/linear_scan.hpp) forward and backward, causal, B = 1,
+// H = 8, D = 64, beside the OpenBLAS sgemm yardstick in the same run:
+//   BM_forward   delta, gated-delta, retnet, gla and linear's delta rule (now chunked) at
+//                N = 4096, 16384, 65536, GFLOP/s from the variant's flops() (useful FLOPs of the
+//                recurrence: 4·Dk·Dv per token for a delta-rule write, 2·Dk·Dv for a sum-rule
+//                write and for each read), Complexity() fit
+//   BM_backward  the same variants at N = 4096 and 16384: backward through the interface's door
+//                (AllGradients, the forward's Saved); time divided by the forward's of that N
+//                gives the backward/forward ratio (render_linear_family.py)
+// g = logsigmoid of a N(2, 1) draw (decays ~0.88 per token, as a trained gate), beta uniform in
+// [0, 1], both given to the variants that take them. Every call writes into kept outputs.
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "common.hpp"
+
+using namespace attnlab;
+
+namespace {
+
+constexpr std::size_t kHeads = 8, kDim = 64;
+
+struct Problem {
+  Tensor q, k, v, d_out, out;
+  TokenTensor g, beta;
+  TokenInputs in;
+  Mask mask;
+  Saved saved;
+  AllGradients grads;
+  Problem(const Attention& a, std::size_t n)
+      : q(bench::random_tensor(1, kHeads, n, kDim, 1)),
+        k(bench::random_tensor(1, kHeads, n, kDim, 2)),
+        v(bench::random_tensor(1, kHeads, n, kDim, 3)),
+        d_out(bench::random_tensor(1, kHeads, n, kDim, 4)) {
+    mask.causal = Causal::top_left;
+    std::mt19937_64 rng(5);
+    std::normal_distribution<float> normal(2.0f, 1.0f);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    g = TokenTensor::from_shape({1, kHeads, n});
+    beta = TokenTensor::from_shape({1, kHeads, n});
+    for (float& x : g) x = -std::log1p(std::exp(-normal(rng)));  // logsigmoid
+    for (float& x : beta) x = uniform(rng);
+    in = {a.support().log_decay ? &g : nullptr, a.support().beta ? &beta : nullptr};
+  }
+};
+
+void BM_forward(benchmark::State& state, const std::string& spec) {
+  const auto a = make_attention(spec);
+  const auto n = static_cast<std::size_t>(state.range(0));
+  Problem p(*a, n);
+  for (auto _ : state) {
+    a->forward(p.q, p.k, p.v, p.mask, p.in, p.out, p.saved);
+    benchmark::DoNotOptimize(p.out.data());
+  }
+  state.SetComplexityN(static_cast<std::int64_t>(n));
+  bench::set_flops(state, a->flops({1, kHeads, n, n, kDim, kDim}, p.mask));
+  state.counters["peak_rss_MiB"] = bench::peak_rss_mib();
+}
+
+void BM_backward(benchmark::State& state, const std::string& spec) {
+  const auto a = make_attention(spec);
+  const auto n = static_cast<std::size_t>(state.range(0));
+  Problem p(*a, n);
+  a->forward(p.q, p.k, p.v, p.mask, p.in, p.out, p.saved);
+  for (auto _ : state) {
+    a->backward(p.q, p.k, p.v, p.mask, p.in, p.out, p.d_out, p.saved, p.grads);
+    benchmark::DoNotOptimize(p.grads.qkv.dq.data());
+  }
+  state.counters["peak_rss_MiB"] = bench::peak_rss_mib();
+}
+
+const int kRegistered = [] {
+  for (const char* spec : {"delta", "gated-delta", "retnet", "gla", "linear:rule=delta"}) {
+    benchmark::RegisterBenchmark((std::string("BM_forward/") + spec).c_str(), BM_forward,
+                                 std::string(spec))
+        ->ArgNames({"N"})->Arg(4096)->Arg(16384)->Arg(65536)->Unit(benchmark::kMillisecond)
+        ->UseRealTime()->Complexity(benchmark::oN);
+    benchmark::RegisterBenchmark((std::string("BM_backward/") + spec).c_str(), BM_backward,
+                                 std::string(spec))
+        ->ArgNames({"N"})->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->UseRealTime();
+  }
+  return bench::register_sgemm({{4096, 4096, 64}});
+}();
+
+}  // namespace
+
+BENCHMARK_MAIN();

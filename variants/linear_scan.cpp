@@ -1,0 +1,555 @@
+#include "variants/linear_scan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attnlab/error.hpp"
+#include "attnlab/kernels.hpp"
+
+namespace attnlab {
+namespace scan {
+namespace {
+
+constexpr std::size_t C = kChunk;
+
+// out[n] = x[m] · M[m x n].
+void vec_mat(const float* x, const float* m, std::size_t rows, std::size_t n, float* out) {
+  kernels::gemm_tile(1, n, rows, x, rows, m, n, out, n, false);
+}
+
+// s[dk x dv] += x[dk] y[dv]^T.
+void rank1(float* s, const float* x, const float* y, std::size_t dk, std::size_t dv) {
+  kernels::gemm_tile(dk, dv, 1, x, 1, y, dv, s, dv, true);
+}
+
+// Per-thread scratch of one chunk.
+struct Chunk {
+  std::size_t dk, dv;
+  std::vector<double> b;                  // cumulative log-decay within the chunk
+  std::vector<float> eb, tail, e;         // e^{b_i}, e^{b_last - b_j}, E_ij = e^{b_i - b_j}
+  std::vector<float> kt, kk, t, xk, xv, u, a, qd, kdt;
+  Chunk(std::size_t dk_, std::size_t dv_)
+      : dk(dk_), dv(dv_), b(C), eb(C), tail(C), e(C * C), kt(dk * C), kk(C * C), t(C * C),
+        xk(C * dk), xv(C * dv), u(C * dv), a(C * C), qd(C * dk), kdt(dk * C) {}
+};
+
+constexpr double kLog2e = 1.4426950408889634;
+
+// The chunk's decay factors from g, every one exp of a difference <= 0 taken in float64 (so
+// that the sum of large g does not swallow small ones) and exponentiated by the vectorised
+// exp2 (exactly 0 below 2^-126).
+void decay_factors(const float* g, std::size_t rows, std::size_t kv, Chunk& w) {
+  double acc = 0.0;
+  for (std::size_t i = 0; i < rows; ++i) {
+    if (i < kv) acc += g[i];
+    w.b[i] = acc;
+  }
+  const double last = kv > 0 ? w.b[kv - 1] : 0.0;
+  for (std::size_t i = 0; i < rows; ++i) {
+    w.eb[i] = static_cast<float>(w.b[i] * kLog2e);
+    w.tail[i] = static_cast<float>((last - w.b[i]) * kLog2e);
+    float* row = &w.e[i * C];
+    for (std::size_t j = 0; j < kv; ++j)
+      row[j] = j <= i ? static_cast<float>((w.b[i] - w.b[j]) * kLog2e)
+                      : -std::numeric_limits<float>::infinity();
+    kernels::exp2_inplace(row, kv);
+  }
+  kernels::exp2_inplace(w.eb.data(), rows);
+  kernels::exp2_inplace(w.tail.data(), rows);
+}
+
+// One chunk of `rows` tokens from t0, of which the first kv write: reads (causal, into out)
+// and then advances s to the chunk's end.
+void chunk(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv, float* s,
+           float* out, Chunk& w) {
+  const std::size_t dk = w.dk, dv = w.dv;
+  const float* k = h.k + t0 * dk;
+  const float* v = h.v + t0 * dv;
+  const bool decays = h.g != nullptr;
+  if (decays) decay_factors(h.g + t0, rows, kv, w);
+  for (std::size_t j = 0; j < kv; ++j)
+    for (std::size_t r = 0; r < dk; ++r) w.kt[r * C + j] = k[j * dk + r];
+  // The pseudo-values U.
+  const float* u = v;
+  if (h.beta && kv > 0) {
+    const float* beta = h.beta + t0;
+    kernels::gemm_tile(kv, kv, dk, k, dk, w.kt.data(), C, w.kk.data(), C, false);
+    // T = (I + L)^{-1}, row by row (T_i = e_i - sum_{j<i} L_ij T_j, rows zero right of the
+    // diagonal), then X = T [diag(beta) V | diag(beta e^b) K] as two products.
+    std::fill(w.t.begin(), w.t.end(), 0.0f);
+    for (std::size_t i = 0; i < kv; ++i) {
+      float* ti = &w.t[i * C];
+      for (std::size_t j = 0; j < i; ++j) {
+        const float l = beta[i] * (decays ? w.e[i * C + j] : 1.0f) * w.kk[i * C + j];
+        const float* tj = &w.t[j * C];
+        for (std::size_t c = 0; c <= j; ++c) ti[c] -= l * tj[c];
+      }
+      ti[i] = 1.0f;
+      const float eb = decays ? w.eb[i] : 1.0f;
+      for (std::size_t c = 0; c < dv; ++c) w.u[i * dv + c] = beta[i] * v[i * dv + c];
+      for (std::size_t r = 0; r < dk; ++r) w.qd[i * dk + r] = beta[i] * eb * k[i * dk + r];
+    }
+    kernels::gemm_tile(kv, dv, kv, w.t.data(), C, w.u.data(), dv, w.xv.data(), dv, false);
+    kernels::gemm_tile(kv, dk, kv, w.t.data(), C, w.qd.data(), dk, w.xk.data(), dk, false);
+    kernels::gemm_tile(kv, dv, dk, w.xk.data(), dk, s, dv, w.u.data(), dv, false);
+    for (std::size_t i = 0; i < kv * dv; ++i) w.u[i] = w.xv[i] - w.u[i];
+    u = w.u.data();
+  }
+  if (out) {  // O = diag(e^b) Q S_0 + (Q K^T ∘ E) U
+    const float* q = h.q + t0 * dk;
+    const float* qd = q;
+    if (decays) {
+      for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t r = 0; r < dk; ++r) w.qd[i * dk + r] = w.eb[i] * q[i * dk + r];
+      qd = w.qd.data();
+    }
+    float* o = out + t0 * dv;
+    kernels::gemm_tile(rows, dv, dk, qd, dk, s, dv, o, dv, false);
+    if (kv > 0) {
+      kernels::gemm_tile(rows, kv, dk, q, dk, w.kt.data(), C, w.a.data(), C, false);
+      for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t j = 0; j < kv; ++j)
+          w.a[i * C + j] = j > i ? 0.0f : decays ? w.a[i * C + j] * w.e[i * C + j] : w.a[i * C + j];
+      kernels::gemm_tile(rows, dv, kv, w.a.data(), C, u, dv, o, dv, true);
+    }
+  }
+  if (kv == 0) return;
+  // S_C = e^{b_C} S_0 + (diag(e^{b_C - b}) K)^T U
+  const float* kdt = w.kt.data();
+  if (decays) {
+    const float decay = w.eb[kv - 1];
+    if (decay != 1.0f)
+      for (std::size_t i = 0; i < dk * dv; ++i) s[i] *= decay;
+    for (std::size_t r = 0; r < dk; ++r)
+      for (std::size_t j = 0; j < kv; ++j) w.kdt[r * C + j] = w.tail[j] * w.kt[r * C + j];
+    kdt = w.kdt.data();
+  }
+  kernels::gemm_tile(dk, dv, kv, kdt, C, u, dv, s, dv, true);
+}
+
+// Walks the chunks: positions are the queries' (causal) or the writes (non-causal).
+void run_chunks(const Head& h, std::size_t dk, std::size_t dv, float* s, float* out,
+                float* checkpoints) {
+  Chunk w(dk, dv);
+  std::fill(s, s + dk * dv, 0.0f);
+  const std::size_t positions = h.causal ? h.nk : h.valid;
+  for (std::size_t t0 = 0, c = 0; t0 < positions; t0 += C, ++c) {
+    if (checkpoints) std::copy(s, s + dk * dv, checkpoints + c * dk * dv);
+    const std::size_t rows = std::min(C, positions - t0);
+    const std::size_t kv = std::min(rows, h.valid > t0 ? h.valid - t0 : 0);
+    chunk(h, t0, rows, kv, s, h.causal ? out : nullptr, w);
+  }
+}
+
+}  // namespace
+
+float dot(const float* a, const float* b, std::size_t n) {
+  float acc[8] = {};  // independent partial sums: a single chain of adds is latency-bound
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (std::size_t l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  float s = 0.0f;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (float x : acc) s += x;
+  return s;
+}
+
+std::size_t checkpoint_floats(std::size_t nk, std::size_t dk, std::size_t dv) {
+  return (nk + C - 1) / C * dk * dv;
+}
+
+void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* checkpoints) {
+  std::vector<float> s(dk * dv);
+  run_chunks(h, dk, dv, s.data(), out, checkpoints);
+  if (!h.causal)  // every query reads the last state
+    kernels::gemm_tile(h.nq, dv, dk, h.q, dk, s.data(), dv, out, dv, false);
+}
+
+void step(float* s, const float* q, const float* k, const float* v, float g, const float* beta,
+          std::size_t dk, std::size_t dv, float* out, float* tmp) {
+  if (g != 0.0f) {
+    const float a = std::exp(g);
+    for (std::size_t i = 0; i < dk * dv; ++i) s[i] *= a;
+  }
+  const float* u = v;
+  if (beta) {
+    vec_mat(k, s, dk, dv, tmp);
+    for (std::size_t c = 0; c < dv; ++c) tmp[c] = *beta * (v[c] - tmp[c]);
+    u = tmp;
+  }
+  rank1(s, k, u, dk, dv);
+  if (out) vec_mat(q, s, dk, dv, out);
+}
+
+void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
+              const float* checkpoints, float* dq, float* dk_out, float* dv_out, float* dg,
+              float* dbeta) {
+  const std::size_t pv = dk * dv;
+  const std::size_t positions = h.causal ? h.nk : h.valid;
+  const std::size_t chunks = (positions + C - 1) / C;
+  std::vector<float> saved;
+  std::vector<float> s(pv);
+  if (!checkpoints || !h.causal) {  // non-causal: also the last state
+    saved.resize(chunks * pv);
+    run_chunks(h, dk, dv, s.data(), nullptr, saved.data());
+    checkpoints = saved.data();
+  }
+  std::vector<float> ds(pv, 0.0f), states(C * pv), p(pv), st(pv), u(dv), pred(dv), du(dv);
+  if (!h.causal) {  // dS = Q^T dO, dq = dO S^T
+    std::vector<float> qt(dk * h.nq), stt(dv * dk);
+    for (std::size_t i = 0; i < h.nq; ++i)
+      for (std::size_t r = 0; r < dk; ++r) qt[r * h.nq + i] = h.q[i * dk + r];
+    kernels::gemm_tile(dk, dv, h.nq, qt.data(), h.nq, d_out, dv, ds.data(), dv, false);
+    for (std::size_t r = 0; r < dk; ++r)
+      for (std::size_t c = 0; c < dv; ++c) stt[c * dk + r] = s[r * dv + c];
+    kernels::gemm_tile(h.nq, dk, dv, d_out, dv, stt.data(), dk, dq, dk, false);
+  }
+  std::fill(dk_out + positions * dk, dk_out + h.nk * dk, 0.0f);
+  std::fill(dv_out + positions * dv, dv_out + h.nk * dv, 0.0f);
+  if (dg) std::fill(dg + positions, dg + h.nk, 0.0f);
+  if (dbeta) std::fill(dbeta + positions, dbeta + h.nk, 0.0f);
+  for (std::size_t c = chunks; c-- > 0;) {
+    const std::size_t t0 = c * C, rows = std::min(C, positions - t0);
+    std::copy_n(checkpoints + c * pv, pv, s.begin());
+    for (std::size_t i = 0; i < rows; ++i) {  // states[i] = S_{t-1} for t = t0 + i
+      std::copy(s.begin(), s.end(), states.begin() + i * pv);
+      const std::size_t t = t0 + i;
+      if (t < h.valid && i + 1 < rows)
+        step(s.data(), nullptr, h.k + t * dk, h.v + t * dv, h.g ? h.g[t] : 0.0f,
+             h.beta ? h.beta + t : nullptr, dk, dv, nullptr, u.data());
+    }
+    for (std::size_t i = rows; i-- > 0;) {
+      const std::size_t t = t0 + i;
+      const float* prev = &states[i * pv];
+      const bool writes = t < h.valid;
+      const float* k = h.k + t * dk;
+      const float* v = h.v + t * dv;
+      const float a = writes && h.g ? std::exp(h.g[t]) : 1.0f;
+      const float beta = writes && h.beta ? h.beta[t] : 1.0f;
+      if (writes) {  // P = a S_{t-1}, u, S_t = P + k u^T
+        for (std::size_t e = 0; e < pv; ++e) p[e] = a * prev[e];
+        if (h.beta) {
+          vec_mat(k, p.data(), dk, dv, pred.data());
+          for (std::size_t e = 0; e < dv; ++e) u[e] = beta * (v[e] - pred[e]);
+        } else {
+          std::copy_n(v, dv, u.begin());
+        }
+        std::copy(p.begin(), p.end(), st.begin());
+        rank1(st.data(), k, u.data(), dk, dv);
+      }
+      if (h.causal) {  // the read out_t = S_t^T q_t
+        const float* state = writes ? st.data() : prev;
+        const float* g_out = d_out + t * dv;
+        for (std::size_t r = 0; r < dk; ++r) dq[t * dk + r] = dot(state + r * dv, g_out, dv);
+        rank1(ds.data(), h.q + t * dk, g_out, dk, dv);
+      }
+      if (!writes) {
+        std::fill_n(dk_out + t * dk, dk, 0.0f);
+        std::fill_n(dv_out + t * dv, dv, 0.0f);
+        if (dg) dg[t] = 0.0f;
+        if (dbeta) dbeta[t] = 0.0f;
+        continue;
+      }
+      vec_mat(k, ds.data(), dk, dv, du.data());  // du = dS^T k
+      float* dkt = dk_out + t * dk;
+      for (std::size_t r = 0; r < dk; ++r) dkt[r] = dot(&ds[r * dv], u.data(), dv);
+      if (h.beta) {
+        for (std::size_t e = 0; e < dv; ++e) dv_out[t * dv + e] = beta * du[e];
+        if (dbeta) {
+          float sum = 0.0f;
+          for (std::size_t e = 0; e < dv; ++e) sum += du[e] * (v[e] - pred[e]);
+          dbeta[t] = sum;
+        }
+        for (std::size_t e = 0; e < dv; ++e) du[e] *= -beta;  // dpred
+        for (std::size_t r = 0; r < dk; ++r) dkt[r] += dot(&p[r * dv], du.data(), dv);
+        rank1(ds.data(), k, du.data(), dk, dv);  // dP = dS + k dpred^T
+      } else {
+        std::copy_n(du.begin(), dv, dv_out + t * dv);
+      }
+      if (dg) {
+        double sum = 0.0;
+        for (std::size_t r = 0; r < dk; ++r) sum += dot(&ds[r * dv], &p[r * dv], dv);
+        dg[t] = static_cast<float>(sum);
+      }
+      if (a != 1.0f)
+        for (std::size_t e = 0; e < pv; ++e) ds[e] *= a;
+    }
+  }
+}
+
+}  // namespace scan
+
+// ---- ScanAttention: preparing a client's inputs for the engine ----
+namespace {
+
+constexpr float kNormEps = 1e-6f;
+
+// Per-thread copies of one head's prepared rows and gates.
+struct Prepared {
+  std::vector<float> q, k, g, beta, qnorm, knorm;
+};
+
+// x / sqrt(|x|^2 + eps) per row when `normalise`, times `scale`; norms[i] = sqrt(|x|^2 + eps).
+void prepare_rows(const float* x, std::size_t rows, std::size_t dim, bool normalise,
+                  float scale, std::vector<float>& out, std::vector<float>& norms) {
+  out.resize(rows * dim);
+  norms.resize(rows);
+  for (std::size_t i = 0; i < rows; ++i) {
+    const float* row = x + i * dim;
+    float f = scale;
+    if (normalise) {
+      double sq = 0.0;
+      for (std::size_t c = 0; c < dim; ++c) sq += double(row[c]) * row[c];
+      norms[i] = static_cast<float>(std::sqrt(sq + kNormEps));
+      f = scale / norms[i];
+    }
+    for (std::size_t c = 0; c < dim; ++c) out[i * dim + c] = f * row[c];
+  }
+}
+
+// dx from d(prepared) in place: scale · (d - xhat (xhat·d)) / norm with xhat = x / norm.
+void prepare_rows_backward(const float* x, std::size_t rows, std::size_t dim, bool normalise,
+                           float scale, const std::vector<float>& norms, float* d) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    float* di = d + i * dim;
+    if (!normalise) {
+      for (std::size_t c = 0; c < dim; ++c) di[c] *= scale;
+      continue;
+    }
+    const float* row = x + i * dim;
+    const double n = norms[i];
+    double proj = 0.0;
+    for (std::size_t c = 0; c < dim; ++c) proj += double(row[c]) * di[c];
+    for (std::size_t c = 0; c < dim; ++c)
+      di[c] = static_cast<float>(scale * (di[c] / n - row[c] * proj / (n * n * n)));
+  }
+}
+
+// One head of a call prepared for the engine: q scaled (and normalised), k (normalised), g
+// from the input or the head's fixed value, beta from the input or the rule's constant.
+scan::Head prepare_head(const ScanRule& rule, double head_g, const Tensor& q, const Tensor& k,
+                        const Tensor& v, const Mask& mask, const TokenInputs& in, const Dims& d,
+                        std::size_t bh, Prepared& w) {
+  scan::Head h;
+  h.nq = d.nq;
+  h.nk = d.nk;
+  h.valid = mask.valid_keys(bh / d.heads, d.nk);
+  h.causal = mask.causal != Causal::none;
+  const auto scale = static_cast<float>(mask.softmax_scale(d.dk));
+  prepare_rows(q.data() + bh * d.nq * d.dk, d.nq, d.dk, rule.normalise, scale, w.q, w.qnorm);
+  prepare_rows(k.data() + bh * d.nk * d.dk, d.nk, d.dk, rule.normalise, 1.0f, w.k, w.knorm);
+  h.q = w.q.data();
+  h.k = w.k.data();
+  h.v = v.data() + bh * d.nk * d.dv;
+  if (in.log_decay) {
+    h.g = in.log_decay->data() + bh * d.nk;
+  } else if (rule.decay == ScanRule::Decay::per_head) {
+    w.g.assign(d.nk, static_cast<float>(head_g));
+    h.g = w.g.data();
+  }
+  if (in.beta) {
+    h.beta = in.beta->data() + bh * d.nk;
+  } else if (rule.delta) {
+    w.beta.assign(d.nk, static_cast<float>(rule.beta));
+    h.beta = w.beta.data();
+  }
+  return h;
+}
+
+// The chunk states a causal forward saved through Saved, for its backward; with the call's
+// sizes and key lengths, so that a backward of another call recomputes instead.
+struct ScanSaved {
+  Dims d;
+  std::vector<std::size_t> valid;
+  std::vector<float> checkpoints;
+};
+
+std::vector<std::size_t> valid_keys(const Mask& mask, const Dims& d) {
+  std::vector<std::size_t> valid;
+  for (std::size_t b = 0; b < d.batch; ++b) valid.push_back(mask.valid_keys(b, d.nk));
+  return valid;
+}
+
+}  // namespace
+
+ScanRule delta_rule(const std::string& name, double beta, bool gated) {
+  if (!(beta >= 0.0 && beta <= 1.0))  // also refuses NaN
+    throw Error(name + ": beta=" + std::to_string(beta) + ": must be in [0, 1]");
+  ScanRule r;
+  r.delta = true;
+  r.normalise = true;
+  r.decay = gated ? ScanRule::Decay::input : ScanRule::Decay::none;
+  r.beta_input = true;
+  r.beta = beta;
+  return r;
+}
+
+Support ScanAttention::support() const {
+  Support s;
+  s.backward = true;
+  s.causal_cross = false;  // the causal form pairs query t with key t
+  s.allowed = false;       // no per-pair weights exist to mask
+  s.log_decay = rule_.decay == ScanRule::Decay::input;
+  s.beta = rule_.delta && rule_.beta_input;
+  return s;
+}
+
+std::string ScanAttention::why_unsupported(const std::string& feature) const {
+  if (feature == "boolean masks") return "a recurrent memory has no per-pair weights to mask";
+  if (feature == "causal masks with Nq != Nk") return "the causal form pairs query t with key t";
+  return {};
+}
+
+double ScanAttention::flops(const Dims& d, const Mask& mask) const {
+  double keys = 0;
+  for (std::size_t b = 0; b < d.batch; ++b) keys += double(mask.valid_keys(b, d.nk));
+  const double state = double(d.dk * d.dv);
+  const double write = (rule_.delta ? 4.0 : 2.0) * state;
+  return double(d.heads) * (keys * write + double(d.batch * d.nq) * 2.0 * state);
+}
+
+double ScanAttention::head_log_decay(std::size_t, std::size_t) const { return 0.0; }
+
+void ScanAttention::run_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Mask& mask, const TokenInputs& in, const Dims& d,
+                                Tensor& out, std::vector<float>* checkpoints) const {
+  const std::size_t per_head = scan::checkpoint_floats(d.nk, d.dk, d.dv);
+  if (checkpoints) checkpoints->resize(d.batch * d.heads * per_head);
+  const auto heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
+#pragma omp parallel
+  {
+    static thread_local Prepared w;  // kept across calls: no page faults per call
+#pragma omp for schedule(dynamic, 1)
+    for (std::ptrdiff_t t = 0; t < heads; ++t) {
+      const auto bh = static_cast<std::size_t>(t);
+      const scan::Head h = prepare_head(rule_, head_log_decay(bh % d.heads, d.heads), q, k, v,
+                                        mask, in, d, bh, w);
+      scan::forward(h, d.dk, d.dv, out.data() + bh * d.nq * d.dv,
+                    checkpoints ? checkpoints->data() + bh * per_head : nullptr);
+    }
+  }
+}
+
+void ScanAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                            const Dims& d, Tensor& out) const {
+  run_forward(q, k, v, mask, {}, d, out, nullptr);
+}
+
+void ScanAttention::compute_with(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Mask& mask, const TokenInputs& in, const Dims& d,
+                                 Tensor& out, Saved& saved) const {
+  saved.lse = RowLogSumExp();
+  if (mask.causal == Causal::none) {  // the backward recomputes the last state anyway
+    saved.state.reset();
+    run_forward(q, k, v, mask, in, d, out, nullptr);
+    return;
+  }
+  ScanSaved state{d, valid_keys(mask, d), {}};
+  run_forward(q, k, v, mask, in, d, out, &state.checkpoints);
+  saved.state = std::move(state);
+}
+
+void ScanAttention::compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Mask& mask, const Dims& d, const Tensor& out,
+                                     const Tensor& d_out, const RowLogSumExp*,
+                                     Gradients& g) const {
+  AllGradients all;
+  all.qkv = std::move(g);
+  compute_backward_with(q, k, v, mask, {}, d, out, d_out, Saved(), all);
+  g = std::move(all.qkv);
+}
+
+void ScanAttention::compute_backward_with(const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Mask& mask, const TokenInputs& in,
+                                          const Dims& d, const Tensor&, const Tensor& d_out,
+                                          const Saved& saved, AllGradients& grads) const {
+  const auto* state = std::any_cast<ScanSaved>(&saved.state);
+  if (state && !(state->d == d && state->valid == valid_keys(mask, d) &&
+                 mask.causal != Causal::none))
+    state = nullptr;  // another call's: recompute
+  const auto scale = static_cast<float>(mask.softmax_scale(d.dk));
+  const std::size_t per_head = scan::checkpoint_floats(d.nk, d.dk, d.dv);
+  const auto heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
+#pragma omp parallel
+  {
+    static thread_local Prepared w;  // kept across calls: no page faults per call
+#pragma omp for schedule(dynamic, 1)
+    for (std::ptrdiff_t t = 0; t < heads; ++t) {
+      const auto bh = static_cast<std::size_t>(t);
+      const scan::Head h = prepare_head(rule_, head_log_decay(bh % d.heads, d.heads), q, k, v,
+                                        mask, in, d, bh, w);
+      float* dg = in.log_decay ? grads.d_log_decay.data() + bh * d.nk : nullptr;
+      float* dbeta = in.beta ? grads.d_beta.data() + bh * d.nk : nullptr;
+      float* dq = grads.qkv.dq.data() + bh * d.nq * d.dk;
+      float* dk = grads.qkv.dk.data() + bh * d.nk * d.dk;
+      scan::backward(h, d.dk, d.dv, d_out.data() + bh * d.nq * d.dv,
+                     state ? state->checkpoints.data() + bh * per_head : nullptr, dq, dk,
+                     grads.qkv.dv.data() + bh * d.nk * d.dv, dg, dbeta);
+      prepare_rows_backward(q.data() + bh * d.nq * d.dk, d.nq, d.dk, rule_.normalise, scale,
+                            w.qnorm, dq);
+      prepare_rows_backward(k.data() + bh * d.nk * d.dk, d.nk, d.dk, rule_.normalise, 1.0f,
+                            w.knorm, dk);
+    }
+  }
+}
+
+ScanState ScanAttention::start(std::size_t batch, std::size_t heads, std::size_t dk,
+                               std::size_t dv, double scale) const {
+  if (batch == 0 || heads == 0 || dk == 0 || dv == 0)
+    throw Error(spec() + ": a recurrent state needs batch, heads, Dk and Dv >= 1");
+  if (scale == 0.0) scale = 1.0 / std::sqrt(double(dk));
+  if (!(scale > 0.0 && std::isfinite(scale)))
+    throw Error(spec() + ": scale=" + std::to_string(scale) + ": must be finite and > 0");
+  return ScanState(*this, batch, heads, dk, dv, scale);
+}
+
+ScanState::ScanState(const ScanAttention& owner, std::size_t batch, std::size_t heads,
+                     std::size_t dk, std::size_t dv, double scale)
+    : rule_(owner.rule()), name_(owner.name()), batch_(batch), heads_(heads), dk_(dk), dv_(dv),
+      scale_(scale), memory_(batch * heads * dk * dv, 0.0f) {
+  for (std::size_t h = 0; h < heads; ++h) head_g_.push_back(owner.head_log_decay(h, heads));
+}
+
+Tensor ScanState::step(const Tensor& q, const Tensor& k, const Tensor& v, const TokenInputs& in) {
+  const std::string who = name_ + " state step";
+  auto expect = [&](const Tensor& t, std::size_t dim, const char* what) {
+    const auto& s = t.shape();
+    if (s[0] != batch_ || s[1] != heads_ || s[2] != 1 || s[3] != dim)
+      throw Error(who + ": " + what + " has shape " + shape_string(t) + ", expected [" +
+                  std::to_string(batch_) + ", " + std::to_string(heads_) + ", 1, " +
+                  std::to_string(dim) + "]");
+  };
+  expect(q, dk_, "q");
+  expect(k, dk_, "k");
+  expect(v, dv_, "v");
+  for (const auto& [t, label, taken] :
+       {std::tuple{in.log_decay, "log-decay g", rule_.decay == ScanRule::Decay::input},
+        std::tuple{in.beta, "beta", rule_.delta && rule_.beta_input}}) {
+    if (!t) continue;
+    if (!taken) throw Unsupported(name_, std::string("a per-token ") + label + " input");
+    if (t->shape()[0] != batch_ || t->shape()[1] != heads_ || t->shape()[2] != 1)
+      throw Error(who + ": " + label + " must have shape [" + std::to_string(batch_) + ", " +
+                  std::to_string(heads_) + ", 1]");
+  }
+  Tensor out = Tensor::from_shape({batch_, heads_, 1, dv_});
+  Prepared w;
+  std::vector<float> tmp(dv_);
+  for (std::size_t bh = 0; bh < batch_ * heads_; ++bh) {
+    prepare_rows(q.data() + bh * dk_, 1, dk_, rule_.normalise, static_cast<float>(scale_), w.q,
+                 w.qnorm);
+    prepare_rows(k.data() + bh * dk_, 1, dk_, rule_.normalise, 1.0f, w.k, w.knorm);
+    float g = static_cast<float>(head_g_[bh % heads_]);
+    if (in.log_decay) g = in.log_decay->data()[bh];
+    float beta = static_cast<float>(rule_.beta);
+    if (in.beta) beta = in.beta->data()[bh];
+    if (!(g <= 0.0f) || !(beta >= 0.0f && beta <= 1.0f))
+      throw Error(who + ": g must be <= 0 and beta in [0, 1]");
+    scan::step(memory_.data() + bh * dk_ * dv_, w.q.data(), w.k.data(), v.data() + bh * dv_, g,
+               rule_.delta ? &beta : nullptr, dk_, dv_, out.data() + bh * dv_, tmp.data());
+  }
+  ++position_;
+  return out;
+}
+
+}  // namespace attnlab

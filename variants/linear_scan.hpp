@@ -1,0 +1,176 @@
+// The linear-attention scan engine: one memory S [Dk x Dv] per (batch item, head) written token
+// by token and read by the queries, with two hooks, a per-token decay and a write rule. The
+// decay-and-delta family (delta, retnet, gla, gated-delta) are thin clients of it
+// (ScanAttention below); each client's header is its spec.
+//
+// The recurrence, for token t with prepared query q_t, key k_t, value v_t (rows of Dk, Dk, Dv),
+// log-decay g_t <= 0 (a_t = exp(g_t); g = 0 when not given) and write strength beta_t:
+//   sum rule    S_t = a_t S_{t-1} + k_t v_t^T
+//   delta rule  S_t = a_t S_{t-1} + beta_t k_t (v_t - a_t S_{t-1}^T k_t)^T
+//                   = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T
+//   S_0 = 0. Causal (Nq == Nk): out_t = S_t^T q_t. Non-causal: every query reads the last state.
+// Key padding: tokens at or after the item's key length neither write nor decay (S carries over
+// unchanged); their g and beta are never read and get zero gradients.
+//
+// Causal forward in chunks of C = 64 tokens (Yang et al. 2024, "Parallelizing Linear
+// Transformers with the Delta Rule over Sequence Length": the WY/UT form; with decay as in
+// Gated DeltaNet, Yang, Kautz, Hatamizadeh 2024). Within a chunk, b_i = g_1 + ... + g_i (float64)
+// and every factor is exp of a difference b_i - b_j <= 0, so nothing overflows for any g <= 0:
+//   sum rule:   U = V.
+//   delta rule: (I + L) X = diag(beta) [V | diag(e^b) K], L_ij = beta_i e^{b_i - b_j} k_i·k_j for
+//               j < i (a unit lower-triangular solve), U = X_V - X_K S_0: the pseudo-values with
+//               S_i = e^{b_i} S_0 + sum_{j<=i} e^{b_i - b_j} k_j u_j^T.
+//   O = diag(e^b) Q S_0 + (Q K^T ∘ E) U, E_ij = e^{b_i - b_j} for j <= i, 0 above;
+//   S_C = e^{b_C} S_0 + (diag(e^{b_C - b}) K)^T U.
+// Cost: O(N·C·(Dk + Dv) + N·Dk·Dv) per head, matrix products per chunk (kernels::gemm_tile);
+// memory O(Dk·Dv + C·(C + Dk + Dv)) per thread, and ScanAttention keeps one head's prepared q
+// and k per thread across calls (O(N·Dk)).
+// Backward: by the recurrence run backwards, token by token within each chunk, from the states
+// at the chunk starts (saved by a causal forward given a Saved, else recomputed by a forward
+// without outputs); the chunk's C states are recomputed from its start. Gradients of q, k, v,
+// g and beta. O(N·Dk·Dv) time, O((N / C + C)·Dk·Dv) memory per head.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnlab/attention.hpp"
+
+namespace attnlab {
+
+/// The per-head kernels of the scan engine (see the header comment).
+namespace scan {
+
+/// Tokens per chunk of the causal chunked form.
+inline constexpr std::size_t kChunk = 64;
+
+/// One head's prepared inputs: rows of q [nq x dk], k [nk x dk], v [nk x dv].
+struct Head {
+  const float* q = nullptr;     ///< prepared queries (scaled, normalised as the client says)
+  const float* k = nullptr;     ///< prepared keys
+  const float* v = nullptr;     ///< values
+  const float* g = nullptr;     ///< log-decay per key token (<= 0), or nullptr: no decay
+  const float* beta = nullptr;  ///< delta rule strength per key token, or nullptr: sum rule
+  std::size_t nq = 0;           ///< queries
+  std::size_t nk = 0;           ///< keys
+  std::size_t valid = 0;        ///< keys that write (< valid); the rest are padding
+  bool causal = false;          ///< out_t = S_t^T q_t (nq == nk), else every query reads S_nk
+};
+
+/// a · b over n floats, in eight independent partial sums (one chain of dependent adds is
+/// latency-bound: it cost as much as a chunk's products).
+float dot(const float* a, const float* b, std::size_t n);
+
+/// Floats of the chunk-start states forward() saves for one head: chunks x dk x dv.
+std::size_t checkpoint_floats(std::size_t nk, std::size_t dk, std::size_t dv);
+
+/// out [nq x dv] for one head; writes the chunk-start states into `checkpoints` when not null.
+void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* checkpoints);
+
+/// One head's gradients from d_out [nq x dv]: dq [nq x dk], dk [nk x dk], dv [nk x dv], and
+/// dg, dbeta [nk] when not null (their inputs must then be given). `checkpoints`: forward's,
+/// or nullptr (recomputed).
+void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
+              const float* checkpoints, float* dq, float* dk_out, float* dv_out, float* dg,
+              float* dbeta);
+
+/// One token of the recurrence on a state s [dk x dv]: decay by exp(g), then the write (beta
+/// nullptr: the sum rule), then out = S^T q when out is not null. `tmp` holds dv floats.
+void step(float* s, const float* q, const float* k, const float* v, float g, const float* beta,
+          std::size_t dk, std::size_t dv, float* out, float* tmp);
+
+}  // namespace scan
+
+/// What sets one client of the engine apart.
+struct ScanRule {
+  /// Where g comes from: nowhere (0), a fixed value per head, or the caller's per-token input.
+  enum class Decay { none, per_head, input };
+  bool delta = false;         ///< the delta rule (else the sum rule)
+  bool normalise = false;     ///< q, k -> x / sqrt(|x|^2 + 1e-6) before use (DeltaNet)
+  Decay decay = Decay::none;  ///< the decay hook
+  bool beta_input = false;    ///< the delta rule takes a per-token beta [B, H, N]
+  double beta = 1.0;          ///< the delta rule's strength when no beta is given
+};
+
+/// The delta rule's rule for variant `name` (delta; gated-delta when `gated`, with the g input):
+/// q and k normalised, beta per token or the constant `beta`. Throws Error naming `name` unless
+/// 0 <= beta <= 1.
+ScanRule delta_rule(const std::string& name, double beta, bool gated);
+
+class ScanState;
+
+/// An Attention that is a client of the scan engine: prepares q (softmax scale, optional
+/// normalisation), k, g and beta per its ScanRule, and runs the engine forward and backward.
+/// Masks: causal (Nq == Nk), key padding, cross-attention non-causal, Dv != Dk; boolean masks
+/// are Unsupported. forward(q, k, v, mask) without token inputs runs with g = 0 (no decay) and
+/// beta = the spec's, so every caller of the plain interface gets a defined result.
+class ScanAttention : public Attention {
+ public:
+  Support support() const override;
+  /// The recurrence's FLOPs: per valid key the write (sum: 2·Dk·Dv; delta: 4·Dk·Dv), per query
+  /// the read (2·Dk·Dv); the chunked form's intra-chunk products are extra work, not counted.
+  double flops(const Dims& d, const Mask& mask) const override;
+
+  /// An empty recurrent state for token-by-token decoding; scale defaults to 1/sqrt(dk).
+  ScanState start(std::size_t batch, std::size_t heads, std::size_t dk, std::size_t dv,
+                  double scale = 0.0) const;
+
+  /// The rule it runs.
+  const ScanRule& rule() const { return rule_; }
+
+  /// The fixed log-decay of head h of `heads` (Decay::per_head clients override it).
+  virtual double head_log_decay(std::size_t h, std::size_t heads) const;
+
+ protected:
+  /// A client running `rule`.
+  explicit ScanAttention(const ScanRule& rule) : rule_(rule) {}
+
+  void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+               const Dims& d, Tensor& out) const final;
+  void compute_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                        const Dims& d, const Tensor& out, const Tensor& d_out,
+                        const RowLogSumExp* lse, Gradients& g) const final;
+  void compute_with(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                    const TokenInputs& in, const Dims& d, Tensor& out,
+                    Saved& saved) const final;
+  void compute_backward_with(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Mask& mask, const TokenInputs& in, const Dims& d,
+                             const Tensor& out, const Tensor& d_out, const Saved& saved,
+                             AllGradients& g) const final;
+  std::string why_unsupported(const std::string& feature) const override;
+
+ private:
+  void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                   const TokenInputs& in, const Dims& d, Tensor& out,
+                   std::vector<float>* checkpoints) const;
+
+  ScanRule rule_;
+};
+
+/// Token-by-token decoding with a ScanAttention's rule: the causal form as its recurrence,
+/// O(Dk·Dv) per head and token whatever the position.
+class ScanState {
+ public:
+  /// q, k [B, H, 1, Dk], v [B, H, 1, Dv] -> [B, H, 1, Dv]; `in` holds this token's g and beta
+  /// ([B, H, 1]) where the rule takes them. Throws Error when shapes do not match the state.
+  Tensor step(const Tensor& q, const Tensor& k, const Tensor& v, const TokenInputs& in = {});
+
+  /// Tokens consumed so far.
+  std::size_t position() const { return position_; }
+
+ private:
+  friend class ScanAttention;
+  ScanState(const ScanAttention& owner, std::size_t batch, std::size_t heads, std::size_t dk,
+            std::size_t dv, double scale);
+
+  ScanRule rule_;
+  std::string name_;
+  std::vector<double> head_g_;
+  std::size_t batch_, heads_, dk_, dv_, position_ = 0;
+  double scale_;
+  std::vector<float> memory_;  // per head: S [Dk x Dv]
+};
+
+}  // namespace attnlab
