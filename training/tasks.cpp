@@ -7,6 +7,7 @@
 
 #include "attnlab/error.hpp"
 #include "attnlab/factory.hpp"
+#include "attnlab/seed.hpp"
 
 namespace attnlab::training {
 namespace {
@@ -16,19 +17,13 @@ namespace {
 // algorithms differ between standard libraries).
 class Random {
  public:
-  explicit Random(std::uint64_t seed) : engine_(mix(seed)) {}
+  explicit Random(std::uint64_t seed) : engine_(stream_seed(seed)) {}
   /// Uniform in [0, k), k >= 1.
   std::size_t below(std::size_t k) { return static_cast<std::size_t>(unit() * double(k)); }
   /// Uniform in [0, 1).
   double unit() { return double(engine_() >> 11) * 0x1.0p-53; }
 
  private:
-  static std::uint64_t mix(std::uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-  }
   std::mt19937_64 engine_;
 };
 
