@@ -5,7 +5,7 @@ Usage: torch-mqar.py OUT.csv [--n 64] [--pairs 4] [--vocab 64] [--steps 16000] [
 Trains what `attnlab train --task mqar:pairs=P,vocab=V --spec full --n N` trains: a 2-layer pre-LN
 encoder (d_model 64, 4 heads, FFN 256, no dropout), token embedding (std d_model^-1/2) scaled by
 sqrt(d_model) plus sinusoidal positions, a Linear head at every position, AdamW (betas 0.9, 0.98,
-weight decay 0.01) with a 100-step linear warm-up, batch 32, on MQAR drawn as training/tasks.cpp
+weight decay 0.01) with a 100-step linear warm-up, batch 32, on MQAR drawn as training/tasks/mqar.cpp
 draws it (its own NumPy generator and seed: the batches differ, the distribution does not). Writes
 step, training loss and held-out accuracy (512 examples) every 250 steps to OUT.csv. It answers
 whether a long plateau at the chance of guessing among the context's values, then a sudden rise,

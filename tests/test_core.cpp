@@ -45,6 +45,17 @@ TEST_CASE("factory strings parse, and errors quote the token", "[core]") {
   require_error<Error>([] { Params("demo:a=1,a=2"); }, {"'a'", "twice"});
   require_error<Error>([] { Params(":a=1"); }, {"missing variant name"});
   require_error<Error>([] { Params p("demo:zz=1"); p.check_all_used(); }, {"zz=1", "unknown key"});
+  // The messages name what is parsed (SpecKind) and the keys the getters asked for, in order.
+  require_error<Error>([] { Params(":a=1", SpecKind{"widget", "gadget"}); },
+                       {"widget ':a=1'", "missing gadget name"});
+  require_error<Error>(
+      [] {
+        Params p("demo:b=1,zz=2", SpecKind{"widget", "gadget"});
+        p.integer("b", 0);
+        p.number("a", 0);
+        p.check_all_used();
+      },
+      {"widget 'demo:b=1,zz=2': unknown key 'zz' (known: b, a)"});
 }
 
 TEST_CASE("make_attention rejects unknown names and keys", "[core]") {
