@@ -13,6 +13,7 @@
 #include <xtensor-blas/xlinalg.hpp>
 
 #include "attnlab/factory.hpp"
+#include "attnlab/stats.hpp"
 #include "studies/analysis.hpp"
 #include "studies/common.hpp"
 #include "variants/linear.hpp"

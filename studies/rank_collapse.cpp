@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attnlab/stats.hpp"
 #include "models/transformer.hpp"
 #include "studies/analysis.hpp"
 #include "studies/common.hpp"

@@ -10,6 +10,7 @@
 
 #include "attnlab/factory.hpp"
 #include "attnlab/metrics.hpp"
+#include "attnlab/stats.hpp"
 #include "models/transformer.hpp"
 #include "studies/analysis.hpp"
 #include "studies/common.hpp"

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "attnlab/seed.hpp"
+#include "attnlab/stats.hpp"
 #include "helpers.hpp"
 
 using namespace attnlab;
@@ -92,6 +93,15 @@ TEST_CASE("the seeded generator is SplitMix64", "[core]") {
   // stream_seed folds the coordinates in turn (the value computed by hand in Python).
   CHECK(stream_seed(7, {3, 5}) == 0xf647de43e60ec467ull);
   CHECK(stream_seed(7) == splitmix64(7));
+}
+
+TEST_CASE("median and quantile: the usual definitions", "[core]") {
+  // An even count takes the mean of the middle two (the trainer once took the upper one).
+  CHECK(median({4, 1, 3, 2}) == 2.5);
+  CHECK(median({3, 1, 2}) == 2);
+  CHECK(quantile({1, 2, 3, 4, 5}, 0.25) == 2);  // numpy's linear interpolation
+  CHECK(quantile({1, 2}, 0.75) == 1.75);
+  require_error<Error>([] { median({}); }, {"median", "no samples"});
 }
 
 TEST_CASE("SpecWriter prints values that parse back exactly", "[core]") {

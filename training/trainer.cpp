@@ -12,6 +12,7 @@
 #include "attnlab/error.hpp"
 #include "attnlab/factory.hpp"
 #include "attnlab/seed.hpp"
+#include "attnlab/stats.hpp"
 #include "models/backward.hpp"
 
 namespace attnlab::training {
@@ -185,14 +186,10 @@ struct LinearGemms {
   }
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 }  // namespace
 
 StepSplit measure_split(const Trainer& trainer, std::size_t rounds) {
+  if (rounds == 0) return {};
   const TrainConfig& c = trainer.config();
   TaskModel model = trainer.model();
   TaskModel grad = zero_like(model);
