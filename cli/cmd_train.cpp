@@ -76,12 +76,6 @@ std::string csv_row(std::size_t step, const training::Score& s, double seconds) 
   return buf;
 }
 
-double load_average() {
-  double one = -1;
-  std::ifstream("/proc/loadavg") >> one;
-  return one;
-}
-
 // The progress line: redrawn in place on a terminal, plain lines (every ~5% and at each
 // evaluation) otherwise.
 class ProgressLine {
@@ -155,7 +149,7 @@ void run_train(TrainOptions& o) {
   cut_log(train_csv, "step,loss,accuracy,seconds", first);
   cut_log(eval_csv, "step,loss,accuracy,seconds", first);
 
-  const double load_before = load_average();
+  const double load_before = harness::load_average_1min();
   harness::heap::reset_peak();
   const std::int64_t live = harness::heap::live_bytes();
   if (!o.quiet)
@@ -204,7 +198,7 @@ void run_train(TrainOptions& o) {
   getrusage(RUSAGE_SELF, &usage);
   summary["max_rss_bytes"] = static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
   summary["loadavg_before"] = load_before;
-  summary["loadavg_after"] = load_average();
+  summary["loadavg_after"] = harness::load_average_1min();
   summary["resumed_at_step"] = first;
   if (o.profile > 0) {
     const training::StepSplit s = training::measure_split(trainer, o.profile);

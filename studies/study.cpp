@@ -15,13 +15,6 @@ namespace attnlab::studies {
 namespace fs = std::filesystem;
 namespace {
 
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
-
 std::string text_of(const nlohmann::json& meta, const char* key) {
   if (!meta.contains(key)) return "unknown";
   return meta[key].is_string() ? meta[key].get<std::string>() : meta[key].dump();
@@ -143,7 +136,7 @@ StudyResult run_study(const std::string& name, const StudyOptions& options) {
   meta["size"] = size_name(options.size);
   meta["seed"] = options.seed;
   meta["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  meta["load_after"] = load_average();
+  meta["load_after"] = harness::load_average();
 
   const fs::path dir(options.out_dir);
   harness::write_atomically((dir / "rows.csv").string(), out.rows.text());
