@@ -9,6 +9,7 @@
 
 #include "attnlab/error.hpp"
 #include "harness/meta.hpp"
+#include "harness/rows.hpp"
 #include "studies/common.hpp"
 
 namespace attnlab::studies {
@@ -80,22 +81,8 @@ void Csv::add(std::vector<std::string> cells) {
 }
 
 std::string Csv::text() const {
-  auto quoted = [](const std::string& c) {
-    if (c.find_first_of(",\"\n") == std::string::npos) return c;
-    std::string q = "\"";
-    for (char ch : c) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-    return q + "\"";
-  };
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string s;
-    for (std::size_t i = 0; i < cells.size(); ++i) {
-      if (i) s += ',';
-      s += quoted(cells[i]);
-    }
-    return s + "\n";
-  };
-  std::string text = line(columns);
-  for (const auto& r : rows) text += line(r);
+  std::string text = harness::csv_line(columns);  // the sweep's writer: one CSV dialect
+  for (const auto& r : rows) text += harness::csv_line(r);
   return text;
 }
 

@@ -61,7 +61,7 @@ struct Csv {
   /// Appends a record; throws Error when it does not have one cell per column.
   void add(std::vector<std::string> cells);
 
-  /// RFC-4180 text: cells with commas, quotes or newlines quoted.
+  /// RFC-4180 text (harness::csv_line): cells with commas, quotes or line breaks quoted.
   std::string text() const;
 };
 
