@@ -29,6 +29,7 @@
 #include "harness/heap.hpp"
 #include "harness/meta.hpp"
 #include "harness/progress.hpp"
+#include "training/tasks.hpp"
 #include "training/trainer.hpp"
 
 namespace attnlab::cli {
@@ -73,12 +74,6 @@ std::string csv_row(std::size_t step, const training::Score& s, double seconds) 
   char buf[128];
   std::snprintf(buf, sizeof buf, "%zu,%.6f,%.6f,%.4f", step, s.loss, s.accuracy(), seconds);
   return buf;
-}
-
-double load_average() {
-  double one = -1;
-  std::ifstream("/proc/loadavg") >> one;
-  return one;
 }
 
 // The progress line: redrawn in place on a terminal, plain lines (every ~5% and at each
@@ -154,7 +149,7 @@ void run_train(TrainOptions& o) {
   cut_log(train_csv, "step,loss,accuracy,seconds", first);
   cut_log(eval_csv, "step,loss,accuracy,seconds", first);
 
-  const double load_before = load_average();
+  const double load_before = harness::load_average_1min();
   harness::heap::reset_peak();
   const std::int64_t live = harness::heap::live_bytes();
   if (!o.quiet)
@@ -203,7 +198,7 @@ void run_train(TrainOptions& o) {
   getrusage(RUSAGE_SELF, &usage);
   summary["max_rss_bytes"] = static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
   summary["loadavg_before"] = load_before;
-  summary["loadavg_after"] = load_average();
+  summary["loadavg_after"] = harness::load_average_1min();
   summary["resumed_at_step"] = first;
   if (o.profile > 0) {
     const training::StepSplit s = training::measure_split(trainer, o.profile);
@@ -236,13 +231,12 @@ void add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   training::TrainConfig& c = o->config;
   CLI::App* cmd = app.add_subcommand(
-      "train", "Train a Transformer encoder with SPEC as its attention on a seeded task "
-               "(mqar, listops, copy); resumable");
-  cmd->footer(
-      "Tasks: mqar[:pairs=N/16,vocab=256], listops[:max_len=N,min_len=max_len/4,depth=10,args=10], "
-      "copy[:vocab=10] (docs/training.md).\nRerunning the same command with the same --out "
-      "resumes from its checkpoint.\nExample: attnlab train --task mqar --spec linear --n 256 "
-      "--steps 2000 --out runs/mqar-linear");
+      "train", "Train a Transformer encoder with SPEC as its attention on a seeded task (" +
+                   join_names(training::task_names()) + "); resumable");
+  cmd->footer("Tasks: " + training::task_usage() +
+              " (docs/training.md).\nRerunning the same command with the same --out resumes from "
+              "its checkpoint.\nExample: attnlab train --task mqar --spec linear --n 256 --steps "
+              "2000 --out runs/mqar-linear");
   cmd->add_option("--task", c.task, "Task factory string")->capture_default_str();
   cmd->add_option("--spec", c.spec, "Attention factory string, e.g. full or linear")->required();
   cmd->add_option("--n", c.n, "Sequence length")->capture_default_str();

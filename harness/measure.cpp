@@ -17,6 +17,7 @@
 #include "attnlab/metrics.hpp"
 #include "attnlab/npy.hpp"
 #include "attnlab/reference.hpp"
+#include "attnlab/stats.hpp"
 #include "harness/heap.hpp"
 #include "harness/peers.hpp"
 
@@ -122,13 +123,7 @@ double measure_sgemm_gflops() {
 
 TimeStats time_stats(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  auto quantile = [&](double q) {
-    const double pos = q * static_cast<double>(v.size() - 1);
-    const auto lo = static_cast<std::size_t>(std::floor(pos));
-    const std::size_t hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
-  };
-  return {quantile(0.5), v.front(), v.back(), quantile(0.75) - quantile(0.25)};
+  return {quantile(v, 0.5), v.front(), v.back(), quantile(v, 0.75) - quantile(v, 0.25)};
 }
 
 std::vector<std::size_t> error_rows(std::int64_t n, std::int64_t sample, std::int64_t seed) {

@@ -83,11 +83,21 @@ nlohmann::json run_context() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   j["hostname"] = host;
+  j["load_average"] = load_average();
+  return j;
+}
+
+std::string load_average() {
   std::ifstream load("/proc/loadavg");
   std::string l1, l5, l15;
   load >> l1 >> l5 >> l15;
-  j["load_average"] = l1 + " " + l5 + " " + l15;
-  return j;
+  return l1.append(" ").append(l5).append(" ").append(l15);  // in place: GCC 12 warns falsely on + chains
+}
+
+double load_average_1min() {
+  double one = -1;
+  std::istringstream(load_average()) >> one;
+  return one;
 }
 
 void write_atomically(const std::string& path, const std::string& text) {

@@ -29,4 +29,11 @@ void write_atomically(const std::string& path, const std::string& text);
 /// UTC ISO-8601, e.g. 2026-11-29T12:00:00Z.
 std::string utc_now();
 
+/// The 1, 5 and 15-minute load averages as /proc/loadavg words them ("0.52 0.58 0.59"): the one
+/// reader of the load, for meta.json, the studies and training's summary.json.
+std::string load_average();
+
+/// The 1-minute load average; -1 where /proc/loadavg cannot be read.
+double load_average_1min();
+
 }  // namespace attnlab::harness

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnlab/error.hpp"
+#include "attnlab/stats.hpp"
 #include "attnlab/npy.hpp"
 
 namespace attnlab::harness {
@@ -58,13 +59,6 @@ std::string last_line(const fs::path& file) {
   while (std::getline(in, line))
     if (!line.empty()) last = line;
   return last;
-}
-
-double quantile(std::vector<double> sorted, double p) {
-  const double pos = p * static_cast<double>(sorted.size() - 1);
-  const auto lo = static_cast<std::size_t>(pos);
-  const std::size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (pos - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
 }
 
 PeerResult skipped(std::string why) {

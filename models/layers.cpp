@@ -1,7 +1,6 @@
 #include "models/layers.hpp"
 
 #include <cblas.h>
-#include <sys/mman.h>
 
 #include <cstdint>
 
@@ -18,17 +17,6 @@ std::string shape_text(const Activations& x) {
   std::string s = "[";  // built in place: GCC 12 warns falsely on "literal" + std::string&&
   for (std::size_t a = 0; a < 3; ++a) s += (a ? ", " : "") + std::to_string(x.shape()[a]);
   return s + "]";
-}
-
-void prefer_huge_pages(void* data, std::size_t bytes) {
-#ifdef MADV_HUGEPAGE
-  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  const auto begin = (reinterpret_cast<std::uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
-  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(kHuge - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // a hint
-#else
-  (void)data, (void)bytes;
-#endif
 }
 
 void affine(const float* x, std::size_t rows, std::size_t in, std::size_t ldx, const float* w,

@@ -1,6 +1,7 @@
 // The small layers a Transformer is built from, each a class holding its learned tensors as named
 // public members (PyTorch's names and layouts, models/weights.hpp) with forward(),
-// initialize(seed, prefix) and parameters(prefix, out). Inference only: no dropout.
+// initialize(seed, prefix) and parameters(prefix, out). No dropout; each layer's backward pass is
+// in models/backward.hpp.
 // Matrix products go through OpenBLAS (cblas_sgemm); everything else is one pass over the data.
 #pragma once
 
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "attnlab/kernels.hpp"
 #include "models/weights.hpp"
 
 namespace attnlab::models {
@@ -15,10 +17,9 @@ namespace attnlab::models {
 /// Token ids [batch, seq].
 using Tokens = xt::xtensor<std::int64_t, 2>;
 
-/// Marks [data, data + bytes) for transparent huge pages (Linux madvise MADV_HUGEPAGE on the
-/// 2 MiB-aligned part; nothing elsewhere or below 2 MiB). Call it before the first write: on our
-/// VM the 4 KiB page faults of a fresh 64 MiB buffer cost 0.3 to 0.9 s, with huge pages 0.02 s.
-void prefer_huge_pages(void* data, std::size_t bytes);
+/// kernels::prefer_huge_pages (attnlab/kernels.hpp), the library's one huge-page hint, under the
+/// name the models have used.
+using kernels::prefer_huge_pages;
 
 /// An uninitialised container of `shape` (xtensor's from_shape) marked by prefer_huge_pages:
 /// how the layers allocate their activations.

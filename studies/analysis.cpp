@@ -45,10 +45,4 @@ HeadStats head_stats(const Tensor& p, std::size_t b, std::size_t h) {
   return s;
 }
 
-double median(std::vector<double> x) {
-  std::sort(x.begin(), x.end());
-  const std::size_t n = x.size();
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 }  // namespace attnlab::studies

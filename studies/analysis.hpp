@@ -27,7 +27,4 @@ struct HeadStats {
 /// throws Error when Nq != Nk.
 HeadStats head_stats(const Tensor& p, std::size_t b, std::size_t h);
 
-/// Median of `x` (not empty; the mean of the middle two for an even count).
-double median(std::vector<double> x);
-
 }  // namespace attnlab::studies

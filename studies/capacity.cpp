@@ -13,6 +13,7 @@
 #include <xtensor-blas/xlinalg.hpp>
 
 #include "attnlab/factory.hpp"
+#include "attnlab/stats.hpp"
 #include "studies/analysis.hpp"
 #include "studies/common.hpp"
 #include "variants/linear.hpp"
@@ -283,5 +284,9 @@ StudyOutput capacity_study(const StudyOptions& o, harness::PlotFiles& plots) {
   r.figures = {{"retrieval error against stored pairs", "plots/capacity.png"}};
   return {table(rows, z), raw_rows(rows), r};
 }
+
+namespace {
+const Registrar<StudyMaker> kRegistrar(study_registry(), "capacity", capacity_study, 30);
+}  // namespace
 
 }  // namespace attnlab::studies

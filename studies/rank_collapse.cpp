@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attnlab/stats.hpp"
 #include "models/transformer.hpp"
 #include "studies/analysis.hpp"
 #include "studies/common.hpp"
@@ -185,5 +186,9 @@ StudyOutput rank_collapse_study(const StudyOptions& o, harness::PlotFiles& plots
   r.figures = {{"rank-1 residual against depth", "plots/rank_collapse.png"}};
   return {table(rows, z.layers), raw_rows(rows), r};
 }
+
+namespace {
+const Registrar<StudyMaker> kRegistrar(study_registry(), "rank-collapse", rank_collapse_study, 20);
+}  // namespace
 
 }  // namespace attnlab::studies

@@ -9,33 +9,12 @@
 
 #include "attnlab/error.hpp"
 #include "harness/meta.hpp"
+#include "harness/rows.hpp"
 #include "studies/common.hpp"
 
 namespace attnlab::studies {
 namespace fs = std::filesystem;
 namespace {
-
-using StudyFunction = StudyOutput (*)(const StudyOptions&, harness::PlotFiles&);
-
-struct Entry {
-  const char* name;
-  StudyFunction run;
-};
-constexpr Entry kStudies[] = {
-    {"spectrum", spectrum_study},
-    {"rank-collapse", rank_collapse_study},
-    {"capacity", capacity_study},
-    {"symmetry", symmetry_study},
-    {"heads", heads_study},
-    {"swap", swap_study},
-};
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
 
 std::string text_of(const nlohmann::json& meta, const char* key) {
   if (!meta.contains(key)) return "unknown";
@@ -102,22 +81,8 @@ void Csv::add(std::vector<std::string> cells) {
 }
 
 std::string Csv::text() const {
-  auto quoted = [](const std::string& c) {
-    if (c.find_first_of(",\"\n") == std::string::npos) return c;
-    std::string q = "\"";
-    for (char ch : c) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-    return q + "\"";
-  };
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string s;
-    for (std::size_t i = 0; i < cells.size(); ++i) {
-      if (i) s += ',';
-      s += quoted(cells[i]);
-    }
-    return s + "\n";
-  };
-  std::string text = line(columns);
-  for (const auto& r : rows) text += line(r);
+  std::string text = harness::csv_line(columns);  // the sweep's writer: one CSV dialect
+  for (const auto& r : rows) text += harness::csv_line(r);
   return text;
 }
 
@@ -137,21 +102,15 @@ void progress(const StudyOptions& options, const std::string& study, const std::
 
 std::string plots_dir(const StudyOptions& o) { return (fs::path(o.out_dir) / "plots").string(); }
 
-std::vector<std::string> study_names() {
-  std::vector<std::string> names;
-  for (const Entry& e : kStudies) names.emplace_back(e.name);
-  return names;
+Registry<StudyMaker>& study_registry() {
+  static Registry<StudyMaker> registry("study");
+  return registry;
 }
 
+std::vector<std::string> study_names() { return study_registry().names(); }
+
 StudyResult run_study(const std::string& name, const StudyOptions& options) {
-  const Entry* entry = nullptr;
-  for (const Entry& e : kStudies)
-    if (name == e.name) entry = &e;
-  if (!entry) {
-    std::string known;
-    for (const auto& n : study_names()) known += (known.empty() ? "" : ", ") + n;
-    throw Error("unknown study '" + name + "' (studies: " + known + ")");
-  }
+  const StudyMaker run = study_registry().at(name, "study name");
   if (options.out_dir.empty()) throw Error("study " + name + ": no output folder given");
   fs::create_directories(options.out_dir);
 
@@ -159,12 +118,12 @@ StudyResult run_study(const std::string& name, const StudyOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   StudyResult result;
   result.name = name;
-  StudyOutput out = entry->run(options, result.plots);
+  StudyOutput out = run(options, result.plots);
   meta["study"] = name;
   meta["size"] = size_name(options.size);
   meta["seed"] = options.seed;
   meta["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  meta["load_after"] = load_average();
+  meta["load_after"] = harness::load_average();
 
   const fs::path dir(options.out_dir);
   harness::write_atomically((dir / "rows.csv").string(), out.rows.text());

@@ -61,7 +61,7 @@ struct Csv {
   /// Appends a record; throws Error when it does not have one cell per column.
   void add(std::vector<std::string> cells);
 
-  /// RFC-4180 text: cells with commas, quotes or newlines quoted.
+  /// RFC-4180 text (harness::csv_line): cells with commas, quotes or line breaks quoted.
   std::string text() const;
 };
 
@@ -74,7 +74,7 @@ struct StudyResult {
   harness::PlotFiles plots;          ///< under <out_dir>/plots/
 };
 
-/// The study names, in the order above.
+/// The registered study names, in the order above (each study's .cpp registers itself).
 std::vector<std::string> study_names();
 
 /// Runs one study (a study_names() entry; throws Error listing them otherwise) and writes its

@@ -10,6 +10,7 @@
 
 #include "attnlab/factory.hpp"
 #include "attnlab/metrics.hpp"
+#include "attnlab/stats.hpp"
 #include "models/transformer.hpp"
 #include "studies/analysis.hpp"
 #include "studies/common.hpp"
@@ -308,5 +309,9 @@ StudyOutput swap_study(const StudyOptions& o, harness::PlotFiles& plots) {
   r.extra = "## Error by layer\n\n" + layer_table(rows, z).markdown() + "\n" + split_section(rows, z);
   return {error_table(rows, z), raw_rows(rows), r};
 }
+
+namespace {
+const Registrar<StudyMaker> kRegistrar(study_registry(), "swap", swap_study, 60);
+}  // namespace
 
 }  // namespace attnlab::studies

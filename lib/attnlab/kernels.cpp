@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <new>
@@ -151,18 +152,26 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;  // x86-64's transparent huge page
 }  // namespace
 
-std::unique_ptr<float[], void (*)(void*)> scratch_floats(std::size_t n) {
-  constexpr std::size_t kHuge = std::size_t{2} << 20;
-  const std::size_t bytes = std::max<std::size_t>(n, 1) * sizeof(float);
-  const bool huge = bytes >= kHuge;
-  void* p = huge ? std::aligned_alloc(kHuge, (bytes + kHuge - 1) / kHuge * kHuge)
-                 : std::malloc(bytes);
-  if (!p) throw std::bad_alloc();
+void prefer_huge_pages(void* data, std::size_t bytes) {
 #ifdef MADV_HUGEPAGE
-  if (huge) madvise(p, (bytes + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);  // a hint only
+  const auto begin = (reinterpret_cast<std::uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(kHugePage - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // a hint
+#else
+  (void)data, (void)bytes;
 #endif
+}
+
+std::unique_ptr<float[], void (*)(void*)> scratch_floats(std::size_t n) {
+  const std::size_t bytes = std::max<std::size_t>(n, 1) * sizeof(float);
+  const bool huge = bytes >= kHugePage;
+  const std::size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = huge ? std::aligned_alloc(kHugePage, rounded) : std::malloc(bytes);
+  if (!p) throw std::bad_alloc();
+  if (huge) prefer_huge_pages(p, rounded);
   return {static_cast<float*>(p), std::free};
 }
 
