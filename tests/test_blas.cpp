@@ -88,6 +88,7 @@ TEST_CASE("info reports this process's OpenBLAS and who chose its core", "[blas]
   CHECK(i.config.find("OpenBLAS") != std::string::npos);
   CHECK(i.better == blas::fitting_core(i.corename, blas::cpu_flags()));
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  CHECK(i.coretype == (coretype ? coretype : ""));
   if (!coretype || !*coretype) {
     CHECK(i.source == blas::CoreSource::openblas);
     CHECK(i.detected == i.corename);
@@ -106,4 +107,31 @@ TEST_CASE("info reports this process's OpenBLAS and who chose its core", "[blas]
         (i.source == blas::CoreSource::user      ? "user"
          : i.source == blas::CoreSource::attnlab ? "attnlab"
                                                  : "openblas"));
+}
+
+TEST_CASE("describe says who chose the core, and the better one the CPU supports", "[blas]") {
+  blas::Info i;
+  i.config = "OpenBLAS 0.3.21 DYNAMIC_ARCH";
+  i.corename = "Cooperlake";
+  i.threads = 2;
+  i.source = blas::CoreSource::attnlab;
+  i.coretype = "Cooperlake";
+  i.detected = "Prescott";
+  CHECK(blas::describe(i) ==
+        "OpenBLAS 0.3.21 DYNAMIC_ARCH, core Cooperlake, 2 threads (OPENBLAS_CORETYPE=Cooperlake "
+        "set by attnlab: OpenBLAS detected Prescott)");
+  i = {};
+  i.config = "OpenBLAS";
+  i.corename = "Haswell";
+  i.threads = 1;
+  i.source = blas::CoreSource::user;
+  i.coretype = "Haswell";
+  i.better = "SkylakeX";
+  CHECK(blas::describe(i) == "OpenBLAS, core Haswell, 1 thread (OPENBLAS_CORETYPE=Haswell set by "
+                             "the user; this CPU supports SkylakeX)");
+  i.source = blas::CoreSource::openblas;
+  i.coretype = "";
+  i.corename = i.detected = "Prescott";
+  CHECK(blas::describe(i) == "OpenBLAS, core Prescott, 1 thread (detected by OpenBLAS, "
+                             "OPENBLAS_CORETYPE unset; this CPU supports SkylakeX)");
 }

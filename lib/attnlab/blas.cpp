@@ -115,6 +115,7 @@ Info info() {
   i.better = fitting_core(i.corename, cpu_flags());
   const char* coretype = env("OPENBLAS_CORETYPE");
   const char* detected = env(kDetectedVariable);
+  i.coretype = coretype ? coretype : "";
   if (!coretype) {
     i.source = CoreSource::openblas;
     i.detected = i.corename;
@@ -130,13 +131,13 @@ Info info() {
 std::string describe(const Info& i) {
   std::string text = i.config + ", core " + i.corename + ", " + std::to_string(i.threads) +
                      (i.threads == 1 ? " thread (" : " threads (");
-  const std::string coretype = env("OPENBLAS_CORETYPE") ? env("OPENBLAS_CORETYPE") : "";
   switch (i.source) {
     case CoreSource::attnlab:
-      text += "OPENBLAS_CORETYPE=" + coretype + " set by attnlab: OpenBLAS detected " + i.detected;
+      text += "OPENBLAS_CORETYPE=" + i.coretype + " set by attnlab: OpenBLAS detected " +
+              i.detected;
       break;
     case CoreSource::user:
-      text += "OPENBLAS_CORETYPE=" + coretype + " set by the user";
+      text += "OPENBLAS_CORETYPE=" + i.coretype + " set by the user";
       break;
     case CoreSource::openblas:
       text += "detected by OpenBLAS, OPENBLAS_CORETYPE unset";
