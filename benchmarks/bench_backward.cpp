@@ -100,4 +100,4 @@ BENCHMARK_CAPTURE(BM_variant_backward, linear_favor,
 BENCHMARK_CAPTURE(BM_variant_backward, linear_delta, std::string("linear:rule=delta"))
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
-BENCHMARK_MAIN();
+ATTNLAB_BENCHMARK_MAIN();

@@ -65,4 +65,4 @@ BENCHMARK(BM_bigbird)->Name("BM_bigbird_long")->Arg(65536)->Iterations(1)->Unit(
 // kernels for the CPU (child processes): the yardsticks for GFLOP/s ratios.
 const int kSgemm = bench::register_sgemm({{4096, 4096, 64}, {2048, 2048, 2048}});
 
-BENCHMARK_MAIN();
+ATTNLAB_BENCHMARK_MAIN();

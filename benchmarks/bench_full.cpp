@@ -83,4 +83,4 @@ BENCHMARK(BM_full)
 // sgemm at the attention's own shape (N x N x 64 scores) and square, the BLAS best case.
 const int kSgemm = bench::register_sgemm({{4096, 4096, 64}, {2048, 2048, 2048}});
 
-BENCHMARK_MAIN();
+ATTNLAB_BENCHMARK_MAIN();

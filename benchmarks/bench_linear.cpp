@@ -235,4 +235,4 @@ BENCHMARK(attnlab::bench::BM_sgemm)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-BENCHMARK_MAIN();
+ATTNLAB_BENCHMARK_MAIN();

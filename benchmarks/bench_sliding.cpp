@@ -73,4 +73,4 @@ BENCHMARK(BM_sliding)
 // the CPU (child processes): the yardsticks.
 const int kSgemm = bench::register_sgemm({{4096, 4096, 64}, {2048, 2048, 2048}});
 
-BENCHMARK_MAIN();
+ATTNLAB_BENCHMARK_MAIN();

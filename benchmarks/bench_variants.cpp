@@ -103,6 +103,7 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  blas::use_fitting_core(argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   register_all();
@@ -110,6 +111,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("openblas_config", openblas_get_config());
   benchmark::AddCustomContext("openblas_corename", openblas_get_corename());
   benchmark::AddCustomContext("openblas_coretype_env", coretype ? coretype : "unset");
+  benchmark::AddCustomContext("blas", blas::describe(blas::info()));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

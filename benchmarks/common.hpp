@@ -24,10 +24,25 @@
 #include <cblas.h>
 
 #include "attnlab/attnlab.hpp"
+#include "attnlab/blas.hpp"
 #include "attnlab/kernels.hpp"
 
 extern "C" char* openblas_get_corename(void);
 extern char** environ;
+
+/// BENCHMARK_MAIN with OpenBLAS's best kernels for this CPU (blas::use_fitting_core: a re-execution
+/// with OPENBLAS_CORETYPE set when it is unset and OpenBLAS chose a weaker core), named in the JSON.
+#define ATTNLAB_BENCHMARK_MAIN()                                                              \
+  int main(int argc, char** argv) {                                                           \
+    attnlab::blas::use_fitting_core(argv);                                                    \
+    benchmark::AddCustomContext("blas", attnlab::blas::describe(attnlab::blas::info()));      \
+    benchmark::Initialize(&argc, argv);                                                       \
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;                         \
+    benchmark::RunSpecifiedBenchmarks();                                                      \
+    benchmark::Shutdown();                                                                    \
+    return 0;                                                                                 \
+  }                                                                                           \
+  int main(int, char**)
 
 namespace attnlab::bench {
 
@@ -76,10 +91,12 @@ inline void BM_sgemm(benchmark::State& state) {
                  openblas_get_corename());
 }
 
-/// The OPENBLAS_CORETYPE of OpenBLAS's fastest sgemm kernels for this CPU's family: SkylakeX
-/// (AVX-512) where the CPU has AVX-512, else Haswell (AVX2 + FMA; also what its Zen type uses).
-inline const char* family_coretype() {
-  return __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell";
+/// The OPENBLAS_CORETYPE of OpenBLAS's fastest sgemm kernels for this CPU's family: what
+/// blas::fitting_core raises the weakest core to (Cooperlake or SkylakeX with AVX-512, Haswell
+/// with AVX2 + FMA, ...), Prescott on a CPU with none of these.
+inline std::string family_coretype() {
+  const std::string best = blas::fitting_core("Prescott", blas::cpu_flags());
+  return best.empty() ? "Prescott" : best;
 }
 
 /// Runs sgemm_probe (beside this binary) with OPENBLAS_CORETYPE = coretype, or without it when

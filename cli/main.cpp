@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "attnlab/attnlab.hpp"
+#include "attnlab/blas.hpp"
 #include "attnlab/kernels.hpp"
 
 #ifndef ATTNLAB_VERSION
@@ -74,6 +75,7 @@ std::string command_list(const CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  attnlab::blas::use_fitting_core(argv);  // may re-execute us once, with OPENBLAS_CORETYPE set
   CLI::App app("attnlab " ATTNLAB_VERSION ": efficient attention variants behind one interface.\n"
                "Variants (factory names): " + variant_list() + "\n"
                "ATTNLAB_ISA=scalar|avx2|avx512 forces a kernel path (default: the fastest).",
@@ -86,8 +88,9 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {  // a bad ATTNLAB_ISA
     return fail(e.what());
   }
-  app.set_version_flag("--version",
-                       std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: " + kernels + ")");
+  app.set_version_flag("--version", std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: " +
+                                        kernels + ")\nBLAS: " +
+                                        attnlab::blas::describe(attnlab::blas::info()));
   app.require_subcommand(1);
   for (AddCommand add : kCommands) add(app);
   // CLI11 would answer a mistyped command with "a subcommand is required": name it instead.

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <cerrno>
@@ -15,14 +14,10 @@
 #include <sstream>
 #include <thread>
 
+#include "attnlab/blas.hpp"
 #include "attnlab/error.hpp"
 #include "attnlab/kernels.hpp"
 #include "harness/build_info.hpp"
-
-extern "C" {
-char* openblas_get_config(void);
-char* openblas_get_corename(void);
-}
 
 namespace attnlab::harness {
 namespace {
@@ -32,22 +27,6 @@ std::string read_text(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-// "model name" and "flags" of the first processor in /proc/cpuinfo.
-std::pair<std::string, std::string> cpu_info() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, model, flags;
-  while (std::getline(in, line) && (model.empty() || flags.empty())) {
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string key = line.substr(0, colon);
-    key.erase(key.find_last_not_of(" \t") + 1);
-    const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
-    if (key == "model name" && model.empty()) model = value;
-    if (key == "flags" && flags.empty()) flags = value;
-  }
-  return {model, flags};
 }
 
 }  // namespace
@@ -70,10 +49,15 @@ nlohmann::json run_context() {
   j["compiler"] = build_info::compiler();
   j["compiler_flags"] = build_info::flags();
   j["build_type"] = build_info::build_type();
-  const auto [model, flags] = cpu_info();
-  j["cpu_model"] = model;
-  j["cpu_flags"] = flags;
-  j["blas"] = {{"config", openblas_get_config()}, {"corename", openblas_get_corename()}};
+  j["cpu_model"] = blas::cpu_model();
+  j["cpu_flags"] = blas::cpu_flags();
+  const blas::Info blas = blas::info();
+  j["blas"] = {{"config", blas.config},
+               {"corename", blas.corename},
+               {"threads", blas.threads},
+               {"core_source", blas::source_name(blas.source)},  // openblas, user or attnlab
+               {"detected", blas.detected},
+               {"better_core", blas.better}};
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   j["OPENBLAS_CORETYPE"] = coretype ? nlohmann::json(coretype) : nlohmann::json(nullptr);
   j["kernels"] = kernels::isa_name(kernels::active_isa());  // the path that ran (ATTNLAB_ISA)

@@ -88,16 +88,36 @@ std::string meta_text(const nlohmann::json& meta, const char* key) {
   return meta[key].is_string() ? meta[key].get<std::string>() : meta[key].dump();
 }
 
-// "AMD EPYC, 2 threads, OPENBLAS_CORETYPE=Haswell, load 0.52 0.61 0.70, 2026-12-01T03:00:00Z"
+// "OpenBLAS core SkylakeX (set by attnlab: OpenBLAS detected Prescott)", from meta.json's "blas"
+// (older runs without its core_source: "OPENBLAS_CORETYPE=Haswell").
+std::string blas_text(const nlohmann::json& meta) {
+  if (!meta.is_object()) return "BLAS core unknown (no meta.json)";
+  const std::string coretype = meta_text(meta, "OPENBLAS_CORETYPE");
+  const nlohmann::json blas = meta.contains("blas") ? meta["blas"] : nlohmann::json();
+  if (!blas.is_object() || !blas.contains("core_source"))
+    return "OPENBLAS_CORETYPE=" + (coretype.empty() ? std::string("unset") : coretype);
+  const std::string source = meta_text(blas, "core_source");
+  std::string text = "OpenBLAS core " + meta_text(blas, "corename") + " (";
+  if (source == "attnlab")
+    text += "set by attnlab: OpenBLAS detected " + meta_text(blas, "detected");
+  else if (source == "user")
+    text += "OPENBLAS_CORETYPE=" + coretype + " set by the user";
+  else
+    text += "detected by OpenBLAS";
+  const std::string better = meta_text(blas, "better_core");
+  if (!better.empty()) text += "; the CPU supports " + better;
+  return text + ")";
+}
+
+// "AMD EPYC, 2 threads, OpenBLAS core Haswell (OPENBLAS_CORETYPE=Haswell set by the user),
+// load 0.52 0.61 0.70, 2026-12-01T03:00:00Z"
 std::string machine_text(const nlohmann::json& meta) {
   if (!meta.is_object()) return "context unknown (no meta.json)";
   std::string threads = "?";
   if (meta.contains("threads") && meta["threads"].contains("omp_max_threads"))
     threads = meta["threads"]["omp_max_threads"].dump();
-  const std::string coretype = meta_text(meta, "OPENBLAS_CORETYPE");
-  return meta_text(meta, "cpu_model") + ", " + threads + " threads, OPENBLAS_CORETYPE=" +
-         (coretype.empty() ? "unset" : coretype) + ", load " + meta_text(meta, "load_average") +
-         ", " + meta_text(meta, "date");
+  return meta_text(meta, "cpu_model") + ", " + threads + " threads, " + blas_text(meta) +
+         ", load " + meta_text(meta, "load_average") + ", " + meta_text(meta, "date");
 }
 
 // The rows of `rows` with this spec, length and (when given) shape.
@@ -196,8 +216,8 @@ std::string yardstick_text(const SummaryRun& run) {
     if (r.variant == "full" && r.ok() && r.gflops && (!best || *r.gflops > *best->gflops)) best = &r;
   }
   if (!sgemm) return "";
-  std::string out = fmt::format("\nYardstick: OpenBLAS sgemm 1024^3 at {:.1f} GFLOP/s in this run",
-                                *sgemm);
+  std::string out = fmt::format("\nYardstick: OpenBLAS sgemm 1024^3 at {:.1f} GFLOP/s in this run, {}",
+                                *sgemm, blas_text(run.meta));
   if (best)
     out += fmt::format(";\n  exact full at best {:.1f} GFLOP/s ({:.2f} of it), at N={}, causal {}",
                        *best->gflops, *best->gflops / *sgemm, best->n, best->causal);

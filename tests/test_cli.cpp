@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "attnlab/blas.hpp"
 #include "attnlab/kernels.hpp"
 #include "attnlab/npy.hpp"
 #include "helpers.hpp"
@@ -80,7 +81,9 @@ TEST_CASE("--help and --version behave as users expect", "[cli]") {
   r = attnlab_cli(dir, "--version");
   CHECK(r.code == 0);
   const std::string path = kernels::isa_name(kernels::active_isa());  // same environment
-  CHECK(r.out == std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: " + path + ")\n");
+  // Same environment, so the same OpenBLAS core and threads as this test process.
+  CHECK(r.out == std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: " + path + ")\nBLAS: " +
+                     blas::describe(blas::info()) + "\n");
 
   require_failure(dir, "", {"subcommand is required", "--help"});
   require_failure(dir, "frobnicate", {"unknown command 'frobnicate'", "run"});
@@ -91,7 +94,7 @@ TEST_CASE("--version names the kernel path; ATTNLAB_ISA forces one or fails in o
   setenv("ATTNLAB_ISA", "scalar", 1);
   CliResult r = attnlab_cli(dir, "--version");
   CHECK(r.code == 0);
-  CHECK(r.out == std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: scalar)\n");
+  CHECK(r.out.rfind(std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: scalar)\nBLAS: ", 0) == 0);
   setenv("ATTNLAB_ISA", "avx1024", 1);
   r = attnlab_cli(dir, "--version");
   unsetenv("ATTNLAB_ISA");

@@ -149,3 +149,26 @@ TEST_CASE("an empty run says so instead of printing empty tables", "[summary]") 
   CHECK(text.find("context unknown") != std::string::npos);
   CHECK(text.find("Speed-up") == std::string::npos);
 }
+
+TEST_CASE("the context line names the OpenBLAS core and who chose it", "[summary]") {
+  nlohmann::json meta = {{"cpu_model", "AMD EPYC"},
+                         {"threads", {{"omp_max_threads", 2}}},
+                         {"OPENBLAS_CORETYPE", "Cooperlake"},
+                         {"load_average", "0.5 0.5 0.5"},
+                         {"date", "2026-12-01T22:00:00Z"},
+                         {"blas", {{"corename", "Cooperlake"}, {"core_source", "attnlab"},
+                                   {"detected", "Prescott"}, {"better_core", ""}}}};
+  CHECK(sweep_summary({"runs/x", {}, meta}).find(
+            "measured on AMD EPYC, 2 threads, OpenBLAS core Cooperlake (set by attnlab: OpenBLAS "
+            "detected Prescott), load 0.5 0.5 0.5, 2026-12-01T22:00:00Z\n") != std::string::npos);
+  meta["blas"] = {{"corename", "Haswell"}, {"core_source", "user"}, {"detected", ""},
+                  {"better_core", "Cooperlake"}};
+  meta["OPENBLAS_CORETYPE"] = "Haswell";
+  CHECK(sweep_summary({"runs/x", {}, meta}).find(
+            "OpenBLAS core Haswell (OPENBLAS_CORETYPE=Haswell set by the user; the CPU supports "
+            "Cooperlake)") != std::string::npos);
+  // A meta.json from before blas.core_source: the variable as it was.
+  meta["blas"] = {{"corename", "Haswell"}};
+  CHECK(sweep_summary({"runs/x", {}, meta}).find("2 threads, OPENBLAS_CORETYPE=Haswell, load") !=
+        std::string::npos);
+}

@@ -16,5 +16,8 @@ namespace attnlab {}
 /// Building blocks of models (multi-head attention, Transformer layers) over any attention spec.
 namespace attnlab::models {}
 
+/// What BLAS runs (OpenBLAS's core, threads) and the OpenBLAS core that fits this CPU.
+namespace attnlab::blas {}
+
 /// The hot loops shared by the variants (tiles, online softmax), one build per instruction set.
 namespace attnlab::kernels {}

@@ -1,0 +1,152 @@
+#!/usr/bin/python3
+"""A training step of attnlab against the same model, optimizer and batch in PyTorch, in one run.
+
+Usage: benchmarks/training_speed.py ATTNLAB OUT_DIR [--rounds 3] [--steps 3] [--threads 2]
+                                     [--big-rounds 1] [--big-steps 1]
+
+For each model (2 layers d_model 64, 4 heads, FFN 256; 4 layers d_model 256, 4 heads, FFN 1024) at
+N = 256 and 1024, batch 32, on MQAR (pairs N/16, vocab 256), `rounds` times in turn (the largest,
+4 layers at N = 1024, `big-rounds` times of `big-steps` steps: a minute or more per step here):
+- attnlab: `ATTNLAB train --spec full ... --steps 1 --profile STEPS` in a process of its own; its
+  summary.json gives the median of STEPS whole steps (forward, loss, backward, Adam) and their
+  split into attention, GEMMs and the rest (training::measure_split);
+- PyTorch: scripts/torch-mqar.py's model (pre-LN nn.TransformerEncoder, a Linear head at every
+  position, AdamW betas 0.9, 0.98, weight decay 0.01), one warm-up step, then the median of STEPS
+  steps (forward, cross-entropy, zero_grad, backward, AdamW).
+Both run with `threads` threads (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, torch.set_num_threads) on
+the OpenBLAS this process's environment gives (PyTorch's libblas is OpenBLAS here; both cores are
+recorded), the batch drawn outside the timed part. Writes OUT_DIR/rows.csv (one row per round and
+side) and OUT_DIR/context.json; benchmarks/render_training_speed.py renders README.md from them.
+"""
+import argparse
+import csv
+import ctypes
+import importlib.util
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+MODELS = [  # (layers, d_model, heads, ffn)
+    (2, 64, 4, 256),
+    (4, 256, 4, 1024),
+]
+LENGTHS = [256, 1024]
+BATCH, VOCAB = 32, 256
+
+
+def torch_mqar():
+    spec = importlib.util.spec_from_file_location("torch_mqar", ROOT / "scripts" / "torch-mqar.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def loadavg():
+    return open("/proc/loadavg").read().split()[:3]
+
+
+def attnlab_round(attnlab, layers, d, heads, ffn, n, steps, env):
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([attnlab, "train", "--task", "mqar", "--spec", "full", "--n", str(n),
+                        "--layers", str(layers), "--d-model", str(d), "--heads", str(heads),
+                        "--ffn", str(ffn), "--batch", str(BATCH), "--steps", "1",
+                        "--eval-size", "32", "--eval-every", "1000", "--profile", str(steps),
+                        "--out", out, "--quiet"], check=True, env=env, stdout=subprocess.DEVNULL)
+        summary = json.loads((pathlib.Path(out) / "summary.json").read_text())
+    s = summary["split"]
+    return {"step_s": s["step_seconds"], "attention_s": s["attention_seconds"],
+            "gemm_s": s["gemm_seconds"], "rest_s": s["rest_seconds"]}, summary
+
+
+class TorchStep:
+    """scripts/torch-mqar.py's model and optimizer at one size; step() is one timed step."""
+
+    def __init__(self, mqar, layers, d, heads, ffn, n):
+        torch.manual_seed(1)
+        self.model = mqar.Encoder(n, VOCAB, d, heads, ffn, layers)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-3, betas=(0.9, 0.98),
+                                     weight_decay=0.01)
+        self.x, self.y = mqar.mqar_batch(np.random.default_rng(1), BATCH, n, n // 16, VOCAB)
+
+    def step(self):
+        start = time.perf_counter()
+        loss = nn.functional.cross_entropy(self.model(self.x).reshape(-1, VOCAB),
+                                           self.y.reshape(-1))
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        return time.perf_counter() - start
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("attnlab")
+    p.add_argument("out")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--big-rounds", type=int, default=1)
+    p.add_argument("--big-steps", type=int, default=1)
+    a = p.parse_args()
+    out = pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
+    torch.set_num_threads(a.threads)
+    openblas = ctypes.CDLL("libopenblas.so.0")  # the one PyTorch's libblas.so.3 resolves to here
+    openblas.openblas_get_corename.restype = ctypes.c_char_p
+    mqar = torch_mqar()
+    context = {
+        "git_commit": subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+                                     capture_output=True, text=True).stdout.strip(),
+        "cpu": platform.processor() or open("/proc/cpuinfo").read().split("model name")[1]
+        .split("\n")[0].strip(" :\t"),
+        "threads": a.threads, "rounds": a.rounds, "steps": a.steps,
+        "big_rounds": a.big_rounds, "big_steps": a.big_steps,
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+        "torch": torch.__version__,
+        "torch_openblas_core": openblas.openblas_get_corename().decode(),
+        "torch_threads": torch.get_num_threads(),
+        "load_before": loadavg(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    rows = []
+    for layers, d, heads, ffn in MODELS:
+        for n in LENGTHS:
+            big = (layers, d, n) == (MODELS[-1][0], MODELS[-1][1], LENGTHS[-1])
+            rounds, steps = (a.big_rounds, a.big_steps) if big else (a.rounds, a.steps)
+            torch_side = TorchStep(mqar, layers, d, heads, ffn, n)
+            torch_side.step()  # warm-up: allocations, Adam's state
+            for r in range(rounds):
+                times, summary = attnlab_round(a.attnlab, layers, d, heads, ffn, n, steps, env)
+                context["attnlab_blas"] = summary["blas"]
+                context["attnlab_kernels"] = summary["kernels"]
+                base = {"layers": layers, "d_model": d, "heads": heads, "ffn": ffn, "n": n,
+                        "batch": BATCH, "round": r, "load": loadavg()[0]}
+                rows.append(dict(base, side="attnlab", **times))
+                step = float(np.median([torch_side.step() for _ in range(steps)]))
+                rows.append(dict(base, side="torch", step_s=step, attention_s="", gemm_s="",
+                                 rest_s=""))
+                print(f"L={layers} d={d} N={n} round {r}: attnlab {times['step_s']:.4f} s, "
+                      f"torch {step:.4f} s", flush=True)
+                write(out, rows, dict(context, load_after=loadavg()))  # what is done survives
+
+
+def write(out, rows, context):
+    with open(out / "rows.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    (out / "context.json").write_text(json.dumps(context, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
