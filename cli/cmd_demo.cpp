@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "attnlab/attnlab.hpp"
+#include "cli/options.hpp"
 
 namespace attnlab::cli {
 namespace {
@@ -80,12 +81,12 @@ void add_demo_command(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
   CLI::App* cmd = app.add_subcommand(
       "demo", "Every variant's default spec on one random problem: time and error vs exact");
-  cmd->add_option("--n", o->n, "Sequence length")->capture_default_str();
-  cmd->add_option("--heads", o->heads, "Heads")->capture_default_str();
-  cmd->add_option("--dim", o->dim, "Head dimension")->capture_default_str();
-  cmd->add_option("--rows", o->rows, "Query rows checked against the fp64 reference")->capture_default_str();
+  cmd->add_option("--n", o->n, "Sequence length")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--heads", o->heads, "Heads")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--dim", o->dim, "Head dimension")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--rows", o->rows, "Query rows checked against the fp64 reference")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--causal", o->causal, "none, top-left or bottom-right")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Input seed")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Input seed")->check(kNotNegative)->capture_default_str();
   cmd->callback([o] { demo(*o); });
 }
 

@@ -19,6 +19,7 @@
 #include "attnlab/attnlab.hpp"
 #include "harness/heap.hpp"
 #include "models/transformer.hpp"
+#include "cli/options.hpp"
 
 namespace attnlab::cli {
 namespace {
@@ -72,6 +73,18 @@ void run_model(ModelOptions& o) {
   if (o.n == 0 || o.batch == 0) throw Error("model: --n and --batch must be at least 1");
   models::apply_switches(o.config.layer, o.switches);
   o.config.layer.spec = o.spec;
+  o.config.validate();
+  // Refused before anything is allocated or written: two models' weights (SPEC's and full's),
+  // the reference's output of every layer, one layer's working activations and the tokens.
+  const double token_count = double(o.batch) * double(o.n), d = double(o.config.layer.d_model);
+  models::require_memory(
+      4 * (2 * o.config.parameter_count() +
+           token_count * (double(o.config.layers) * d + 6 * d + double(o.config.layer.ffn))) +
+          8 * token_count,
+      "model: --n " + std::to_string(o.n) + " with --batch " + std::to_string(o.batch) +
+          ", --layers " + std::to_string(o.config.layers) + ", --d-model " +
+          std::to_string(o.config.layer.d_model) + " and --ffn " +
+          std::to_string(o.config.layer.ffn));
   models::EncoderModel model(o.config);
   std::string origin = "seeded weights (seed " + std::to_string(o.config.seed) + ")";
   if (!o.weights.empty()) {
@@ -122,16 +135,16 @@ void add_model_command(CLI::App& app) {
       "(embedding.weight, encoder.layers.0.self_attn.in_proj_weight, ...; see --save-weights).\n"
       "Example: attnlab model --spec sliding:left=64,right=64 --n 1024 --layers 2");
   cmd->add_option("--spec", o->spec, "Attention factory string, e.g. linear or bigbird")->required();
-  cmd->add_option("--layers", o->config.layers, "Encoder layers")->capture_default_str();
-  cmd->add_option("--d-model", o->config.layer.d_model, "Model width")->capture_default_str();
+  cmd->add_option("--layers", o->config.layers, "Encoder layers")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--d-model", o->config.layer.d_model, "Model width")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--heads", o->config.layer.heads, "Attention heads (must divide d_model)")
-      ->capture_default_str();
-  cmd->add_option("--ffn", o->config.layer.ffn, "FFN hidden size")->capture_default_str();
-  cmd->add_option("--n", o->n, "Sequence length")->capture_default_str();
-  cmd->add_option("--batch", o->batch, "Batch size")->capture_default_str();
-  cmd->add_option("--vocab", o->config.vocab, "Vocabulary (token ids 0..vocab-1)")->capture_default_str();
+      ->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--ffn", o->config.layer.ffn, "FFN hidden size")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--n", o->n, "Sequence length")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--batch", o->batch, "Batch size")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--vocab", o->config.vocab, "Vocabulary (token ids 0..vocab-1)")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--switches", o->switches, "pre-ln,no-skip,no-ffn,no-norm,tied-qk (any subset)");
-  cmd->add_option("--seed", o->config.seed, "Weights seed (tokens use seed + 1)")->capture_default_str();
+  cmd->add_option("--seed", o->config.seed, "Weights seed (tokens use seed + 1)")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--weights", o->weights, "Load the weights from this folder of .npy files");
   cmd->add_option("--save-weights", o->save_weights, "Write the model's weights to this folder");
   cmd->callback([o] { run_model(*o); });

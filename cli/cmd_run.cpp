@@ -78,18 +78,19 @@ void run(RunOptions& o) {
   mask.scale = o.scale;
 
   for (const RunHook& hook : o.hooks) hook(attention);
-  Tensor out;
+  // Every allocation from here to the written file (the [B,H,N,D] copies, the forward, the
+  // output's copy and its bytes) is covered: an out-of-memory names the spec and the shapes.
   try {
-    out = attention->forward(to_bhnd(q, o.q), to_bhnd(k, o.k), to_bhnd(v, o.v), mask);
+    const Tensor out = attention->forward(to_bhnd(q, o.q), to_bhnd(k, o.k), to_bhnd(v, o.v), mask);
+    const auto result = from_bhnd(out, q.dimension());
+    save_npy(o.out, result);
+    std::printf("%s -> %s, shape %s\n", attention->spec().c_str(), o.out.c_str(),
+                shape_of(result).c_str());
   } catch (const std::bad_alloc&) {
     throw Error("out of memory running " + attention->spec() + " on q " + shape_of(q) +
                 ", k " + shape_of(k) + ", v " + shape_of(v) +
                 ": smaller inputs or parameters (k, m, block...) need less");
   }
-  const auto result = from_bhnd(out, q.dimension());
-  save_npy(o.out, result);
-  std::printf("%s -> %s, shape %s\n", attention->spec().c_str(), o.out.c_str(),
-              shape_of(result).c_str());
 }
 
 }  // namespace

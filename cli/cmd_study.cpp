@@ -9,6 +9,7 @@
 
 #include "attnlab/factory.hpp"
 #include "studies/study.hpp"
+#include "cli/options.hpp"
 
 namespace attnlab::cli {
 namespace {
@@ -45,7 +46,7 @@ void add_study_command(CLI::App& app) {
   cmd->add_option("--out", c->out, "Output folder (default runs/studies/NAME)");
   cmd->add_option("--size", c->size, "tiny (seconds, for tests) or documented")
       ->capture_default_str();
-  cmd->add_option("--seed", c->options.seed, "Seed of every random draw")->capture_default_str();
+  cmd->add_option("--seed", c->options.seed, "Seed of every random draw")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--gnuplot", c->options.gnuplot, "gnuplot program")->capture_default_str();
   cmd->callback([c] { run(*c); });
 }

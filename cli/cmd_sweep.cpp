@@ -135,7 +135,7 @@ void sweep(const SweepFlags& f) {
     s = run_sweep(config, options);
   } catch (const std::exception& e) {
     if (f.mpi && mpi::size() > 1) {  // the other ranks may wait for this one: end them all
-      std::fprintf(stderr, "attnlab: error: rank %d: %s\n", mpi::rank(), e.what());
+      std::fprintf(stderr, "attnlab: error: rank %d: %s\n", mpi::rank(), user_message(e).c_str());
       mpi::abort(2);
     }
     if (f.mpi) mpi::finalize();

@@ -31,6 +31,7 @@
 #include "harness/progress.hpp"
 #include "training/tasks.hpp"
 #include "training/trainer.hpp"
+#include "cli/options.hpp"
 
 namespace attnlab::cli {
 namespace {
@@ -45,12 +46,16 @@ struct TrainOptions {
   bool quiet = false;
 };
 
+const std::string kLogHeader = "step,loss,accuracy,seconds";
+
 // Keeps the rows of a CSV log whose step (first column) is at most `step`: what a resumed run
-// has done. A row cut short by a kill (fewer columns than the header) goes too; a missing file
-// starts with its header.
-void cut_log(const std::string& path, const std::string& header, std::size_t step) {
-  const auto columns = std::count(header.begin(), header.end(), ',');
-  std::string kept = header + "\n", line;
+// has done. A row cut short by a kill (fewer columns than the header) goes too. A missing log
+// stays missing: append() starts it with its first row, so that a run failing before its first
+// step leaves no header-only file.
+void cut_log(const std::string& path, std::size_t step) {
+  if (!fs::exists(path)) return;
+  const auto columns = std::count(kLogHeader.begin(), kLogHeader.end(), ',');
+  std::string kept = kLogHeader + "\n", line;
   std::ifstream in(path);
   std::getline(in, line);  // the header
   while (std::getline(in, line)) {
@@ -65,8 +70,9 @@ void cut_log(const std::string& path, const std::string& header, std::size_t ste
 }
 
 void append(const std::string& path, const std::string& row) {
+  const bool start = !fs::exists(path) || fs::is_empty(path);
   std::ofstream out(path, std::ios::app);
-  out << row << "\n";
+  out << (start ? kLogHeader + "\n" : "") << row << "\n";
   if (!out.flush()) throw Error(path + ": cannot append to it");
 }
 
@@ -132,13 +138,28 @@ void keep_freed_memory() {
 #endif
 }
 
+void train_into(const TrainOptions& o, training::Trainer& trainer);
+
 void run_train(TrainOptions& o) {
   if (o.eval_every == 0 || o.checkpoint_every == 0)
     throw Error("train: --eval-every and --checkpoint-every must be at least 1");
   keep_freed_memory();
   training::Trainer trainer(o.config);
   const std::string checkpoint = o.out + "/checkpoint";
+  const bool fresh_out = !fs::exists(o.out);
   fs::create_directories(o.out);
+  try {
+    train_into(o, trainer);
+  } catch (...) {
+    std::error_code ec;
+    if (fresh_out && fs::is_empty(o.out, ec)) fs::remove(o.out, ec);  // a failed start: no trace
+    throw;
+  }
+}
+
+// The loop, the logs and the summary of run_train, in the folder o.out that exists.
+void train_into(const TrainOptions& o, training::Trainer& trainer) {
+  const std::string checkpoint = o.out + "/checkpoint";
   std::size_t first = 0;
   if (training::Trainer::has_checkpoint(checkpoint)) {
     trainer.load(checkpoint);
@@ -146,8 +167,8 @@ void run_train(TrainOptions& o) {
     if (!o.quiet) std::fprintf(stderr, "resuming from %s at step %zu\n", checkpoint.c_str(), first);
   }
   const std::string train_csv = o.out + "/train.csv", eval_csv = o.out + "/eval.csv";
-  cut_log(train_csv, "step,loss,accuracy,seconds", first);
-  cut_log(eval_csv, "step,loss,accuracy,seconds", first);
+  cut_log(train_csv, first);
+  cut_log(eval_csv, first);
 
   const double load_before = harness::load_average_1min();
   harness::heap::reset_peak();
@@ -239,11 +260,11 @@ void add_train_command(CLI::App& app) {
               "2000 --out runs/mqar-linear");
   cmd->add_option("--task", c.task, "Task factory string")->capture_default_str();
   cmd->add_option("--spec", c.spec, "Attention factory string, e.g. full or linear")->required();
-  cmd->add_option("--n", c.n, "Sequence length")->capture_default_str();
-  cmd->add_option("--layers", c.layers, "Encoder layers")->capture_default_str();
-  cmd->add_option("--d-model", c.d_model, "Model width")->capture_default_str();
-  cmd->add_option("--heads", c.heads, "Attention heads (must divide d_model)")->capture_default_str();
-  cmd->add_option("--ffn", c.ffn, "FFN hidden size")->capture_default_str();
+  cmd->add_option("--n", c.n, "Sequence length")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--layers", c.layers, "Encoder layers")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--d-model", c.d_model, "Model width")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--heads", c.heads, "Attention heads (must divide d_model)")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--ffn", c.ffn, "FFN hidden size")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--switches", c.switches,
                   "pre-ln,no-skip,no-ffn,no-norm,tied-qk,no-final-norm (any subset)")
       ->capture_default_str();
@@ -255,21 +276,21 @@ void add_train_command(CLI::App& app) {
                   "the seeded ones");
   cmd->add_option("--dump-batches", c.dump_batches,
                   "Write each step's batch to this folder as step-T.{tokens,targets,lengths}.npy");
-  cmd->add_option("--batch", c.batch, "Examples per step")->capture_default_str();
-  cmd->add_option("--steps", o->steps, "Train until this step")->capture_default_str();
-  cmd->add_option("--seed", c.seed, "Weights and data seed")->capture_default_str();
+  cmd->add_option("--batch", c.batch, "Examples per step")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--steps", o->steps, "Train until this step")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--seed", c.seed, "Weights and data seed")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--lr", c.adam.lr, "Adam's peak learning rate")->capture_default_str();
-  cmd->add_option("--warmup", c.adam.warmup, "Learning-rate warm-up steps")->capture_default_str();
+  cmd->add_option("--warmup", c.adam.warmup, "Learning-rate warm-up steps")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--weight-decay", c.adam.weight_decay, "Decoupled weight decay")
       ->capture_default_str();
-  cmd->add_option("--eval-size", c.eval_size, "Held-out examples")->capture_default_str();
+  cmd->add_option("--eval-size", c.eval_size, "Held-out examples")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--eval-every", o->eval_every, "Score the held-out set every this many steps")
-      ->capture_default_str();
+      ->check(kNotNegative)->capture_default_str();
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "Checkpoint every this many steps")
-      ->capture_default_str();
+      ->check(kNotNegative)->capture_default_str();
   cmd->add_option("--profile", o->profile,
                   "After training, measure ROUNDS steps split into attention, GEMMs and the rest")
-      ->capture_default_str();
+      ->check(kNotNegative)->capture_default_str();
   cmd->add_option("--out", o->out, "Output folder (logs, checkpoint, summary.json)")
       ->capture_default_str();
   cmd->add_flag("--quiet", o->quiet, "No progress on stderr");

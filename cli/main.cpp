@@ -3,7 +3,8 @@
 // below (with its declaration) and one line in cli/meson.build.
 //
 // The one error policy: bad input of any kind (attnlab::Error, a command-line mistake, any other
-// std::exception) prints ONE line "attnlab: error: ..." on stderr and exits 2; success exits 0.
+// std::exception, worded by attnlab::user_message so that no std:: text reaches the user) prints
+// ONE line "attnlab: error: ..." on stderr and exits 2; success exits 0.
 #include <csignal>
 #include <cstdio>
 #include <exception>
@@ -86,7 +87,7 @@ int main(int argc, char** argv) {
   try {
     kernels = attnlab::kernels::isa_name(attnlab::kernels::active_isa());
   } catch (const std::exception& e) {  // a bad ATTNLAB_ISA
-    return fail(e.what());
+    return fail(attnlab::user_message(e));
   }
   app.set_version_flag("--version", std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: " +
                                         kernels + ")\nBLAS: " +
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return fail(std::string(e.what()) + " (see attnlab --help)");
   } catch (const std::exception& e) {
-    return fail(e.what());
+    return fail(attnlab::user_message(e));
   }
   return 0;
 }

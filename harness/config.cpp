@@ -80,7 +80,8 @@ std::vector<T> list_of(const toml::node& v, const std::string& origin, const std
   return out;
 }
 
-// n = [256, 1024] or n = 4096 or n = "256..65536" (powers of two from 256 to 65536).
+// n = [256, 1024] or n = 4096 or n = "256..65536" (the powers of two from 256 to 65536; both
+// ends must be powers of two).
 std::vector<std::int64_t> int_list(const toml::node& v, const std::string& origin,
                                    const std::string& key) {
   if (auto s = v.value_exact<std::string>()) {
@@ -246,7 +247,11 @@ std::vector<std::int64_t> parse_int_list(const std::string& flag, const std::str
     }
     const std::int64_t lo = parse(token.substr(0, dots)), hi = parse(token.substr(dots + 2));
     if (hi < lo) throw Error(flag + ": range '" + token + "' is empty");
-    for (std::int64_t v = lo;; v *= 2) {  // powers of two times lo, never past INT64_MAX
+    for (const std::int64_t end : {lo, hi})  // 100..400 would silently mean 100, 200, 400
+      if ((end & (end - 1)) != 0)
+        throw Error(flag + ": range '" + token + "': A..B means the powers of two from A to B, "
+                    "and " + std::to_string(end) + " is not one (write a list, e.g. 100,200,400)");
+    for (std::int64_t v = lo;; v *= 2) {  // never past INT64_MAX
       out.push_back(v);
       if (v > hi / 2) break;
     }

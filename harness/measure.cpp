@@ -86,7 +86,7 @@ Tensor64 parallel_reference(const QKV& t, const Mask& mask, const std::vector<st
       std::copy_n(part.data(), nrows * dv, &ref(b, h, 0, 0));
     } catch (const std::exception& e) {
 #pragma omp critical
-      failure = e.what();
+      failure = user_message(e);
     }
   }
   if (!failure.empty()) throw Error(failure);
@@ -308,9 +308,9 @@ Row PointRunner::run(const Point& p) {
   } catch (const Unsupported& e) {
     return status_row(p, "unsupported", e.what(), shard_);
   } catch (const std::bad_alloc&) {
-    return status_row(p, "oom", "out of memory (std::bad_alloc)", shard_);
+    return status_row(p, "oom", "out of memory: an allocation failed", shard_);
   } catch (const std::exception& e) {
-    return status_row(p, "error", e.what(), shard_);
+    return status_row(p, "error", user_message(e), shard_);
   }
 }
 

@@ -2,7 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+
+#include "harness/meta.hpp"
 
 namespace attnlab::harness {
 namespace fs = std::filesystem;
@@ -61,7 +62,7 @@ void Plotter::plot(const std::string& name, const std::vector<Series>& series,
 }
 
 void Plotter::raw(const std::string& name, const std::string& data, const std::string& body) {
-  std::ofstream(dir_ / (name + ".dat")) << data;
+  write_atomically((dir_ / (name + ".dat")).string(), data);  // each throws Error saying why
   write_script(name, body);
   output_.data_files.push_back((dir_ / (name + ".dat")).string());
   output_.data_files.push_back((dir_ / (name + ".gp")).string());
@@ -69,20 +70,30 @@ void Plotter::raw(const std::string& name, const std::string& data, const std::s
 }
 
 void Plotter::write_script(const std::string& name, const std::string& body) {
-  std::ofstream(dir_ / (name + ".gp")) << "# Restyle freely and rerun: gnuplot " << name
-                                        << ".gp (data in " << name << ".dat)\nset terminal "
-                                        << terminal_ << "\nset output '" << name << ".png'\n"
-                                        << body;
+  // `output` may be set from outside (gnuplot -e): render() draws into a temporary name.
+  write_atomically((dir_ / (name + ".gp")).string(),
+                   "# Restyle freely and rerun: gnuplot " + name + ".gp (data in " + name +
+                       ".dat)\nset terminal " + terminal_ + "\nif (!exists(\"output\")) output = '" +
+                       name + ".png'\nset output output\n" + body);
 }
 
 void Plotter::render(const std::string& name) {
+  // gnuplot draws into NAME.png.tmp, renamed over NAME.png only when it succeeded: a full disk
+  // or a crash leaves no truncated PNG.
+  const fs::path png = dir_ / (name + ".png"), tmp = dir_ / (name + ".png.tmp");
   const std::string cmd = "cd " + shell_quote(dir_.string()) + " && " + shell_quote(gnuplot_) +
-                          " " + shell_quote(name + ".gp") + " >" + shell_quote(name + ".log") +
-                          " 2>&1";
-  if (std::system(cmd.c_str()) == 0 && fs::exists(dir_ / (name + ".png")))
-    output_.pngs.push_back((dir_ / (name + ".png")).string());
-  else
-    output_.plot_note = "gnuplot failed on " + name + ".gp (see " + name + ".log beside it)";
+                          " -e " + shell_quote("output='" + name + ".png.tmp'") + " " +
+                          shell_quote(name + ".gp") + " >" + shell_quote(name + ".log") + " 2>&1";
+  std::error_code ec;
+  if (std::system(cmd.c_str()) == 0 && fs::file_size(tmp, ec) > 0 && !ec) {
+    fs::rename(tmp, png, ec);
+    if (!ec) {
+      output_.pngs.push_back(png.string());
+      return;
+    }
+  }
+  fs::remove(tmp, ec);
+  output_.plot_note = "gnuplot failed on " + name + ".gp (see " + name + ".log beside it)";
 }
 
 }  // namespace attnlab::harness

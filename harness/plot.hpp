@@ -1,6 +1,8 @@
 // gnuplot plots for reports and studies: each plot is NAME.dat (the data, one block per series)
 // and NAME.gp (the script, to restyle and rerun by hand) in a folder, and NAME.png when gnuplot
 // runs. Without gnuplot the .dat and .gp files are still written and a note says why no PNG.
+// Every file is written under a temporary name and renamed when complete (gnuplot draws into
+// NAME.png.tmp), so a failure leaves no truncated file; a failed .dat or .gp write throws Error.
 #pragma once
 
 #include <filesystem>

@@ -153,7 +153,18 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
     for (const Row& r : rows->rows()) runner.remember(r);
   Progress progress(todo.size(), root ? options.progress : nullptr);
   std::unique_ptr<PointGuard> guard;  // rank 0 keeps <dir>/running
-  if (root) guard = std::make_unique<PointGuard>(summary.dir);
+  // Until its first row is stored, a failure (a full disk writing `running`) undoes the start.
+  const auto undo_before_first_row = [&] {
+    if (!root || summary.ran > 0) return;
+    guard.reset();
+    undo_start();
+  };
+  try {
+    if (root) guard = std::make_unique<PointGuard>(summary.dir);
+  } catch (...) {
+    undo_before_first_row();
+    throw;
+  }
 
   auto store = [&](const Row& r) {  // rank 0 only
     rows->append(r);
@@ -179,32 +190,37 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
     }
   };
 
-  for (const Point* p : mine) {
-    progress.start(label(*p));
-    const auto t0 = std::chrono::steady_clock::now();
-    Row r;
-    const int faults = root ? guard->faults(p->key) : 0;
-    if (faults >= 2) {
-      r = status_row(*p, "error",
-                     "this point killed the process twice (last: " + guard->cause() +
-                         "); not tried again (attnlab sweep --retry-errors tries it again)",
-                     shard);
-    } else {
-      if (root) guard->begin(p->key);
-      if (options.on_point) options.on_point(*p);
-      r = runner.run(*p);
+  try {
+    for (const Point* p : mine) {
+      progress.start(label(*p));
+      const auto t0 = std::chrono::steady_clock::now();
+      Row r;
+      const int faults = root ? guard->faults(p->key) : 0;
+      if (faults >= 2) {
+        r = status_row(*p, "error",
+                       "this point killed the process twice (last: " + guard->cause() +
+                           "); not tried again (attnlab sweep --retry-errors tries it again)",
+                       shard);
+      } else {
+        if (root) guard->begin(p->key);
+        if (options.on_point) options.on_point(*p);
+        r = runner.run(*p);
+      }
+      runner.remember(r);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (root) {
+        store(r);
+        guard->end();
+        progress.done(label(*p), r[Col::status], seconds);
+        if (use_mpi) drain(false);
+      } else {
+        mpi::send_row(csv_line(r));
+      }
     }
-    runner.remember(r);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (root) {
-      store(r);
-      guard->end();
-      progress.done(label(*p), r[Col::status], seconds);
-      if (use_mpi) drain(false);
-    } else {
-      mpi::send_row(csv_line(r));
-    }
+  } catch (...) {
+    undo_before_first_row();
+    throw;
   }
   if (use_mpi) {
     if (root) {

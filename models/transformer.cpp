@@ -1,6 +1,11 @@
 #include "models/transformer.hpp"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include "attnlab/error.hpp"
@@ -271,15 +276,58 @@ void ModelConfig::validate() const {
   layer.validate();
   if (layers == 0) throw Error("model: layers=0, expected at least 1");
   if (vocab == 0) throw Error("model: vocab=0, expected at least 1");
+  require_memory(4 * parameter_count(),
+                 "model: the weights of layers=" + std::to_string(layers) + ", d_model=" +
+                     std::to_string(layer.d_model) + ", ffn=" + std::to_string(layer.ffn) +
+                     ", vocab=" + std::to_string(vocab));
+}
+
+double ModelConfig::parameter_count() const {
+  const double d = double(layer.d_model), ffn = layer.feed_forward ? double(layer.ffn) : 0;
+  const double attention = (layer.tied_qk ? 2 : 3) * d * d + 3 * d + d * d + d;
+  const double feed_forward = layer.feed_forward ? 2 * d * ffn + ffn + d : 0;
+  const double norms = layer.layer_norm ? 2 * 2 * d : 0;
+  const double final_norm = layer.layer_norm && layer.pre_ln ? 2 * d : 0;
+  return double(vocab) * d + double(layers) * (attention + feed_forward + norms) + final_norm;
+}
+
+double memory_limit_bytes() {
+  double limit = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  rlimit as{};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+    limit = std::min(limit, double(as.rlim_cur));
+  return limit;
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && bytes >= 1024) bytes /= 1024, ++u;
+  char text[64];
+  std::snprintf(text, sizeof text, bytes < 1e4 ? "%.1f %s" : "%.2g %s", bytes, units[u]);
+  return text;
+}
+
+void require_memory(double bytes, const std::string& what) {
+  const double limit = memory_limit_bytes();
+  if (bytes > limit)
+    throw Error(what + " need at least " + format_bytes(bytes) + ", more than the " +
+                format_bytes(limit) + " this process may use (physical memory or ulimit -v)");
 }
 
 EncoderModel::EncoderModel(const ModelConfig& config) : EncoderModel(config, true) {}
 
+namespace {
+const ModelConfig& validated(const ModelConfig& config) {
+  config.validate();  // before any member allocates what the sizes ask for
+  return config;
+}
+}  // namespace
+
 EncoderModel::EncoderModel(const ModelConfig& config, bool initialise)
-    : embedding(config.vocab, config.layer.d_model),
+    : embedding(validated(config).vocab, config.layer.d_model),
       encoder(config.layer, config.layers),
       config_(config) {
-  config.validate();
   if (!initialise) return;
   embedding.initialize(config.seed, "embedding.");
   encoder.initialize(config.seed, "encoder.");

@@ -204,9 +204,26 @@ struct ModelConfig {
   std::size_t vocab = 256;   ///< token ids 0 .. vocab - 1
   std::uint64_t seed = 1;    ///< initialisation
 
-  /// Throws Error naming the first bad field.
+  /// Throws Error naming the first bad field, or the sizes when the weights alone would not fit
+  /// in memory (require_memory).
   void validate() const;
+
+  /// The parameters (weights and biases) of an EncoderModel of this config; a double, so that
+  /// no product of absurd sizes overflows.
+  double parameter_count() const;
 };
+
+/// The bytes this process may allocate: the machine's physical memory, or the address-space
+/// limit (ulimit -v) when that is lower.
+double memory_limit_bytes();
+
+/// Throws Error "<what> need(s) at least <bytes>, more than the <limit> this process may use"
+/// when `bytes` exceeds memory_limit_bytes(): a size that cannot fit is refused before anything
+/// is allocated, instead of failing with bad_alloc (or a wrapped-around length) half-way.
+void require_memory(double bytes, const std::string& what);
+
+/// bytes as "12.3 MiB", "4.5 GiB", "1.2e+03 TiB": the unit that keeps the number short.
+std::string format_bytes(double bytes);
 
 /// Tokens -> embedding · sqrt(d_model) + sinusoidal positions -> Encoder. Parameters
 /// "embedding.weight" and "encoder.*".

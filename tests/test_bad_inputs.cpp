@@ -20,6 +20,8 @@
 #include "harness/config.hpp"
 #include "harness/rows.hpp"
 #include "helpers.hpp"
+#include "models/transformer.hpp"
+#include "training/trainer.hpp"
 #include "variants/linear.hpp"
 
 using namespace attnlab;
@@ -142,6 +144,8 @@ std::vector<ApiCase> api_cases() {
       {"linear feature", [] { spec("linear:feature=softmax"); }, {"feature=softmax", "elu1|relu|favor|dpfp"}},
       {"linear rule", [] { spec("linear:rule=hebb"); }, {"rule=hebb", "sum|delta"}},
       {"linear m 0", [] { spec("linear:feature=favor,m=0"); }, {"m=0", "at least 1"}},
+      {"linear m < 0 said once", [] { spec("linear:m=-1"); }, {"'linear:m=-1': m=-1: favor needs"}},
+      {"linear m < 0, constructor", [] { LinearConfig c; c.m = -1; LinearAttention a(c); }, {"linear: m=-1: favor needs"}},
       {"linear nu 0", [] { spec("linear:feature=dpfp,nu=0"); }, {"nu=0", "nu >= 1"}},
       {"linear beta 0", [] { spec("linear:rule=delta,beta=0"); }, {"beta=0", "0 < beta <= 1"}},
       {"linear beta > 1", [] { spec("linear:beta=1.5"); }, {"beta=1.5", "0 < beta <= 1"}},
@@ -163,6 +167,8 @@ std::vector<ApiCase> api_cases() {
       {"config n < 0", [] { harness::parse_config("variants = [\"full\"]\nn = -4\n", "x.toml"); }, {"x.toml:2", "n", "-4", "positive"}},
       {"config dim 0", [] { harness::parse_config("variants = [\"full\"]\nn = 64\ndim = [0]\n", "x.toml"); }, {"x.toml:3", "dim", "positive"}},
       {"config empty range", [] { harness::parse_config("variants = [\"full\"]\nn = \"512..64\"\n", "x.toml"); }, {"x.toml:2", "range '512..64' is empty"}},
+      {"config range ends not powers of two", [] { harness::parse_config("variants = [\"full\"]\nn = \"100..400\"\n", "x.toml"); }, {"x.toml:2", "range '100..400'", "powers of two", "100 is not one"}},
+      {"config range end not a power of two", [] { harness::parse_config("variants = [\"full\"]\nn = \"64..100\"\n", "x.toml"); }, {"x.toml:2", "100 is not one"}},
       {"config bad variant", [] { harness::parse_config("variants = [\"bigbird:block=0\"]\nn = 64\n", "x.toml"); }, {"x.toml:1", "block=0"}},
       {"config bad input", [] { harness::parse_config("variants = [\"full\"]\nn = 64\ninput = \"uniform\"\n", "x.toml"); }, {"x.toml:3", "uniform", "unknown distribution"}},
       {"config bad causal", [] { harness::parse_config("variants = [\"full\"]\nn = 64\ncausal = [\"none\", 3]\n", "x.toml"); }, {"x.toml:3", "causal", "string"}},
@@ -185,6 +191,16 @@ std::vector<ApiCase> api_cases() {
       {"npy missing", [] { load_npy_float("/nonexistent/q.npy"); }, {"/nonexistent/q.npy: no such file"}},
       {"npy rank 1 via to_bhnd", [] { to_bhnd(xt::xarray<float>::from_shape({4}), "q.npy"); }, {"q.npy: rank 1"}},
       {"from_bhnd drops a big axis", [] { from_bhnd(t(2, 1, 4, 4), 2); }, {"axis 0 is not 1"}},
+      // models and training: sizes that cannot fit are refused before anything is allocated
+      {"model layers 2^64-1", [] { models::ModelConfig c; c.layers = std::size_t(-1); models::EncoderModel m(c); }, {"layers=18446744073709551615", "need at least", "this process may use"}},
+      {"model d_model huge", [] { models::ModelConfig c; c.layer.d_model = c.layer.heads = 1000000000; c.validate(); }, {"d_model=1000000000", "need at least"}},
+      {"train n huge", [] { training::TrainConfig c; c.task = "copy"; c.n = 100000000; training::Trainer t(c); }, {"n=100000000", "need at least", "TiB"}},
+      {"train batch huge", [] { training::TrainConfig c; c.batch = std::size_t(1) << 40; c.validate(); }, {"batch=1099511627776", "need at least"}},
+      // what a user is told about an exception that is not ours: no std:: text
+      {"user_message bad_alloc", [] { throw Error(user_message(std::bad_alloc())); }, {"out of memory"}},
+      {"user_message length_error", [] { throw Error(user_message(std::length_error("cannot create std::vector larger than max_size()"))); }, {"out of memory"}},
+      {"user_message filesystem", [] { throw Error(user_message(fs::filesystem_error("x", "a/b", std::make_error_code(std::errc::permission_denied)))); }, {"a/b: Permission denied"}},
+      {"user_message other", [] { throw Error(user_message(std::runtime_error("std::foo failed"))); }, {"unexpected error", "foo failed"}},
   };
 }
 
@@ -352,6 +368,7 @@ std::vector<CliCase> cli_cases() {
       // sweep: flags
       {"sweep --n 0", {}, kSweepBase + " --dim 4 --n 0", {"--n: '0' is not a positive integer"}},
       {"sweep --n text", {}, kSweepBase + " --dim 4 --n 16,abc", {"--n: 'abc'"}},
+      {"sweep --n range not powers of two", {}, kSweepBase + " --dim 4 --n 100..400", {"--n: range '100..400'", "powers of two"}},
       {"sweep --dim -4", {}, kSweepBase + " --n 16 --dim=-4", {"--dim: '-4' is not a positive integer"}},
       {"sweep --reps 0", {}, kSweep + " --reps 0", {"--reps", "0"}},
       {"sweep --warmup -1", {}, kSweep + " --warmup -1", {"--warmup", "-1"}},
@@ -386,6 +403,27 @@ std::vector<CliCase> cli_cases() {
       {"mask bad spec", {}, "mask --spec bigbird:block=0 --n 64 --out m.png", {"block=0"}},
       {"mask folder missing", {}, "mask --spec bigbird --n 64 --out nope/m.png", {"nope/m.png", "No such file or directory"}},
       {"mask read-only folder", {}, "mask --spec bigbird --n 64 --out m.svg", {"m.svg", "Permission denied"}, kNobody},
+      // train, model, demo, study: a negative count is refused, not wrapped around to 2^64 - k; a
+      // size that cannot fit is refused before any file is written (no t/ folder, no train.csv)
+      {"train --n -5", {}, "train --task copy --spec linear --n -5 --steps 3 --out t", {"--n: '-5' is negative", ">= 0"}},
+      {"train --n=-5", {}, "train --task copy --spec linear --n=-5 --steps 3 --out t", {"--n: '-5' is negative"}},
+      {"train --batch -1", {}, "train --task copy --spec linear --batch -1 --steps 3 --out t", {"--batch: '-1' is negative"}},
+      {"train --steps -1", {}, "train --task copy --spec linear --steps -1 --out t", {"--steps: '-1' is negative"}},
+      {"train --layers -1", {}, "train --task copy --spec linear --layers -1 --out t", {"--layers: '-1' is negative"}},
+      {"train --eval-every -1", {}, "train --task copy --spec linear --eval-every -1 --out t", {"--eval-every: '-1' is negative"}},
+      {"train --seed -1", {}, "train --task copy --spec linear --seed -1 --out t", {"--seed: '-1' is negative"}},
+      {"train truncated state.txt", [](const TempDir& d) { fs::create_directories(d.file("t/checkpoint")); std::ofstream(d.file("t/checkpoint/state.txt")) << "step 3\nseconds 0.5\n"; }, "train --task copy --spec linear --n 16 --steps 6 --out t", {"t/checkpoint/state.txt is truncated or corrupt", "ends before the config line 'task copy"}},
+      {"train fails at its first step", {}, "train --task copy --spec linformer:k=4,max_len=8 --n 16 --steps 3 --out t", {"max_len"}},
+      {"train --n too big", {}, "train --task copy --spec linear --n 100000000 --steps 3 --out t", {"n=100000000", "need at least", "TiB", "this process may use"}},
+      {"train --d-model too big", {}, "train --task copy --spec linear --d-model 1000000000 --heads 1 --steps 3 --out t", {"d_model=1000000000", "need at least"}},
+      {"train --layers too big", {}, "train --task copy --spec linear --layers 100000000000 --steps 3 --out t", {"layers=100000000000", "need at least"}},
+      {"train --batch too big", {}, "train --task copy --spec linear --batch 10000000 --steps 3 --out t", {"batch=10000000", "need at least"}},
+      {"model --n -1", {}, "model --spec full --n -1", {"--n: '-1' is negative"}},
+      {"model --heads -1", {}, "model --spec full --heads -1", {"--heads: '-1' is negative"}},
+      {"model --n too big", {}, "model --spec full --n 100000000 --save-weights w", {"--n 100000000", "need at least", "TiB"}},
+      {"model --d-model too big", {}, "model --spec full --d-model 100000000 --heads 1 --save-weights w", {"d_model=100000000", "need at least"}},
+      {"demo --rows -3", {}, "demo --rows -3", {"--rows: '-3' is negative"}},
+      {"study --seed -1", {}, "study rank --size tiny --seed -1 --out s", {"--seed: '-1' is negative"}},
       // merge
       {"merge input missing", {}, "merge out nope", {"nope/rows.csv does not exist"}},
       {"merge foreign rows.csv", [](const TempDir& d) { fs::create_directory(d.file("a")); std::ofstream(d.file("a/rows.csv")) << "a,b\n"; }, "merge out a", {"a/rows.csv:1", "not the rows.csv schema"}},
@@ -422,9 +460,42 @@ TEST_CASE("every bad command line, file and folder: exit 2, one line, nothing wr
     CHECK(r.err.rfind("attnlab: error: ", 0) == 0);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     for (const auto& part : c.fragments) CHECK(r.err.find(part) != std::string::npos);
+    CHECK(r.err.find("std::") == std::string::npos);  // our words, never the library's
     CHECK(snapshot(dir) == before);
   }
 }
+
+#if !defined(__SANITIZE_ADDRESS__)  // ASan reserves terabytes of shadow memory: no ulimit -v
+TEST_CASE("attnlab run out of memory after the forward names the spec and the shapes", "[cli]") {
+  TempDir dir("oom-run");
+  save3(dir, "q.npy", t(1, 2, 16, 8));
+  save3(dir, "k.npy", t(1, 2, 16, 8));
+  save3(dir, "v.npy", t(1, 2, 16, 8));
+  // The address space a tiny run needs (libraries, thread stacks, BLAS buffers), by bisection.
+  const auto runs_within = [&](std::size_t kib) {
+    return attnlab_cli(dir, kRun, "ulimit -v " + std::to_string(kib) + ";").code == 0;
+  };
+  std::size_t lo = 16 << 10, hi = 16 << 20;  // KiB: 16 MiB fails, 16 GiB runs
+  REQUIRE(runs_within(hi));
+  while (hi - lo > (8 << 10)) {
+    const std::size_t mid = (lo + hi) / 2;
+    (runs_within(mid) ? hi : lo) = mid;
+  }
+  fs::remove(dir.file("o.npy"));
+  // q [4096, 1], k [1, 1], v [1, 16384]: tiny inputs, a 256 MiB output. Room for the forward's
+  // output but not for its copy into the .npy array: the allocation after the forward fails.
+  save_npy(dir.file("q.npy"), from_bhnd(t(1, 1, 4096, 1), 2));
+  save_npy(dir.file("k.npy"), from_bhnd(t(1, 1, 1, 1), 2));
+  save_npy(dir.file("v.npy"), from_bhnd(t(1, 1, 1, 16384), 2));
+  const std::size_t limit = hi + (384 << 10);
+  const CliResult r = attnlab_cli(dir, kRun, "ulimit -v " + std::to_string(limit) + ";");
+  INFO("baseline " << hi << " KiB, limit " << limit << " KiB, exit " << r.code << ": " << r.err);
+  CHECK(r.code == 2);
+  CHECK(r.err.find("attnlab: error: out of memory running full") == 0);
+  CHECK(r.err.find("q (4096, 1), k (1, 1), v (1, 16384)") != std::string::npos);
+  CHECK(!fs::exists(dir.file("o.npy")));
+}
+#endif
 
 TEST_CASE("a rows.csv with a torn last line is repaired on resume, with a note", "[cli]") {
   TempDir dir("torn");

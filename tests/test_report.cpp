@@ -1,5 +1,9 @@
 // attnlab report: tables and plots rendered from a FIXED rows file (tests/data/report_rows.csv),
 // whose numbers are chosen so every expected ratio is exact in decimal (e.g. 0.01 s / 0.005 s).
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +13,7 @@
 
 #include "attnlab/error.hpp"
 #include "harness/anchors.hpp"
+#include "harness/plot.hpp"
 #include "harness/report.hpp"
 
 using namespace attnlab;
@@ -154,6 +159,55 @@ TEST_CASE("Pareto frontier on a hand-made set", "[report]") {
   CHECK(pareto_frontier(points) == std::vector<std::size_t>{0, 1, 5});
   CHECK(pareto_frontier({}).empty());
   CHECK(pareto_frontier({{3, 0.2}}) == std::vector<std::size_t>{0});
+}
+
+TEST_CASE("plots are written atomically: no truncated .dat, .gp or PNG on failure", "[report]") {
+  const fs::path dir = fs::temp_directory_path() / ("attnlab-plot-test-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // A gnuplot that answers the probes, then writes half a PNG where the script's output goes
+  // (the -e output='...' it is given, else the script's own name) and fails, as on a full disk.
+  const fs::path fake = dir / "fake-gnuplot";
+  std::ofstream(fake) << R"(#!/bin/sh
+[ "$1" = -V ] && exit 0
+case "$2" in "set terminal"*) exit 0;; esac
+out=x.png
+[ "$1" = -e ] && out=$(echo "$2" | sed "s/output='\(.*\)'/\1/")
+printf 'half a png' > "$out"
+exit 1
+)";
+  fs::permissions(fake, fs::perms::owner_all);
+  PlotFiles files;
+  Plotter plotter(dir / "plots", fake.string(), files);
+  plotter.plot("x", {{"a", {{1, 2}, {2, 3}}}}, "", "with lines");
+  CHECK(files.pngs.empty());
+  CHECK(contains(files.plot_note, "gnuplot failed on x.gp"));
+  CHECK(!fs::exists(dir / "plots" / "x.png"));
+  CHECK(!fs::exists(dir / "plots" / "x.png.tmp"));
+
+  // A file size limit below the data's size: the write fails naming the file and the reason, and
+  // leaves neither the file nor a temporary.
+  std::vector<std::pair<double, double>> many;
+  for (int i = 0; i < 2000; ++i) many.emplace_back(i, i);
+  const auto previous = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit saved{};
+  getrlimit(RLIMIT_FSIZE, &saved);
+  rlimit small = saved;
+  small.rlim_cur = 4096;
+  setrlimit(RLIMIT_FSIZE, &small);
+  std::string message;
+  try {
+    plotter.plot("big", {{"a", many}}, "", "with lines");
+  } catch (const attnlab::Error& e) {
+    message = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, previous);
+  CHECK(contains(message, "big.dat"));
+  CHECK(contains(message, "File too large"));
+  for (const auto& e : fs::directory_iterator(dir / "plots"))
+    CHECK(e.path().filename().string().rfind("big", 0) != 0);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("render_report writes report.md and the plots", "[report]") {

@@ -1,7 +1,12 @@
 // Training (issue 10): the task generators against independent checks (ListOps' answers by a
 // separate stack evaluation of the tokens), the loss gradient and the task head's against finite
 // differences, a tiny training run whose loss must fall, and checkpoints that resume exactly.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -311,6 +316,87 @@ TEST_CASE("checkpoints: a run saved and resumed equals an uninterrupted one, bit
   test::require_error([&] { different.load(checkpoint); }, {"lr", "another run", "--out"});
   CHECK(flat_parameters(different.model()) == before);  // unchanged
   CHECK(different.steps() == 0);
+}
+
+namespace {
+
+std::size_t files_in(const std::string& folder) {
+  std::size_t count = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(folder))
+    count += e.is_regular_file();
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoints: a save that fails half-way leaves no DIR.tmp, and DIR as it was",
+          "[training]") {
+  TempDir dir("train-full-disk");
+  const std::string checkpoint = dir.file("checkpoint");
+  Trainer trainer(tiny_config("copy", 16));
+  trainer.step();
+  trainer.save(checkpoint);
+  const std::size_t files = files_in(checkpoint);
+  trainer.step();
+  // A file size limit of 2 KiB: the small weight files are written, the larger ones fail (EFBIG),
+  // as on a disk that fills up during the save.
+  const auto previous = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit saved{};
+  getrlimit(RLIMIT_FSIZE, &saved);
+  rlimit small = saved;
+  small.rlim_cur = 2048;
+  setrlimit(RLIMIT_FSIZE, &small);
+  bool failed = false;
+  try {
+    trainer.save(checkpoint);
+  } catch (const Error&) {
+    failed = true;
+  }
+  setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, previous);
+  CHECK(failed);
+  CHECK(!std::filesystem::exists(checkpoint + ".tmp"));
+  CHECK(files_in(checkpoint) == files);
+  Trainer resumed(tiny_config("copy", 16));
+  resumed.load(checkpoint);
+  CHECK(resumed.steps() == 1);
+}
+
+TEST_CASE("checkpoints: saves SIGKILLed at random moments never leave a partial folder that "
+          "would be loaded", "[training]") {
+  TempDir dir("train-kill-save");
+  const std::string checkpoint = dir.file("checkpoint");
+  Trainer trainer(tiny_config("copy", 16));
+  trainer.step();
+  trainer.save(checkpoint);
+  const std::size_t files = files_in(checkpoint);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> pause_us(0, 20000);
+  for (int kill = 0; kill < 20; ++kill) {
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {  // saves over and over until killed
+      for (;;) trainer.save(checkpoint);
+    }
+    ::usleep(static_cast<useconds_t>(pause_us(rng)));
+    ::kill(child, SIGKILL);
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    // What a resume would load (DIR, or DIR.old alone) is complete; a folder with state.txt is
+    // complete wherever it is, the partial ones carry other names.
+    REQUIRE(Trainer::has_checkpoint(checkpoint));
+    for (const std::string& folder : {checkpoint, checkpoint + ".old"})
+      if (std::filesystem::exists(folder + "/state.txt")) {
+        INFO("kill " << kill << ": " << folder);
+        CHECK(files_in(folder) == files);
+      }
+    Trainer resumed(tiny_config("copy", 16));
+    resumed.load(checkpoint);
+    CHECK(resumed.steps() == 1);
+  }
+  trainer.save(checkpoint);  // clears what the kills left
+  for (const char* suffix : {".tmp", ".old", ".trash"})
+    CHECK(!std::filesystem::exists(checkpoint + suffix));
 }
 
 TEST_CASE("Trainer refuses bad configs, naming the field", "[training]") {

@@ -84,6 +84,23 @@ void TrainConfig::validate() const {
       throw Unsupported(attention->name(), "causal masks, which train --causal needs in every "
                                            "attention call");
   }
+  models::require_memory(memory_bytes(),
+                         "train: n=" + std::to_string(n) + ", batch=" + std::to_string(batch) +
+                             ", layers=" + std::to_string(layers) + ", d_model=" +
+                             std::to_string(d_model) + ", ffn=" + std::to_string(ffn) +
+                             ", eval_size=" + std::to_string(eval_size));
+}
+
+double TrainConfig::memory_bytes() const {
+  const auto task_ = make_task(task, n);
+  const models::ModelConfig model = model_config(*this, task_->vocab());
+  const double classes = double(task_->classes()), d = double(d_model);
+  const double parameters = model.parameter_count() + (d + 1) * classes;
+  const double tokens = double(batch) * double(n);
+  const double logits = (task_->output() == Output::per_token ? tokens : double(batch)) * classes;
+  const double activations = double(layers) * tokens * (10 * d + double(ffn)) + 2 * logits;
+  const double held_out = 2.0 * double(eval_size) * double(n) * sizeof(std::int64_t);
+  return 4 * (4 * parameters + activations) + held_out;
 }
 
 std::string TrainConfig::describe() const {
@@ -138,27 +155,48 @@ Score Trainer::evaluate() {
   return total;
 }
 
-void Trainer::save(const std::string& dir) {
-  const std::string tmp = dir + ".tmp", old = dir + ".old";
+namespace {
+
+// Removes a checkpoint folder that is no longer wanted: renamed to DIR.trash first (one atomic
+// step), so that a kill during the removal leaves a partial folder only under a name that is
+// never loaded.
+void discard(const std::string& folder, const std::string& trash) {
   std::error_code ec;
-  fs::remove_all(tmp, ec);
-  const models::Parameters params = model_.parameters();
-  models::save_weights(tmp, params);
-  models::save_weights(tmp + "/optimizer", adam_.state(params));
-  {
-    std::ofstream state(tmp + "/state.txt");
+  fs::remove_all(trash, ec);
+  fs::rename(folder, trash, ec);
+  if (ec) throw Error("checkpoint " + folder + ": cannot move it to " + trash + ": " + ec.message());
+  fs::remove_all(trash, ec);
+}
+
+bool complete(const std::string& folder) { return fs::exists(fs::path(folder) / "state.txt"); }
+
+}  // namespace
+
+void Trainer::save(const std::string& dir) {
+  const std::string tmp = dir + ".tmp", old = dir + ".old", trash = dir + ".trash";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);    // what a kill or a failed save left: never loaded
+  fs::remove_all(trash, ec);
+  if (complete(dir) && fs::exists(old)) discard(old, trash);  // a kill after the last rename
+  try {
+    const models::Parameters params = model_.parameters();
+    models::save_weights(tmp, params);
+    models::save_weights(tmp + "/optimizer", adam_.state(params));
+    std::ofstream state(tmp + "/state.txt");  // last: a folder with state.txt is complete
     state.precision(17);
     state << "step " << steps() << "\nseconds " << seconds << "\n" << config_.describe();
     if (!state.flush()) throw Error("checkpoint file " + tmp + "/state.txt: cannot write it");
+  } catch (...) {
+    fs::remove_all(tmp, ec);  // a full disk leaves nothing half-written behind
+    throw;
   }
-  if (fs::exists(dir)) {
-    fs::remove_all(old, ec);
+  if (complete(dir)) {
     fs::rename(dir, old, ec);
     if (ec) throw Error("checkpoint " + dir + ": cannot move it to " + old + ": " + ec.message());
   }
   fs::rename(tmp, dir, ec);
   if (ec) throw Error("checkpoint " + tmp + ": cannot rename it to " + dir + ": " + ec.message());
-  fs::remove_all(old, ec);
+  if (fs::exists(old)) discard(old, trash);
 }
 
 bool Trainer::has_checkpoint(const std::string& dir) {
@@ -174,7 +212,8 @@ void Trainer::load(const std::string& path) {
   std::string key, line;
   if (!(state >> key >> step) || key != "step" || !(state >> key >> seconds_so_far) ||
       key != "seconds")
-    throw Error("checkpoint file " + dir + "/state.txt: expected 'step T' and 'seconds S' first");
+    throw Error("checkpoint file " + dir + "/state.txt is truncated or corrupt: expected "
+                "'step T' and 'seconds S' first (remove " + dir + " to start over)");
   std::getline(state, line);
   std::istringstream expected(config_.describe());
   std::string want;
@@ -183,7 +222,9 @@ void Trainer::load(const std::string& path) {
                  "', this run '" + wants + "' (use the same options, or another --out)");
   };
   while (std::getline(expected, want)) {
-    if (!std::getline(state, line)) line = "(nothing)";
+    if (!std::getline(state, line))
+      throw Error("checkpoint file " + dir + "/state.txt is truncated or corrupt: it ends "
+                  "before the config line '" + want + "' (remove " + dir + " to start over)");
     if (line != want) throw differ(line, want);
   }
   if (std::getline(state, line) && !line.empty()) throw differ(line, "(nothing)");

@@ -16,8 +16,12 @@
 //   optimizer/exp_avg.<name>.npy, optimizer/exp_avg_sq.<name>.npy   Adam's moments
 //   state.txt             "step T", "seconds S" (training time so far), then the config lines
 //                         of TrainConfig::describe(), which a resume must match
-// It is written as DIR.tmp and renamed over DIR (the previous one kept as DIR.old until then),
-// so a kill at any moment leaves a complete checkpoint behind.
+// Saving is a sequence in which a kill at any moment leaves a complete checkpoint that is loaded
+// and never a partial one that is: (1) write DIR.tmp, state.txt last (a failed write removes
+// DIR.tmp); (2) rename DIR to DIR.old; (3) rename DIR.tmp to DIR; (4) rename DIR.old to
+// DIR.trash and remove that. Only DIR and DIR.old are loaded (DIR first; DIR.old exists alone
+// only between (2) and (3)), and each is only ever a renamed complete folder; the removal that a
+// kill can cut short happens under DIR.trash, which the next save clears like a DIR.tmp.
 //
 // Batches (dump_batches = DIR): step t also writes its batch as DIR/step-<t>.tokens.npy [B, N],
 // DIR/step-<t>.targets.npy ([B, N] or [B, 1], kNoTarget = -1) and DIR/step-<t>.lengths.npy
@@ -59,9 +63,16 @@ struct TrainConfig {
   std::string dump_batches;         ///< folder to write each step's batch to ("": none); not
                                     ///< part of the run's identity (describe() leaves it out)
 
-  /// Throws Error naming the first bad field (sizes, the task, the spec, the switches, Adam);
+  /// Throws Error naming the first bad field (sizes, the task, the spec, the switches, Adam), or
+  /// the sizes when memory_bytes() exceeds what this process may use (models::require_memory);
   /// Unsupported when `causal` and the spec has no causal mode.
   void validate() const;
+
+  /// A lower bound of the bytes a run needs: four copies of the parameters (weights, gradients,
+  /// Adam's two moments), what one step keeps for its backward (per layer about 10 · d_model +
+  /// ffn floats a token, the head's logits) and the held-out set's tokens. An attention core's
+  /// own scratch comes on top.
+  double memory_bytes() const;
 
   /// One "key value" line per field, in a fixed order: the identity of a run. `causal` and
   /// `init` add their lines ("causal 1", "init DIR") only when set, so that the checkpoints of

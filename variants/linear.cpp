@@ -158,20 +158,19 @@ void divide_rows(const float* num, std::size_t rows, std::size_t dv, float eps, 
 
 std::pair<std::string, std::string> linear_config_problem(const LinearConfig& c) {
   auto text = [](double x) { return std::to_string(x); };
-  if (c.m < 1)
-    return {"m", "m=" + std::to_string(c.m) + ": favor needs at least 1 random feature"};
-  if (c.nu < 1) return {"nu", "nu=" + std::to_string(c.nu) + ": dpfp needs nu >= 1"};
+  if (c.m < 1) return {"m=" + std::to_string(c.m), "favor needs at least 1 random feature"};
+  if (c.nu < 1) return {"nu=" + std::to_string(c.nu), "dpfp needs nu >= 1"};
   if (!(c.beta > 0.0 && c.beta <= 1.0))  // also refuses NaN
-    return {"beta", "beta=" + text(c.beta) + ": the delta rule needs 0 < beta <= 1"};
+    return {"beta=" + text(c.beta), "the delta rule needs 0 < beta <= 1"};
   if (!(c.eps >= 0.0 && std::isfinite(c.eps)))
-    return {"eps", "eps=" + text(c.eps) + ": must be finite and >= 0"};
-  if (c.seed < 0) return {"seed", "seed=" + std::to_string(c.seed) + ": must be >= 0"};
+    return {"eps=" + text(c.eps), "must be finite and >= 0"};
+  if (c.seed < 0) return {"seed=" + std::to_string(c.seed), "must be >= 0"};
   return {"", ""};
 }
 
 LinearAttention::LinearAttention(const LinearConfig& config) : config_(config) {
-  const auto [key, why] = linear_config_problem(config);
-  if (!key.empty()) throw Error("linear: " + why);
+  const auto [setting, why] = linear_config_problem(config);
+  if (!setting.empty()) throw Error("linear: " + setting + ": " + why);
 }
 
 std::string LinearAttention::spec() const {
@@ -382,8 +381,8 @@ std::unique_ptr<Attention> make_linear(Params& params) {
   c.beta = params.number("beta", c.beta);
   c.eps = params.number("eps", c.eps);
   c.seed = params.integer("seed", c.seed);
-  const auto [key, why] = linear_config_problem(c);
-  if (!key.empty()) params.fail(key, why);
+  const auto [setting, why] = linear_config_problem(c);  // fail() quotes the key=value itself
+  if (!setting.empty()) params.fail(setting.substr(0, setting.find('=')), why);
   return std::make_unique<LinearAttention>(c);
 }
 

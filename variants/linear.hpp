@@ -85,7 +85,8 @@ struct LinearConfig {
   std::int64_t seed = 1;              ///< FAVOR+ projection seed (>= 0)
 };
 
-/// {key, why} for the first broken constraint of `c` ({"", ""} when it is valid). Constraints
+/// {"key=value", why} for the first broken constraint of `c` ({"", ""} when it is valid), e.g.
+/// {"m=0", "favor needs at least 1 random feature"}: the why does not repeat the value. Constraints
 /// that need Dk (nu < 2·Dk) are checked at forward time.
 std::pair<std::string, std::string> linear_config_problem(const LinearConfig& c);
 

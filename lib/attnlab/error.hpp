@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cassert>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -21,6 +22,12 @@ class Unsupported : public Error {
   Unsupported(const std::string& variant, const std::string& feature)
       : Error(variant + " does not support " + feature) {}
 };
+
+/// What to tell a user about `e`: an Error's own message; for anything else a sentence of ours,
+/// never the standard library's text ("std::bad_alloc", "cannot create std::vector larger than
+/// max_size()"): "out of memory", a file system error as "PATH: reason", and any other exception
+/// (a bug) as "unexpected error: ..." without its std:: names.
+std::string user_message(const std::exception& e);
 
 }  // namespace attnlab
 
