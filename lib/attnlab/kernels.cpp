@@ -281,9 +281,11 @@ void SoftmaxBackward::finish(float* dq, std::size_t lddq) const {
 void run_backward_tiles(const Dims& d, std::size_t tiles, const Tensor* k, const Tensor* v,
                         const BackwardTile& tile, Tensor& dk, Tensor& dv) {
   const std::size_t heads = d.batch * d.heads, kd = d.nk * d.dk, vd = d.nk * d.dv;
-  const std::size_t threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+  // The split depends on the shape alone, never on the thread count, and the partial sums are
+  // added in group order: the gradients are bitwise the same with any number of threads.
+  constexpr std::size_t kTasks = 16;  // enough tasks to keep 16 threads busy
   const std::size_t groups =
-      heads >= 2 * threads ? 1 : std::clamp<std::size_t>((2 * threads + heads - 1) / heads, 1, tiles);
+      heads >= kTasks ? 1 : std::clamp<std::size_t>((kTasks + heads - 1) / heads, 1, tiles);
   std::fill(dk.begin(), dk.end(), 0.0f);
   std::fill(dv.begin(), dv.end(), 0.0f);
   std::vector<float> partial((groups - 1) * heads * (kd + vd), 0.0f);

@@ -188,9 +188,10 @@ using BackwardTile = std::function<void(std::size_t bh, std::size_t t, const flo
 /// own parallel region) and leaves the sums of the key gradients in dk and dv ([B, H, Nk, Dk],
 /// [B, H, Nk, Dv]). With k and v, each task first transposes its head's keys and values into
 /// per-thread tiles (cache-resident, nothing of size B·H allocated per call). Heads go to
-/// threads whole; when there are fewer than two heads per thread, each head's tiles are dealt
-/// round-robin to a few groups with private accumulators, summed at the end:
-/// O(max(B·H, 2·threads)·Nk·(Dk + Dv)) extra memory, never O(Nq·Nk).
+/// threads whole; when there are fewer than 16 heads, each head's tiles are dealt round-robin to
+/// ceil(16 / (B·H)) groups with private accumulators, summed in group order at the end:
+/// O(max(B·H, 16)·Nk·(Dk + Dv)) extra memory, never O(Nq·Nk). The split depends on the shape
+/// only, so the gradients are deterministic: bitwise equal across runs and thread counts.
 void run_backward_tiles(const Dims& d, std::size_t tiles, const Tensor* k, const Tensor* v,
                         const BackwardTile& tile, Tensor& dk, Tensor& dv);
 
