@@ -46,6 +46,11 @@ Isa parse_isa(const std::string& text);
 void gemm_tile(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
                const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate);
 
+/// C[M x N] (+)= A^T · B with A given as its transpose, element (i, p) of A at a[p * lda + i]
+/// (A^T is [K x M] row-major); otherwise as gemm_tile. Reads a tile transposed in place.
+void gemm_tile_at(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
+                  const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate);
+
 /// x[i] = 2^x[i]; inputs below -126 (including -inf) give exactly 0.
 void exp2_inplace(float* x, std::size_t n);
 
@@ -162,7 +167,7 @@ class SoftmaxBackward {
  private:
   std::size_t dk_, dv_, rows_ = 0;
   float scale_ = 1.0f;
-  std::vector<float> q_, do_, delta_, lse2_, scores_, dp_, pt_, dst_, dq_;
+  std::vector<float> q_, do_, delta_, lse2_, scores_, dp_, dq_;
 };
 
 /// The backward of attend_key_ranges for the same rows and ranges, the same masks applied the
