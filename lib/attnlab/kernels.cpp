@@ -258,8 +258,8 @@ void SoftmaxBackward::backprop(const float* k, std::size_t ldk, const float* vt,
   float* p = scores_.data();
   float* ds = dp_.data();
   kernels.gemm_tile(rows_, cols, dv_, do_.data(), dv_, vt, ldvt, ds, kCols, false);  // dO V^T
-  // P = 2^(S - lse) and dS, the latter times ln 2: q_ holds q · scale · log2(e), so dS^T q_ · ln 2
-  // is dK; dQ = dS K · scale is finished in finish().
+  // P = 2^(S - lse) and dS, the latter times ln 2: q_ holds q · scale · log2(e), so
+  // dS^T q_ · ln 2 is dK; dQ = dS K · scale is finished in finish().
   kernels.softmax_grad({p, ds, kCols, lse2_.data(), delta_.data(), kLn2, rows_}, cols);
   // P and dS read transposed in place (no copies): dV += P^T dO, dK += dS^T Q, dQ += dS K.
   kernels.gemm_tile_at(cols, dv_, rows_, p, kCols, do_.data(), dv_, dv, lddv, true);
@@ -328,9 +328,9 @@ void for_each_masked_tile(const float* kt, const Mask& mask, const Dims& d, std:
                           std::size_t h, std::size_t i0, std::size_t rows,
                           const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
                           Engine& engine, Consume consume) {
-  std::size_t visible[OnlineSoftmax::kRows];  // per row: keys [0, visible) may be seen
-  const bool* allowed[OnlineSoftmax::kRows];  // per row: its boolean mask row, or null
-  std::size_t all_see = d.nk, any_sees = 0;   // keys visible to every / to some row
+  std::size_t visible[Engine::kRows];  // per row: keys [0, visible) may be seen
+  const bool* allowed[Engine::kRows];  // per row: its boolean mask row, or null
+  std::size_t all_see = d.nk, any_sees = 0;  // keys visible to every / to some row
   for (std::size_t r = 0; r < rows; ++r) {
     visible[r] = mask.visible_keys(b, i0 + r, d);
     allowed[r] = mask.allowed_row(b, h, i0 + r);

@@ -137,7 +137,10 @@ void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const 
 /// with -inf exactly as the forward did; backprop(...); } finish(dq, lddq).
 class SoftmaxBackward {
  public:
-  static constexpr std::size_t kRows = OnlineSoftmax::kRows;  ///< queries per tile, at most
+  /// Queries per tile, at most: twice the forward's, so that each key block's K, V and the dK,
+  /// dV it adds into (streamed from L3 at long N: 20 MB a head at N = 16384) serve twice the
+  /// queries.
+  static constexpr std::size_t kRows = 2 * OnlineSoftmax::kRows;
   static constexpr std::size_t kCols = OnlineSoftmax::kCols;  ///< keys per score tile, at most
 
   /// Scratch for tiles of head size dk (queries, keys) and dv (values).
