@@ -13,22 +13,22 @@ bench = json.loads((out / "bench_backward.json").read_text())
 load_after = (out / "load_after.txt").read_text().strip()
 ctx = bench["context"]
 
-# Per benchmark: the repetitions' ratios and the medians Google Benchmark aggregated.
+# Per benchmark: the repetitions' rows and the medians Google Benchmark aggregated.
 reps, medians = {}, {}
 for b in bench["benchmarks"]:
     name = b["run_name"]
     if "BM_sgemm" in name:
         continue
     if b.get("run_type") == "iteration":
-        reps.setdefault(name, []).append(b["ratio"])
+        reps.setdefault(name, []).append(b)
     elif b.get("aggregate_name") == "median":
         medians[name] = b
 rates, best, best_at, env = sgemm_rates(bench)
 
 
-def ratio_cell(name):
-    r = reps[name]
-    return f"{medians[name]['ratio']:.2f} ({min(r):.2f}-{max(r):.2f})"
+def ratio_cell(name, key="ratio", digits=2):
+    r = [b[key] for b in reps[name]]
+    return f"{medians[name][key]:.{digits}f} ({min(r):.{digits}f}-{max(r):.{digits}f})"
 
 
 def full(n, causal):
@@ -40,10 +40,11 @@ print("Regenerate: `benchmarks/run_backward.sh [build-dir]`. B = 1, H = 8, D = 6
 print("iteration the plain forward, the forward saving the row log-sum-exp (as a training step")
 print("does) and the backward run once each, each leading in turn, so the machine's drift hits all")
 print("three alike; outputs and gradients are reused tensors. Medians of 3 repetitions in random")
-print("interleaved order with the sgemm yardsticks (real time); the ratio column is backward /")
-print("forward with lse, median and, in brackets, the range over the repetitions. GFLOP/s count")
-print("useful work over the visible pairs: the forward's 2 products (4·H·pairs·D), the backward's")
-print("5 (10·H·pairs·D).\n")
+print("interleaved order with the sgemm yardsticks (real time). backward / forward is the")
+print("backward's time over the forward with lse's, lse / plain forward the two forwards' times;")
+print("each the median and, in brackets, the range over the repetitions. GFLOP/s count useful work")
+print("over the visible pairs: the forward's 2 products (4·H·pairs·D), the backward's 5")
+print("(10·H·pairs·D).\n")
 print("sgemm yardsticks in the same run, GFLOP/s (the environment's `OPENBLAS_CORETYPE` in-process,")
 print("the others in child processes, `benchmarks/sgemm_probe`):\n")
 print(sgemm_table(rates, best, best_at, env) + "\n")
@@ -58,7 +59,7 @@ for name in names:
     n = name.split("N:")[1].split("/")[0]
     causal = "yes" if "causal:1" in name else "no"
     print(f"| {n} | {causal} | {b['forward_ms']:.1f} | {b['forward_lse_ms']:.1f} | "
-          f"{b['backward_ms']:.1f} | {ratio_cell(name)} | {b['lse_over_plain']:.3f} | "
+          f"{b['backward_ms']:.1f} | {ratio_cell(name)} | {ratio_cell(name, 'lse_over_plain', 3)} | "
           f"{b['backward_GFLOPs']:.1f} | {b['backward_GFLOPs'] / best:.2f} |")
 
 rows = []
@@ -85,7 +86,9 @@ for what, value, target in rows:
 print("\n## Other variants (default specs)\n")
 print("| spec | N | forward ms | forward with lse ms | backward ms | backward / forward |")
 print("|---|---|---|---|---|---|")
-for name, b in medians.items():
+for name, b in sorted(medians.items(),
+                      key=lambda item: (item[1].get("label", ""), int(item[0].split("N:")[-1].split("/")[0])
+                                        if "N:" in item[0] else 0)):
     if name.startswith("BM_variant_backward/"):
         n = name.split("N:")[1].split("/")[0]
         print(f"| `{b.get('label', name)}` | {n} | {b['forward_ms']:.1f} | "
