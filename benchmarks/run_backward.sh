@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Regenerates results/backward/: full's backward against its forward (N = 1024 ... 4096, plain
-# and causal) and every variant's default spec at N = 4096, forward and backward alternated in
-# one loop of one binary, 3 repetitions in random interleaved order; then the README.
-# Usage: benchmarks/run_backward.sh [build-dir]   (default: build; needs bench_backward)
+# Regenerates results/backward/: full's backward against its forwards (plain and saving the
+# log-sum-exp; N = 1024, 4096, 16384, plain and causal), sliding's and bigbird's at N = 4096 and
+# 16384, the other variants' default specs at N = 4096 and the sgemm yardsticks, rotated in one
+# loop of one binary, 3 repetitions in random interleaved order; then the README.
+# Usage: benchmarks/run_backward.sh [build-dir]   (default: build; needs bench_backward and
+# sgemm_probe). About 10 minutes on 2 loaded cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}

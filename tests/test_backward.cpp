@@ -3,8 +3,11 @@
 // against the fp64 reference backward across tile edges, and against PyTorch autograd on the
 // same inputs; every mask kind each variant supports, Nq != Nk. Plus the interface's checks and
 // the saved log-sum-exp.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -196,12 +199,13 @@ TEST_CASE("full: backward equals finite differences under every mask kind", "[ba
 
 TEST_CASE("full: backward equals the fp64 reference across tile edges", "[backward]") {
   const auto full = make_attention("full");
-  // 48-query and 128-key tiles; one head (tiles split over private dK/dV sums) and six.
-  const std::pair<std::size_t, std::size_t> lengths[] = {{1, 1}, {47, 49}, {49, 129}, {200, 130},
-                                                         {130, 300}};
+  // 96-query (the backward's), 48-query (the forward's) and 128-key tiles; one head (tiles split
+  // over private dK/dV sums) and three.
+  const std::pair<std::size_t, std::size_t> lengths[] = {{1, 1},     {47, 49},   {49, 129},
+                                                         {97, 95},   {200, 130}, {130, 300}};
   for (auto [nq, nk] : lengths)
     for (std::size_t heads : {1, 3}) {
-      if (heads == 3 && nq * nk > 49 * 129) continue;  // keeps the test short
+      if (heads == 3 && nq * nk > 97 * 95) continue;  // keeps the test short
       for (const MaskCase& c : mask_cases(heads, nq, nk, true, nq + nk)) {
         INFO("Nq=" << nq << " Nk=" << nk << " heads=" << heads << " mask: " << c.name);
         const Dims d{2, heads, nq, nk, 16, 24};
@@ -534,6 +538,48 @@ TEST_CASE("backward into a caller's gradients reuses their storage", "[backward]
   CHECK((g.dq == fresh.dq));
   CHECK((g.dk == fresh.dk));
   CHECK((g.dv == fresh.dv));
+}
+
+template <class T>
+bool bitwise_equal(const T& a, const T& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_CASE("softmax variants: gradients are bitwise equal across runs and thread counts",
+          "[backward]") {
+  // One head (its tiles split over private dK/dV sums) and six heads (whole heads per task);
+  // plain and causal; lengths off and on the 48-query, 128-key tile edges.
+  const int threads_before = omp_get_max_threads();
+  for (const char* spec : {"full", "sliding", "bigbird"})
+    for (auto [heads, n] : {std::pair<std::size_t, std::size_t>{1, 300}, {6, 384}})
+      for (const Causal causal : {Causal::none, Causal::top_left}) {
+        INFO(spec << " heads=" << heads << " N=" << n << " causal=" << (causal != Causal::none));
+        const auto a = make_attention(spec);
+        const Tensor q = random_tensor(1, heads, n, 32, 1), k = random_tensor(1, heads, n, 32, 2),
+                     v = random_tensor(1, heads, n, 32, 3), d_out = random_tensor(1, heads, n, 32, 4);
+        Mask mask;
+        mask.causal = causal;
+        Tensor out1;
+        RowLogSumExp lse1;
+        Gradients g1;
+        omp_set_num_threads(1);
+        a->forward(q, k, v, mask, out1, lse1);
+        a->backward(q, k, v, mask, out1, d_out, lse1, g1);
+        for (int threads : {2, 3, 2}) {
+          INFO("threads=" << threads);
+          omp_set_num_threads(threads);
+          Tensor out;
+          RowLogSumExp lse;
+          a->forward(q, k, v, mask, out, lse);
+          CHECK(bitwise_equal(out, out1));
+          CHECK(bitwise_equal(lse, lse1));
+          const Gradients g = a->backward(q, k, v, mask, out, d_out, lse);
+          CHECK(bitwise_equal(g.dq, g1.dq));
+          CHECK(bitwise_equal(g.dk, g1.dk));
+          CHECK(bitwise_equal(g.dv, g1.dv));
+        }
+      }
+  omp_set_num_threads(threads_before);
 }
 
 TEST_CASE("backward validates its arguments and names what is wrong", "[backward]") {

@@ -37,32 +37,39 @@ std::vector<float> normal(std::size_t n, std::uint64_t seed) {
 }
 
 // C (+)= A·B on sub-matrices with leading dimensions wider than the operands, then checks C
-// against float64 and that every float outside C's m x n block kept its guard value.
-void check_gemm(std::size_t m, std::size_t n, std::size_t k, bool accumulate) {
-  const std::size_t lda = k + 3, ldb = n + 5, ldc = n + 7;
-  const std::vector<float> a = normal(m * lda, m * 1000 + k), b = normal(k * ldb, n * 1000 + k);
+// against float64 and that every float outside C's m x n block kept its guard value. With
+// a_transposed, gemm_tile_at with A given as its [k x m] transpose.
+void check_gemm(std::size_t m, std::size_t n, std::size_t k, bool accumulate,
+                bool a_transposed = false) {
+  const std::size_t lda = (a_transposed ? m : k) + 3, ldb = n + 5, ldc = n + 7;
+  const std::vector<float> a = normal((a_transposed ? k : m) * lda, m * 1000 + k),
+                           b = normal(k * ldb, n * 1000 + k);
+  const auto a_at = [&](std::size_t i, std::size_t p) {
+    return double(a_transposed ? a[p * lda + i] : a[i * lda + p]);
+  };
   const float guard = 12345.0f;
   std::vector<float> c(m * ldc + 16, guard);
   const std::vector<float> c0 = normal(m * ldc, m + n + k);
   if (accumulate)
     for (std::size_t i = 0; i < m; ++i)
       for (std::size_t j = 0; j < n; ++j) c[i * ldc + j] = c0[i * ldc + j];
-  kernels::gemm_tile(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, accumulate);
+  (a_transposed ? kernels::gemm_tile_at : kernels::gemm_tile)(m, n, k, a.data(), lda, b.data(),
+                                                              ldb, c.data(), ldc, accumulate);
   for (std::size_t i = 0; i < m; ++i)
     for (std::size_t j = 0; j < ldc; ++j) {
       const float got = c[i * ldc + j];
       if (j >= n) {
-        if (got != guard) FAIL("gemm_tile " << m << "x" << n << "x" << k << " wrote C(" << i << ", " << j << ")");
+        if (got != guard) FAIL("gemm_tile" << (a_transposed ? "_at " : " ") << m << "x" << n << "x" << k << " wrote C(" << i << ", " << j << ")");
         continue;
       }
       double want = accumulate ? c0[i * ldc + j] : 0.0, size = std::abs(want);
       for (std::size_t p = 0; p < k; ++p) {
-        want += double(a[i * lda + p]) * b[p * ldb + j];
-        size += std::abs(double(a[i * lda + p]) * b[p * ldb + j]);
+        want += a_at(i, p) * b[p * ldb + j];
+        size += std::abs(a_at(i, p) * b[p * ldb + j]);
       }
       // float32 sums of k products: rounding below k · 2^-24 of the sum of magnitudes.
       if (!(std::abs(got - want) <= 1e-6 * (1.0 + size) * double(k + 1)))
-        FAIL("gemm_tile " << m << "x" << n << "x" << k << " accumulate=" << accumulate << " C("
+        FAIL("gemm_tile" << (a_transposed ? "_at " : " ") << m << "x" << n << "x" << k << " accumulate=" << accumulate << " C("
                           << i << ", " << j << ") = " << got << ", expected " << want);
     }
   for (std::size_t j = m * ldc; j < c.size(); ++j) REQUIRE(c[j] == guard);
@@ -96,6 +103,18 @@ TEST_CASE("gemm_tile equals float64 on every edge of the register blocks", "[exa
         for (std::size_t k : {1, 5, 64}) {
           check_gemm(m, n, k, false);
           check_gemm(m, n, k, true);
+        }
+  });
+}
+
+TEST_CASE("gemm_tile_at (A given transposed) equals float64 on every edge of the blocks",
+          "[exact]") {
+  for_each_isa([] {
+    for (std::size_t m : {1, 5, 6, 7, 13, 128})
+      for (std::size_t n : {1, 7, 16, 17, 33, 64, 65})
+        for (std::size_t k : {1, 5, 48, 65}) {
+          check_gemm(m, n, k, false, true);
+          check_gemm(m, n, k, true, true);
         }
   });
 }

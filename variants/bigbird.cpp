@@ -221,12 +221,12 @@ void BigBirdAttention::compute_saving_lse(const Tensor& q, const Tensor& k, cons
 
 namespace {
 
-// Each query block is cut into equal row tiles of at most kRows, multiples of the 6-row GEMM
-// block where possible (64 -> 36 + 28).
-std::size_t tile_rows(std::size_t block, std::size_t nq) {
+// Each query block is cut into equal row tiles of at most max_rows (the engine's kRows),
+// multiples of the 6-row GEMM block where possible (forward: 64 -> 36 + 28; backward: 64).
+std::size_t tile_rows(std::size_t block, std::size_t nq, std::size_t max_rows) {
   const std::size_t rows = std::min(block, nq);
-  const std::size_t tiles = ceil_div(rows, OnlineSoftmax::kRows);
-  return std::min(OnlineSoftmax::kRows, ceil_div(ceil_div(rows, tiles), 6) * 6);
+  const std::size_t tiles = ceil_div(rows, max_rows);
+  return std::min(max_rows, ceil_div(ceil_div(rows, tiles), 6) * 6);
 }
 
 }  // namespace
@@ -241,7 +241,7 @@ void BigBirdAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, co
   for (int pass = 0; pass < 2; ++pass)
     for (std::size_t i = 0; i < layout.query_blocks; ++i)
       if (is_global(i, layout.query_blocks, config_.global) == (pass == 0)) order.push_back(i);
-  const std::size_t block = layout.block, rows = tile_rows(block, d.nq);
+  const std::size_t block = layout.block, rows = tile_rows(block, d.nq, OnlineSoftmax::kRows);
   // Keys transposed one head at a time into two alternating buffers: a head's keys stay in cache
   // while its blocks read them, and no buffer of all heads is allocated (and page-faulted) per call.
   // Left uninitialised, as full's: the padding of the last tile is never read (a memset of both
@@ -290,7 +290,8 @@ void BigBirdAttention::compute_backward(const Tensor& q, const Tensor& k, const 
   const BigBirdLayout layout =
       bigbird_layout(config_, d.heads, d.nq, d.nk, mask.causal != Causal::none);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
-  const std::size_t block = layout.block, rows = tile_rows(block, d.nq);
+  const std::size_t block = layout.block;
+  const std::size_t rows = tile_rows(block, d.nq, kernels::SoftmaxBackward::kRows);
   kernels::run_backward_tiles(  // one tile per query block, its key ranges as in the forward
       d, layout.query_blocks, &k, &v,
       [&](std::size_t bh, std::size_t qb, const float* kt, const float* vt, float* dk, float* dv,

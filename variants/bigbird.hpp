@@ -22,7 +22,8 @@
 // side, not causal); Dv != Dk. A query that sees no key outputs zeros.
 // Backward: full's FlashAttention-2 tiles (kernels::backprop_key_ranges) over the same key
 // ranges as the forward, from the saved row log-sum-exp; every mask the forward takes. Cost
-// about 2.5x the forward's (five tile GEMMs for two); extra memory as full's.
+// about 2.5x the forward's (five tile GEMMs for two); extra memory as full's; deterministic as
+// full's (bitwise the same gradients with any number of threads).
 // Exact reduction: G >= number of blocks, or W >= 2·blocks - 1, gives full attention (so does
 // N <= block: the single block attends itself).
 #pragma once

@@ -69,16 +69,16 @@ void FullAttention::compute_backward(const Tensor& q, const Tensor& k, const Ten
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
   const std::vector<std::pair<std::size_t, std::size_t>> all_keys = {{0, d.nk}};
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
-  const std::size_t tiles = (d.nq + OnlineSoftmax::kRows - 1) / OnlineSoftmax::kRows;
+  constexpr std::size_t kRows = kernels::SoftmaxBackward::kRows;
+  const std::size_t tiles = (d.nq + kRows - 1) / kRows;
   kernels::run_backward_tiles(
       d, tiles, &k, &v,
       [&](std::size_t bh, std::size_t t, const float* kt, const float* vt, float* dk, float* dv,
           kernels::SoftmaxBackward& grad) {
-        const std::size_t i0 = t * OnlineSoftmax::kRows;
+        const std::size_t i0 = t * kRows;
         kernels::backprop_key_ranges(q, kt, k, vt, out, d_out, lse.data() + bh * d.nq + i0, mask,
-                                     d, bh / d.heads, bh % d.heads, i0,
-                                     std::min(OnlineSoftmax::kRows, d.nq - i0), all_keys, scale,
-                                     grad, g.dq, dk, dv);
+                                     d, bh / d.heads, bh % d.heads, i0, std::min(kRows, d.nq - i0),
+                                     all_keys, scale, grad, g.dq, dk, dv);
       },
       g.dk, g.dv);
 }

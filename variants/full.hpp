@@ -15,9 +15,11 @@
 // Backward: FlashAttention-2 (Dao 2023): per tile of 48 queries x 128 keys the probabilities
 // are rebuilt from the forward's saved row log-sum-exp (forward(..., lse); recomputed by one
 // more forward when not given), dS = P ∘ (dO V^T - rowsum(dO ∘ O)), then dQ += dS K,
-// dK += dS^T Q, dV += P^T dO: five tile GEMMs against the forward's two. Every mask kind.
-// Extra memory O(B·H·N·(Dk + Dv)): transposed K and V, and per-thread dK/dV partial sums when
-// there are fewer than two heads per thread (kernels::run_backward_tiles).
+// dK += dS^T Q, dV += P^T dO: five tile GEMMs against the forward's two (P and dS read
+// transposed in place). Every mask kind. Deterministic: the gradients are bitwise the same on
+// every run and with any number of threads (the split of the work depends on the shape only).
+// Extra memory O(max(B·H, 16)·N·(Dk + Dv)): transposed K and V, and dK/dV partial sums when
+// there are fewer than 16 heads (kernels::run_backward_tiles).
 #pragma once
 
 #include <memory>

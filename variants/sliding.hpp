@@ -24,7 +24,8 @@
 // global keys and masks as the forward, keys' gradients added in place (no gather), from the
 // saved row log-sum-exp; each task lays out its segment's keys and values (transposed) as the
 // forward does. Cost 2.5-3.5x the forward's; extra memory: those per-thread layouts and, when
-// heads are fewer than two per thread, full's per-group dK/dV sums (O(threads·Nk·(Dk + Dv))).
+// heads are fewer than 16, full's per-group dK/dV sums (O(16·Nk·(Dk + Dv))). Deterministic as
+// full's: bitwise the same gradients with any number of threads.
 // Exact: dilation=1 with left, right >= N - 1 (self-attention; >= Nq + Nk in general), or
 // global >= Nq, equals full attention.
 #pragma once

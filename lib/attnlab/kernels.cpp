@@ -135,6 +135,11 @@ void gemm_tile(std::size_t m, std::size_t n, std::size_t k, const float* a, std:
   table().gemm_tile(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
+void gemm_tile_at(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
+                  const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
+  table().gemm_tile_at(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+}
+
 void exp2_inplace(float* x, std::size_t n) { table().exp2_inplace(x, n); }
 
 float exp2_shifted_sum(float* x, std::size_t n, float shift) {
@@ -229,8 +234,7 @@ void OnlineSoftmax::finish(float* out, std::size_t ldo, float* lse, std::size_t 
 
 SoftmaxBackward::SoftmaxBackward(std::size_t dk, std::size_t dv)
     : dk_(dk), dv_(dv), q_(kRows * dk), do_(kRows * dv), delta_(kRows), lse2_(kRows),
-      scores_(kRows * kCols), dp_(kRows * kCols), pt_(kCols * kRows), dst_(kCols * kRows),
-      dq_(kRows * dk) {}
+      scores_(kRows * kCols), dp_(kRows * kCols), dq_(kRows * dk) {}
 
 void SoftmaxBackward::start(const float* q, std::size_t ldq, const float* out,
                             const float* d_out, std::size_t ldo, const float* lse,
@@ -259,40 +263,33 @@ float* SoftmaxBackward::scores(const float* kt, std::size_t ldk, std::size_t col
 void SoftmaxBackward::backprop(const float* k, std::size_t ldk, const float* vt,
                                std::size_t ldvt, float* dk, std::size_t lddk, float* dv,
                                std::size_t lddv, std::size_t cols) {
+  const detail::Table& kernels = table();
   float* p = scores_.data();
   float* ds = dp_.data();
-  gemm_tile(rows_, cols, dv_, do_.data(), dv_, vt, ldvt, ds, kCols, false);  // dP = dO V^T
-  for (std::size_t r = 0; r < rows_; ++r) {
-    float* prow = p + r * kCols;
-    float* dsrow = ds + r * kCols;
-    if (lse2_[r] == kNegInf)  // a row that sees no key: no probability, no gradient
-      std::fill(prow, prow + cols, 0.0f);
-    else
-      exp2_shifted_sum(prow, cols, lse2_[r]);  // P = 2^(S - lse); masked -inf entries give 0
-    for (std::size_t j = 0; j < cols; ++j) dsrow[j] = prow[j] * (dsrow[j] - delta_[r]);
-  }
-  // P^T and dS^T as GEMM operands; dS^T carries 1/log2(e) since q_ holds q · scale · log2(e).
-  for (std::size_t j = 0; j < cols; ++j)
-    for (std::size_t r = 0; r < rows_; ++r) {
-      pt_[j * kRows + r] = p[r * kCols + j];
-      dst_[j * kRows + r] = ds[r * kCols + j] * kLn2;
-    }
-  gemm_tile(cols, dv_, rows_, pt_.data(), kRows, do_.data(), dv_, dv, lddv, true);  // P^T dO
-  gemm_tile(cols, dk_, rows_, dst_.data(), kRows, q_.data(), dk_, dk, lddk, true);  // dS^T Q
-  gemm_tile(rows_, dk_, cols, ds, kCols, k, ldk, dq_.data(), dk_, true);            // dS K
+  kernels.gemm_tile(rows_, cols, dv_, do_.data(), dv_, vt, ldvt, ds, kCols, false);  // dO V^T
+  // P = 2^(S - lse) and dS, the latter times ln 2: q_ holds q · scale · log2(e), so
+  // dS^T q_ · ln 2 is dK; dQ = dS K · scale is finished in finish().
+  kernels.softmax_grad({p, ds, kCols, lse2_.data(), delta_.data(), kLn2, rows_}, cols);
+  // P and dS read transposed in place (no copies): dV += P^T dO, dK += dS^T Q, dQ += dS K.
+  kernels.gemm_tile_at(cols, dv_, rows_, p, kCols, do_.data(), dv_, dv, lddv, true);
+  kernels.gemm_tile_at(cols, dk_, rows_, ds, kCols, q_.data(), dk_, dk, lddk, true);
+  kernels.gemm_tile(rows_, dk_, cols, ds, kCols, k, ldk, dq_.data(), dk_, true);
 }
 
 void SoftmaxBackward::finish(float* dq, std::size_t lddq) const {
+  const float factor = scale_ * kLog2e;  // dS carries ln 2 (see backprop)
   for (std::size_t r = 0; r < rows_; ++r)
-    for (std::size_t c = 0; c < dk_; ++c) dq[r * lddq + c] = dq_[r * dk_ + c] * scale_;
+    for (std::size_t c = 0; c < dk_; ++c) dq[r * lddq + c] = dq_[r * dk_ + c] * factor;
 }
 
 void run_backward_tiles(const Dims& d, std::size_t tiles, const Tensor* k, const Tensor* v,
                         const BackwardTile& tile, Tensor& dk, Tensor& dv) {
   const std::size_t heads = d.batch * d.heads, kd = d.nk * d.dk, vd = d.nk * d.dv;
-  const std::size_t threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+  // The split depends on the shape alone, never on the thread count, and the partial sums are
+  // added in group order: the gradients are bitwise the same with any number of threads.
+  constexpr std::size_t kTasks = 16;  // enough tasks to keep 16 threads busy
   const std::size_t groups =
-      heads >= 2 * threads ? 1 : std::clamp<std::size_t>((2 * threads + heads - 1) / heads, 1, tiles);
+      heads >= kTasks ? 1 : std::clamp<std::size_t>((kTasks + heads - 1) / heads, 1, tiles);
   std::fill(dk.begin(), dk.end(), 0.0f);
   std::fill(dv.begin(), dv.end(), 0.0f);
   std::vector<float> partial((groups - 1) * heads * (kd + vd), 0.0f);
@@ -340,9 +337,9 @@ void for_each_masked_tile(const float* kt, const Mask& mask, const Dims& d, std:
                           std::size_t h, std::size_t i0, std::size_t rows,
                           const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
                           Engine& engine, Consume consume) {
-  std::size_t visible[OnlineSoftmax::kRows];  // per row: keys [0, visible) may be seen
-  const bool* allowed[OnlineSoftmax::kRows];  // per row: its boolean mask row, or null
-  std::size_t all_see = d.nk, any_sees = 0;   // keys visible to every / to some row
+  std::size_t visible[Engine::kRows];  // per row: keys [0, visible) may be seen
+  const bool* allowed[Engine::kRows];  // per row: its boolean mask row, or null
+  std::size_t all_see = d.nk, any_sees = 0;  // keys visible to every / to some row
   for (std::size_t r = 0; r < rows; ++r) {
     visible[r] = mask.visible_keys(b, i0 + r, d);
     allowed[r] = mask.allowed_row(b, h, i0 + r);

@@ -46,6 +46,11 @@ Isa parse_isa(const std::string& text);
 void gemm_tile(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
                const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate);
 
+/// C[M x N] (+)= A^T · B with A given as its transpose, element (i, p) of A at a[p * lda + i]
+/// (A^T is [K x M] row-major); otherwise as gemm_tile. Reads a tile transposed in place.
+void gemm_tile_at(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
+                  const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate);
+
 /// x[i] = 2^x[i]; inputs below -126 (including -inf) give exactly 0.
 void exp2_inplace(float* x, std::size_t n);
 
@@ -138,7 +143,10 @@ void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const 
 /// with -inf exactly as the forward did; backprop(...); } finish(dq, lddq).
 class SoftmaxBackward {
  public:
-  static constexpr std::size_t kRows = OnlineSoftmax::kRows;  ///< queries per tile, at most
+  /// Queries per tile, at most: twice the forward's, so that each key block's K, V and the dK,
+  /// dV it adds into (streamed from L3 at long N: 20 MB a head at N = 16384) serve twice the
+  /// queries.
+  static constexpr std::size_t kRows = 2 * OnlineSoftmax::kRows;
   static constexpr std::size_t kCols = OnlineSoftmax::kCols;  ///< keys per score tile, at most
 
   /// Scratch for tiles of head size dk (queries, keys) and dv (values).
@@ -168,7 +176,7 @@ class SoftmaxBackward {
  private:
   std::size_t dk_, dv_, rows_ = 0;
   float scale_ = 1.0f;
-  std::vector<float> q_, do_, delta_, lse2_, scores_, dp_, pt_, dst_, dq_;
+  std::vector<float> q_, do_, delta_, lse2_, scores_, dp_, dq_;
 };
 
 /// The backward of attend_key_ranges for the same rows and ranges, the same masks applied the
@@ -194,9 +202,10 @@ using BackwardTile = std::function<void(std::size_t bh, std::size_t t, const flo
 /// own parallel region) and leaves the sums of the key gradients in dk and dv ([B, H, Nk, Dk],
 /// [B, H, Nk, Dv]). With k and v, each task first transposes its head's keys and values into
 /// per-thread tiles (cache-resident, nothing of size B·H allocated per call). Heads go to
-/// threads whole; when there are fewer than two heads per thread, each head's tiles are dealt
-/// round-robin to a few groups with private accumulators, summed at the end:
-/// O(max(B·H, 2·threads)·Nk·(Dk + Dv)) extra memory, never O(Nq·Nk).
+/// threads whole; when there are fewer than 16 heads, each head's tiles are dealt round-robin to
+/// ceil(16 / (B·H)) groups with private accumulators, summed in group order at the end:
+/// O(max(B·H, 16)·Nk·(Dk + Dv)) extra memory, never O(Nq·Nk). The split depends on the shape
+/// only, so the gradients are deterministic: bitwise equal across runs and thread counts.
 void run_backward_tiles(const Dims& d, std::size_t tiles, const Tensor* k, const Tensor* v,
                         const BackwardTile& tile, Tensor& dk, Tensor& dv);
 

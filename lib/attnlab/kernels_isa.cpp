@@ -20,8 +20,25 @@ using namespace simd;
 using std::size_t;
 
 // R rows of C by W vectors, kept in registers across the whole k loop. With Tail the last vector
-// holds only `last` columns (masked loads and stores: nothing past them is touched).
-template <size_t R, size_t W, bool Tail>
+// holds only `last` columns (masked loads and stores: nothing past them is touched). With AT, A
+// is given transposed: element (r, p) at a[p * lda + r] (the backward's P^T dO and dS^T Q read
+// the score tiles in place instead of transposing them).
+template <bool AT>
+inline float a_at(const float* a, size_t lda, size_t r, size_t p) {
+  return AT ? a[p * lda + r] : a[r * lda + p];
+}
+
+// Where row block i (AT: column block) and depth slice p of A start.
+template <bool AT>
+inline const float* a_rows(const float* a, size_t lda, size_t i) {
+  return AT ? a + i : a + i * lda;
+}
+template <bool AT>
+inline const float* a_depth(const float* a, size_t lda, size_t p) {
+  return AT ? a + p * lda : a + p;
+}
+
+template <bool AT, size_t R, size_t W, bool Tail>
 void block(size_t k, const float* a, size_t lda, const float* b, size_t ldb, float* c,
            size_t ldc, bool accumulate, size_t last) {
   const vec zero = splat(0.0f);
@@ -40,7 +57,7 @@ void block(size_t k, const float* a, size_t lda, const float* b, size_t ldb, flo
     for (size_t w = 0; w < W; ++w) row[w] = load_col(b + p * ldb + w * kWidth, w);
 #pragma GCC unroll 8
     for (size_t r = 0; r < R; ++r) {
-      const vec s = splat(a[r * lda + p]);
+      const vec s = splat(a_at<AT>(a, lda, r, p));
 #pragma GCC unroll 4
       for (size_t w = 0; w < W; ++w) acc[r][w] = fma(s, row[w], acc[r][w]);
     }
@@ -58,59 +75,74 @@ void block(size_t k, const float* a, size_t lda, const float* b, size_t ldb, flo
 }
 
 // The last m % kBlockRows rows of a panel: one block of exactly that many (R counts down).
-template <size_t R, size_t W, bool Tail>
+template <bool AT, size_t R, size_t W, bool Tail>
 void last_rows(size_t rows, size_t k, const float* a, size_t lda, const float* b, size_t ldb,
                float* c, size_t ldc, bool accumulate, size_t last) {
   if constexpr (R > 0) {
-    if (rows == R) return block<R, W, Tail>(k, a, lda, b, ldb, c, ldc, accumulate, last);
-    last_rows<R - 1, W, Tail>(rows, k, a, lda, b, ldb, c, ldc, accumulate, last);
+    if (rows == R) return block<AT, R, W, Tail>(k, a, lda, b, ldb, c, ldc, accumulate, last);
+    last_rows<AT, R - 1, W, Tail>(rows, k, a, lda, b, ldb, c, ldc, accumulate, last);
   }
 }
 
 // All m rows against one panel of W vectors of columns; B's panel stays in L1 across the rows.
-template <size_t W, bool Tail>
+template <bool AT, size_t W, bool Tail>
 void panel(size_t m, size_t k, const float* a, size_t lda, const float* b, size_t ldb, float* c,
            size_t ldc, bool accumulate, size_t last) {
   size_t i = 0;
   for (; i + kBlockRows <= m; i += kBlockRows)
-    block<kBlockRows, W, Tail>(k, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate, last);
-  last_rows<kBlockRows - 1, W, Tail>(m - i, k, a + i * lda, lda, b, ldb, c + i * ldc, ldc,
-                                     accumulate, last);
+    block<AT, kBlockRows, W, Tail>(k, a_rows<AT>(a, lda, i), lda, b, ldb, c + i * ldc, ldc,
+                                   accumulate, last);
+  last_rows<AT, kBlockRows - 1, W, Tail>(m - i, k, a_rows<AT>(a, lda, i), lda, b, ldb,
+                                         c + i * ldc, ldc, accumulate, last);
 }
 
 // The last n < kBlockVecs·kWidth columns: ceil(n / kWidth) vectors, the last one masked when
 // partial (W counts down).
-template <size_t W>
+template <bool AT, size_t W>
 void last_columns(size_t n, size_t m, size_t k, const float* a, size_t lda, const float* b,
                   size_t ldb, float* c, size_t ldc, bool accumulate) {
   if constexpr (W > 0) {
     if (n > (W - 1) * kWidth) {
       const size_t last = n - (W - 1) * kWidth;
-      if (last == kWidth) return panel<W, false>(m, k, a, lda, b, ldb, c, ldc, accumulate, last);
-      return panel<W, true>(m, k, a, lda, b, ldb, c, ldc, accumulate, last);
+      if (last == kWidth)
+        return panel<AT, W, false>(m, k, a, lda, b, ldb, c, ldc, accumulate, last);
+      return panel<AT, W, true>(m, k, a, lda, b, ldb, c, ldc, accumulate, last);
     }
-    last_columns<W - 1>(n, m, k, a, lda, b, ldb, c, ldc, accumulate);
+    last_columns<AT, W - 1>(n, m, k, a, lda, b, ldb, c, ldc, accumulate);
   }
 }
 
 // C (+)= A·B over the columns of B in panels of kBlockVecs vectors.
+template <bool AT>
 void gemm_panels(size_t m, size_t n, size_t k, const float* a, size_t lda, const float* b,
                  size_t ldb, float* c, size_t ldc, bool accumulate) {
   constexpr size_t width = kBlockVecs * kWidth;
   size_t j = 0;
   for (; j + width <= n; j += width)
-    panel<kBlockVecs, false>(m, k, a, lda, b + j, ldb, c + j, ldc, accumulate, kWidth);
-  if (j < n) last_columns<kBlockVecs>(n - j, m, k, a, lda, b + j, ldb, c + j, ldc, accumulate);
+    panel<AT, kBlockVecs, false>(m, k, a, lda, b + j, ldb, c + j, ldc, accumulate, kWidth);
+  if (j < n)
+    last_columns<AT, kBlockVecs>(n - j, m, k, a, lda, b + j, ldb, c + j, ldc, accumulate);
 }
 
 // In slices of kDepth rows of B, so that a slice of a panel (kDepth x kBlockVecs vectors: 16 KiB
 // at AVX-512) stays in L1 while every row block of A passes over it.
-void gemm_tile(size_t m, size_t n, size_t k, const float* a, size_t lda, const float* b,
-               size_t ldb, float* c, size_t ldc, bool accumulate) {
+template <bool AT>
+void gemm_depth_slices(size_t m, size_t n, size_t k, const float* a, size_t lda, const float* b,
+                       size_t ldb, float* c, size_t ldc, bool accumulate) {
   constexpr size_t kDepth = 64;
   for (size_t p = 0; p < k || p == 0; p += kDepth)
-    gemm_panels(m, n, k - p < kDepth ? k - p : kDepth, a + p, lda, b + p * ldb, ldb, c, ldc,
-                accumulate || p > 0);
+    gemm_panels<AT>(m, n, k - p < kDepth ? k - p : kDepth, a_depth<AT>(a, lda, p), lda,
+                    b + p * ldb, ldb, c, ldc, accumulate || p > 0);
+}
+
+void gemm_tile(size_t m, size_t n, size_t k, const float* a, size_t lda, const float* b,
+               size_t ldb, float* c, size_t ldc, bool accumulate) {
+  gemm_depth_slices<false>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+}
+
+void gemm_tile_at(size_t m, size_t n, size_t k, const float* a, size_t lda, const float* b,
+                  size_t ldb, float* c, size_t ldc, bool accumulate) {
+  gemm_depth_slices<true>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
 float row_max(const float* x, size_t n) {
@@ -183,10 +215,34 @@ void fold(const SoftmaxTile& t, const float* v, size_t ldv, size_t cols) {
   gemm_tile(t.rows, t.dv, cols, t.scores, t.ld, v, ldv, t.acc, t.dv, true);
 }
 
+void softmax_grad(const SoftmaxGradTile& t, size_t cols) {
+  for (size_t r = 0; r < t.rows; ++r) {
+    float* p = t.scores + r * t.ld;
+    float* ds = t.dp + r * t.ld;
+    if (t.lse2[r] == -kInf) {  // a row that sees no key: no probability, no gradient
+      for (size_t j = 0; j < cols; ++j) p[j] = ds[j] = 0.0f;
+      continue;
+    }
+    const vec lse = splat(t.lse2[r]), delta = splat(t.delta[r]), factor = splat(t.factor);
+    size_t j = 0;
+    for (; j + kWidth <= cols; j += kWidth) {
+      const vec e = exp2(sub(load(p + j), lse));  // masked -inf scores give exactly 0
+      store(p + j, e);
+      store(ds + j, mul(mul(e, sub(load(ds + j), delta)), factor));
+    }
+    if (j < cols) {
+      const size_t n = cols - j;
+      const vec e = exp2(sub(load(p + j, n, splat(-kInf)), lse));
+      store(p + j, e, n);
+      store(ds + j, mul(mul(e, sub(load(ds + j, n, delta), delta)), factor), n);
+    }
+  }
+}
+
 }  // namespace
 
 extern const Table ATTNLAB_KERNEL_TABLE;
-const Table ATTNLAB_KERNEL_TABLE = {gemm_tile, exp2_inplace, exp2_shifted_sum, row_max, transpose,
-                                     fold};
+const Table ATTNLAB_KERNEL_TABLE = {gemm_tile, gemm_tile_at, exp2_inplace, exp2_shifted_sum,
+                                     row_max,   transpose,    fold,         softmax_grad};
 
 }  // namespace attnlab::kernels::detail
