@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "attnlab/factory.hpp"
 #include "studies/study.hpp"
 
 namespace attnlab::cli {
@@ -18,9 +19,7 @@ struct StudyCommand {
 };
 
 std::string names() {
-  std::string all;
-  for (const auto& n : studies::study_names()) all += (all.empty() ? "" : ", ") + n;
-  return all;
+  return join_names(studies::study_names());
 }
 
 void run(StudyCommand& c) {

@@ -29,6 +29,7 @@
 #include "harness/heap.hpp"
 #include "harness/meta.hpp"
 #include "harness/progress.hpp"
+#include "training/tasks.hpp"
 #include "training/trainer.hpp"
 
 namespace attnlab::cli {
@@ -236,13 +237,12 @@ void add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   training::TrainConfig& c = o->config;
   CLI::App* cmd = app.add_subcommand(
-      "train", "Train a Transformer encoder with SPEC as its attention on a seeded task "
-               "(mqar, listops, copy); resumable");
-  cmd->footer(
-      "Tasks: mqar[:pairs=N/16,vocab=256], listops[:max_len=N,min_len=max_len/4,depth=10,args=10], "
-      "copy[:vocab=10] (docs/training.md).\nRerunning the same command with the same --out "
-      "resumes from its checkpoint.\nExample: attnlab train --task mqar --spec linear --n 256 "
-      "--steps 2000 --out runs/mqar-linear");
+      "train", "Train a Transformer encoder with SPEC as its attention on a seeded task (" +
+                   join_names(training::task_names()) + "); resumable");
+  cmd->footer("Tasks: " + training::task_usage() +
+              " (docs/training.md).\nRerunning the same command with the same --out resumes from "
+              "its checkpoint.\nExample: attnlab train --task mqar --spec linear --n 256 --steps "
+              "2000 --out runs/mqar-linear");
   cmd->add_option("--task", c.task, "Task factory string")->capture_default_str();
   cmd->add_option("--spec", c.spec, "Attention factory string, e.g. full or linear")->required();
   cmd->add_option("--n", c.n, "Sequence length")->capture_default_str();

@@ -55,9 +55,7 @@ int fail(std::string message) {
 }
 
 std::string variant_list() {
-  std::string names;
-  for (const auto& n : attnlab::attention_names()) names += (names.empty() ? "" : ", ") + n;
-  return names;
+  return attnlab::join_names(attnlab::attention_names());
 }
 
 bool is_command(const CLI::App& app, const std::string& name) {

@@ -1,6 +1,7 @@
 // The small layers a Transformer is built from, each a class holding its learned tensors as named
 // public members (PyTorch's names and layouts, models/weights.hpp) with forward(),
-// initialize(seed, prefix) and parameters(prefix, out). Inference only: no dropout.
+// initialize(seed, prefix) and parameters(prefix, out). No dropout; each layer's backward pass is
+// in models/backward.hpp.
 // Matrix products go through OpenBLAS (cblas_sgemm); everything else is one pass over the data.
 #pragma once
 

@@ -1,5 +1,6 @@
 // Transformer layers as in Vaswani et al. 2017 ("Attention Is All You Need"), with any attnlab
-// backend as the attention core (LayerConfig::spec), for inference (no dropout).
+// backend as the attention core (LayerConfig::spec), without dropout; their backward passes are in
+// models/backward.hpp.
 //
 // Encoder layer, post-LN (the paper):  x = LN1(x + SelfAttn(x));  x = LN2(x + FFN(x))
 //                pre-LN (pre_ln):      x = x + SelfAttn(LN1(x));  x = x + FFN(LN2(x))

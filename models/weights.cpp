@@ -9,17 +9,11 @@
 
 #include "attnlab/error.hpp"
 #include "attnlab/npy.hpp"
+#include "attnlab/seed.hpp"
 
 namespace attnlab::models {
 namespace fs = std::filesystem;
 namespace {
-
-std::uint64_t splitmix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // FNV-1a: a name's hash that does not depend on the standard library's std::hash.
 std::uint64_t name_hash(const std::string& name) {
@@ -29,7 +23,7 @@ std::uint64_t name_hash(const std::string& name) {
 }
 
 std::mt19937_64 stream(std::uint64_t seed, const std::string& name) {
-  return std::mt19937_64(splitmix(splitmix(seed) ^ name_hash(name)));
+  return std::mt19937_64(stream_seed(seed, {name_hash(name)}));
 }
 
 std::string shape_text(const std::vector<std::size_t>& shape) {

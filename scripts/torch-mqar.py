@@ -7,7 +7,7 @@ Trains exactly the model `attnlab train --task mqar:pairs=P,vocab=V --spec full 
 (scripts/torch_twin.py: a 2-layer pre-LN encoder with its final LayerNorm, d_model 64, 4 heads,
 FFN 256, no dropout, each layer initialised on its own; --no-final-norm is our
 `--switches pre-ln,no-final-norm`), AdamW (betas 0.9, 0.98, weight decay 0.01) with a 100-step
-linear warm-up, batch 32, on MQAR drawn as training/tasks.cpp draws it (its own NumPy generator
+linear warm-up, batch 32, on MQAR drawn as training/tasks/mqar.cpp draws it (its own NumPy generator
 and seed: the batches and the initial weights differ from ours, the distribution does not; for
 the same batches and weights see tests/torch_train.py). Writes step, training loss and held-out
 accuracy (512 examples) every 250 steps to OUT.csv. It answers whether a long plateau at the

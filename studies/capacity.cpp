@@ -284,4 +284,8 @@ StudyOutput capacity_study(const StudyOptions& o, harness::PlotFiles& plots) {
   return {table(rows, z), raw_rows(rows), r};
 }
 
+namespace {
+const Registrar<StudyMaker> kRegistrar(study_registry(), "capacity", capacity_study, 30);
+}  // namespace
+
 }  // namespace attnlab::studies

@@ -1,10 +1,12 @@
 // What the study implementations share (not installed): the report.md sections, the writer of
-// a study's folder, progress lines, and one function per study.
+// a study's folder, progress lines, and the registry each study adds itself to from its own .cpp
+// (attnlab/factory.hpp's Registry, as the variants and the training tasks do).
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "attnlab/factory.hpp"
 #include "studies/study.hpp"
 
 namespace attnlab::studies {
@@ -30,21 +32,13 @@ struct StudyOutput {
   Report report;  ///< the text around the table
 };
 
-// The studies (studies/study.hpp): each draws its plots into `plots` through a
-// harness::Plotter on <out_dir>/plots and returns its table, rows and report.
+/// A study (studies/study.hpp): draws its plots into `plots` through a harness::Plotter on
+/// <out_dir>/plots and returns its table, rows and report.
+using StudyMaker = StudyOutput (*)(const StudyOptions& o, harness::PlotFiles& plots);
 
-/// studies/spectrum.cpp.
-StudyOutput spectrum_study(const StudyOptions& o, harness::PlotFiles& plots);
-/// studies/rank_collapse.cpp.
-StudyOutput rank_collapse_study(const StudyOptions& o, harness::PlotFiles& plots);
-/// studies/capacity.cpp.
-StudyOutput capacity_study(const StudyOptions& o, harness::PlotFiles& plots);
-/// studies/symmetry.cpp.
-StudyOutput symmetry_study(const StudyOptions& o, harness::PlotFiles& plots);
-/// studies/heads.cpp.
-StudyOutput heads_study(const StudyOptions& o, harness::PlotFiles& plots);
-/// studies/swap.cpp.
-StudyOutput swap_study(const StudyOptions& o, harness::PlotFiles& plots);
+/// The studies' registry: each study's .cpp adds itself with one Registrar, e.g.
+/// `const Registrar<StudyMaker> kRegistrar(study_registry(), "swap", swap_study, 60);`.
+Registry<StudyMaker>& study_registry();
 
 /// <out_dir>/plots.
 std::string plots_dir(const StudyOptions& o);

@@ -167,4 +167,8 @@ StudyOutput heads_study(const StudyOptions& o, harness::PlotFiles& plots) {
   return {table(rows, z), raw_rows(rows), r};
 }
 
+namespace {
+const Registrar<StudyMaker> kRegistrar(study_registry(), "heads", heads_study, 50);
+}  // namespace
+
 }  // namespace attnlab::studies

@@ -186,4 +186,8 @@ StudyOutput rank_collapse_study(const StudyOptions& o, harness::PlotFiles& plots
   return {table(rows, z.layers), raw_rows(rows), r};
 }
 
+namespace {
+const Registrar<StudyMaker> kRegistrar(study_registry(), "rank-collapse", rank_collapse_study, 20);
+}  // namespace
+
 }  // namespace attnlab::studies

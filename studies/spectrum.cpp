@@ -155,4 +155,8 @@ StudyOutput spectrum_study(const StudyOptions& o, harness::PlotFiles& plots) {
   return {table(spectra, quarter), raw_rows(spectra), r};
 }
 
+namespace {
+const Registrar<StudyMaker> kRegistrar(study_registry(), "spectrum", spectrum_study, 10);
+}  // namespace
+
 }  // namespace attnlab::studies

@@ -15,21 +15,6 @@ namespace attnlab::studies {
 namespace fs = std::filesystem;
 namespace {
 
-using StudyFunction = StudyOutput (*)(const StudyOptions&, harness::PlotFiles&);
-
-struct Entry {
-  const char* name;
-  StudyFunction run;
-};
-constexpr Entry kStudies[] = {
-    {"spectrum", spectrum_study},
-    {"rank-collapse", rank_collapse_study},
-    {"capacity", capacity_study},
-    {"symmetry", symmetry_study},
-    {"heads", heads_study},
-    {"swap", swap_study},
-};
-
 std::string load_average() {
   std::ifstream in("/proc/loadavg");
   std::string a, b, c;
@@ -137,21 +122,15 @@ void progress(const StudyOptions& options, const std::string& study, const std::
 
 std::string plots_dir(const StudyOptions& o) { return (fs::path(o.out_dir) / "plots").string(); }
 
-std::vector<std::string> study_names() {
-  std::vector<std::string> names;
-  for (const Entry& e : kStudies) names.emplace_back(e.name);
-  return names;
+Registry<StudyMaker>& study_registry() {
+  static Registry<StudyMaker> registry("study");
+  return registry;
 }
 
+std::vector<std::string> study_names() { return study_registry().names(); }
+
 StudyResult run_study(const std::string& name, const StudyOptions& options) {
-  const Entry* entry = nullptr;
-  for (const Entry& e : kStudies)
-    if (name == e.name) entry = &e;
-  if (!entry) {
-    std::string known;
-    for (const auto& n : study_names()) known += (known.empty() ? "" : ", ") + n;
-    throw Error("unknown study '" + name + "' (studies: " + known + ")");
-  }
+  const StudyMaker run = study_registry().at(name, "study name");
   if (options.out_dir.empty()) throw Error("study " + name + ": no output folder given");
   fs::create_directories(options.out_dir);
 
@@ -159,7 +138,7 @@ StudyResult run_study(const std::string& name, const StudyOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   StudyResult result;
   result.name = name;
-  StudyOutput out = entry->run(options, result.plots);
+  StudyOutput out = run(options, result.plots);
   meta["study"] = name;
   meta["size"] = size_name(options.size);
   meta["seed"] = options.seed;

@@ -74,7 +74,7 @@ struct StudyResult {
   harness::PlotFiles plots;          ///< under <out_dir>/plots/
 };
 
-/// The study names, in the order above.
+/// The registered study names, in the order above (each study's .cpp registers itself).
 std::vector<std::string> study_names();
 
 /// Runs one study (a study_names() entry; throws Error listing them otherwise) and writes its

@@ -309,4 +309,8 @@ StudyOutput swap_study(const StudyOptions& o, harness::PlotFiles& plots) {
   return {error_table(rows, z), raw_rows(rows), r};
 }
 
+namespace {
+const Registrar<StudyMaker> kRegistrar(study_registry(), "swap", swap_study, 60);
+}  // namespace
+
 }  // namespace attnlab::studies

@@ -159,4 +159,8 @@ StudyOutput symmetry_study(const StudyOptions& o, harness::PlotFiles& plots) {
   return {table(rows, z), raw_rows(rows), r};
 }
 
+namespace {
+const Registrar<StudyMaker> kRegistrar(study_registry(), "symmetry", symmetry_study, 40);
+}  // namespace
+
 }  // namespace attnlab::studies

@@ -161,7 +161,23 @@ TEST_CASE("tasks: bad specs are refused, naming the key", "[training]") {
   test::require_error([] { make_task("listops:max_len=600", 512); }, {"max_len"});
   test::require_error([] { make_task("listops:min_len=511", 512); }, {"min_len"});
   test::require_error([] { make_task("copy:colour=2", 32); }, {"colour"});
-  test::require_error([] { make_task("sorting", 32); }, {"sorting", "mqar, listops, copy"});
+  // The messages speak of a task, never of an attention spec or a variant (Params' SpecKind).
+  test::require_error([] { make_task("mqar:pairz=3", 64); },
+                      {"task 'mqar:pairz=3': unknown key 'pairz' (known: pairs, vocab)"});
+  test::require_error([] { make_task("mqar:pairs=0", 64); }, {"task 'mqar:pairs=0': pairs=0"});
+  test::require_error([] { make_task("copy", 2); }, {"task 'copy'", "N = 2"});
+  test::require_error([] { make_task("sorting", 32); },
+                      {"task 'sorting': unknown task 'sorting' (known: mqar, listops, copy)"});
+  for (const char* spec : {"mqar:pairz=3", "mqar:pairs=x", "sorting", ":pairs=1", "mqar:pairs"}) {
+    try {
+      make_task(spec, 64);
+      FAIL("make_task accepted " << spec);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK(what.find("attention spec") == std::string::npos);
+      CHECK(what.find("variant") == std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("cross-entropy: loss, accuracy and gradient against finite differences", "[training]") {

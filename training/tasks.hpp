@@ -2,6 +2,9 @@
 // string like the attention variants: "mqar:pairs=16,vocab=256", "listops", "copy:vocab=10".
 // Every task makes batches of token sequences of one length N with their targets; batch(size,
 // seed) depends only on its arguments, so a training run's data is a function of (seed, step).
+// Each task is one file, training/tasks/<name>.cpp, that registers itself in task_registry() as
+// the variants do (attnlab/factory.hpp); its keys are parsed by the variants' Params, whose
+// messages then speak of a task ("task 'mqar:pairz=3': unknown key 'pairz' (known: pairs, vocab)").
 //
 //   mqar     Multi-query associative recall (Arora et al. 2023, "Zoology", its multiquery_ar
 //            generator): `pairs` key-value pairs k1 v1 ... kD vD (keys drawn without
@@ -35,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "attnlab/factory.hpp"
 #include "models/layers.hpp"
 
 /// Training over any attention spec: seeded tasks, a task head and its loss, the Trainer with
@@ -79,12 +83,29 @@ class Task {
   virtual Batch batch(std::size_t size, std::uint64_t seed) const = 0;
 };
 
+/// Task factory strings, for Params' messages: "task 'mqar:pairz=3': unknown key ...".
+inline constexpr SpecKind kTaskSpec{"task", "task"};
+
+/// A task's entry in task_registry().
+struct TaskMaker {
+  /// Reads the task's keys from the Params (which checks them) and builds it at length n.
+  std::unique_ptr<Task> (*make)(Params& params, std::size_t n);
+  /// Its keys with their defaults, for help texts: "pairs=N/16,vocab=256".
+  const char* keys;
+};
+
+/// The tasks' registry, filled by the registrars of training/tasks/*.cpp.
+Registry<TaskMaker>& task_registry();
+
 /// Builds the task a factory string names at sequence length n; throws Error naming the task
 /// or the key and value that is wrong (unknown name or key, malformed value, broken constraint).
 std::unique_ptr<Task> make_task(std::string_view spec, std::size_t n);
 
-/// The task names, for help texts: mqar, listops, copy.
+/// The registered task names, in order (mqar, listops, copy today).
 std::vector<std::string> task_names();
+
+/// The tasks with their keys and defaults, for help texts: "mqar[:pairs=N/16,vocab=256], ...".
+std::string task_usage();
 
 /// ListOps' token names, by id ("<pad>", "0".."9", "[MIN", "[MAX", "[MED", "[SM", "]").
 const std::vector<std::string>& listops_tokens();

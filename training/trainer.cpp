@@ -12,6 +12,7 @@
 #include "attnlab/error.hpp"
 #include "attnlab/factory.hpp"
 #include "attnlab/npy.hpp"
+#include "attnlab/seed.hpp"
 #include "models/backward.hpp"
 
 namespace attnlab::training {
@@ -24,16 +25,9 @@ double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // The seed of batch `index` of stream `stream` (1: training steps, 2: the held-out set).
 std::uint64_t data_seed(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
-  return mix(mix(seed) ^ mix(stream << 56 ^ index));
+  return stream_seed(seed, {splitmix64(stream << 56 ^ index)});
 }
 
 models::ModelConfig model_config(const TrainConfig& c, std::size_t vocab) {

@@ -8,20 +8,12 @@
 
 #include "attnlab/error.hpp"
 #include "attnlab/kernels.hpp"
+#include "attnlab/seed.hpp"
 
 namespace attnlab {
 namespace {
 
 using kernels::OnlineSoftmax;
-
-// SplitMix64 (Steele et al. 2014): a portable generator, so a seed draws the same blocks with
-// every compiler and standard library (std:: distributions are implementation-defined).
-std::uint64_t splitmix(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
@@ -74,12 +66,14 @@ void layout_row(const BigBirdConfig& c, const BigBirdLayout& l, std::size_t h, s
     moved.emplace_back(x, rank);
   };
   const std::size_t fixed = row.size();
-  std::uint64_t state = static_cast<std::uint64_t>(c.seed);  // one stream per (seed, h, i)
-  state = splitmix(state) ^ h;
-  state = splitmix(state) ^ i;
+  // One SplitMix64 stream per (seed, h, i): portable, so a seed draws the same blocks with every
+  // compiler and standard library (std:: distributions are implementation-defined).
+  std::uint64_t state = static_cast<std::uint64_t>(c.seed);
+  state = splitmix64_next(state) ^ h;
+  state = splitmix64_next(state) ^ i;
   const std::size_t draws = std::min(static_cast<std::size_t>(c.random), candidates);
   for (std::size_t r = 0; r < draws; ++r) {
-    const std::size_t pick = r + splitmix(state) % (candidates - r);
+    const std::size_t pick = r + splitmix64_next(state) % (candidates - r);
     const std::size_t drawn = at(pick);
     put(pick, at(r));
     put(r, drawn);

@@ -9,19 +9,6 @@
 namespace attnlab {
 namespace {
 
-struct Entry {
-  std::string name;
-  AttentionMaker make;
-  int position;
-};
-
-// The registry, filled by the variants' registrars; sorted by position. A function-local static,
-// so it is constructed on first use, before any registrar (in any file) writes to it.
-std::vector<Entry>& registry() {
-  static std::vector<Entry> entries;
-  return entries;
-}
-
 std::string trim(std::string_view s) {
   const auto b = s.find_first_not_of(" \t");
   if (b == std::string_view::npos) return "";
@@ -30,10 +17,11 @@ std::string trim(std::string_view s) {
 
 }  // namespace
 
-Params::Params(std::string_view spec) : spec_(spec) {
+Params::Params(std::string_view spec, SpecKind kind) : spec_(spec), kind_(kind) {
+  const std::string quoted = std::string(kind_.text) + " '" + spec_ + "'";
   const auto colon = spec.find(':');
   name_ = trim(spec.substr(0, colon));
-  if (name_.empty()) throw Error("attention spec '" + spec_ + "': missing variant name");
+  if (name_.empty()) throw Error(quoted + ": missing " + kind_.name + " name");
   if (colon == std::string_view::npos) return;
   std::string_view rest = spec.substr(colon + 1);
   while (true) {
@@ -41,16 +29,17 @@ Params::Params(std::string_view spec) : spec_(spec) {
     const std::string token = trim(rest.substr(0, comma));
     const auto eq = token.find('=');
     if (eq == std::string::npos || trim(std::string_view(token).substr(0, eq)).empty())
-      throw Error("attention spec '" + spec_ + "': token '" + token + "' is not key=value");
+      throw Error(quoted + ": token '" + token + "' is not key=value");
     const std::string key = trim(std::string_view(token).substr(0, eq));
     if (!values_.emplace(key, trim(std::string_view(token).substr(eq + 1))).second)
-      throw Error("attention spec '" + spec_ + "': key '" + key + "' given twice");
+      throw Error(quoted + ": key '" + key + "' given twice");
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }
 }
 
 const std::string* Params::find(const std::string& key) {
+  if (std::find(asked_.begin(), asked_.end(), key) == asked_.end()) asked_.push_back(key);
   const auto it = values_.find(key);
   if (it == values_.end()) return nullptr;
   used_.insert(key);
@@ -60,7 +49,7 @@ const std::string* Params::find(const std::string& key) {
 void Params::fail(const std::string& key, const std::string& why) const {
   const auto it = values_.find(key);
   const std::string token = it == values_.end() ? key : key + "=" + it->second;
-  throw Error("attention spec '" + spec_ + "': " + token + ": " + why);
+  throw Error(std::string(kind_.text) + " '" + spec_ + "': " + token + ": " + why);
 }
 
 std::int64_t Params::integer(const std::string& key, std::int64_t fallback) {
@@ -96,8 +85,11 @@ std::string Params::choice(const std::string& key, const std::string& fallback,
 }
 
 void Params::check_all_used() const {
-  for (const auto& [key, value] : values_)
-    if (!used_.count(key)) fail(key, "unknown key for variant '" + name_ + "'");
+  for (const auto& [key, value] : values_) {
+    if (used_.count(key)) continue;
+    throw Error(std::string(kind_.text) + " '" + spec_ + "': unknown key '" + key + "' (" +
+                (asked_.empty() ? name_ + " takes no keys" : "known: " + join_names(asked_)) + ")");
+  }
 }
 
 SpecWriter& SpecWriter::add(const std::string& key, const std::string& value) {
@@ -116,35 +108,25 @@ SpecWriter& SpecWriter::add(const std::string& key, double value) {
   return add(key, std::string(buf, res.ptr));
 }
 
+Registry<AttentionMaker>& attention_registry() {
+  static Registry<AttentionMaker> registry("variant");
+  return registry;
+}
+
 void register_attention(const std::string& name, AttentionMaker make, int position) {
-  auto& entries = registry();
-  if (name.empty() || make == nullptr)
-    throw Error("register_attention: a variant needs a name and a maker");
-  for (const Entry& e : entries)
-    if (e.name == name) throw Error("register_attention: variant '" + name + "' registered twice");
-  const auto at = std::upper_bound(entries.begin(), entries.end(), position,
-                                   [](int p, const Entry& e) { return p < e.position; });
-  entries.insert(at, Entry{name, make, position});
+  if (make == nullptr) throw Error("register: variant '" + name + "' needs a maker");
+  attention_registry().add(name, make, position);
 }
 
 std::unique_ptr<Attention> make_attention(std::string_view spec) {
   Params params(spec);
-  for (const Entry& e : registry()) {
-    if (params.name() != e.name) continue;
-    auto attention = e.make(params);
-    params.check_all_used();
-    return attention;
-  }
-  std::string known;
-  for (const auto& name : attention_names()) known += (known.empty() ? "" : ", ") + name;
-  throw Error("attention spec '" + std::string(spec) + "': unknown variant '" + params.name() +
-              "' (known: " + known + ")");
+  const AttentionMaker make =
+      attention_registry().at(params.name(), "attention spec '" + params.spec() + "'");
+  auto attention = make(params);
+  params.check_all_used();
+  return attention;
 }
 
-std::vector<std::string> attention_names() {
-  std::vector<std::string> names;
-  for (const Entry& e : registry()) names.push_back(e.name);
-  return names;
-}
+std::vector<std::string> attention_names() { return attention_registry().names(); }
 
 }  // namespace attnlab

@@ -7,20 +7,14 @@
 #include <vector>
 
 #include "attnlab/error.hpp"
+#include "attnlab/seed.hpp"
 
 namespace attnlab {
 namespace {
 
-std::uint64_t splitmix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // One independent stream per (seed, purpose, item, head).
 std::mt19937_64 stream(std::uint64_t seed, std::uint64_t purpose, std::size_t b, std::size_t h) {
-  return std::mt19937_64(splitmix(splitmix(splitmix(seed) ^ purpose) ^ (b << 20 | h)));
+  return std::mt19937_64(stream_seed(seed, {purpose, b << 20 | h}));
 }
 
 [[noreturn]] void fail(const std::string& text, const std::string& why) {
