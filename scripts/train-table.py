@@ -124,8 +124,9 @@ def render(table, t, runs, out):
     context = next(iter(sorted(raw.rglob("summary.json"))), None) if raw.exists() else None
     if context:
         s = json.loads(context.read_text())
-        keep = {k: v for k, v in s.items() if k in ("commit", "cpu", "blas", "date", "machine",
-                                                      "openblas_core", "threads", "build")}
+        keep = {k: v for k, v in s.items() if k in ("git_commit", "git_dirty", "cpu_model", "blas",
+                                                      "OPENBLAS_CORETYPE", "kernels", "threads",
+                                                      "compiler", "build_type", "date")}
         lines += ["", "Context of the first run (every run's summary.json is in raw/): `" +
                   json.dumps(keep) + "`"]
     notes = folder / "notes.md"
