@@ -2,7 +2,8 @@
 // (training/tasks.hpp), with a progress line, checkpoints, and resume after a kill.
 //   attnlab train --task mqar --spec SPEC [--n 256 --layers 2 --d-model 64 --heads 4 --ffn 256
 //                 --batch 32 --steps 1000 --seed 1 --lr 3e-3 --warmup 100 --out DIR ...]
-// Writes into DIR: train.csv (every step's batch loss and accuracy), eval.csv (the held-out
+// Writes into DIR: train.csv (every step's batch loss, accuracy and loss in bits; bits per
+// byte for the text task), eval.csv (the held-out
 // score every --eval-every steps and at the end), checkpoint/ (training/trainer.hpp), and
 // summary.json (the config, final scores, time per step, peak memory, the time split with
 // --profile, and the context: commit, machine, load). Rerunning the same command continues from
@@ -46,7 +47,7 @@ struct TrainOptions {
   bool quiet = false;
 };
 
-const std::string kLogHeader = "step,loss,accuracy,seconds";
+const std::string kLogHeader = "step,loss,accuracy,seconds,bits";
 
 // Keeps the rows of a CSV log whose step (first column) is at most `step`: what a resumed run
 // has done. A row cut short by a kill (fewer columns than the header) goes too. A missing log
@@ -78,7 +79,8 @@ void append(const std::string& path, const std::string& row) {
 
 std::string csv_row(std::size_t step, const training::Score& s, double seconds) {
   char buf[128];
-  std::snprintf(buf, sizeof buf, "%zu,%.6f,%.6f,%.4f", step, s.loss, s.accuracy(), seconds);
+  std::snprintf(buf, sizeof buf, "%zu,%.6f,%.6f,%.4f,%.6f", step, s.loss, s.accuracy(), seconds,
+                s.bits());
   return buf;
 }
 
@@ -124,7 +126,7 @@ class ProgressLine {
 };
 
 nlohmann::json score_json(const training::Score& s) {
-  return {{"loss", s.loss}, {"accuracy", s.accuracy()}, {"count", s.count}};
+  return {{"loss", s.loss}, {"bits", s.bits()}, {"accuracy", s.accuracy()}, {"count", s.count}};
 }
 
 // A step allocates and frees the same few MiB-sized activations every time. glibc would hand
@@ -229,10 +231,11 @@ void train_into(const TrainOptions& o, training::Trainer& trainer) {
   }
   harness::write_atomically(o.out + "/summary.json", summary.dump(2) + "\n");
 
-  std::printf("%s on %s: %zu steps, eval loss %.4f, accuracy %.2f%% (%zu targets); %.3f s/step, "
+  std::printf("%s on %s: %zu steps, eval loss %.4f (%.4f bits per target), accuracy %.2f%% (%zu "
+              "targets); %.3f s/step, "
               "peak extra heap %.1f MiB\n",
               summary["spec"].get<std::string>().c_str(), trainer.task().spec().c_str(),
-              trainer.steps(), eval.loss, 100 * eval.accuracy(), eval.count,
+              trainer.steps(), eval.loss, eval.bits(), 100 * eval.accuracy(), eval.count,
               summary["seconds_per_step"].get<double>(), double(peak_heap) / 1048576.0);
   if (summary.contains("split")) {
     const auto& s = summary["split"];

@@ -11,6 +11,7 @@ PACKAGES=(
   gnuplot-nox openmpi-bin libopenmpi-dev
   python3-numpy python3-torch python3-dev pybind11-dev python3-pybind11
   clang libomp-dev doxygen
+  bible-kjv  # the text task's corpus (training/tasks/text.cpp)
   "$@"
 )
 

@@ -157,3 +157,20 @@ TEST_CASE("attnlab train --causal, --init and --dump-batches: runs, and bad uses
   one_line("--spec full --switches no-final-norm --out d", "no-final-norm without pre-ln");
   one_line("--spec linear --out a", "another run");  // a's checkpoint is causal
 }
+
+TEST_CASE("attnlab train --task text reports validation bits per byte, and needs --causal",
+          "[cli][training]") {
+  TempDir dir("train-text");
+  const std::string tiny = "train --task text --spec full --n 32 --d-model 16 --heads 2 --ffn 32 "
+                           "--batch 4 --eval-size 8 --steps 2 --quiet ";
+  const CliResult refused = attnlab_cli(dir, tiny + "--out u");
+  CHECK(refused.code == 2);
+  CHECK(refused.err == "attnlab: error: task 'text' is a language model: it needs train --causal "
+                       "(a bidirectional model would see the byte it is asked to predict)\n");
+  const CliResult r = attnlab_cli(dir, tiny + "--causal --out t");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("bits per target") != std::string::npos);
+  CHECK(read_text(dir.file("t/eval.csv")).rfind("step,loss,accuracy,seconds,bits\n", 0) == 0);
+  CHECK(read_text(dir.file("t/summary.json")).find("\"bits\"") != std::string::npos);
+}

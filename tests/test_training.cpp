@@ -160,6 +160,64 @@ TEST_CASE("tasks: the same seed gives the same batch, another seed another", "[t
   }
 }
 
+TEST_CASE("text: windows of the Bible's bytes, each target the next byte, validation apart",
+          "[training]") {
+  const std::string& corpus = text_corpus();
+  REQUIRE(corpus.size() == 4298239);  // bible-kjv's every verse, Genesis 1:1 to Revelation 22:21
+  CHECK(corpus.find("In the beginning God created the heaven and the earth.") < 100);
+  CHECK(corpus.rfind("The grace of our Lord Jesus Christ be with you all. Amen.") >
+        corpus.size() - 200);
+  const std::size_t split = text_split(corpus.size());
+  CHECK(split == corpus.size() - corpus.size() / 20);
+  const auto task = make_task("text", 64);
+  CHECK(task->spec() == "text");
+  CHECK(task->vocab() == 256);
+  CHECK(task->classes() == 256);
+  CHECK(task->needs_causal());
+  // Where each window came from: its 64 tokens and the next byte occur at one place, found by
+  // search; every target is the byte after its token, training windows end before the split
+  // and validation windows start at or after it, and the same seed draws the same windows.
+  const auto starts = [&](const Batch& b) {
+    std::vector<std::size_t> at;
+    for (std::size_t e = 0; e < b.tokens.shape()[0]; ++e) {
+      std::string window(65, '\0');
+      for (std::size_t i = 0; i < 64; ++i) {
+        window[i] = static_cast<char>(b.tokens(e, i));
+        CHECK(b.targets(e, i) >= 0);
+        if (i > 0) CHECK(b.targets(e, i - 1) == b.tokens(e, i));
+      }
+      window[64] = static_cast<char>(b.targets(e, 63));
+      at.push_back(corpus.find(window));
+      REQUIRE(at.back() != std::string::npos);
+    }
+    return at;
+  };
+  for (const std::uint64_t seed : {1, 2, 3}) {
+    for (const std::size_t s : starts(task->batch(16, seed))) CHECK(s + 65 <= split);
+    for (const std::size_t s : starts(task->held_out(16, seed))) CHECK(s >= split);
+  }
+  const Batch a = task->batch(8, 5), b = task->batch(8, 5), c = task->batch(8, 6);
+  const bool same = a.tokens == b.tokens && a.targets == b.targets;
+  const bool other = a.tokens != c.tokens, apart = a.tokens != task->held_out(8, 5).tokens;
+  CHECK(same);
+  CHECK(other);
+  CHECK(apart);
+}
+
+TEST_CASE("text: refused without the causal model, and with any key or too long an N",
+          "[training]") {
+  TrainConfig c = tiny_config("text", 32);
+  test::require_error([&] { Trainer t(c); }, {"task 'text' is a language model", "--causal"});
+  c.causal = true;
+  Trainer trained(c);
+  const Score before = trained.evaluate();
+  CHECK(before.count == 32 * 32);  // every position scored
+  CHECK(std::abs(before.bits() - before.loss / std::log(2.0)) < 1e-12);
+  test::require_error([] { make_task("text:corpus=fortunes", 64); },
+                      {"task 'text:corpus=fortunes'", "text takes no keys"});
+  test::require_error([] { make_task("text", 300000); }, {"task 'text'", "N = 300000"});
+}
+
 TEST_CASE("tasks: bad specs are refused, naming the key", "[training]") {
   test::require_error([] { make_task("mqar:pairs=100", 256); }, {"pairs"});
   test::require_error([] { make_task("mqar:pairs=16,vocab=20", 256); }, {"vocab"});
@@ -172,7 +230,7 @@ TEST_CASE("tasks: bad specs are refused, naming the key", "[training]") {
   test::require_error([] { make_task("mqar:pairs=0", 64); }, {"task 'mqar:pairs=0': pairs=0"});
   test::require_error([] { make_task("copy", 2); }, {"task 'copy'", "N = 2"});
   test::require_error([] { make_task("sorting", 32); },
-                      {"task 'sorting': unknown task 'sorting' (known: mqar, listops, copy)"});
+                      {"task 'sorting': unknown task 'sorting' (known: mqar, listops, copy, text)"});
   for (const char* spec : {"mqar:pairz=3", "mqar:pairs=x", "sorting", ":pairs=1", "mqar:pairs"}) {
     try {
       make_task(spec, 64);

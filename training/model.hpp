@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <numbers>
 
 #include "attnlab/mask.hpp"
 #include "models/transformer.hpp"
@@ -28,6 +29,8 @@ struct Score {
 
   /// correct / count (0 when count is 0).
   double accuracy() const { return count ? double(correct) / double(count) : 0.0; }
+  /// The loss in bits per scored target (loss / ln 2): bits per byte for the text task.
+  double bits() const { return loss / std::numbers::ln2; }
   /// Adds another batch's score, weighting the losses by their counts.
   Score& operator+=(const Score& other);
 };

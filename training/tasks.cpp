@@ -25,7 +25,10 @@ std::string task_usage() {
   const auto names = task_names();
   const auto makers = task_registry().makers();
   for (std::size_t i = 0; i < names.size(); ++i)
-    usage.append(i ? ", " : "").append(names[i]).append("[:").append(makers[i]->keys).append("]");
+    {
+    usage.append(i ? ", " : "").append(names[i]);
+    if (*makers[i]->keys) usage.append("[:").append(makers[i]->keys).append("]");
+  }
   return usage;
 }
 

@@ -27,6 +27,14 @@
 //   copy     x1 .. xm, a delimiter, then m blanks (and blanks to N): the target at position
 //            m + 1 + i is x(i+1). m = (N - 1) / 2 symbols from [2, vocab). Keys: vocab (default
 //            10, >= 3).
+//   text     Byte-level language modelling of the King James Bible, the 4,298,239 bytes that
+//            `bible Ge1:1-Re22:21` (Debian's bible-kjv package) prints, read once per process
+//            without a shell. Split: the first 95% of the bytes train (Genesis to Colossians 1:18),
+//            the last 5% (Colossians 1:18 to Revelation) are the validation set, which held_out()
+//            draws from. An example is a window of N + 1 bytes starting uniformly at random
+//            inside its split: tokens its first N bytes, targets the next byte of each (every
+//            position scored, so loss / ln 2 is bits per byte). Needs the causal model (train
+//            --causal). No keys; vocab 256.
 // Token ids: mqar as above; listops 0 pad, 1-10 digits 0-9, 11 [MIN, 12 [MAX, 13 [MED, 14 [SM,
 // 15 ']'; copy 0 blank, 1 delimiter, 2.. symbols.
 #pragma once
@@ -81,6 +89,13 @@ class Task {
 
   /// `size` examples drawn from `seed` alone: the same arguments give the same batch.
   virtual Batch batch(std::size_t size, std::uint64_t seed) const = 0;
+
+  /// `size` held-out examples from `seed`: batch() for the generated tasks (a fresh seed is
+  /// new data), the validation split for a corpus.
+  virtual Batch held_out(std::size_t size, std::uint64_t seed) const { return batch(size, seed); }
+
+  /// Whether only a causal model can learn it (a language model: the next byte is an input).
+  virtual bool needs_causal() const { return false; }
 };
 
 /// Task factory strings, for Params' messages: "task 'mqar:pairz=3': unknown key ...".
@@ -101,11 +116,18 @@ Registry<TaskMaker>& task_registry();
 /// or the key and value that is wrong (unknown name or key, malformed value, broken constraint).
 std::unique_ptr<Task> make_task(std::string_view spec, std::size_t n);
 
-/// The registered task names, in order (mqar, listops, copy today).
+/// The registered task names, in order (mqar, listops, copy, text today).
 std::vector<std::string> task_names();
 
 /// The tasks with their keys and defaults, for help texts: "mqar[:pairs=N/16,vocab=256], ...".
 std::string task_usage();
+
+/// The text task's corpus, the whole King James Bible; read on first use (throws Error naming
+/// the missing program).
+const std::string& text_corpus();
+
+/// Where the text task's validation split of a corpus of `bytes` bytes begins: the last 5%.
+std::size_t text_split(std::size_t bytes);
 
 /// ListOps' token names, by id ("<pad>", "0".."9", "[MIN", "[MAX", "[MED", "[SM", "]").
 const std::vector<std::string>& listops_tokens();

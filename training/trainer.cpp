@@ -76,7 +76,11 @@ std::string read_text(const fs::path& path) {
 void TrainConfig::validate() const {
   if (n == 0 || batch == 0 || eval_size == 0 || layers == 0)
     throw Error("train: n, batch, eval_size and layers must be at least 1");
-  model_config(*this, make_task(task, n)->vocab()).validate();
+  const auto made = make_task(task, n);
+  if (made->needs_causal() && !causal)
+    throw Error("task '" + made->spec() + "' is a language model: it needs train --causal (a "
+                "bidirectional model would see the byte it is asked to predict)");
+  model_config(*this, made->vocab()).validate();
   adam.validate();
   if (causal) {
     const auto attention = make_attention(spec);
@@ -147,7 +151,7 @@ Score Trainer::evaluate() {
   if (eval_.empty())
     for (std::size_t i = 0, left = config_.eval_size; left > 0; ++i) {
       const std::size_t size = std::min(left, config_.batch);
-      eval_.push_back(task_->batch(size, data_seed(config_.seed, 2, i)));
+      eval_.push_back(task_->held_out(size, data_seed(config_.seed, 2, i)));
       left -= size;
     }
   Score total;

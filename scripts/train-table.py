@@ -1,0 +1,163 @@
+#!/usr/bin/python3
+"""One table of trained variants on the protocol of issue 16: seeds x a learning-rate sweep.
+
+Usage: train-table.py TABLE [--build build] [--runs runs/tables] [--out results/training]
+                      [--jobs 2] [--render-only]
+Every cell is a variant trained with each of the table's learning rates and seeds (one
+`attnlab train` run each, single-threaded, --jobs at a time: one per core). A variant's rate is
+the one with the lowest mean held-out loss over its seeds; its cell is the mean +/- the sample
+standard deviation over the seeds at that rate, with the rate and the time per step beside it.
+The rate is chosen on the same held-out set the cell reports (there is no third split), so the
+cell is the best of len(rates) on it: a small optimistic bias, the same for every variant.
+
+Resumable: a run whose summary.json reports the table's steps is skipped; any other is started
+again with the same command, which continues from its checkpoint (attnlab train resumes). Runs go
+to RUNS/TABLE/VARIANT/lr-RATE/seed-S (git-ignored); the rendering goes to OUT/TABLE/README.md,
+with every run's summary.json and eval.csv copied to OUT/TABLE/raw/. A run that has not finished
+is shown as not run, never estimated. Each run is niced and takes the shared CPU lock
+(flock -s $CPU_LOCK, default /work/.cpu.lock, when the file exists) like train-results.sh.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+# TABLE: what it trains and its options (every run of a table has the same ones but the spec,
+# the rate and the seed). Sized for a shared 2-core machine: hours, not days.
+TABLES = {
+    "text": {
+        "title": "Byte-level language model of the King James Bible (task `text`), validation "
+                 "bits per byte",
+        "options": ["--task", "text", "--causal", "--n", "256", "--layers", "2", "--d-model", "64",
+                    "--heads", "4", "--ffn", "256", "--batch", "8", "--warmup", "30",
+                    "--eval-size", "64", "--eval-every", "100", "--checkpoint-every", "50"],
+        "steps": 300,
+        "variants": ["full", "linear", "sliding:left=32,right=0"],
+        "rates": [1e-4, 1e-3, 3e-3, 1e-2],
+        "seeds": [1, 2, 3],
+        "metric": "bits",
+    },
+}
+
+
+def run_dir(runs, table, variant, rate, seed):
+    return runs / table / variant.replace(":", "_").replace("=", "-").replace(",", "_") / \
+        f"lr-{rate:g}" / f"seed-{seed}"
+
+
+def finished(folder, steps):
+    summary = folder / "summary.json"
+    if not summary.exists():
+        return None
+    s = json.loads(summary.read_text())
+    return s if s["steps"] >= steps else None
+
+
+def train(build, t, variant, rate, seed, folder):
+    if finished(folder, t["steps"]):
+        return "skipped"
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [str(build / "cli" / "attnlab"), "train", "--quiet", *t["options"],
+               "--spec", variant, "--lr", f"{rate:g}", "--seed", str(seed),
+               "--steps", str(t["steps"]), "--out", str(folder)]
+    lock = os.environ.get("CPU_LOCK", "/work/.cpu.lock")
+    if Path(lock).exists():
+        command = ["flock", "-s", lock, *command]
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    with open(folder / "log.txt", "a") as log:
+        done = subprocess.run(["nice", *command], env=env, stdout=log, stderr=subprocess.STDOUT)
+    return "done" if done.returncode == 0 else f"FAILED ({done.returncode}, {folder}/log.txt)"
+
+
+def render(table, t, runs, out):
+    """OUT/TABLE/README.md from what finished; raw copies of every finished run."""
+    folder = out / table
+    raw = folder / "raw"
+    if raw.exists():
+        shutil.rmtree(raw)
+    lines = [f"# {t['title']}", "",
+             f"Rendered by `scripts/train-table.py {table}` from the runs that finished; each "
+             "cell is mean +/- sample standard deviation over the seeds at the variant's best "
+             "rate (lowest mean held-out loss over the seeds; rates with a missing seed are not "
+             "candidates).", "",
+             f"Protocol: {t['steps']} steps, options `{' '.join(t['options'])}`, rates "
+             f"{', '.join(f'{r:g}' for r in t['rates'])}, seeds "
+             f"{', '.join(map(str, t['seeds']))}; one thread per run, two runs at a time.", "",
+             f"| variant | best rate | {t['metric']} (mean +/- sd) | seeds | s/step (mean) | "
+             "every rate: mean (seeds finished) | load (1-min avg, before/after) |",
+             "|---|---|---|---|---|---|---|"]
+    for variant in t["variants"]:
+        by_rate = {}
+        for rate in t["rates"]:
+            done = []
+            for seed in t["seeds"]:
+                d = run_dir(runs, table, variant, rate, seed)
+                s = finished(d, t["steps"])
+                if s:
+                    done.append(s)
+                    dest = raw / d.relative_to(runs / table)
+                    dest.mkdir(parents=True)
+                    for f in ["summary.json", "eval.csv"]:
+                        shutil.copy(d / f, dest / f)
+            by_rate[rate] = done
+        full = {r: v for r, v in by_rate.items() if len(v) == len(t["seeds"])}
+        sweep = ", ".join(
+            f"{r:g}: " + (f"{statistics.mean(s['eval'][t['metric']] for s in v):.3f} ({len(v)})"
+                          if v else "not run") for r, v in by_rate.items())
+        if not full:
+            lines.append(f"| `{variant}` | not run | not run | - | - | {sweep} | - |")
+            continue
+        rate = min(full, key=lambda r: statistics.mean(s["eval"]["loss"] for s in full[r]))
+        values = [s["eval"][t["metric"]] for s in full[rate]]
+        spread = statistics.stdev(values) if len(values) > 1 else math.nan
+        per_step = statistics.mean(s["seconds_per_step"] for s in full[rate])
+        loads = f"{min(s['loadavg_before'] for s in full[rate]):.1f}-" \
+                f"{max(s['loadavg_after'] for s in full[rate]):.1f}"
+        lines.append(f"| `{variant}` | {rate:g} | {statistics.mean(values):.3f} +/- {spread:.3f} "
+                     f"| {len(values)} | {per_step:.3f} | {sweep} | {loads} |")
+    context = next(iter(sorted(raw.rglob("summary.json"))), None) if raw.exists() else None
+    if context:
+        s = json.loads(context.read_text())
+        keep = {k: v for k, v in s.items() if k in ("git_commit", "git_dirty", "cpu_model", "blas",
+                                                      "OPENBLAS_CORETYPE", "kernels", "threads",
+                                                      "compiler", "build_type", "date")}
+        lines += ["", "Context of the first run (every run's summary.json is in raw/): `" +
+                  json.dumps(keep) + "`"]
+    notes = folder / "notes.md"
+    if notes.exists():
+        lines += ["", notes.read_text().rstrip()]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "README.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {folder / 'README.md'}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("table", choices=sorted(TABLES))
+    ap.add_argument("--build", default="build", type=Path)
+    ap.add_argument("--runs", default="runs/tables", type=Path)
+    ap.add_argument("--out", default="results/training", type=Path)
+    ap.add_argument("--jobs", default=2, type=int)
+    ap.add_argument("--render-only", action="store_true")
+    a = ap.parse_args()
+    t = TABLES[a.table]
+    if not a.render_only:
+        # seed-major order: the first seed of every cell finishes before any cell's third
+        jobs = [(v, r, s) for s in t["seeds"] for v in t["variants"] for r in t["rates"]]
+        print(f"{len(jobs)} runs, {a.jobs} at a time; load {open('/proc/loadavg').read().strip()}")
+        with ThreadPoolExecutor(a.jobs) as pool:
+            results = pool.map(lambda j: (j, train(a.build, t, *j, run_dir(a.runs, a.table, *j))),
+                               jobs)
+            for (v, r, s), status in results:
+                print(f"{v} lr {r:g} seed {s}: {status}", flush=True)
+    render(a.table, t, a.runs, a.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
