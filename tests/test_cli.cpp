@@ -158,6 +158,36 @@ TEST_CASE("run reads float64 inputs and bool or uint8 mask files", "[cli]") {
   require_same_as_library(dir, "full", "--mask m.npy", q, k, v, m, 2);
 }
 
+TEST_CASE("run passes --log-decay and --beta to the linear family as forward does", "[cli]") {
+  TempDir dir("cli");
+  const Tensor q = random_tensor(1, 2, 9, 4, 31), k = random_tensor(1, 2, 9, 4, 32),
+               v = random_tensor(1, 2, 9, 3, 33);
+  save(dir, "q.npy", q, 3), save(dir, "k.npy", k, 3), save(dir, "v.npy", v, 3);
+  TokenTensor g = -xt::abs(xt::view(random_tensor(1, 2, 9, 1, 34), xt::all(), xt::all(), xt::all(), 0));
+  TokenTensor beta = xt::view(random_tensor(1, 2, 9, 1, 35), xt::all(), xt::all(), xt::all(), 0);
+  beta = xt::clip(xt::abs(beta), 0.0f, 1.0f);
+  save_npy(dir.file("g.npy"), xt::xarray<float>(xt::view(g, 0)));  // [H, N] for rank-3 q
+  save_npy(dir.file("beta.npy"), xt::xarray<float>(xt::view(beta, 0)));
+  const CliResult r = attnlab_cli(dir, "run --spec gated-delta --q q.npy --k k.npy --v v.npy "
+                                       "--causal top-left --log-decay g.npy --beta beta.npy --out o.npy");
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  Mask mask;
+  mask.causal = Causal::top_left;
+  TokenInputs in;
+  in.log_decay = &g;
+  in.beta = &beta;
+  Tensor expected, plain;
+  Saved saved;
+  const auto a = make_attention("gated-delta");
+  a->forward(q, k, v, mask, in, expected, saved);
+  const Tensor got = to_bhnd(load_npy_float(dir.file("o.npy")), "o.npy");
+  REQUIRE(shape_string(got) == shape_string(expected));
+  CHECK(xt::amax(xt::abs(got - expected))() <= 1e-6f);
+  a->forward(q, k, v, mask, plain);  // the inputs were read: without them the output differs
+  CHECK(xt::amax(xt::abs(got - plain))() > 1e-3f);
+}
+
 TEST_CASE("bad input exits 2 with one line naming the problem and writes nothing", "[cli]") {
   TempDir dir("cli");
   const Tensor q = random_tensor(2, 2, 6, 4, 21);
