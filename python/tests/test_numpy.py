@@ -78,10 +78,10 @@ specs = {"full": "full", "bigbird": "bigbird:block=8", "linformer": "linformer:k
 check(sorted(specs) == sorted(names), f"a spec for every variant: {names}")
 q, k, v = qkv()
 band = np.tril(np.ones((40, 40), dtype=bool), 3) & np.triu(np.ones((40, 40), dtype=bool), -9)
-g = -rng.uniform(0, 0.5, (2, 2, 40)).astype(np.float32)
+gate = -rng.uniform(0, 0.5, (2, 2, 40)).astype(np.float32)
 beta = rng.uniform(0, 1, (2, 2, 40)).astype(np.float32)
 masks = [{}, {"causal": "top-left"}, {"key_lengths": [40, 23]}, {"mask": band}]
-tokens = [{}, {"log_decay": g}, {"beta": beta}, {"log_decay": g, "beta": beta}]
+tokens = [{}, {"log_decay": gate}, {"beta": beta}, {"log_decay": gate, "beta": beta}]
 taken = {}
 for name, spec in specs.items():
     support = attnlab.make(spec).support
@@ -106,10 +106,11 @@ check(all(taken[n] >= 4 for n in ("delta", "gla", "gated-delta")), f"token cases
 
 # A token input changes the output (it is read), and [H, N] goes with [H, N, D] q, k, v.
 plain = attnlab.attention(q, k, v, spec="gated-delta", causal="top-left")
-gated = attnlab.attention(q, k, v, spec="gated-delta", causal="top-left", log_decay=g, beta=beta)
+gated = attnlab.attention(q, k, v, spec="gated-delta", causal="top-left", log_decay=gate,
+                         beta=beta)
 check(np.abs(plain - gated).max() > 1e-3, "log_decay and beta are read")
-expected, status = cli_run("gla", q[0], k[0], v[0], causal="top-left", log_decay=g[0])
-out = attnlab.attention(q[0], k[0], v[0], spec="gla", causal="top-left", log_decay=g[0])
+expected, status = cli_run("gla", q[0], k[0], v[0], causal="top-left", log_decay=gate[0])
+out = attnlab.attention(q[0], k[0], v[0], spec="gla", causal="top-left", log_decay=gate[0])
 check(status == 0 and out.shape == (2, 40, 16) and out.tobytes() == expected.tobytes(),
       "rank-3 q with [H, N] log_decay, bitwise equal to the CLI")
 
@@ -157,13 +158,13 @@ g = lin.backward(q, k, v, out, d_out)
 check(g["d_e"].shape == (2, 8, 64) and "d_f" in g, "linformer projection gradients")
 check(attnlab.make("linear").forward(q, k, v, save_lse=True)[1] is None, "linear saves no lse")
 gd = attnlab.make("gated-delta")
-out = gd.forward(q, k, v, causal="top-left", log_decay=g, beta=beta)
-grads = gd.backward(q, k, v, out, d_out, causal="top-left", log_decay=g, beta=beta)
-check(grads["d_log_decay"].shape == g.shape and grads["d_beta"].shape == beta.shape
+out = gd.forward(q, k, v, causal="top-left", log_decay=gate, beta=beta)
+grads = gd.backward(q, k, v, out, d_out, causal="top-left", log_decay=gate, beta=beta)
+check(grads["d_log_decay"].shape == gate.shape and grads["d_beta"].shape == beta.shape
       and np.isfinite(grads["d_beta"]).all() and np.abs(grads["d_log_decay"]).max() > 0,
       "gated-delta token gradients")
-check("d_beta" not in gd.backward(q, k, v, gd.forward(q, k, v, log_decay=g), d_out,
-                                  log_decay=g), "d_beta only where beta was given")
+check("d_beta" not in gd.backward(q, k, v, gd.forward(q, k, v, log_decay=gate), d_out,
+                                  log_decay=gate), "d_beta only where beta was given")
 
 # Copies: each result is the C++ Tensor itself, handed over (its base is a capsule that owns
 # it), not a copy made on the way out; each input is copied once into a C++ Tensor, so the
@@ -251,17 +252,17 @@ raises(ValueError, ["d_out"], a.backward, q, k, v, out, d_out[:, :, :5])
 raises(ValueError, ["ref"], attnlab.compare, out, ref[:, :1])
 raises(TypeError, ["spec"], attnlab.make, 3)
 raises(TypeError, ["log_decay", "list"], attnlab.attention, q, k, v, spec="gla",
-       log_decay=g.tolist())
+       log_decay=gate.tolist())
 raises(TypeError, ["beta", "int64"], attnlab.attention, q, k, v, spec="delta",
        beta=np.zeros((2, 2, 40), dtype=np.int64))
 raises(ValueError, ["log_decay", "[B, H, N]"], attnlab.attention, q, k, v, spec="gla",
-       log_decay=g[0])
+       log_decay=gate[0])
 raises(ValueError, ["log-decay", "shape"], attnlab.attention, q, k, v, spec="gla",
-       log_decay=g[:, :, :30])
+       log_decay=gate[:, :, :30])
 raises(ValueError, ["beta", "[0, 1]"], attnlab.attention, q, k, v, spec="delta", beta=beta + 1)
-raises(ValueError, ["log-decay", "<= 0"], attnlab.attention, q, k, v, spec="gla", log_decay=-g)
+raises(ValueError, ["log-decay", "<= 0"], attnlab.attention, q, k, v, spec="gla", log_decay=-gate)
 raises(NotImplementedError, ["retnet", "log-decay"], attnlab.attention, q, k, v, spec="retnet",
-       log_decay=g)
+       log_decay=gate)
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

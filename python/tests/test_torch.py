@@ -154,7 +154,7 @@ def scan_case(spec, delta, with_g, with_beta, causal, lengths, n=19):
     x64 = [t.detach().double().requires_grad_() for t in inputs]
     named = dict(zip([n for n, t in zip("qkvgb", (q, k, v, g, beta)) if t is not None], x64))
     ref = torch_grads.scan(torch, {"normalise": delta, "scale": 1 / math.sqrt(D), "delta": delta,
-                                   "lengths": lengths, "causal": causal, "head_g": None,
+                                   "lengths": lengths, "causal": causal, "head_g": [0.0] * H,
                                    "beta_value": 1.0}, named["q"], named["k"], named["v"],
                            named.get("g"), named.get("b"))
     (ref * d_out.double()).sum().backward()
