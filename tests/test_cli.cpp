@@ -163,11 +163,16 @@ TEST_CASE("run passes --log-decay and --beta to the linear family as forward doe
   const Tensor q = random_tensor(1, 2, 9, 4, 31), k = random_tensor(1, 2, 9, 4, 32),
                v = random_tensor(1, 2, 9, 3, 33);
   save(dir, "q.npy", q, 3), save(dir, "k.npy", k, 3), save(dir, "v.npy", v, 3);
-  TokenTensor g = -xt::abs(xt::view(random_tensor(1, 2, 9, 1, 34), xt::all(), xt::all(), xt::all(), 0));
-  TokenTensor beta = xt::view(random_tensor(1, 2, 9, 1, 35), xt::all(), xt::all(), xt::all(), 0);
-  beta = xt::clip(xt::abs(beta), 0.0f, 1.0f);
-  save_npy(dir.file("g.npy"), xt::xarray<float>(xt::view(g, 0)));  // [H, N] for rank-3 q
-  save_npy(dir.file("beta.npy"), xt::xarray<float>(xt::view(beta, 0)));
+  // g in [-0.9, 0) and beta in (0, 0.9], varying per head and token; saved as [H, N] for rank-3 q
+  TokenTensor g = TokenTensor::from_shape({1, 2, 9}), beta = TokenTensor::from_shape({1, 2, 9});
+  xt::xarray<float> g2 = xt::xarray<float>::from_shape({2, 9}), beta2 = g2;
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t t = 0; t < 9; ++t) {
+      g(0, h, t) = g2(h, t) = -0.1f * static_cast<float>((t + 3 * h) % 9 + 1);
+      beta(0, h, t) = beta2(h, t) = 0.09f * static_cast<float>((2 * t + h) % 10 + 1);
+    }
+  save_npy(dir.file("g.npy"), g2);
+  save_npy(dir.file("beta.npy"), beta2);
   const CliResult r = attnlab_cli(dir, "run --spec gated-delta --q q.npy --k k.npy --v v.npy "
                                        "--causal top-left --log-decay g.npy --beta beta.npy --out o.npy");
   INFO("stderr: " << r.err);
