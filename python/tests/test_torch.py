@@ -284,6 +284,11 @@ x2, w = q.clone().requires_grad_(), torch.ones(1, 2, 8, 4, requires_grad=True)
 raises(RuntimeError, ["twice"], lambda: g.sum().backward())  # no silent second derivative
 raises(TypeError, ["q", "float64", "float32"], at.attention, q.double(), q, q)
 raises(TypeError, ["k", "ndarray"], at.attention, q, q.numpy(), q)
+raises(TypeError, ["log_decay", "float64"], at.attention, q, q, q, spec="gla",
+       log_decay=torch.zeros(1, 2, 8, dtype=torch.float64))
+raises(ValueError, ["log_decay", "[B, H, N]"], at.attention, q, q, q, spec="gla",
+       log_decay=torch.zeros(2, 8))
+raises(NotImplementedError, ["full", "beta"], at.attention, q, q, q, beta=torch.zeros(1, 2, 8))
 raises(ValueError, ["attn_mask", "shape"], at.attention, q, q, q, attn_mask=torch.ones(8, 7).bool())
 raises(ValueError, ["attn_mask", "0", "-inf"], at.attention, q, q, q, attn_mask=torch.randn(8, 8))
 raises(TypeError, ["attn_mask", "int64"], at.attention, q, q, q, attn_mask=torch.ones(8, 8).long())
