@@ -1,9 +1,14 @@
 // attnlab run: one forward pass on .npy inputs, written to a .npy output.
 //   attnlab run --spec SPEC --q q.npy --k k.npy --v v.npy [--causal top-left|bottom-right]
-//               [--key-lengths 5,7] [--mask m.npy] [--scale X] --out o.npy
+//               [--key-lengths 5,7] [--mask m.npy] [--scale X]
+//               [--log-decay g.npy] [--beta beta.npy] --out o.npy
 // Inputs are float32 or float64 of shape [B,H,N,D], [H,N,D] or [N,D], all three of the same rank;
 // the output is float32 with that rank. The mask file is bool or uint8, [Nq,Nk], [H,Nq,Nk] or
-// [B,H,Nq,Nk], true = may attend. Nothing is written unless the whole run succeeds.
+// [B,H,Nq,Nk], true = may attend. The per-token inputs of the linear family (TokenInputs: the
+// log-decay g and the delta rule's beta) are float32 or float64 of q's rank minus one, [B,H,N],
+// [H,N] or [N], lowered as q is. Nothing is written unless the whole run succeeds.
+#include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -33,7 +38,7 @@ std::vector<RunExtension> run_extensions() {
 }
 
 struct RunOptions {
-  std::string spec, q, k, v, out, causal = "none", key_lengths, mask;
+  std::string spec, q, k, v, out, causal = "none", key_lengths, mask, log_decay, beta;
   std::optional<double> scale;
   std::vector<RunHook> hooks;
 };
@@ -62,6 +67,21 @@ std::string shape_of(const xt::xarray<float>& a) {
   return s + ")";
 }
 
+// A per-token input of q's rank minus one ([N], [H, N] or [B, H, N]) as [B, H, N], q's leading
+// axes lifted the same way; the shape against q's is checked by Attention::forward.
+TokenTensor load_tokens(const std::string& path, const char* option, std::size_t q_rank) {
+  const auto a = load_npy_float(path, {1, 2, 3});
+  if (a.dimension() + 1 != q_rank)
+    throw Error(std::string(option) + " " + path + " has shape " + shape_of(a) + ": expected " +
+                (q_rank == 4 ? "[B, H, N]" : q_rank == 3 ? "[H, N]" : "[N]") +
+                ", one value per token of rank-" + std::to_string(q_rank) + " q, k and v");
+  std::array<std::size_t, 3> shape = {1, 1, 1};
+  std::copy(a.shape().begin(), a.shape().end(), shape.end() - a.dimension());
+  TokenTensor t = TokenTensor::from_shape(shape);
+  std::copy(a.begin(), a.end(), t.begin());
+  return t;
+}
+
 void run(RunOptions& o) {
   auto attention = make_attention(o.spec);
 
@@ -77,11 +97,25 @@ void run(RunOptions& o) {
   if (!o.mask.empty()) mask.allowed = mask_to_bhnd(load_npy_mask(o.mask), o.mask);
   mask.scale = o.scale;
 
+  TokenTensor log_decay, beta;
+  TokenInputs tokens;
+  if (!o.log_decay.empty()) {
+    log_decay = load_tokens(o.log_decay, "--log-decay", q.dimension());
+    tokens.log_decay = &log_decay;
+  }
+  if (!o.beta.empty()) {
+    beta = load_tokens(o.beta, "--beta", q.dimension());
+    tokens.beta = &beta;
+  }
+
   for (const RunHook& hook : o.hooks) hook(attention);
   // Every allocation from here to the written file (the [B,H,N,D] copies, the forward, the
   // output's copy and its bytes) is covered: an out-of-memory names the spec and the shapes.
   try {
-    const Tensor out = attention->forward(to_bhnd(q, o.q), to_bhnd(k, o.k), to_bhnd(v, o.v), mask);
+    Tensor out;
+    Saved saved;
+    attention->forward(to_bhnd(q, o.q), to_bhnd(k, o.k), to_bhnd(v, o.v), mask, tokens, out,
+                       saved);
     const auto result = from_bhnd(out, q.dimension());
     save_npy(o.out, result);
     std::printf("%s -> %s, shape %s\n", attention->spec().c_str(), o.out.c_str(),
@@ -111,6 +145,12 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--key-lengths", o->key_lengths, "Valid keys per batch item, e.g. 5,7");
   cmd->add_option("--mask", o->mask, "Boolean mask .npy (bool or uint8), true = may attend");
   cmd->add_option("--scale", o->scale, "Softmax scale (default 1/sqrt(Dk))");
+  cmd->add_option("--log-decay", o->log_decay,
+                  "Log-decay g .npy, <= 0, one per token: [B,H,N], [H,N] or [N] (gla, "
+                  "gated-delta)");
+  cmd->add_option("--beta", o->beta,
+                  "Delta-rule write strength .npy in [0, 1], shaped as --log-decay (delta, "
+                  "gated-delta)");
   for (RunExtension extend : run_extensions()) o->hooks.push_back(extend(*cmd));
   cmd->callback([o] { run(*o); });
 }

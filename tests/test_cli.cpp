@@ -158,6 +158,41 @@ TEST_CASE("run reads float64 inputs and bool or uint8 mask files", "[cli]") {
   require_same_as_library(dir, "full", "--mask m.npy", q, k, v, m, 2);
 }
 
+TEST_CASE("run passes --log-decay and --beta to the linear family as forward does", "[cli]") {
+  TempDir dir("cli");
+  const Tensor q = random_tensor(1, 2, 9, 4, 31), k = random_tensor(1, 2, 9, 4, 32),
+               v = random_tensor(1, 2, 9, 3, 33);
+  save(dir, "q.npy", q, 3), save(dir, "k.npy", k, 3), save(dir, "v.npy", v, 3);
+  // g in [-0.9, 0) and beta in (0, 0.9], varying per head and token; saved as [H, N] for rank-3 q
+  TokenTensor g = TokenTensor::from_shape({1, 2, 9}), beta = TokenTensor::from_shape({1, 2, 9});
+  xt::xarray<float> g2 = xt::xarray<float>::from_shape({2, 9}), beta2 = g2;
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t t = 0; t < 9; ++t) {
+      g(0, h, t) = g2(h, t) = -0.1f * static_cast<float>((t + 3 * h) % 9 + 1);
+      beta(0, h, t) = beta2(h, t) = 0.09f * static_cast<float>((2 * t + h) % 10 + 1);
+    }
+  save_npy(dir.file("g.npy"), g2);
+  save_npy(dir.file("beta.npy"), beta2);
+  const CliResult r = attnlab_cli(dir, "run --spec gated-delta --q q.npy --k k.npy --v v.npy "
+                                       "--causal top-left --log-decay g.npy --beta beta.npy --out o.npy");
+  INFO("stderr: " << r.err);
+  REQUIRE(r.code == 0);
+  Mask mask;
+  mask.causal = Causal::top_left;
+  TokenInputs in;
+  in.log_decay = &g;
+  in.beta = &beta;
+  Tensor expected, plain;
+  Saved saved;
+  const auto a = make_attention("gated-delta");
+  a->forward(q, k, v, mask, in, expected, saved);
+  const Tensor got = to_bhnd(load_npy_float(dir.file("o.npy")), "o.npy");
+  REQUIRE(shape_string(got) == shape_string(expected));
+  CHECK(xt::amax(xt::abs(got - expected))() <= 1e-6f);
+  a->forward(q, k, v, mask, plain);  // the inputs were read: without them the output differs
+  CHECK(xt::amax(xt::abs(got - plain))() > 1e-3f);
+}
+
 TEST_CASE("bad input exits 2 with one line naming the problem and writes nothing", "[cli]") {
   TempDir dir("cli");
   const Tensor q = random_tensor(2, 2, 6, 4, 21);

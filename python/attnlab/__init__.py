@@ -84,6 +84,29 @@ def _mask(q, k, causal, key_lengths, mask, scale):
     return m
 
 
+_TOKEN_SHAPES = {2: "[N]", 3: "[H, N]", 4: "[B, H, N]"}
+
+
+def _tokens(rank, log_decay, beta):
+    """The per-token inputs of one call on rank-`rank` q, k, v: each None or a float array of
+    rank - 1 ([N], [H, N], [B, H, N]), lifted to [B, H, N]; the library checks the sizes and
+    values (g <= 0, beta in [0, 1], finite) and refuses one the variant does not take."""
+    t = _core.Tokens()
+    for name, x in (("log_decay", log_decay), ("beta", beta)):
+        if x is None:
+            continue
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
+        if x.dtype.kind != "f":
+            raise TypeError(f"{name}: dtype {x.dtype}, expected float32")
+        if x.ndim != rank - 1:
+            raise ValueError(f"{name}: shape {list(x.shape)}, expected {_TOKEN_SHAPES[rank]} "
+                             f"(one value per token of rank-{rank} q, k, v)")
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        setattr(t, name, x.reshape((1,) * (4 - rank) + x.shape))
+    return t
+
+
 def _unlift(x, rank):
     return x.reshape(x.shape[4 - rank:])
 
@@ -104,7 +127,7 @@ class Attention:
     @property
     def support(self):
         """What the backend honours: {"causal", "causal_cross", "key_lengths", "allowed",
-        "cross", "value_dim", "backward"} -> bool."""
+        "cross", "value_dim", "backward", "log_decay", "beta"} -> bool."""
         return dict(self._backend.support)
 
     def __repr__(self):
@@ -114,23 +137,27 @@ class Attention:
         return (make, (self.spec,))
 
     def forward(self, q, k, v, causal=None, key_lengths=None, mask=None, scale=None,
-                save_lse=False):
+                log_decay=None, beta=None, save_lse=False):
         """softmax-or-variant attention of q, k, v: a new float32 array shaped like q with v's
-        last dimension. save_lse=True returns (out, lse): lse [B, H, Nq] is the row
+        last dimension. log_decay (g <= 0) and beta (in [0, 1]): the linear family's per-token
+        inputs, [B, H, N] for [B, H, N, D] q (one rank less than q), where support says the
+        variant takes them. save_lse=True returns (out, lse): lse [B, H, Nq] is the row
         log-sum-exp a softmax variant saves for backward (None for linear attention)."""
         rank, q4, k4, v4 = _qkv(q, k, v)
         m = _mask(q4, k4, causal, key_lengths, mask, scale)
+        t = _tokens(rank, log_decay, beta)
         if not save_lse:
-            return _unlift(self._backend.forward(q4, k4, v4, m), rank)
-        out, lse = self._backend.forward(q4, k4, v4, m, save_lse=True)
+            return _unlift(self._backend.forward(q4, k4, v4, m, t), rank)
+        out, lse = self._backend.forward(q4, k4, v4, m, t, save_lse=True)
         return _unlift(out, rank), lse
 
     def backward(self, q, k, v, out, d_out, causal=None, key_lengths=None, mask=None,
-                 scale=None, lse=None):
+                 scale=None, log_decay=None, beta=None, lse=None):
         """Gradients of a loss L through out = forward(q, k, v, ...), given d_out = dL/d(out):
-        {"dq", "dk", "dv"} shaped like q, k, v, plus the variant's own parameter gradients
-        where it has them (linformer: "d_e", "d_f", [H, k, max_len]). lse: forward's saved
-        row log-sum-exp, or None to recompute it."""
+        {"dq", "dk", "dv"} shaped like q, k, v; "d_log_decay" and "d_beta" shaped like the
+        log_decay and beta given; and "d_" + the lower-case name of each of the variant's own
+        parameters (linformer: "d_e", "d_f", [H, k, max_len]). lse: forward's saved row
+        log-sum-exp, or None to recompute it."""
         rank, q4, k4, v4 = _qkv(q, k, v)
         out, d_out = _floats("out", out), _floats("d_out", d_out)
         if not out.ndim == d_out.ndim == rank:
@@ -138,11 +165,15 @@ class Attention:
                              f"{list(d_out.shape)}")
         out4, d4 = _bhnd(out), _bhnd(d_out)
         m = _mask(q4, k4, causal, key_lengths, mask, scale)
+        t = _tokens(rank, log_decay, beta)
         if lse is not None:
             lse = np.ascontiguousarray(lse, dtype=np.float32)
-        grads = self._backend.backward(q4, k4, v4, m, out4, d4, lse)
+        grads = self._backend.backward(q4, k4, v4, m, t, out4, d4, lse)
         for name in ("dq", "dk", "dv"):
             grads[name] = _unlift(grads[name], rank)
+        for name in ("d_log_decay", "d_beta"):
+            if name in grads:
+                grads[name] = grads[name].reshape(grads[name].shape[4 - rank:])
         return grads
 
 
@@ -151,14 +182,18 @@ def make(spec):
     return Attention(spec)
 
 
-def attention(q, k, v, spec="full", causal=None, key_lengths=None, mask=None, scale=None):
+def attention(q, k, v, spec="full", causal=None, key_lengths=None, mask=None, scale=None,
+              log_decay=None, beta=None):
     """make(spec).forward(q, k, v, ...): one call, a new float32 array.
 
     causal: None, "top-left" (j <= i) or "bottom-right" (j <= i + Nk - Nq); key_lengths: B valid
     key counts (the rest is padding); mask: bool [Nq, Nk], [H, Nq, Nk] or [B, H, Nq, Nk],
-    True = may attend; scale: the softmax scale (default 1 / sqrt(D))."""
+    True = may attend; scale: the softmax scale (default 1 / sqrt(D)); log_decay: the log of
+    the memory's decay g <= 0 per key token (gla, gated-delta), beta: the delta rule's write
+    strength in [0, 1] per key token (delta, gated-delta), each [B, H, N] (q's rank minus one);
+    a variant that does not take one raises NotImplementedError."""
     return make(spec).forward(q, k, v, causal=causal, key_lengths=key_lengths, mask=mask,
-                              scale=scale)
+                              scale=scale, log_decay=log_decay, beta=beta)
 
 
 def reference(q, k, v, causal=None, key_lengths=None, mask=None, scale=None):

@@ -4,9 +4,9 @@
 //
 // Copies: Attention::forward takes owning Tensors (xtensor), so each input is copied once into
 // one, with one memcpy (the caller hands over C-contiguous float32), kept per thread for the next
-// call (InputCopies). Every result (output, lse,
-// gradients) is handed to NumPy without a copy: the array's base is a capsule owning the Tensor
+// call (InputCopies). Every result (output, lse, gradients) is handed to NumPy without a copy: the array's base is a capsule owning the Tensor
 // (python/tests/test_numpy.py checks both).
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -18,7 +18,6 @@
 #include <pybind11/stl.h>
 
 #include "attnlab/attnlab.hpp"
-#include "variants/linformer.hpp"
 
 namespace py = pybind11;
 
@@ -58,7 +57,8 @@ const xt::xtensor<T, R>& copy_into(xt::xtensor<T, R>& t, const py::array_t<T, py
 // 2-core VM (results/python/). Holds the last call's inputs per calling thread.
 struct InputCopies {
   attnlab::Tensor q, k, v, out, d_out;
-  attnlab::RowLogSumExp lse;
+  attnlab::TokenTensor log_decay, beta;
+  attnlab::Saved saved;
 };
 InputCopies& input_copies() {
   thread_local InputCopies copies;
@@ -92,6 +92,19 @@ attnlab::Mask make_mask(const MaskArgs& m) {
   return mask;
 }
 
+// The per-token inputs of one call (Attention's TokenInputs), as optional [B, H, Nk] arrays.
+struct TokenArgs {
+  std::optional<Floats> log_decay, beta;
+};
+
+// Copies the given token inputs into `in` and points a TokenInputs at them. GIL released.
+attnlab::TokenInputs copy_tokens(const TokenArgs& t, InputCopies& in) {
+  attnlab::TokenInputs tokens;
+  if (t.log_decay) tokens.log_decay = &copy_into(in.log_decay, *t.log_decay);
+  if (t.beta) tokens.beta = &copy_into(in.beta, *t.beta);
+  return tokens;
+}
+
 py::dict support_dict(const attnlab::Support& s) {
   py::dict d;
   d["causal"] = s.causal;
@@ -101,6 +114,8 @@ py::dict support_dict(const attnlab::Support& s) {
   d["cross"] = s.cross;
   d["value_dim"] = s.value_dim;
   d["backward"] = s.backward;
+  d["log_decay"] = s.log_decay;
+  d["beta"] = s.beta;
   return d;
 }
 
@@ -114,21 +129,20 @@ class Backend {
 
   // out, or (out, lse) when save_lse: lse is what backward() reads instead of recomputing.
   py::object forward(const Floats& q, const Floats& k, const Floats& v, const MaskArgs& m,
-                     bool save_lse) const {
+                     const TokenArgs& t, bool save_lse) const {
     attnlab::Mask mask = make_mask(m);
     attnlab::Tensor out;
-    attnlab::RowLogSumExp lse;
+    attnlab::Saved saved;
     {
       py::gil_scoped_release release;
       InputCopies& in = input_copies();
       const attnlab::Tensor &tq = copy_into(in.q, q), &tk = copy_into(in.k, k),
                             &tv = copy_into(in.v, v);
-      if (save_lse) attention_->forward(tq, tk, tv, mask, out, lse);
-      else attention_->forward(tq, tk, tv, mask, out);
+      attention_->forward(tq, tk, tv, mask, copy_tokens(t, in), out, saved);
     }
     if (!save_lse) return to_numpy(std::move(out));
-    py::object saved = lse.size() == 0 ? py::object(py::none()) : to_numpy(std::move(lse));
-    return py::make_tuple(to_numpy(std::move(out)), saved);
+    py::object lse = saved.lse.size() == 0 ? py::object(py::none()) : to_numpy(std::move(saved.lse));
+    return py::make_tuple(to_numpy(std::move(out)), lse);
   }
 
   // For benchmarks/python_bench.py only: seconds per call of the same forward made from C++
@@ -147,34 +161,37 @@ class Backend {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
   }
 
-  // {"dq", "dk", "dv"} and the variant's own parameter gradients (linformer: "d_e", "d_f").
+  // {"dq", "dk", "dv"}, "d_log_decay" / "d_beta" for the token inputs given, and "d_" + name
+  // (lower case) for each of the variant's own parameters (linformer: "d_e", "d_f").
   py::dict backward(const Floats& q, const Floats& k, const Floats& v, const MaskArgs& m,
-                    const Floats& out, const Floats& d_out,
+                    const TokenArgs& t, const Floats& out, const Floats& d_out,
                     const std::optional<Floats>& lse) const {
     attnlab::Mask mask = make_mask(m);
-    attnlab::Gradients g;
-    attnlab::ProjectionGradients projections;
-    const auto* linformer = dynamic_cast<const attnlab::LinformerAttention*>(attention_.get());
+    attnlab::AllGradients g;
     {
       py::gil_scoped_release release;
       InputCopies& in = input_copies();
       const attnlab::Tensor &tq = copy_into(in.q, q), &tk = copy_into(in.k, k),
                             &tv = copy_into(in.v, v), &tout = copy_into(in.out, out),
                             &td = copy_into(in.d_out, d_out);
-      if (!lse) in.lse = attnlab::RowLogSumExp{};
-      const attnlab::RowLogSumExp& tlse = lse ? copy_into(in.lse, *lse) : in.lse;
-      if (linformer != nullptr)
-        g = linformer->backward_with_projections(tq, tk, tv, mask, tout, td, tlse, projections);
-      else
-        attention_->backward(tq, tk, tv, mask, tout, td, tlse, g);
+      // Only the row log-sum-exp crosses into Python; other saved state is recomputed.
+      in.saved = attnlab::Saved{};
+      if (lse) copy_into(in.saved.lse, *lse);
+      attention_->backward(tq, tk, tv, mask, copy_tokens(t, in), tout, td, in.saved, g);
     }
     py::dict d;
-    d["dq"] = to_numpy(std::move(g.dq));
-    d["dk"] = to_numpy(std::move(g.dk));
-    d["dv"] = to_numpy(std::move(g.dv));
-    if (linformer != nullptr) {
-      d["d_e"] = to_numpy(std::move(projections.d_e));
-      d["d_f"] = to_numpy(std::move(projections.d_f));
+    d["dq"] = to_numpy(std::move(g.qkv.dq));
+    d["dk"] = to_numpy(std::move(g.qkv.dk));
+    d["dv"] = to_numpy(std::move(g.qkv.dv));
+    if (t.log_decay) d["d_log_decay"] = to_numpy(std::move(g.d_log_decay));
+    if (t.beta) d["d_beta"] = to_numpy(std::move(g.d_beta));
+    for (attnlab::ParameterGradient& p : g.parameters) {
+      std::string key = "d_";
+      for (char c : p.name) key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      auto* values = new std::vector<float>(std::move(p.values));
+      py::capsule owner(values, [](void* v) { delete static_cast<std::vector<float>*>(v); });
+      std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
+      d[key.c_str()] = py::array_t<float>(shape, values->data(), owner);
     }
     return d;
   }
@@ -230,14 +247,20 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("allowed", &MaskArgs::allowed)
       .def_readwrite("scale", &MaskArgs::scale);
 
+  py::class_<TokenArgs>(m, "Tokens")
+      .def(py::init<>())
+      .def_readwrite("log_decay", &TokenArgs::log_decay)
+      .def_readwrite("beta", &TokenArgs::beta);
+
   py::class_<Backend>(m, "Backend")
       .def(py::init<const std::string&>(), py::arg("spec"))
       .def_property_readonly("spec", &Backend::spec)
       .def_property_readonly("support", &Backend::support)
       .def("forward", &Backend::forward, py::arg("q"), py::arg("k"), py::arg("v"),
-           py::arg("mask"), py::arg("save_lse") = false)
+           py::arg("mask"), py::arg("tokens"), py::arg("save_lse") = false)
       .def("backward", &Backend::backward, py::arg("q"), py::arg("k"), py::arg("v"),
-           py::arg("mask"), py::arg("out"), py::arg("d_out"), py::arg("lse") = py::none())
+           py::arg("mask"), py::arg("tokens"), py::arg("out"), py::arg("d_out"),
+           py::arg("lse") = py::none())
       .def("_time_cpp_forward", &Backend::time_cpp_forward, py::arg("q"), py::arg("k"),
            py::arg("v"), py::arg("mask"), py::arg("calls"));
 

@@ -89,14 +89,18 @@ def _masks(q, k, causal, attn_allowed, padding):
 
 class _AttentionFunction(torch.autograd.Function):
     """attnlab's forward and backward as one autograd node; saves the output and the row
-    log-sum-exp, so the backward never runs a second forward."""
+    log-sum-exp, so the backward never runs a second forward. log_decay and beta: the linear
+    family's per-token inputs, or None."""
 
     @staticmethod
-    def forward(ctx, q, k, v, backend, masks, scale):
+    def forward(ctx, q, k, v, log_decay, beta, backend, masks, scale):
         arrays = _numpy("q", q), _numpy("k", k), _numpy("v", v)
-        out, lse = backend.forward(*arrays, scale=scale, save_lse=True, **masks)
+        tokens = {name: None if t is None else _numpy(name, t)
+                  for name, t in (("log_decay", log_decay), ("beta", beta))}
+        out, lse = backend.forward(*arrays, scale=scale, save_lse=True, **masks, **tokens)
         out = torch.from_numpy(out)
         ctx.backend, ctx.masks, ctx.scale, ctx.lse = backend, masks, scale, lse
+        ctx.tokens = tokens
         ctx.save_for_backward(q, k, v, out)
         return out
 
@@ -106,11 +110,13 @@ class _AttentionFunction(torch.autograd.Function):
         q, k, v, out = ctx.saved_tensors
         grads = ctx.backend.backward(_numpy("q", q), _numpy("k", k), _numpy("v", v),
                                      out.numpy(), _numpy("d_out", d_out), scale=ctx.scale,
-                                     lse=ctx.lse, **ctx.masks)
-        # Linformer's projection gradients (grads["d_e"], "d_f") are not returned: its E and F
-        # are the backend's own fixed matrices here, not torch parameters.
+                                     lse=ctx.lse, **ctx.masks, **ctx.tokens)
+        # A variant's own parameter gradients (linformer's grads["d_e"], "d_f") are not
+        # returned: its parameters are the backend's own fixed matrices here, not torch's.
+        tokens = [None if ctx.tokens[name] is None else torch.from_numpy(grads["d_" + name])
+                  for name in ("log_decay", "beta")]
         return (torch.from_numpy(grads["dq"]), torch.from_numpy(grads["dk"]),
-                torch.from_numpy(grads["dv"]), None, None, None)
+                torch.from_numpy(grads["dv"]), *tokens, None, None, None)
 
 
 def _backend(spec):
@@ -118,7 +124,7 @@ def _backend(spec):
 
 
 def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mask=None,
-              scale=None):
+              scale=None, log_decay=None, beta=None):
     """Differentiable attnlab attention of float32 CPU tensors [B, H, N, D] (or [H, N, D],
     [N, D]): out shaped like q with v's last dimension.
 
@@ -126,10 +132,13 @@ def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mas
     scaled_dot_product_attention's is_causal) or "bottom-right"; attn_mask: [Nq, Nk] or
     [B|1, H|1, Nq, Nk], bool True = may attend (scaled_dot_product_attention's convention) or
     float 0/-inf; key_padding_mask: [B, Nk], bool True = padding (nn.MultiheadAttention's);
-    scale: the softmax scale (default 1 / sqrt(D))."""
+    scale: the softmax scale (default 1 / sqrt(D)); log_decay (g <= 0) and beta (in [0, 1]):
+    the linear family's per-token inputs, float32 tensors of q's rank minus one ([B, H, N]),
+    differentiable like q, k and v (gla, gated-delta take log_decay; delta, gated-delta beta)."""
     backend = _backend(spec)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _numpy(name, t)  # type, dtype and device checks before anything else
+    for name, t in (("q", q), ("k", k), ("v", v), ("log_decay", log_decay), ("beta", beta)):
+        if t is not None or name in ("q", "k", "v"):
+            _numpy(name, t)  # type, dtype and device checks before anything else
     if not q.dim() == k.dim() == v.dim() or q.dim() not in (2, 3, 4):
         raise ValueError(f"q, k, v: shapes {list(q.shape)}, {list(k.shape)}, {list(v.shape)}; "
                          "expected one rank of [N, D], [H, N, D] or [B, H, N, D]")
@@ -140,10 +149,11 @@ def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mas
     if key_padding_mask is not None:
         padding = ~_allowed("key_padding_mask", key_padding_mask, False)
     masks = _masks(q4, k4, causal, allowed, padding)
-    if any(t.requires_grad for t in (q, k, v)) and torch.is_grad_enabled() \
+    inputs = [t for t in (q, k, v, log_decay, beta) if t is not None]
+    if any(t.requires_grad for t in inputs) and torch.is_grad_enabled() \
             and not backend.support["backward"]:
         raise NotImplementedError(f"{backend.spec} has no backward pass")
-    return _AttentionFunction.apply(q, k, v, backend, masks, scale)
+    return _AttentionFunction.apply(q, k, v, log_decay, beta, backend, masks, scale)
 
 
 class MultiheadAttention(torch.nn.MultiheadAttention):
@@ -227,7 +237,7 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
         if key_padding_mask is not None:
             padding = ~_allowed("key_padding_mask", key_padding_mask, False)
         masks = _masks(q, k, None, allowed, padding)
-        out = _AttentionFunction.apply(q, k, v, self.backend, masks, None)
+        out = _AttentionFunction.apply(q, k, v, None, None, self.backend, masks, None)
         out = self.out_proj(out.transpose(1, 2).reshape(b, nq, e))
         if not batched:
             out = out[0]

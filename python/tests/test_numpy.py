@@ -43,11 +43,14 @@ def qkv(b=2, h=2, nq=40, nk=40, d=16, dv=16):
             rng.standard_normal((b, h, nk, dv), dtype=np.float32))
 
 
-def cli_run(spec, q, k, v, causal=None, key_lengths=None, mask=None):
+def cli_run(spec, q, k, v, causal=None, key_lengths=None, mask=None, log_decay=None,
+            beta=None):
     """The C++ call through `attnlab run`: (output or None, exit status)."""
     with tempfile.TemporaryDirectory() as d:
         args = [CLI, "run", "--spec", spec, "--out", os.path.join(d, "o.npy")]
-        for name, x in (("q", q), ("k", k), ("v", v)):
+        for name, x in (("q", q), ("k", k), ("v", v), ("log-decay", log_decay), ("beta", beta)):
+            if x is None:
+                continue
             np.save(os.path.join(d, name + ".npy"), x)
             args += ["--" + name, os.path.join(d, name + ".npy")]
         if causal:
@@ -66,17 +69,30 @@ names = attnlab.variants()
 help_text = subprocess.run([CLI, "--help"], capture_output=True, text=True).stdout
 check(f"Variants (factory names): {', '.join(names)}" in help_text, f"variants() {names}")
 
-# Every variant, bitwise equal to the same call in C++, under each kind of mask; what a variant
-# refuses, Python refuses too (NotImplementedError) where the CLI exits 2.
+# Every variant, bitwise equal to the same call in C++, under each kind of mask, without and
+# with each per-token input (log_decay, beta); what a variant refuses, Python refuses too
+# (NotImplementedError) where the CLI exits 2.
 specs = {"full": "full", "bigbird": "bigbird:block=8", "linformer": "linformer:k=8,max_len=64",
-         "sliding": "sliding:left=5,right=3,global=2", "linear": "linear"}
+         "sliding": "sliding:left=5,right=3,global=2", "linear": "linear", "delta": "delta",
+         "retnet": "retnet", "gla": "gla", "gated-delta": "gated-delta"}
 check(sorted(specs) == sorted(names), f"a spec for every variant: {names}")
 q, k, v = qkv()
 band = np.tril(np.ones((40, 40), dtype=bool), 3) & np.triu(np.ones((40, 40), dtype=bool), -9)
-cases = [{}, {"causal": "top-left"}, {"key_lengths": [40, 23]}, {"mask": band}]
+gate = -rng.uniform(0, 0.5, (2, 2, 40)).astype(np.float32)
+beta = rng.uniform(0, 1, (2, 2, 40)).astype(np.float32)
+masks = [{}, {"causal": "top-left"}, {"key_lengths": [40, 23]}, {"mask": band}]
+tokens = [{}, {"log_decay": gate}, {"beta": beta}, {"log_decay": gate, "beta": beta}]
+taken = {}
 for name, spec in specs.items():
-    for case in cases:
-        expected, status = cli_run(spec, q, k, v, **case)
+    support = attnlab.make(spec).support
+    for token in tokens:
+        if any(not support[t] for t in token):  # refused: checked once, without a mask
+            cases = [token]
+        else:
+            cases = [{**m, **token} for m in masks]
+        for case in cases:
+            taken[name] = taken.get(name, 0) + (len(token) > 0)
+            expected, status = cli_run(spec, q, k, v, **case)
         what = f"{spec} {list(case)}"
         if status == 0:
             out = attnlab.attention(q, k, v, spec=spec, **case)
@@ -86,6 +102,17 @@ for name, spec in specs.items():
             check(status == 2, what + f" CLI exit {status}")
             raises(NotImplementedError, ["does not support"], attnlab.attention, q, k, v,
                    spec=spec, **case)
+check(all(taken[n] >= 4 for n in ("delta", "gla", "gated-delta")), f"token cases {taken}")
+
+# A token input changes the output (it is read), and [H, N] goes with [H, N, D] q, k, v.
+plain = attnlab.attention(q, k, v, spec="gated-delta", causal="top-left")
+gated = attnlab.attention(q, k, v, spec="gated-delta", causal="top-left", log_decay=gate,
+                         beta=beta)
+check(np.abs(plain - gated).max() > 1e-3, "log_decay and beta are read")
+expected, status = cli_run("gla", q[0], k[0], v[0], causal="top-left", log_decay=gate[0])
+out = attnlab.attention(q[0], k[0], v[0], spec="gla", causal="top-left", log_decay=gate[0])
+check(status == 0 and out.shape == (2, 40, 16) and out.tobytes() == expected.tobytes(),
+      "rank-3 q with [H, N] log_decay, bitwise equal to the CLI")
 
 # Cross-attention with a value dim of its own, bottom-right causal, explicit scale.
 q2, k2, v2 = qkv(nq=24, nk=40, dv=8)
@@ -130,6 +157,14 @@ out = lin.forward(q, k, v)
 g = lin.backward(q, k, v, out, d_out)
 check(g["d_e"].shape == (2, 8, 64) and "d_f" in g, "linformer projection gradients")
 check(attnlab.make("linear").forward(q, k, v, save_lse=True)[1] is None, "linear saves no lse")
+gd = attnlab.make("gated-delta")
+out = gd.forward(q, k, v, causal="top-left", log_decay=gate, beta=beta)
+grads = gd.backward(q, k, v, out, d_out, causal="top-left", log_decay=gate, beta=beta)
+check(grads["d_log_decay"].shape == gate.shape and grads["d_beta"].shape == beta.shape
+      and np.isfinite(grads["d_beta"]).all() and np.abs(grads["d_log_decay"]).max() > 0,
+      "gated-delta token gradients")
+check("d_beta" not in gd.backward(q, k, v, gd.forward(q, k, v, log_decay=gate), d_out,
+                                  log_decay=gate), "d_beta only where beta was given")
 
 # Copies: each result is the C++ Tensor itself, handed over (its base is a capsule that owns
 # it), not a copy made on the way out; each input is copied once into a C++ Tensor, so the
@@ -216,6 +251,18 @@ raises(NotImplementedError, ["linformer", "causal"], attnlab.attention, q, k, v,
 raises(ValueError, ["d_out"], a.backward, q, k, v, out, d_out[:, :, :5])
 raises(ValueError, ["ref"], attnlab.compare, out, ref[:, :1])
 raises(TypeError, ["spec"], attnlab.make, 3)
+raises(TypeError, ["log_decay", "list"], attnlab.attention, q, k, v, spec="gla",
+       log_decay=gate.tolist())
+raises(TypeError, ["beta", "int64"], attnlab.attention, q, k, v, spec="delta",
+       beta=np.zeros((2, 2, 40), dtype=np.int64))
+raises(ValueError, ["log_decay", "[B, H, N]"], attnlab.attention, q, k, v, spec="gla",
+       log_decay=gate[0])
+raises(ValueError, ["log-decay", "shape"], attnlab.attention, q, k, v, spec="gla",
+       log_decay=gate[:, :, :30])
+raises(ValueError, ["beta", "[0, 1]"], attnlab.attention, q, k, v, spec="delta", beta=beta + 1)
+raises(ValueError, ["log-decay", "<= 0"], attnlab.attention, q, k, v, spec="gla", log_decay=-gate)
+raises(NotImplementedError, ["retnet", "log-decay"], attnlab.attention, q, k, v, spec="retnet",
+       log_decay=gate)
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

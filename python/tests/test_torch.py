@@ -138,6 +138,37 @@ grads_case("linformer", lf, linformer_dense([40, 40]))
 grads_case("linformer padding", lf, linformer_dense([40, 25]), key_padding_mask=padding)
 
 
+# The linear family's scan variants with their per-token inputs: out and the gradients of q, k,
+# v, log_decay and beta against autograd of the float64 recurrence (torch_grads.scan, the one
+# the C++ tests use), causal and not, with padding.
+def scan_case(spec, delta, with_g, with_beta, causal, lengths, n=19):
+    q, k, v = (torch.randn(B, H, n, D, requires_grad=True) for _ in range(3))
+    g = (-torch.rand(B, H, n) * 0.7).requires_grad_() if with_g else None
+    beta = torch.rand(B, H, n).requires_grad_() if with_beta else None
+    d_out = torch.randn(B, H, n, D)
+    padded = torch.arange(n)[None] >= torch.tensor(lengths)[:, None]
+    out = at.attention(q, k, v, spec=spec, causal="top-left" if causal else None,
+                       key_padding_mask=padded, log_decay=g, beta=beta)
+    (out * d_out).sum().backward()
+    inputs = [t for t in (q, k, v, g, beta) if t is not None]
+    x64 = [t.detach().double().requires_grad_() for t in inputs]
+    named = dict(zip([n for n, t in zip("qkvgb", (q, k, v, g, beta)) if t is not None], x64))
+    ref = torch_grads.scan(torch, {"normalise": delta, "scale": 1 / math.sqrt(D), "delta": delta,
+                                   "lengths": lengths, "causal": causal, "head_g": [0.0] * H,
+                                   "beta_value": 1.0}, named["q"], named["k"], named["v"],
+                           named.get("g"), named.get("b"))
+    (ref * d_out.double()).sum().backward()
+    errors = [rel(out.detach(), ref.detach())] + [rel(t.grad, r.grad) for t, r in zip(inputs, x64)]
+    what = f"{spec} g={with_g} beta={with_beta} causal={causal} lengths={lengths}"
+    check(max(errors) < TOL, f"{what}: out and gradients' relative errors {errors}")
+
+
+for causal in (True, False):
+    scan_case("gated-delta", True, True, True, causal, [19, 12])
+    scan_case("gla", False, True, False, causal, [19, 12])
+scan_case("delta", True, False, True, True, [19, 19])
+
+
 def linear_dense(causal, lengths, rule="sum"):
     spec = {"feature": "elu1", "rule": rule, "causal": causal, "eps": 1e-6, "beta": 1.0, "nu": 1,
             "lengths": lengths, "scale": 1 / math.sqrt(D)}
@@ -253,6 +284,11 @@ x2, w = q.clone().requires_grad_(), torch.ones(1, 2, 8, 4, requires_grad=True)
 raises(RuntimeError, ["twice"], lambda: g.sum().backward())  # no silent second derivative
 raises(TypeError, ["q", "float64", "float32"], at.attention, q.double(), q, q)
 raises(TypeError, ["k", "ndarray"], at.attention, q, q.numpy(), q)
+raises(TypeError, ["log_decay", "float64"], at.attention, q, q, q, spec="gla",
+       log_decay=torch.zeros(1, 2, 8, dtype=torch.float64))
+raises(ValueError, ["log_decay", "[B, H, N]"], at.attention, q, q, q, spec="gla",
+       log_decay=torch.zeros(2, 8))
+raises(NotImplementedError, ["full", "beta"], at.attention, q, q, q, beta=torch.zeros(1, 2, 8))
 raises(ValueError, ["attn_mask", "shape"], at.attention, q, q, q, attn_mask=torch.ones(8, 7).bool())
 raises(ValueError, ["attn_mask", "0", "-inf"], at.attention, q, q, q, attn_mask=torch.randn(8, 8))
 raises(TypeError, ["attn_mask", "int64"], at.attention, q, q, q, attn_mask=torch.ones(8, 8).long())
