@@ -175,12 +175,18 @@ void train_into(const TrainOptions& o, training::Trainer& trainer) {
   const double load_before = harness::load_average_1min();
   harness::heap::reset_peak();
   const std::int64_t live = harness::heap::live_bytes();
-  if (!o.quiet)
+  // The run's description, once its first step has run: a run that cannot take one (a spec that
+  // refuses the task's shapes) fails with the error's one line alone.
+  bool announced = o.quiet;
+  const auto announce = [&] {
+    if (announced) return;
+    announced = true;
     std::fprintf(stderr, "attnlab train: %s on %s, N %zu, %zu layers, d_model %zu, %zu heads, "
                          "batch %zu, %zu steps -> %s\n",
                  trainer.model().body.encoder.layers[0].self_attn.attention().spec().c_str(),
                  trainer.task().spec().c_str(), o.config.n, o.config.layers, o.config.d_model,
                  o.config.heads, o.config.batch, o.steps, o.out.c_str());
+  };
   ProgressLine progress(o.steps, o.quiet);
   training::StepTimes times;
   double session_seconds = 0;
@@ -189,6 +195,7 @@ void train_into(const TrainOptions& o, training::Trainer& trainer) {
   for (std::size_t step = first + 1; step <= o.steps; ++step) {
     const auto start = Clock::now();
     const training::Score batch = trainer.step(&times);
+    announce();
     const double took = std::chrono::duration<double>(Clock::now() - start).count();
     trainer.seconds += took;
     session_seconds += took;
@@ -202,6 +209,7 @@ void train_into(const TrainOptions& o, training::Trainer& trainer) {
                   session_seconds / double(step - first));
     if (step % o.checkpoint_every == 0 || step == o.steps) trainer.save(checkpoint);
   }
+  announce();
   if (!evaluated) eval = trainer.evaluate();  // nothing left to train: score what is there
   const std::int64_t peak_heap = harness::heap::peak_bytes() - live;
   const std::size_t trained = trainer.steps() - first;
