@@ -8,30 +8,11 @@ import threading
 
 import numpy as np
 
+from checks import check, finish, raises  # this folder
+
 import attnlab
 
 CLI = os.environ["ATTNLAB_CLI"]
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-
-
-def raises(kind, words, fn, *args, **kwargs):
-    """fn(...) raises `kind` whose message contains every word in `words`."""
-    try:
-        fn(*args, **kwargs)
-    except kind as e:
-        text = str(e)
-        check(all(w in text for w in words), f"{kind.__name__} {text!r} lacks {words}")
-        return
-    except Exception as e:  # noqa: BLE001: the wrong exception is a failure, not a crash
-        check(False, f"expected {kind.__name__} with {words}, got {type(e).__name__}: {e}")
-        return
-    check(False, f"expected {kind.__name__} with {words}, nothing raised")
 
 
 rng = np.random.default_rng(7)
@@ -264,5 +245,4 @@ raises(ValueError, ["log-decay", "<= 0"], attnlab.attention, q, k, v, spec="gla"
 raises(NotImplementedError, ["retnet", "log-decay"], attnlab.attention, q, k, v, spec="retnet",
        log_decay=gate)
 
-print(f"{len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish()

@@ -11,31 +11,13 @@ import torch
 
 import attnlab
 import attnlab.torch as at
+from checks import check, finish, raises  # this folder
 
 sys.path.insert(0, os.path.join(os.environ["ATTNLAB_SOURCE_DIR"], "tests"))
 import torch_grads  # noqa: E402  (the C++ tests' float64 definitions of every variant)
 
 torch.manual_seed(0)
 torch.set_num_threads(1)
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-
-
-def raises(kind, words, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except kind as e:
-        check(all(w in str(e) for w in words), f"{kind.__name__} {str(e)!r} lacks {words}")
-        return
-    except Exception as e:  # noqa: BLE001
-        check(False, f"expected {kind.__name__} with {words}, got {type(e).__name__}: {e}")
-        return
-    check(False, f"expected {kind.__name__} with {words}, nothing raised")
 
 
 def rel(a, b):
@@ -306,5 +288,4 @@ m = at.MultiheadAttention(E, NH, batch_first=True)
 raises(ValueError, ["attn_mask"], m, x, x, x, attn_mask=torch.zeros(5, L, L).bool())
 raises(ValueError, ["embedding"], m, x[..., :16], x[..., :16], x[..., :16])
 
-print(f"{len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish()
