@@ -597,7 +597,7 @@ TEST_CASE("backward validates its arguments and names what is wrong", "[backward
   Gradients g;
   g.dq = q;
   require_error([&] { full->backward(g.dq, k, v, {}, out, d_out, {}, g); },
-                {"must not be one of q, k, v"});
+                {"must not share storage with q, k"});
   Mask bad;
   bad.key_lengths = {7};
   require_error([&] { full->backward(q, k, v, bad, out, d_out); }, {"key_lengths[0] = 7"});
@@ -617,7 +617,7 @@ class ForwardOnly final : public Attention {
   Support support() const override { return {}; }
 
  protected:
-  void compute(const Tensor&, const Tensor&, const Tensor&, const Mask&, const Dims&,
+  void compute(TensorRef, TensorRef, TensorRef, const Mask&, const Dims&,
                Tensor& out) const override {
     out.fill(0.0f);
   }

@@ -208,12 +208,12 @@ double BigBirdAttention::flops(const Dims& d, const Mask& mask) const {
   return 2.0 * pairs * double(d.dk + d.dv);
 }
 
-void BigBirdAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
+void BigBirdAttention::compute(TensorRef q, TensorRef k, TensorRef v,
                                const Mask& mask, const Dims& d, Tensor& out) const {
   run(q, k, v, mask, d, out, nullptr);
 }
 
-void BigBirdAttention::compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+void BigBirdAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v,
                                           const Mask& mask, const Dims& d, Tensor& out,
                                           RowLogSumExp& lse) const {
   run(q, k, v, mask, d, out, lse.data());
@@ -231,7 +231,7 @@ std::size_t tile_rows(std::size_t block, std::size_t nq, std::size_t max_rows) {
 
 }  // namespace
 
-void BigBirdAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+void BigBirdAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                            const Dims& d, Tensor& out, float* lse) const {
   const BigBirdLayout layout =
       bigbird_layout(config_, d.heads, d.nq, d.nk, mask.causal != Causal::none);
@@ -281,9 +281,9 @@ void BigBirdAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, co
   }
 }
 
-void BigBirdAttention::compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                        const Mask& mask, const Dims& d, const Tensor& out,
-                                        const Tensor& d_out, const RowLogSumExp* saved,
+void BigBirdAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
+                                        const Mask& mask, const Dims& d, TensorRef out,
+                                        TensorRef d_out, const RowLogSumExp* saved,
                                         Gradients& g) const {
   RowLogSumExp storage;
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);

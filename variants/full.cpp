@@ -19,18 +19,18 @@ double FullAttention::flops(const Dims& d, const Mask& mask) const {
   return 2.0 * pairs * static_cast<double>(d.heads * (d.dk + d.dv));
 }
 
-void FullAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+void FullAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                             const Dims& d, Tensor& out) const {
   run(q, k, v, mask, d, out, nullptr);
 }
 
-void FullAttention::compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+void FullAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v,
                                        const Mask& mask, const Dims& d, Tensor& out,
                                        RowLogSumExp& lse) const {
   run(q, k, v, mask, d, out, lse.data());
 }
 
-void FullAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+void FullAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                         const Dims& d, Tensor& out, float* lse) const {
   // transpose_keys' tiles, left uninitialised (not zeroed: the padding is never read).
   constexpr std::size_t kCols = OnlineSoftmax::kCols;
@@ -61,9 +61,9 @@ void FullAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, const
   }
 }
 
-void FullAttention::compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                     const Mask& mask, const Dims& d, const Tensor& out,
-                                     const Tensor& d_out, const RowLogSumExp* saved,
+void FullAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
+                                     const Mask& mask, const Dims& d, TensorRef out,
+                                     TensorRef d_out, const RowLogSumExp* saved,
                                      Gradients& g) const {
   RowLogSumExp storage;
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);

@@ -41,16 +41,16 @@ class FullAttention final : public Attention {
   double flops(const Dims& d, const Mask& mask) const override;
 
  protected:
-  void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                const Dims& d, Tensor& out) const override;
-  void compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+  void compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                           const Dims& d, Tensor& out, RowLogSumExp& lse) const override;
-  void compute_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                        const Dims& d, const Tensor& out, const Tensor& d_out,
+  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                        const Dims& d, TensorRef out, TensorRef d_out,
                         const RowLogSumExp* lse, Gradients& g) const override;
 
  private:
-  void run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask, const Dims& d,
+  void run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
            Tensor& out, float* lse) const;
 };
 

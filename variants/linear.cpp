@@ -218,7 +218,7 @@ FeatureMap LinearAttention::feature_map(std::size_t dk, double scale) const {
 }
 
 
-void LinearAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
+void LinearAttention::compute(TensorRef q, TensorRef k, TensorRef v,
                               const Mask& mask, const Dims& d, Tensor& out) const {
   const FeatureMap map = feature_map(d.dk, mask.softmax_scale(d.dk));
   const bool causal = mask.causal != Causal::none;
@@ -248,9 +248,9 @@ void LinearAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
   }
 }
 
-void LinearAttention::compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const Mask& mask, const Dims& d, const Tensor&,
-                                      const Tensor& d_out, const RowLogSumExp*,
+void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
+                                      const Mask& mask, const Dims& d, TensorRef,
+                                      TensorRef d_out, const RowLogSumExp*,
                                       Gradients& grads) const {
   const FeatureMap map = feature_map(d.dk, mask.softmax_scale(d.dk));
   const bool causal = mask.causal != Causal::none;
@@ -328,9 +328,9 @@ LinearState::LinearState(const LinearConfig& config, FeatureMap map, std::size_t
       memory_(batch * heads * map_.dim() * augmented(dv), 0.0f), c_(batch * heads, kNegInf),
       fq_(map_.dim()), fk_(map_.dim()) {}
 
-Tensor LinearState::step(const Tensor& q, const Tensor& k, const Tensor& v) {
+Tensor LinearState::step(TensorRef q, TensorRef k, TensorRef v) {
   const std::size_t p = map_.dim(), dk = map_.dk();
-  auto expect = [&](const Tensor& t, std::size_t dim, const char* what) {
+  auto expect = [&](TensorRef t, std::size_t dim, const char* what) {
     const auto& s = t.shape();
     if (s[0] != batch_ || s[1] != heads_ || s[2] != 1 || s[3] != dim)
       throw Error(std::string("LinearState::step: ") + what + " has shape " + shape_string(t) +

@@ -114,10 +114,10 @@ class LinearAttention final : public Attention {
                     std::optional<double> scale = {}) const;
 
  protected:
-  void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                const Dims& d, Tensor& out) const override;
-  void compute_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                        const Dims& d, const Tensor& out, const Tensor& d_out,
+  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                        const Dims& d, TensorRef out, TensorRef d_out,
                         const RowLogSumExp* lse, Gradients& g) const override;
 
  private:
@@ -131,7 +131,7 @@ class LinearState {
  public:
   /// q, k [B, H, 1, Dk], v [B, H, 1, Dv] -> [B, H, 1, Dv]: the next row of the causal output.
   /// Throws Error when the shapes do not match the state.
-  Tensor step(const Tensor& q, const Tensor& k, const Tensor& v);
+  Tensor step(TensorRef q, TensorRef k, TensorRef v);
 
   /// Tokens consumed so far.
   std::size_t position() const { return position_; }

@@ -328,8 +328,8 @@ void prepare_rows_backward(const float* x, std::size_t rows, std::size_t dim, bo
 
 // One head of a call prepared for the engine: q scaled (and normalised), k (normalised), g
 // from the input or the head's fixed value, beta from the input or the rule's constant.
-scan::Head prepare_head(const ScanRule& rule, double head_g, const Tensor& q, const Tensor& k,
-                        const Tensor& v, const Mask& mask, const TokenInputs& in, const Dims& d,
+scan::Head prepare_head(const ScanRule& rule, double head_g, TensorRef q, TensorRef k,
+                        TensorRef v, const Mask& mask, const TokenInputs& in, const Dims& d,
                         std::size_t bh, Prepared& w) {
   scan::Head h;
   h.nq = d.nq;
@@ -411,7 +411,7 @@ double ScanAttention::flops(const Dims& d, const Mask& mask) const {
 
 double ScanAttention::head_log_decay(std::size_t, std::size_t) const { return 0.0; }
 
-void ScanAttention::run_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+void ScanAttention::run_forward(TensorRef q, TensorRef k, TensorRef v,
                                 const Mask& mask, const TokenInputs& in, const Dims& d,
                                 Tensor& out, std::vector<float>* checkpoints) const {
   const std::size_t per_head = scan::checkpoint_floats(d.nk, d.dk, d.dv);
@@ -431,12 +431,12 @@ void ScanAttention::run_forward(const Tensor& q, const Tensor& k, const Tensor& 
   }
 }
 
-void ScanAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+void ScanAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                             const Dims& d, Tensor& out) const {
   run_forward(q, k, v, mask, {}, d, out, nullptr);
 }
 
-void ScanAttention::compute_with(const Tensor& q, const Tensor& k, const Tensor& v,
+void ScanAttention::compute_with(TensorRef q, TensorRef k, TensorRef v,
                                  const Mask& mask, const TokenInputs& in, const Dims& d,
                                  Tensor& out, Saved& saved) const {
   saved.lse = RowLogSumExp();
@@ -450,9 +450,9 @@ void ScanAttention::compute_with(const Tensor& q, const Tensor& k, const Tensor&
   saved.state = std::move(state);
 }
 
-void ScanAttention::compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                     const Mask& mask, const Dims& d, const Tensor& out,
-                                     const Tensor& d_out, const RowLogSumExp*,
+void ScanAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
+                                     const Mask& mask, const Dims& d, TensorRef out,
+                                     TensorRef d_out, const RowLogSumExp*,
                                      Gradients& g) const {
   AllGradients all;
   all.qkv = std::move(g);
@@ -460,9 +460,9 @@ void ScanAttention::compute_backward(const Tensor& q, const Tensor& k, const Ten
   g = std::move(all.qkv);
 }
 
-void ScanAttention::compute_backward_with(const Tensor& q, const Tensor& k, const Tensor& v,
+void ScanAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
                                           const Mask& mask, const TokenInputs& in,
-                                          const Dims& d, const Tensor&, const Tensor& d_out,
+                                          const Dims& d, TensorRef, TensorRef d_out,
                                           const Saved& saved, AllGradients& grads) const {
   const auto* state = std::any_cast<ScanSaved>(&saved.state);
   if (state && !(state->d == d && state->valid == valid_keys(mask, d) &&
@@ -511,9 +511,9 @@ ScanState::ScanState(const ScanAttention& owner, std::size_t batch, std::size_t 
   for (std::size_t h = 0; h < heads; ++h) head_g_.push_back(owner.head_log_decay(h, heads));
 }
 
-Tensor ScanState::step(const Tensor& q, const Tensor& k, const Tensor& v, const TokenInputs& in) {
+Tensor ScanState::step(TensorRef q, TensorRef k, TensorRef v, const TokenInputs& in) {
   const std::string who = name_ + " state step";
-  auto expect = [&](const Tensor& t, std::size_t dim, const char* what) {
+  auto expect = [&](TensorRef t, std::size_t dim, const char* what) {
     const auto& s = t.shape();
     if (s[0] != batch_ || s[1] != heads_ || s[2] != 1 || s[3] != dim)
       throw Error(who + ": " + what + " has shape " + shape_string(t) + ", expected [" +

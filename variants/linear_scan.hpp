@@ -127,22 +127,22 @@ class ScanAttention : public Attention {
   /// A client running `rule`.
   explicit ScanAttention(const ScanRule& rule) : rule_(rule) {}
 
-  void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                const Dims& d, Tensor& out) const final;
-  void compute_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                        const Dims& d, const Tensor& out, const Tensor& d_out,
+  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                        const Dims& d, TensorRef out, TensorRef d_out,
                         const RowLogSumExp* lse, Gradients& g) const final;
-  void compute_with(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+  void compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                     const TokenInputs& in, const Dims& d, Tensor& out,
                     Saved& saved) const final;
-  void compute_backward_with(const Tensor& q, const Tensor& k, const Tensor& v,
+  void compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
                              const Mask& mask, const TokenInputs& in, const Dims& d,
-                             const Tensor& out, const Tensor& d_out, const Saved& saved,
+                             TensorRef out, TensorRef d_out, const Saved& saved,
                              AllGradients& g) const final;
   std::string why_unsupported(const std::string& feature) const override;
 
  private:
-  void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+  void run_forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                    const TokenInputs& in, const Dims& d, Tensor& out,
                    std::vector<float>* checkpoints) const;
 
@@ -155,7 +155,7 @@ class ScanState {
  public:
   /// q, k [B, H, 1, Dk], v [B, H, 1, Dv] -> [B, H, 1, Dv]; `in` holds this token's g and beta
   /// ([B, H, 1]) where the rule takes them. Throws Error when shapes do not match the state.
-  Tensor step(const Tensor& q, const Tensor& k, const Tensor& v, const TokenInputs& in = {});
+  Tensor step(TensorRef q, TensorRef k, TensorRef v, const TokenInputs& in = {});
 
   /// Tokens consumed so far.
   std::size_t position() const { return position_; }

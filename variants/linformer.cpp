@@ -226,7 +226,7 @@ namespace {
 // Projection task t of a parallel loop over 2·B·H tasks: K' of head t/2 (t even) into kpt
 // ([Dk, k] per head: the layout OnlineSoftmax scores against) or V' (t odd) into vp ([k, Dv]).
 // chunk and product are the calling thread's scratch (kChunk·max(Dk, Dv) and Dv·k floats).
-void project_task(std::size_t t, const Tensor& k, const Tensor& v, const Dims& d,
+void project_task(std::size_t t, TensorRef k, TensorRef v, const Dims& d,
                   const std::vector<std::size_t>& lengths, const std::vector<const float*>& e,
                   const std::vector<const float*>& f, std::size_t rows, float* kpt, float* vp,
                   float* chunk, float* product) {
@@ -244,18 +244,18 @@ void project_task(std::size_t t, const Tensor& k, const Tensor& v, const Dims& d
 
 }  // namespace
 
-void LinformerAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
+void LinformerAttention::compute(TensorRef q, TensorRef k, TensorRef v,
                                  const Mask& mask, const Dims& d, Tensor& out) const {
   run(q, k, v, mask, d, out, nullptr);
 }
 
-void LinformerAttention::compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+void LinformerAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v,
                                             const Mask& mask, const Dims& d, Tensor& out,
                                             RowLogSumExp& lse) const {
   run(q, k, v, mask, d, out, lse.data());
 }
 
-void LinformerAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+void LinformerAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                              const Dims& d, Tensor& out, float* lse) const {
   const std::vector<std::size_t> lengths = check_call(mask, d);
   const std::size_t heads = d.batch * d.heads;
@@ -286,17 +286,17 @@ void LinformerAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, 
   }
 }
 
-void LinformerAttention::compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                          const Mask& mask, const Dims& d, const Tensor& out,
-                                          const Tensor& d_out, const RowLogSumExp* lse,
+void LinformerAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
+                                          const Mask& mask, const Dims& d, TensorRef out,
+                                          TensorRef d_out, const RowLogSumExp* lse,
                                           Gradients& g) const {
   backward_impl(q, k, v, mask, d, out, d_out, lse, g, nullptr);
 }
 
-void LinformerAttention::compute_backward_with(const Tensor& q, const Tensor& k, const Tensor& v,
+void LinformerAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
                                                const Mask& mask, const TokenInputs&,
-                                               const Dims& d, const Tensor& out,
-                                               const Tensor& d_out, const Saved& saved,
+                                               const Dims& d, TensorRef out,
+                                               TensorRef d_out, const Saved& saved,
                                                AllGradients& g) const {
   ProjectionGradients projections;
   backward_impl(q, k, v, mask, d, out, d_out, saved.lse.size() != 0 ? &saved.lse : nullptr,
@@ -307,8 +307,8 @@ void LinformerAttention::compute_backward_with(const Tensor& q, const Tensor& k,
 }
 
 Gradients LinformerAttention::backward_with_projections(
-    const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask, const Tensor& out,
-    const Tensor& d_out, const RowLogSumExp& lse, ProjectionGradients& projections) const {
+    TensorRef q, TensorRef k, TensorRef v, const Mask& mask, TensorRef out,
+    TensorRef d_out, const RowLogSumExp& lse, ProjectionGradients& projections) const {
   const Dims d = check_backward(q, k, v, mask, out, d_out, lse);
   Gradients g{Tensor::from_shape(q.shape()), Tensor::from_shape(k.shape()),
               Tensor::from_shape(v.shape())};
@@ -317,9 +317,9 @@ Gradients LinformerAttention::backward_with_projections(
   return g;
 }
 
-void LinformerAttention::backward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Mask& mask, const Dims& d, const Tensor& out,
-                                       const Tensor& d_out, const RowLogSumExp* lse,
+void LinformerAttention::backward_impl(TensorRef q, TensorRef k, TensorRef v,
+                                       const Mask& mask, const Dims& d, TensorRef out,
+                                       TensorRef d_out, const RowLogSumExp* lse,
                                        Gradients& g, ProjectionGradients* grads) const {
   const std::vector<std::size_t> lengths = check_call(mask, d);
   const std::size_t heads = d.batch * d.heads, rows = k_;
@@ -367,7 +367,7 @@ void LinformerAttention::backward_impl(const Tensor& q, const Tensor& k, const T
   if (grads) projection_gradients(k, v, d, lengths, projected, *grads);
 }
 
-void LinformerAttention::projection_gradients(const Tensor& k, const Tensor& v, const Dims& d,
+void LinformerAttention::projection_gradients(TensorRef k, TensorRef v, const Dims& d,
                                               const std::vector<std::size_t>& lengths,
                                               const Gradients& projected,
                                               ProjectionGradients& grads) const {

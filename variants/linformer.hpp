@@ -93,8 +93,8 @@ class LinformerAttention final : public Attention {
   xt::xtensor<float, 2> projection(char which, std::size_t head, std::size_t columns) const;
 
   /// backward() that also writes the gradients of E and F into `projections`.
-  Gradients backward_with_projections(const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const Mask& mask, const Tensor& out, const Tensor& d_out,
+  Gradients backward_with_projections(TensorRef q, TensorRef k, TensorRef v,
+                                      const Mask& mask, TensorRef out, TensorRef d_out,
                                       const RowLogSumExp& lse,
                                       ProjectionGradients& projections) const;
 
@@ -105,18 +105,18 @@ class LinformerAttention final : public Attention {
 
  protected:
   std::string why_unsupported(const std::string& feature) const override;
-  void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                const Dims& d, Tensor& out) const override;
-  void compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+  void compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                           const Dims& d, Tensor& out, RowLogSumExp& lse) const override;
-  void compute_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                        const Dims& d, const Tensor& out, const Tensor& d_out,
+  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                        const Dims& d, TensorRef out, TensorRef d_out,
                         const RowLogSumExp* lse, Gradients& g) const override;
   /// The interface's backward also reports E's and F's gradients, as parameters "E" and "F"
   /// ([H, k, max_len] each, the ProjectionGradients above).
-  void compute_backward_with(const Tensor& q, const Tensor& k, const Tensor& v,
+  void compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
                              const Mask& mask, const TokenInputs& in, const Dims& d,
-                             const Tensor& out, const Tensor& d_out, const Saved& saved,
+                             TensorRef out, TensorRef d_out, const Saved& saved,
                              AllGradients& g) const override;
 
  private:
@@ -127,13 +127,13 @@ class LinformerAttention final : public Attention {
   // Throws Error when Nk or the heads do not fit the matrices; each item's unpadded length.
   std::vector<std::size_t> check_call(const Mask& mask, const Dims& d) const;
   Projections projections(const Dims& d) const;  // call with mutex_ held
-  void run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask, const Dims& d,
+  void run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
            Tensor& out, float* lse) const;
-  void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                     const Dims& d, const Tensor& out, const Tensor& d_out,
+  void backward_impl(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                     const Dims& d, TensorRef out, TensorRef d_out,
                      const RowLogSumExp* lse, Gradients& g, ProjectionGradients* grads) const;
   // dE and dF from dK', dV' (projected.dk, projected.dv) and the unpadded keys and values.
-  void projection_gradients(const Tensor& k, const Tensor& v, const Dims& d,
+  void projection_gradients(TensorRef k, TensorRef v, const Dims& d,
                             const std::vector<std::size_t>& lengths, const Gradients& projected,
                             ProjectionGradients& grads) const;
 

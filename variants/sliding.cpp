@@ -281,7 +281,7 @@ void for_each_run(const Layout& g, const Task& task, const Index* visible, RowLi
 
 // One tile of the forward over the segment laid out in sc.keys; lse (this head's row
 // log-sum-exp, or nullptr) saved when given.
-void attend_tile(const Layout& g, const Tensor& q, const Mask& mask, const Dims& d,
+void attend_tile(const Layout& g, TensorRef q, const Mask& mask, const Dims& d,
                  const Task& task, float scale, Scratch& sc, Tensor& out, float* lse) {
   const std::size_t b = sc.keys.b, h = sc.keys.h;
   const std::size_t first = static_cast<std::size_t>(task.first);
@@ -310,8 +310,8 @@ void attend_tile(const Layout& g, const Tensor& q, const Mask& mask, const Dims&
 // One tile of the backward over the segment laid out in keys (values transposed): the same runs
 // and masks; keys' gradients added in place (key t of a run is row first + step·t of k and of
 // this head's accumulators dk, dv). lse: this head's row log-sum-exp.
-void backprop_tile(const Layout& g, const Keys& keys, const Tensor& q, const Tensor& k,
-                   const Tensor& out, const Tensor& d_out, const float* lse, const Mask& mask,
+void backprop_tile(const Layout& g, const Keys& keys, TensorRef q, TensorRef k,
+                   TensorRef out, TensorRef d_out, const float* lse, const Mask& mask,
                    const Dims& d, const Task& task, float scale, kernels::SoftmaxBackward& grad,
                    Tensor& dq, float* dk, float* dv) {
   const std::size_t b = keys.b, h = keys.h;
@@ -367,18 +367,18 @@ double SlidingAttention::flops(const Dims& d, const Mask& mask) const {
   return 2.0 * pairs * static_cast<double>(d.heads * (d.dk + d.dv));
 }
 
-void SlidingAttention::compute(const Tensor& q, const Tensor& k, const Tensor& v,
+void SlidingAttention::compute(TensorRef q, TensorRef k, TensorRef v,
                                const Mask& mask, const Dims& d, Tensor& out) const {
   run(q, k, v, mask, d, out, nullptr);
 }
 
-void SlidingAttention::compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+void SlidingAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v,
                                           const Mask& mask, const Dims& d, Tensor& out,
                                           RowLogSumExp& lse) const {
   run(q, k, v, mask, d, out, lse.data());
 }
 
-void SlidingAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+void SlidingAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                            const Dims& d, Tensor& out, float* lse) const {
   const Layout g(config_, d, mask);
   const std::vector<Task> tiles = plan_tiles(g);
@@ -403,9 +403,9 @@ void SlidingAttention::run(const Tensor& q, const Tensor& k, const Tensor& v, co
   }
 }
 
-void SlidingAttention::compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                        const Mask& mask, const Dims& d, const Tensor& out,
-                                        const Tensor& d_out, const RowLogSumExp* saved,
+void SlidingAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
+                                        const Mask& mask, const Dims& d, TensorRef out,
+                                        TensorRef d_out, const RowLogSumExp* saved,
                                         Gradients& g) const {
   RowLogSumExp storage;
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);

@@ -16,7 +16,7 @@ namespace {
 // none. For k and v (`keys`) only the rows a query may read count: padded keys are never read, so
 // their contents do not matter. The scan runs at memory speed: |x| <= FLT_MAX is false for NaN and
 // Inf and vectorises, and the (item, head) slices are shared among the threads.
-std::string non_finite(const Tensor& t, const char* label, const Mask& mask, bool keys) {
+std::string non_finite(TensorRef t, const char* label, const Mask& mask, bool keys) {
   const std::size_t heads = t.shape()[1], n = t.shape()[2], dim = t.shape()[3];
   const auto rows = [&](std::size_t b) {
     return keys ? mask.valid_keys(b, n) : n;
@@ -70,14 +70,22 @@ std::string Attention::name() const {
   return s.substr(0, s.find(':'));
 }
 
-Tensor Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v,
+Tensor Attention::forward(TensorRef q, TensorRef k, TensorRef v,
                           const Mask& mask) const {
   Tensor out;
   forward(q, k, v, mask, out);
   return out;
 }
 
-Dims Attention::validate(const Tensor& q, const Tensor& k, const Tensor& v,
+void Attention::refuse_overlap(const Tensor& written, std::initializer_list<TensorRef> read,
+                               const char* what) const {
+  // Checked before anything is resized: resizing `written` would free storage a view reads.
+  for (const TensorRef& r : read)
+    if (r.overlaps(written))
+      throw Error(name() + ": " + what + " (it is read while the result is written)");
+}
+
+Dims Attention::validate(TensorRef q, TensorRef k, TensorRef v,
                          const Mask& mask) const {
   const Dims d = check_qkv(q, k, v);
   mask.validate(d);
@@ -112,36 +120,32 @@ void ensure_shape(T& t, const std::array<std::size_t, R>& shape) {
 
 }  // namespace
 
-void Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                         Tensor& out) const {
-  if (&out == &q || &out == &k || &out == &v)
-    throw Error(name() + ": forward's output must not be one of q, k, v (it is read while out "
-                         "is written)");
+  refuse_overlap(out, {q, k, v}, "forward's output must not share storage with q, k or v");
   const Dims d = validate(q, k, v, mask);
   ensure_shape(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
   compute(q, k, v, mask, d, out);
 }
 
-void Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                         Tensor& out, RowLogSumExp& lse) const {
-  if (&out == &q || &out == &k || &out == &v)
-    throw Error(name() + ": forward's output must not be one of q, k, v (it is read while out "
-                         "is written)");
+  refuse_overlap(out, {q, k, v}, "forward's output must not share storage with q, k or v");
   const Dims d = validate(q, k, v, mask);
   ensure_shape(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
   ensure_shape(lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
   compute_saving_lse(q, k, v, mask, d, out, lse);
 }
 
-void Attention::compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+void Attention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v,
                                    const Mask& mask, const Dims& d, Tensor& out,
                                    RowLogSumExp& lse) const {
   compute(q, k, v, mask, d, out);
   lse = RowLogSumExp();
 }
 
-Dims Attention::check_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                               const Mask& mask, const Tensor& out, const Tensor& d_out,
+Dims Attention::check_backward(TensorRef q, TensorRef k, TensorRef v,
+                               const Mask& mask, TensorRef out, TensorRef d_out,
                                const RowLogSumExp& lse) const {
   const Dims d = validate(q, k, v, mask);
   const std::array<std::size_t, 4> expected = {d.batch, d.heads, d.nq, d.dv};
@@ -160,22 +164,20 @@ Dims Attention::check_backward(const Tensor& q, const Tensor& k, const Tensor& v
   return d;
 }
 
-Gradients Attention::backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Mask& mask, const Tensor& out, const Tensor& d_out,
+Gradients Attention::backward(TensorRef q, TensorRef k, TensorRef v,
+                              const Mask& mask, TensorRef out, TensorRef d_out,
                               const RowLogSumExp& lse) const {
   Gradients g;
   backward(q, k, v, mask, out, d_out, lse, g);
   return g;
 }
 
-void Attention::backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                         const Tensor& out, const Tensor& d_out, const RowLogSumExp& lse,
+void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                         TensorRef out, TensorRef d_out, const RowLogSumExp& lse,
                          Gradients& g) const {
   for (const Tensor* grad : {&g.dq, &g.dk, &g.dv})
-    for (const Tensor* input : {&q, &k, &v, &out, &d_out})
-      if (grad == input)
-        throw Error(name() + ": backward's gradients must not be one of q, k, v, out, d_out "
-                             "(they are read while the gradients are written)");
+    refuse_overlap(*grad, {q, k, v, out, d_out},
+                   "backward's gradients must not share storage with q, k, v, out or d_out");
   const Dims d = check_backward(q, k, v, mask, out, d_out, lse);
   ensure_shape(g.dq, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dk});
   ensure_shape(g.dk, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dk});
@@ -209,11 +211,9 @@ void Attention::validate_tokens(const TokenInputs& in, const Dims& d, const Mask
   }
 }
 
-void Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                         const TokenInputs& in, Tensor& out, Saved& saved) const {
-  if (&out == &q || &out == &k || &out == &v)
-    throw Error(name() + ": forward's output must not be one of q, k, v (it is read while out "
-                         "is written)");
+  refuse_overlap(out, {q, k, v}, "forward's output must not share storage with q, k or v");
   const Dims d = validate(q, k, v, mask);
   validate_tokens(in, d, mask);
   ensure_shape(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
@@ -221,21 +221,19 @@ void Attention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const
   compute_with(q, k, v, mask, in, d, out, saved);
 }
 
-void Attention::compute_with(const Tensor& q, const Tensor& k, const Tensor& v,
+void Attention::compute_with(TensorRef q, TensorRef k, TensorRef v,
                              const Mask& mask, const TokenInputs&, const Dims& d, Tensor& out,
                              Saved& saved) const {
   compute_saving_lse(q, k, v, mask, d, out, saved.lse);
   saved.state.reset();
 }
 
-void Attention::backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                         const TokenInputs& in, const Tensor& out, const Tensor& d_out,
+void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                         const TokenInputs& in, TensorRef out, TensorRef d_out,
                          const Saved& saved, AllGradients& g) const {
   for (const Tensor* grad : {&g.qkv.dq, &g.qkv.dk, &g.qkv.dv})
-    for (const Tensor* input : {&q, &k, &v, &out, &d_out})
-      if (grad == input)
-        throw Error(name() + ": backward's gradients must not be one of q, k, v, out, d_out "
-                             "(they are read while the gradients are written)");
+    refuse_overlap(*grad, {q, k, v, out, d_out},
+                   "backward's gradients must not share storage with q, k, v, out or d_out");
   const Dims d = check_backward(q, k, v, mask, out, d_out, saved.lse);
   validate_tokens(in, d, mask);
   ensure_shape(g.qkv.dq, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dk});
@@ -250,22 +248,22 @@ void Attention::backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   compute_backward_with(q, k, v, mask, in, d, out, d_out, saved, g);
 }
 
-void Attention::compute_backward_with(const Tensor& q, const Tensor& k, const Tensor& v,
+void Attention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
                                       const Mask& mask, const TokenInputs&, const Dims& d,
-                                      const Tensor& out, const Tensor& d_out, const Saved& saved,
+                                      TensorRef out, TensorRef d_out, const Saved& saved,
                                       AllGradients& g) const {
   compute_backward(q, k, v, mask, d, out, d_out, saved.lse.size() != 0 ? &saved.lse : nullptr,
                    g.qkv);
 }
 
-void Attention::compute_backward(const Tensor&, const Tensor&, const Tensor&, const Mask&,
-                                 const Dims&, const Tensor&, const Tensor&, const RowLogSumExp*,
+void Attention::compute_backward(TensorRef, TensorRef, TensorRef, const Mask&, const Dims&,
+                                 TensorRef, TensorRef, const RowLogSumExp*,
                                  Gradients&) const {
   throw Unsupported(name(), "backward passes");  // reached only if support() claims backward
 }
 
-const RowLogSumExp& Attention::lse_or_recompute(const Tensor& q, const Tensor& k,
-                                                const Tensor& v, const Mask& mask,
+const RowLogSumExp& Attention::lse_or_recompute(TensorRef q, TensorRef k,
+                                                TensorRef v, const Mask& mask,
                                                 const Dims& d, const RowLogSumExp* lse,
                                                 RowLogSumExp& storage) const {
   if (lse) return *lse;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <any>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,20 +92,20 @@ class Attention {
   /// tensor and the index (padded rows are never read); finite inputs give a finite output.
   /// Thread-safe: several threads may call forward on one object at once (tests/test_threads.cpp,
   /// run under ThreadSanitizer in CI); each call uses its own OpenMP team.
-  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask = {}) const;
+  Tensor forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask = {}) const;
 
   /// The same, written into `out`, which is resized only when its shape is not [B,H,Nq,Dv]:
   /// repeated calls at one shape reuse its storage. A fresh output above malloc's mmap threshold
   /// is page-faulted in on every call (40 to 60 ms for 128 MiB on our 2-core VM, a third of
   /// linear attention's forward at N = 65536: results/linear). `out` must not be q, k or v
   /// (throws Error); when a call throws, out's contents are unspecified.
-  void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+  void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                Tensor& out) const;
 
   /// forward(q, k, v, mask, out) that also saves `lse` for backward: a backend with a softmax
   /// writes the row log-sum-exp ([B, H, Nq], resized as needed); one without (linear) leaves it
   /// empty. O(B·H·Nq) extra memory, no extra time worth measuring.
-  void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask, Tensor& out,
+  void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, Tensor& out,
                RowLogSumExp& lse) const;
 
   /// The gradients of a scalar loss L through out = forward(q, k, v, mask), given
@@ -114,30 +115,30 @@ class Attention {
   /// like forward, checks the shapes of out, d_out and lse (throws Error naming the argument),
   /// and throws Unsupported when support().backward is false or the mask is outside support().
   /// Each variant's header states the backward's cost and what it treats as constant.
-  Gradients backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                     const Tensor& out, const Tensor& d_out,
+  Gradients backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                     TensorRef out, TensorRef d_out,
                      const RowLogSumExp& lse = {}) const;
 
   /// The same, written into `g`, whose tensors are resized only when their shapes differ from
   /// q's, k's and v's: repeated calls at one shape reuse their storage (a fresh 8 MiB gradient
   /// costs page faults on every call, about 7% of full's backward at N = 2048). g's tensors
   /// must not be any of the inputs (throws Error); when a call throws, g is unspecified.
-  void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                const Tensor& out, const Tensor& d_out, const RowLogSumExp& lse,
+  void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                TensorRef out, TensorRef d_out, const RowLogSumExp& lse,
                 Gradients& g) const;
 
   /// forward with per-token inputs and the full saved state: validates `in` like q, k, v
   /// (shape [B, H, Nk], finite on unpadded tokens, g <= 0, beta in [0, 1]; throws Error naming
   /// it) and refuses an input support() does not take (Unsupported). `saved` is what
   /// backward(..., saved, ...) reads.
-  void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+  void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                const TokenInputs& in, Tensor& out, Saved& saved) const;
 
   /// backward with per-token inputs: `in` must be the forward's, `saved` its Saved (or a
   /// default Saved: recomputed). Fills every gradient of `g`: q, k, v, each given token input,
   /// and the backend's parameters. Validates like the backward above.
-  void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                const TokenInputs& in, const Tensor& out, const Tensor& d_out,
+  void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                const TokenInputs& in, TensorRef out, TensorRef d_out,
                 const Saved& saved, AllGradients& g) const;
 
   /// The canonical factory string, every key in a fixed order: make_attention(spec()) rebuilds
@@ -162,51 +163,54 @@ class Attention {
 
   /// Called with validated, supported input only; `out` is [B,H,Nq,Dv] with unspecified
   /// contents, every element of which compute must write.
-  virtual void compute(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+  virtual void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                        const Dims& d, Tensor& out) const = 0;
 
   /// compute() that also fills `lse`, already sized [B, H, Nq]. The default (a backend without a
   /// softmax) runs compute() and empties lse.
-  virtual void compute_saving_lse(const Tensor& q, const Tensor& k, const Tensor& v,
+  virtual void compute_saving_lse(TensorRef q, TensorRef k, TensorRef v,
                                   const Mask& mask, const Dims& d, Tensor& out,
                                   RowLogSumExp& lse) const;
 
   /// Called with validated, supported input only, and only when support().backward is true:
   /// writes every element of g.dq, g.dk, g.dv (already shaped like q, k, v). `lse` is the
   /// caller's saved row log-sum-exp or nullptr (see lse_or_recompute).
-  virtual void compute_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                const Mask& mask, const Dims& d, const Tensor& out,
-                                const Tensor& d_out, const RowLogSumExp* lse,
+  virtual void compute_backward(TensorRef q, TensorRef k, TensorRef v,
+                                const Mask& mask, const Dims& d, TensorRef out,
+                                TensorRef d_out, const RowLogSumExp* lse,
                                 Gradients& g) const;
 
   /// forward with token inputs, called with validated input. The default (a backend that takes
   /// none, so `in` is empty here) runs compute_saving_lse into saved.lse and clears saved.state.
-  virtual void compute_with(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+  virtual void compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                             const TokenInputs& in, const Dims& d, Tensor& out,
                             Saved& saved) const;
 
   /// backward with token inputs, called with validated input; g.qkv is shaped, the token
   /// gradients are shaped for the inputs given. The default runs compute_backward with
   /// saved.lse and reports no parameters.
-  virtual void compute_backward_with(const Tensor& q, const Tensor& k, const Tensor& v,
+  virtual void compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
                                      const Mask& mask, const TokenInputs& in, const Dims& d,
-                                     const Tensor& out, const Tensor& d_out, const Saved& saved,
+                                     TensorRef out, TensorRef d_out, const Saved& saved,
                                      AllGradients& g) const;
 
   /// Validates a backward call like backward() does and returns its sizes: for subclasses that
   /// offer a backward with more outputs (linformer's projection gradients).
-  Dims check_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
-                      const Tensor& out, const Tensor& d_out, const RowLogSumExp& lse) const;
+  Dims check_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                      TensorRef out, TensorRef d_out, const RowLogSumExp& lse) const;
 
   /// `*lse` when the caller saved it, else the row log-sum-exp of one more forward, kept in
   /// `storage`: what a softmax backend's compute_backward starts from.
-  const RowLogSumExp& lse_or_recompute(const Tensor& q, const Tensor& k, const Tensor& v,
+  const RowLogSumExp& lse_or_recompute(TensorRef q, TensorRef k, TensorRef v,
                                        const Mask& mask, const Dims& d, const RowLogSumExp* lse,
                                        RowLogSumExp& storage) const;
 
  private:
+  /// Throws Error ("name: what (...)") when `written` shares a float with any of `read`.
+  void refuse_overlap(const Tensor& written, std::initializer_list<TensorRef> read,
+                      const char* what) const;
   /// Shapes, mask and support() checks shared by forward and backward.
-  Dims validate(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask) const;
+  Dims validate(TensorRef q, TensorRef k, TensorRef v, const Mask& mask) const;
   /// Shapes, values and support() checks of token inputs.
   void validate_tokens(const TokenInputs& in, const Dims& d, const Mask& mask) const;
 };

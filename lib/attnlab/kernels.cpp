@@ -186,7 +186,7 @@ void transpose_key_tiles(const float* k, std::size_t dk, std::size_t block, std:
     transpose(std::min(block, j1 - j), dk, k + j * dk, dk, kt + j * dk, block);
 }
 
-std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t block) {
+std::vector<float> transpose_keys(TensorRef k, const Dims& d, std::size_t block) {
   if (block == 0) block = d.nk;
   const std::size_t blocks = (d.nk + block - 1) / block, per_head = blocks * d.dk * block;
   std::vector<float> kt(d.batch * d.heads * per_head, 0.0f);
@@ -282,7 +282,7 @@ void SoftmaxBackward::finish(float* dq, std::size_t lddq) const {
     for (std::size_t c = 0; c < dk_; ++c) dq[r * lddq + c] = dq_[r * dk_ + c] * factor;
 }
 
-void run_backward_tiles(const Dims& d, std::size_t tiles, const Tensor* k, const Tensor* v,
+void run_backward_tiles(const Dims& d, std::size_t tiles, const TensorRef* k, const TensorRef* v,
                         const BackwardTile& tile, Tensor& dk, Tensor& dv) {
   const std::size_t heads = d.batch * d.heads, kd = d.nk * d.dk, vd = d.nk * d.dv;
   // The split depends on the shape alone, never on the thread count, and the partial sums are
@@ -366,7 +366,7 @@ void for_each_masked_tile(const float* kt, const Mask& mask, const Dims& d, std:
 
 }  // namespace
 
-void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const Mask& mask,
+void attend_key_ranges(TensorRef q, const float* kt, TensorRef v, const Mask& mask,
                        const Dims& d, std::size_t b, std::size_t h, std::size_t i0,
                        std::size_t rows,
                        const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
@@ -379,8 +379,8 @@ void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const 
   softmax.finish(&out(b, h, i0, 0), d.dv, lse);
 }
 
-void backprop_key_ranges(const Tensor& q, const float* kt, const Tensor& k, const float* vt,
-                         const Tensor& out, const Tensor& d_out, const float* lse,
+void backprop_key_ranges(TensorRef q, const float* kt, TensorRef k, const float* vt,
+                         TensorRef out, TensorRef d_out, const float* lse,
                          const Mask& mask, const Dims& d, std::size_t b, std::size_t h,
                          std::size_t i0, std::size_t rows,
                          const std::vector<std::pair<std::size_t, std::size_t>>& ranges,

@@ -69,7 +69,7 @@ void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t
 /// of head bh at kt[bh * Dk * Nk + c * Nk + j]). block > 0: each head is ceil(Nk / block) tiles
 /// of [Dk, block], zero-padded, contiguous (key j at kt[bh * per_head + (j / block) * Dk * block
 /// + c * block + j % block]): short unit strides, no cache-set aliasing at power-of-two Nk.
-std::vector<float> transpose_keys(const Tensor& k, const Dims& d, std::size_t block = 0);
+std::vector<float> transpose_keys(TensorRef k, const Dims& d, std::size_t block = 0);
 
 /// Marks [data, data + bytes) for transparent huge pages (Linux madvise MADV_HUGEPAGE on the
 /// 2 MiB-aligned part, a hint; nothing elsewhere or below 2 MiB). Call it before the first write:
@@ -129,7 +129,7 @@ class OnlineSoftmax {
 /// past what any row can see are skipped. kt is that head's transpose_keys(k, d, kCols) tiles.
 /// Writes out[b, h, i0 + r, :] and, when lse is given, the rows' log-sum-exp at lse[r]. The one
 /// fused loop behind full (one range) and bigbird (blocks).
-void attend_key_ranges(const Tensor& q, const float* kt, const Tensor& v, const Mask& mask,
+void attend_key_ranges(TensorRef q, const float* kt, TensorRef v, const Mask& mask,
                        const Dims& d, std::size_t b, std::size_t h, std::size_t i0,
                        std::size_t rows,
                        const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
@@ -183,8 +183,8 @@ class SoftmaxBackward {
 /// same way: adds the keys' gradients into dk and dv (this head's [Nk, Dk] and [Nk, Dv]) and
 /// writes dq[b, h, i0 + r, :]. kt and vt are this head's transpose_keys(k) and
 /// transpose_keys(v) tiles of kCols keys; lse points at the rows' saved log-sum-exp.
-void backprop_key_ranges(const Tensor& q, const float* kt, const Tensor& k, const float* vt,
-                         const Tensor& out, const Tensor& d_out, const float* lse,
+void backprop_key_ranges(TensorRef q, const float* kt, TensorRef k, const float* vt,
+                         TensorRef out, TensorRef d_out, const float* lse,
                          const Mask& mask, const Dims& d, std::size_t b, std::size_t h,
                          std::size_t i0, std::size_t rows,
                          const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
@@ -206,7 +206,7 @@ using BackwardTile = std::function<void(std::size_t bh, std::size_t t, const flo
 /// ceil(16 / (B·H)) groups with private accumulators, summed in group order at the end:
 /// O(max(B·H, 16)·Nk·(Dk + Dv)) extra memory, never O(Nq·Nk). The split depends on the shape
 /// only, so the gradients are deterministic: bitwise equal across runs and thread counts.
-void run_backward_tiles(const Dims& d, std::size_t tiles, const Tensor* k, const Tensor* v,
+void run_backward_tiles(const Dims& d, std::size_t tiles, const TensorRef* k, const TensorRef* v,
                         const BackwardTile& tile, Tensor& dk, Tensor& dv);
 
 }  // namespace attnlab::kernels

@@ -4,16 +4,16 @@
 
 namespace attnlab {
 
-std::string shape_string(const Tensor& t) {
+std::string shape_string(TensorRef t) {
   std::string s = "[";
-  for (std::size_t i = 0; i < t.dimension(); ++i) {
+  for (std::size_t i = 0; i < t.shape().size(); ++i) {
     if (i) s += ", ";
     s += std::to_string(t.shape()[i]);
   }
   return s + "]";
 }
 
-Dims check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
+Dims check_qkv(TensorRef q, TensorRef k, TensorRef v) {
   const auto& qs = q.shape();
   const auto& ks = k.shape();
   const auto& vs = v.shape();

@@ -5,6 +5,7 @@
 // Nq may differ from Nk (cross-attention) and Dv from Dk.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <string>
 
@@ -14,6 +15,38 @@ namespace attnlab {
 
 using Tensor = xt::xtensor<float, 4>;     ///< float32 [batch, heads, seq, dim]
 using Tensor64 = xt::xtensor<double, 4>;  ///< float64, for the reference
+
+/// A read-only float32 [batch, heads, seq, dim] array in someone else's row-major storage: what
+/// attention reads q, k, v (and a backward's out and d_out) through. A Tensor converts to one
+/// implicitly; a caller with a buffer of its own (NumPy's, through the Python package) wraps it
+/// without a copy. The storage must outlive the call and not change during it.
+class TensorRef {
+ public:
+  using Shape = std::array<std::size_t, 4>;
+
+  /// A view of t's storage (implicit: every Tensor argument reads in place).
+  TensorRef(const Tensor& t)  // NOLINT(google-explicit-constructor)
+      : data_(t.data()), shape_{t.shape()[0], t.shape()[1], t.shape()[2], t.shape()[3]} {}
+  /// A view of `shape`'s product floats at `data`, row-major.
+  TensorRef(const float* data, const Shape& shape) : data_(data), shape_(shape) {}
+
+  const float* data() const { return data_; }
+  const Shape& shape() const { return shape_; }
+  std::size_t shape(std::size_t axis) const { return shape_[axis]; }
+  std::size_t size() const { return shape_[0] * shape_[1] * shape_[2] * shape_[3]; }
+  /// Element [b, h, i, c].
+  const float& operator()(std::size_t b, std::size_t h, std::size_t i, std::size_t c) const {
+    return data_[((b * shape_[1] + h) * shape_[2] + i) * shape_[3] + c];
+  }
+  /// Whether this view and `t`'s storage share any float.
+  bool overlaps(const Tensor& t) const {
+    return size() != 0 && t.size() != 0 && data_ < t.data() + t.size() && t.data() < data_ + size();
+  }
+
+ private:
+  const float* data_;
+  Shape shape_;
+};
 
 /// The sizes of one attention problem, read off validated q, k, v.
 struct Dims {
@@ -28,9 +61,9 @@ struct Dims {
 };
 
 /// Checks that q, k, v fit together (see the layout above); throws Error naming the mismatch.
-Dims check_qkv(const Tensor& q, const Tensor& k, const Tensor& v);
+Dims check_qkv(TensorRef q, TensorRef k, TensorRef v);
 
 /// "[2, 8, 128, 64]": for error messages.
-std::string shape_string(const Tensor& t);
+std::string shape_string(TensorRef t);
 
 }  // namespace attnlab

@@ -2,12 +2,14 @@
 // API, its argument checks and the rank lifting live in attnlab/__init__.py; this file only moves
 // arrays in and out and releases the GIL while the library runs.
 //
-// Copies: Attention::forward takes owning Tensors (xtensor), so each input is copied once into
-// one, with one memcpy (the caller hands over C-contiguous float32), kept per thread for the next
-// call (InputCopies). Every result (output, lse, gradients) is handed to NumPy without a copy: the array's base is a capsule owning the Tensor
-// (python/tests/test_numpy.py checks both).
+// Copies: none for q, k, v, out and d_out, which the library reads in place through TensorRef
+// views of NumPy's buffers (the caller hands over C-contiguous float32); the small per-token
+// inputs and a saved lse are copied into per-thread tensors kept between calls. Every result
+// (output, lse, gradients) is handed to NumPy without a copy: the array's base is a capsule
+// owning the Tensor (python/tests/test_numpy.py checks both).
 #include <cctype>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -39,30 +41,35 @@ xt::xtensor<T, R> to_tensor(const py::array_t<T, py::array::c_style>& a) {
   return t;
 }
 
-// The same copy into `t`, resized only when its shape differs (the buffer is then reused).
-template <class T, std::size_t R>
-const xt::xtensor<T, R>& copy_into(xt::xtensor<T, R>& t, const py::array_t<T, py::array::c_style>& a) {
-  if (static_cast<std::size_t>(a.ndim()) != R)
-    throw attnlab::Error("expected a rank-" + std::to_string(R) + " array");
-  std::array<std::size_t, R> shape;
-  for (std::size_t i = 0; i < R; ++i) shape[i] = static_cast<std::size_t>(a.shape(i));
-  t.resize(shape);
-  if (t.size() != 0) std::memcpy(t.data(), a.data(), t.size() * sizeof(T));
+// A C-contiguous float32 array of rank 4 read in place: attention reads NumPy's buffer, no copy.
+// The caller (Python) has checked dtype, rank and layout; the array outlives the call.
+attnlab::TensorRef view(const Floats& a) {
+  if (a.ndim() != 4) throw attnlab::Error("expected a rank-4 array");
+  return attnlab::TensorRef(a.data(), {static_cast<std::size_t>(a.shape(0)),
+                                       static_cast<std::size_t>(a.shape(1)),
+                                       static_cast<std::size_t>(a.shape(2)),
+                                       static_cast<std::size_t>(a.shape(3))});
+}
+
+// The copy of a token input (g or beta, [B, H, Nk]: 1/D of q's size) into `t`, resized only when
+// its shape differs (the buffer is then reused): TokenInputs holds owning tensors.
+const attnlab::TokenTensor& copy_into(attnlab::TokenTensor& t, const Floats& a) {
+  if (a.ndim() != 3) throw attnlab::Error("expected a rank-3 array");
+  t.resize({static_cast<std::size_t>(a.shape(0)), static_cast<std::size_t>(a.shape(1)),
+            static_cast<std::size_t>(a.shape(2))});
+  if (t.size() != 0) std::memcpy(t.data(), a.data(), t.size() * sizeof(float));
   return t;
 }
 
-// What each thread copies the inputs of forward and backward into, kept from call to call: a
-// fresh tensor above malloc's mmap threshold is page-faulted in on every call, and at N = 4096
-// (q, k, v 8 MiB each) that made the Python call 23% slower than the C++ one on our loaded
-// 2-core VM (results/python/). Holds the last call's inputs per calling thread.
-struct InputCopies {
-  attnlab::Tensor q, k, v, out, d_out;
+// What each thread keeps from call to call: the token inputs' copies and the saved state a
+// backward starts from (q, k, v, out and d_out are read in place).
+struct Kept {
   attnlab::TokenTensor log_decay, beta;
   attnlab::Saved saved;
 };
-InputCopies& input_copies() {
-  thread_local InputCopies copies;
-  return copies;
+Kept& kept() {
+  thread_local Kept k;
+  return k;
 }
 
 // Hands an xtensor to NumPy without a copy: the array's base is a capsule that owns it.
@@ -98,7 +105,7 @@ struct TokenArgs {
 };
 
 // Copies the given token inputs into `in` and points a TokenInputs at them. GIL released.
-attnlab::TokenInputs copy_tokens(const TokenArgs& t, InputCopies& in) {
+attnlab::TokenInputs copy_tokens(const TokenArgs& t, Kept& in) {
   attnlab::TokenInputs tokens;
   if (t.log_decay) tokens.log_decay = &copy_into(in.log_decay, *t.log_decay);
   if (t.beta) tokens.beta = &copy_into(in.beta, *t.beta);
@@ -135,10 +142,7 @@ class Backend {
     attnlab::Saved saved;
     {
       py::gil_scoped_release release;
-      InputCopies& in = input_copies();
-      const attnlab::Tensor &tq = copy_into(in.q, q), &tk = copy_into(in.k, k),
-                            &tv = copy_into(in.v, v);
-      attention_->forward(tq, tk, tv, mask, copy_tokens(t, in), out, saved);
+      attention_->forward(view(q), view(k), view(v), mask, copy_tokens(t, kept()), out, saved);
     }
     if (!save_lse) return to_numpy(std::move(out));
     py::object lse = saved.lse.size() == 0 ? py::object(py::none()) : to_numpy(std::move(saved.lse));
@@ -170,14 +174,12 @@ class Backend {
     attnlab::AllGradients g;
     {
       py::gil_scoped_release release;
-      InputCopies& in = input_copies();
-      const attnlab::Tensor &tq = copy_into(in.q, q), &tk = copy_into(in.k, k),
-                            &tv = copy_into(in.v, v), &tout = copy_into(in.out, out),
-                            &td = copy_into(in.d_out, d_out);
+      Kept& in = kept();
       // Only the row log-sum-exp crosses into Python; other saved state is recomputed.
       in.saved = attnlab::Saved{};
       if (lse) copy_into(in.saved.lse, *lse);
-      attention_->backward(tq, tk, tv, mask, copy_tokens(t, in), tout, td, in.saved, g);
+      attention_->backward(view(q), view(k), view(v), mask, copy_tokens(t, in), view(out),
+                           view(d_out), in.saved, g);
     }
     py::dict d;
     d["dq"] = to_numpy(std::move(g.qkv.dq));
@@ -265,6 +267,10 @@ PYBIND11_MODULE(_core, m) {
            py::arg("v"), py::arg("mask"), py::arg("calls"));
 
   m.def("variants", &attnlab::attention_names);
+  // For python/tests/test_numpy.py: the address the library reads an argument at.
+  m.def("_read_address", [](const Floats& a) {
+    return reinterpret_cast<std::uintptr_t>(view(a).data());
+  });
   m.def("reference", &reference, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask"));
   m.def("compare", &compare, py::arg("out"), py::arg("ref"));
 }

@@ -148,14 +148,23 @@ check("d_beta" not in gd.backward(q, k, v, gd.forward(q, k, v, log_decay=gate), 
                                   log_decay=gate), "d_beta only where beta was given")
 
 # Copies: each result is the C++ Tensor itself, handed over (its base is a capsule that owns
-# it), not a copy made on the way out; each input is copied once into a C++ Tensor, so the
-# caller's array is never written and a view gives what a contiguous copy gives.
+# it), not a copy made on the way out; a C-contiguous float32 input is read in place (the
+# wrapper passes a view of it on, at whose address the library reads), any other is converted
+# once, so the caller's array is never written and a view gives what a contiguous copy gives.
 out = attnlab.attention(q, k, v)
 base = out
 while isinstance(base, np.ndarray) and base.base is not None:
     base = base.base
 check(type(base).__name__ == "PyCapsule" and not out.flags.owndata,
       f"output handed over without a copy (base {type(base).__name__})")
+_, q4, k4, _ = attnlab._qkv(q, k, v)
+check(attnlab._core._read_address(q4) == q.ctypes.data and np.shares_memory(q4, q),
+      "C-contiguous float32 q read in place")
+q2 = q[0]  # [H, N, D], lifted to [1, H, N, D] by a reshape, still in place
+check(attnlab._core._read_address(attnlab._qkv(q2, q2, q2)[1]) == q2.ctypes.data,
+      "a rank-3 input read in place")
+check(attnlab._core._read_address(attnlab._qkv(np.asfortranarray(q), k, v)[1]) != q.ctypes.data,
+      "a Fortran-order input converted")
 before = q.copy()
 strided = np.asfortranarray(q)
 check(attnlab.attention(strided, k, v).tobytes() == out.tobytes(), "non-contiguous input")
