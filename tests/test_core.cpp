@@ -247,5 +247,13 @@ TEST_CASE("forward into an output reuses its storage and equals the returning fo
     CHECK((out == expected));
     Tensor k_copy = k;
     require_error([&] { a->forward(q, k_copy, v, {}, k_copy); }, {name, "must not share storage with q, k"});
+    // A caller's own buffer is read in place through a TensorRef: the same bytes as the Tensor.
+    const std::vector<float> buffer(q.begin(), q.end());
+    CHECK((a->forward(TensorRef(buffer.data(), {1, 2, 48, 16}), k, v) == expected));
+    // A view into the output's storage is refused before the output is resized (which would
+    // free what the view reads), whatever the view's shape.
+    Tensor wide = q;  // [1, 2, 48, 16], not the output's [1, 2, 48, 8]
+    require_error([&] { a->forward(TensorRef(wide.data(), {1, 2, 48, 16}), k, v, {}, wide); },
+                  {name, "must not share storage with q, k"});
   }
 }
