@@ -16,7 +16,9 @@ import numpy as np
 
 from attnlab import _core
 
-__all__ = ["Attention", "attention", "compare", "make", "reference", "variants"]
+__all__ = ["Attention", "Saved", "attention", "compare", "make", "reference", "variants"]
+
+Saved = _core.Saved  # what forward(..., save=True) keeps for backward; .lse: array or None
 
 _CAUSAL = {None: "none", "none": "none", "top-left": "top-left", "bottom-right": "bottom-right"}
 
@@ -137,27 +139,29 @@ class Attention:
         return (make, (self.spec,))
 
     def forward(self, q, k, v, causal=None, key_lengths=None, mask=None, scale=None,
-                log_decay=None, beta=None, save_lse=False):
+                log_decay=None, beta=None, save=False):
         """softmax-or-variant attention of q, k, v: a new float32 array shaped like q with v's
         last dimension. log_decay (g <= 0) and beta (in [0, 1]): the linear family's per-token
         inputs, [B, H, N] for [B, H, N, D] q (one rank less than q), where support says the
-        variant takes them. save_lse=True returns (out, lse): lse [B, H, Nq] is the row
-        log-sum-exp a softmax variant saves for backward (None for linear attention)."""
+        variant takes them. save=True returns (out, saved): saved (attnlab.Saved) is what
+        backward reads instead of running the forward again, the row log-sum-exp of a softmax
+        variant (saved.lse [B, H, Nq]; None for the linear family) or the scan variants' chunk
+        states."""
         rank, q4, k4, v4 = _qkv(q, k, v)
         m = _mask(q4, k4, causal, key_lengths, mask, scale)
         t = _tokens(rank, log_decay, beta)
-        if not save_lse:
+        if not save:
             return _unlift(self._backend.forward(q4, k4, v4, m, t), rank)
-        out, lse = self._backend.forward(q4, k4, v4, m, t, save_lse=True)
-        return _unlift(out, rank), lse
+        out, saved = self._backend.forward(q4, k4, v4, m, t, save=True)
+        return _unlift(out, rank), saved
 
     def backward(self, q, k, v, out, d_out, causal=None, key_lengths=None, mask=None,
-                 scale=None, log_decay=None, beta=None, lse=None):
+                 scale=None, log_decay=None, beta=None, saved=None):
         """Gradients of a loss L through out = forward(q, k, v, ...), given d_out = dL/d(out):
         {"dq", "dk", "dv"} shaped like q, k, v; "d_log_decay" and "d_beta" shaped like the
         log_decay and beta given; and "d_" + the lower-case name of each of the variant's own
-        parameters (linformer: "d_e", "d_f", [H, k, max_len]). lse: forward's saved row
-        log-sum-exp, or None to recompute it."""
+        parameters (linformer: "d_e", "d_f", [H, k, max_len]). saved: what forward(...,
+        save=True) returned with out, or None to recompute it."""
         rank, q4, k4, v4 = _qkv(q, k, v)
         out, d_out = _floats("out", out), _floats("d_out", d_out)
         if not out.ndim == d_out.ndim == rank:
@@ -166,9 +170,10 @@ class Attention:
         out4, d4 = _bhnd(out), _bhnd(d_out)
         m = _mask(q4, k4, causal, key_lengths, mask, scale)
         t = _tokens(rank, log_decay, beta)
-        if lse is not None:
-            lse = np.ascontiguousarray(lse, dtype=np.float32)
-        grads = self._backend.backward(q4, k4, v4, m, t, out4, d4, lse)
+        if saved is not None and not isinstance(saved, _core.Saved):
+            raise TypeError(f"saved: expected what forward(..., save=True) returned, got "
+                            f"{type(saved).__name__}")
+        grads = self._backend.backward(q4, k4, v4, m, t, out4, d4, saved)
         for name in ("dq", "dk", "dv"):
             grads[name] = _unlift(grads[name], rank)
         for name in ("d_log_decay", "d_beta"):

@@ -4,7 +4,7 @@
 //
 // Copies: none for q, k, v, out and d_out, which the library reads in place through TensorRef
 // views of NumPy's buffers (the caller hands over C-contiguous float32); the small per-token
-// inputs and a saved lse are copied into per-thread tensors kept between calls. Every result
+// inputs are copied into per-thread tensors kept between calls. Every result
 // (output, lse, gradients) is handed to NumPy without a copy: the array's base is a capsule
 // owning the Tensor (python/tests/test_numpy.py checks both).
 #include <cctype>
@@ -61,16 +61,21 @@ const attnlab::TokenTensor& copy_into(attnlab::TokenTensor& t, const Floats& a) 
   return t;
 }
 
-// What each thread keeps from call to call: the token inputs' copies and the saved state a
-// backward starts from (q, k, v, out and d_out are read in place).
-struct Kept {
+// The token inputs' copies, kept per thread from call to call (q, k, v, out and d_out are read in
+// place).
+struct TokenCopies {
   attnlab::TokenTensor log_decay, beta;
+};
+TokenCopies& token_copies() {
+  thread_local TokenCopies copies;
+  return copies;
+}
+
+// What a forward saved for its backward (attnlab::Saved: a softmax variant's row log-sum-exp, the
+// scan variants' chunk states), opaque to Python but for `lse`.
+struct SavedState {
   attnlab::Saved saved;
 };
-Kept& kept() {
-  thread_local Kept k;
-  return k;
-}
 
 // Hands an xtensor to NumPy without a copy: the array's base is a capsule that owns it.
 template <class T>
@@ -105,7 +110,7 @@ struct TokenArgs {
 };
 
 // Copies the given token inputs into `in` and points a TokenInputs at them. GIL released.
-attnlab::TokenInputs copy_tokens(const TokenArgs& t, Kept& in) {
+attnlab::TokenInputs copy_tokens(const TokenArgs& t, TokenCopies& in) {
   attnlab::TokenInputs tokens;
   if (t.log_decay) tokens.log_decay = &copy_into(in.log_decay, *t.log_decay);
   if (t.beta) tokens.beta = &copy_into(in.beta, *t.beta);
@@ -134,19 +139,22 @@ class Backend {
   std::string spec() const { return attention_->spec(); }
   py::dict support() const { return support_dict(attention_->support()); }
 
-  // out, or (out, lse) when save_lse: lse is what backward() reads instead of recomputing.
+  // out, or (out, saved) when `save`: saved is what backward() reads instead of recomputing.
   py::object forward(const Floats& q, const Floats& k, const Floats& v, const MaskArgs& m,
-                     const TokenArgs& t, bool save_lse) const {
+                     const TokenArgs& t, bool save) const {
     attnlab::Mask mask = make_mask(m);
     attnlab::Tensor out;
-    attnlab::Saved saved;
+    auto state = std::make_shared<SavedState>();
     {
       py::gil_scoped_release release;
-      attention_->forward(view(q), view(k), view(v), mask, copy_tokens(t, kept()), out, saved);
+      if (save || t.log_decay || t.beta)
+        attention_->forward(view(q), view(k), view(v), mask, copy_tokens(t, token_copies()),
+                            out, state->saved);
+      else  // nothing kept for a backward (the scan variants' chunk states cost memory)
+        attention_->forward(view(q), view(k), view(v), mask, out);
     }
-    if (!save_lse) return to_numpy(std::move(out));
-    py::object lse = saved.lse.size() == 0 ? py::object(py::none()) : to_numpy(std::move(saved.lse));
-    return py::make_tuple(to_numpy(std::move(out)), lse);
+    if (!save) return to_numpy(std::move(out));
+    return py::make_tuple(to_numpy(std::move(out)), state);
   }
 
   // For benchmarks/python_bench.py only: seconds per call of the same forward made from C++
@@ -169,17 +177,14 @@ class Backend {
   // (lower case) for each of the variant's own parameters (linformer: "d_e", "d_f").
   py::dict backward(const Floats& q, const Floats& k, const Floats& v, const MaskArgs& m,
                     const TokenArgs& t, const Floats& out, const Floats& d_out,
-                    const std::optional<Floats>& lse) const {
+                    const std::shared_ptr<SavedState>& state) const {
     attnlab::Mask mask = make_mask(m);
     attnlab::AllGradients g;
     {
       py::gil_scoped_release release;
-      Kept& in = kept();
-      // Only the row log-sum-exp crosses into Python; other saved state is recomputed.
-      in.saved = attnlab::Saved{};
-      if (lse) copy_into(in.saved.lse, *lse);
-      attention_->backward(view(q), view(k), view(v), mask, copy_tokens(t, in), view(out),
-                           view(d_out), in.saved, g);
+      static const attnlab::Saved recompute;
+      attention_->backward(view(q), view(k), view(v), mask, copy_tokens(t, token_copies()),
+                           view(out), view(d_out), state ? state->saved : recompute, g);
     }
     py::dict d;
     d["dq"] = to_numpy(std::move(g.qkv.dq));
@@ -254,15 +259,23 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("log_decay", &TokenArgs::log_decay)
       .def_readwrite("beta", &TokenArgs::beta);
 
+  py::class_<SavedState, std::shared_ptr<SavedState>>(m, "Saved")
+      .def_property_readonly("lse", [](py::object self) -> py::object {
+        const attnlab::RowLogSumExp& lse = self.cast<SavedState&>().saved.lse;
+        if (lse.size() == 0) return py::none();
+        std::vector<py::ssize_t> shape(lse.shape().begin(), lse.shape().end());
+        return py::array_t<float>(shape, lse.data(), self);  // a view kept alive by self
+      });
+
   py::class_<Backend>(m, "Backend")
       .def(py::init<const std::string&>(), py::arg("spec"))
       .def_property_readonly("spec", &Backend::spec)
       .def_property_readonly("support", &Backend::support)
       .def("forward", &Backend::forward, py::arg("q"), py::arg("k"), py::arg("v"),
-           py::arg("mask"), py::arg("tokens"), py::arg("save_lse") = false)
+           py::arg("mask"), py::arg("tokens"), py::arg("save") = false)
       .def("backward", &Backend::backward, py::arg("q"), py::arg("k"), py::arg("v"),
            py::arg("mask"), py::arg("tokens"), py::arg("out"), py::arg("d_out"),
-           py::arg("lse") = py::none())
+           py::arg("saved") = py::none())
       .def("_time_cpp_forward", &Backend::time_cpp_forward, py::arg("q"), py::arg("k"),
            py::arg("v"), py::arg("mask"), py::arg("calls"));
 

@@ -88,8 +88,9 @@ def _masks(q, k, causal, attn_allowed, padding):
 
 
 class _AttentionFunction(torch.autograd.Function):
-    """attnlab's forward and backward as one autograd node; saves the output and the row
-    log-sum-exp, so the backward never runs a second forward. log_decay and beta: the linear
+    """attnlab's forward and backward as one autograd node; saves the output and what the
+    forward keeps for its backward (attnlab.Saved: the row log-sum-exp, the scan variants'
+    chunk states), so the backward never runs a second forward. log_decay and beta: the linear
     family's per-token inputs, or None."""
 
     @staticmethod
@@ -97,9 +98,9 @@ class _AttentionFunction(torch.autograd.Function):
         arrays = _numpy("q", q), _numpy("k", k), _numpy("v", v)
         tokens = {name: None if t is None else _numpy(name, t)
                   for name, t in (("log_decay", log_decay), ("beta", beta))}
-        out, lse = backend.forward(*arrays, scale=scale, save_lse=True, **masks, **tokens)
+        out, saved = backend.forward(*arrays, scale=scale, save=True, **masks, **tokens)
         out = torch.from_numpy(out)
-        ctx.backend, ctx.masks, ctx.scale, ctx.lse = backend, masks, scale, lse
+        ctx.backend, ctx.masks, ctx.scale, ctx.saved = backend, masks, scale, saved
         ctx.tokens = tokens
         ctx.save_for_backward(q, k, v, out)
         return out
@@ -110,7 +111,7 @@ class _AttentionFunction(torch.autograd.Function):
         q, k, v, out = ctx.saved_tensors
         grads = ctx.backend.backward(_numpy("q", q), _numpy("k", k), _numpy("v", v),
                                      out.numpy(), _numpy("d_out", d_out), scale=ctx.scale,
-                                     lse=ctx.lse, **ctx.masks, **ctx.tokens)
+                                     saved=ctx.saved, **ctx.masks, **ctx.tokens)
         # A variant's own parameter gradients (linformer's grads["d_e"], "d_f") are not
         # returned: its parameters are the backend's own fixed matrices here, not torch's.
         tokens = [None if ctx.tokens[name] is None else torch.from_numpy(grads["d_" + name])

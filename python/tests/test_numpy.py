@@ -124,10 +124,10 @@ a = attnlab.make("sliding:left=4")
 check(a.spec.startswith("sliding:left=4,right=128") and attnlab.make(a.spec).spec == a.spec,
       a.spec)
 check(attnlab.make("linformer").support["causal"] is False and a.support["backward"], "support")
-out, lse = a.forward(q, k, v, save_lse=True)
-check(lse.shape == (2, 2, 40) and lse.dtype == np.float32, "lse shape")
+out, saved = a.forward(q, k, v, save=True)
+check(saved.lse.shape == (2, 2, 40) and saved.lse.dtype == np.float32, "lse shape")
 d_out = rng.standard_normal(out.shape, dtype=np.float32)
-g_saved = a.backward(q, k, v, out, d_out, lse=lse)
+g_saved = a.backward(q, k, v, out, d_out, saved=saved)
 g_recomputed = a.backward(q, k, v, out, d_out)
 check(all(g_saved[n].shape == x.shape for n, x in (("dq", q), ("dk", k), ("dv", v))),
       "gradient shapes")
@@ -137,7 +137,17 @@ lin = attnlab.make("linformer:k=8,max_len=64,share=kv")
 out = lin.forward(q, k, v)
 g = lin.backward(q, k, v, out, d_out)
 check(g["d_e"].shape == (2, 8, 64) and "d_f" in g, "linformer projection gradients")
-check(attnlab.make("linear").forward(q, k, v, save_lse=True)[1] is None, "linear saves no lse")
+check(attnlab.make("linear").forward(q, k, v, save=True)[1].lse is None, "linear saves no lse")
+raises(TypeError, ["saved"], lambda: a.backward(q, k, v, out, d_out, saved=saved.lse))
+# The scan variants' chunk states: the saved backward equals the recomputing one bitwise (the
+# same token-by-token backward from the same states).
+for spec, tokens in (("delta", {}), ("gated-delta", {"log_decay": gate, "beta": beta})):
+    s = attnlab.make(spec)
+    o, kept = s.forward(q, k, v, causal="top-left", save=True, **tokens)
+    g1 = s.backward(q, k, v, o, d_out, causal="top-left", saved=kept, **tokens)
+    g2 = s.backward(q, k, v, o, d_out, causal="top-left", **tokens)
+    check(all(np.array_equal(g1[n], g2[n]) for n in g1), f"{spec}: saved state gives the "
+          "recomputed gradients")
 gd = attnlab.make("gated-delta")
 out = gd.forward(q, k, v, causal="top-left", log_decay=gate, beta=beta)
 grads = gd.backward(q, k, v, out, d_out, causal="top-left", log_decay=gate, beta=beta)
