@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnlab/error.hpp"
+#include "attnlab/progress.hpp"
 #include "harness/meta.hpp"
 #include "harness/rows.hpp"
 #include "studies/common.hpp"
@@ -95,9 +96,7 @@ std::string cell(const char* format, double x) {
 }
 
 void progress(const StudyOptions& options, const std::string& study, const std::string& line) {
-  if (!options.progress) return;
-  std::fprintf(stderr, "%s: %s\n", study.c_str(), line.c_str());
-  std::fflush(stderr);
+  ProgressLine(options.progress ? stderr : nullptr).print(study + ": " + line);
 }
 
 std::string plots_dir(const StudyOptions& o) { return (fs::path(o.out_dir) / "plots").string(); }
