@@ -31,6 +31,4 @@ class Progress {
   std::chrono::steady_clock::time_point t0_;
 };
 
-using attnlab::format_duration;
-
 }  // namespace attnlab::harness

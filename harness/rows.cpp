@@ -1,8 +1,6 @@
 #include "harness/rows.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 
 #include "attnlab/error.hpp"
 
@@ -59,14 +57,6 @@ bool is_timing_column(Col c) {
     default:
       return false;
   }
-}
-
-std::string format_number(double x) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.9g", x);
-  return buf;
 }
 
 std::string csv_line(const Row& row) {

@@ -38,11 +38,7 @@ struct Row {
   const std::string& operator[](Col c) const { return cells[static_cast<std::size_t>(c)]; }
 };
 
-/// "%.9g" (round-trips a float; doubles to 9 digits), "nan"/"inf" as such.
-std::string format_number(double x);
-
-using attnlab::csv_line;
-using attnlab::parse_csv;
+using attnlab::csv_line;  // beside the overload for a Row, which would hide it
 /// One CSV line of a row, with '\n'.
 std::string csv_line(const Row& row);
 

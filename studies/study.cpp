@@ -7,10 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attnlab/csv.hpp"
 #include "attnlab/error.hpp"
 #include "attnlab/progress.hpp"
 #include "harness/meta.hpp"
-#include "harness/rows.hpp"
 #include "studies/common.hpp"
 
 namespace attnlab::studies {
@@ -82,12 +82,12 @@ void Csv::add(std::vector<std::string> cells) {
 }
 
 std::string Csv::text() const {
-  std::string text = harness::csv_line(columns);  // the sweep's writer: one CSV dialect
-  for (const auto& r : rows) text += harness::csv_line(r);
+  std::string text = csv_line(columns);  // attnlab/csv.hpp: the sweep's and training's dialect
+  for (const auto& r : rows) text += csv_line(r);
   return text;
 }
 
-std::string raw(double x) { return cell("%.9g", x); }
+std::string raw(double x) { return format_number(x); }
 
 std::string cell(const char* format, double x) {
   char buf[64];

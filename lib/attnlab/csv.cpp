@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -62,6 +64,14 @@ std::string csv_line(const CsvRecord& fields) {
     line += '"';
   }
   return line + '\n';
+}
+
+std::string format_number(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  return buf;
 }
 
 std::vector<CsvRecord> parse_csv(const std::string& text, std::size_t* torn_tail_offset,
@@ -155,11 +165,12 @@ void CsvAppender::append(const CsvRecord& record) {
   if (fd_ < 0) open_locked();
   const bool start = records_.empty();
   write_fully(fd_, (start ? csv_line(header_) : std::string()) + csv_line(record), path_);
-  if (start) records_.push_back(header_);
-  records_.push_back(record);
+  if (start) records_.push_back(header_);  // appended records are not kept: a log may be long
 }
 
 std::size_t CsvAppender::keep_only(const std::function<bool(const CsvRecord&)>& keep) {
+  if (fd_ < 0) return 0;
+  records_ = parse_csv(read_all(path_));  // appended lines too (the file is ours: locked)
   if (records_.empty()) return 0;
   std::vector<CsvRecord> kept{header_};
   std::string text = csv_line(header_);

@@ -21,6 +21,10 @@ using CsvRecord = std::vector<std::string>;
 /// One CSV line with '\n'; fields quoted when they contain a comma, quote or line break.
 std::string csv_line(const CsvRecord& fields);
 
+/// A number for a CSV cell: "%.9g" (round-trips a float; doubles to 9 digits), "nan", "inf" and
+/// "-inf" as such.
+std::string format_number(double x);
+
 /// Parses CSV text (quoted fields may hold commas, quotes and line breaks; a "\r\n" ends a line
 /// as "\n" does). A last record without a terminating '\n' is not returned: its start goes to
 /// `torn_tail_offset` (npos when there is none). `first_lines` gets the 1-based line on which
@@ -44,7 +48,8 @@ class CsvAppender {
   CsvAppender(const CsvAppender&) = delete;
   CsvAppender& operator=(const CsvAppender&) = delete;
 
-  /// The records read at opening (the header first, when there was one) and appended since.
+  /// The records read at opening (the header first, when there was one), or those keep_only
+  /// kept; not the ones appended since (a log may be long).
   const std::vector<CsvRecord>& records() const { return records_; }
   /// Bytes of a torn last line removed at opening (0 normally).
   std::size_t repaired_bytes() const { return repaired_; }
@@ -54,9 +59,10 @@ class CsvAppender {
   /// size limit) the file is cut back to its complete lines and Error names the file and reason.
   void append(const CsvRecord& record);
 
-  /// Rewrites the file with the header and the records for which `keep` is true (a locked new
-  /// file renamed over the old one, so a crash keeps one or the other); returns how many went.
-  /// Records of another width than the header are dropped too.
+  /// Rewrites the file (as it is now, appended records included) with the header and the
+  /// records for which `keep` is true (a locked new file renamed over the old one, so a crash
+  /// keeps one or the other); returns how many went. Records of another width than the header
+  /// go too.
   std::size_t keep_only(const std::function<bool(const CsvRecord&)>& keep);
 
  private:
