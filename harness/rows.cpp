@@ -78,7 +78,7 @@ bool find_column(const std::string& name, Col& column) {
 }
 
 RowsFile::RowsFile(const std::string& path)
-    : file_(path, header_record(), true, "another sweep") {
+    : file_(path, header_record(), {.holder = "another sweep"}) {
   rows_ = to_rows(file_.records(), path);
   for (const Row& r : rows_) keys_.insert(r[Col::key]);
 }

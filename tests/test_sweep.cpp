@@ -362,18 +362,19 @@ TEST_CASE("a CSV log appears with its first row, torn tails go, keep_only cuts i
   TempDir dir;
   const std::string path = dir.str("log.csv");
   const CsvRecord header = {"step", "x"};
-  { CsvAppender never(path, header, false, "another test"); }
+  const CsvAppendOptions lazy = {.header_now = false, .holder = "another test"};
+  { CsvAppender never(path, header, lazy); }
   CHECK_FALSE(fs::exists(path));  // a writer that never appended leaves no file
   {
-    CsvAppender log(path, header, false, "another test");
+    CsvAppender log(path, header, lazy);
     log.append({"1", "a"});
     log.append({"2", "b,c"});
-    require_error([&] { CsvAppender again(path, header, false, "another test"); },
+    require_error([&] { CsvAppender again(path, header, lazy); },
                   {"log.csv is locked", "another test"});
   }
   CHECK(read_file(path) == "step,x\n1,a\n2,\"b,c\"\n");
   std::ofstream(path, std::ios::app) << "3,tor";  // a crash inside write()
-  CsvAppender log(path, header, false, "another test");
+  CsvAppender log(path, header, lazy);
   CHECK(log.repaired_bytes() == 5);
   REQUIRE(log.records().size() == 3);
   CHECK(log.records()[2] == CsvRecord{"2", "b,c"});

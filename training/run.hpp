@@ -5,9 +5,9 @@
 //   eval.csv    the same columns for the held-out score every eval_every steps and at the end
 //   checkpoint/ the Trainer's checkpoint (training/trainer.hpp) every checkpoint_every steps and
 //               at the end
-// Both logs grow by whole lines (attnlab/csv.hpp: one write + fsync, a torn last line cut away
-// when reopened) and appear with their first row, so a run that fails before its first step
-// leaves no file, and a folder it created is removed again. Calling it again with the same
+// Both logs grow by whole lines (attnlab/csv.hpp: one write each, fsync with each checkpoint, a
+// torn last line cut away when reopened) and appear with their first row, so a run that fails
+// before its first step leaves no file, and a folder it created is removed again. Calling it again with the same
 // folder resumes from the checkpoint: the logs are cut back to the checkpoint's step and
 // training continues bitwise as an uninterrupted run would (docs/training.md).
 #pragma once

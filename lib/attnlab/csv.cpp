@@ -27,7 +27,7 @@ std::string read_all(const std::string& path) {
   return text.str();
 }
 
-void write_fully(int fd, const std::string& data, const std::string& path) {
+void write_fully(int fd, const std::string& data, const std::string& path, bool sync = true) {
   // One write(2): on a local file system an O_APPEND write of a line is not interleaved and is
   // either complete or torn only by a crash. A failed or short write (disk full, `ulimit -f`)
   // is cut away again, so the file keeps exactly its complete lines.
@@ -45,7 +45,7 @@ void write_fully(int fd, const std::string& data, const std::string& path) {
     }
     done += static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0) throw Error("cannot fsync " + path + ": " + errno_text());
+  if (sync && ::fsync(fd) != 0) throw Error("cannot fsync " + path + ": " + errno_text());
 }
 
 }  // namespace
@@ -116,12 +116,11 @@ std::vector<CsvRecord> read_csv(const std::string& path, std::size_t* torn_tail_
   return parse_csv(read_all(path), torn_tail_offset);
 }
 
-CsvAppender::CsvAppender(std::string path, CsvRecord header, bool header_now,
-                         std::string holder)
-    : path_(std::move(path)), holder_(std::move(holder)), header_(std::move(header)) {
-  if (!header_now && ::access(path_.c_str(), F_OK) != 0) return;  // the first append creates it
+CsvAppender::CsvAppender(std::string path, CsvRecord header, CsvAppendOptions options)
+    : path_(std::move(path)), header_(std::move(header)), options_(std::move(options)) {
+  if (!options_.header_now && ::access(path_.c_str(), F_OK) != 0) return;  // the first append
   open_locked();
-  if (!records_.empty() || !header_now) return;
+  if (!records_.empty() || !options_.header_now) return;
   try {
     write_fully(fd_, csv_line(header_), path_);
   } catch (...) {
@@ -137,7 +136,7 @@ void CsvAppender::open_locked() {
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd_);
     fd_ = -1;
-    throw Error(path_ + " is locked: " + holder_ + " is writing to it");
+    throw Error(path_ + " is locked: " + options_.holder + " is writing to it");
   }
   try {
     const std::string text = read_all(path_);
@@ -164,8 +163,13 @@ CsvAppender::~CsvAppender() {
 void CsvAppender::append(const CsvRecord& record) {
   if (fd_ < 0) open_locked();
   const bool start = records_.empty();
-  write_fully(fd_, (start ? csv_line(header_) : std::string()) + csv_line(record), path_);
+  write_fully(fd_, (start ? csv_line(header_) : std::string()) + csv_line(record), path_,
+              options_.sync_each_append);
   if (start) records_.push_back(header_);  // appended records are not kept: a log may be long
+}
+
+void CsvAppender::sync() {
+  if (fd_ >= 0 && ::fsync(fd_) != 0) throw Error("cannot fsync " + path_ + ": " + errno_text());
 }
 
 std::size_t CsvAppender::keep_only(const std::function<bool(const CsvRecord&)>& keep) {

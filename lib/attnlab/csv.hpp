@@ -2,9 +2,9 @@
 // sweep's rows.csv, the report, a study's rows.csv, training's train.csv and eval.csv).
 //
 // RFC 4180, header first. Lines are appended by one write(2) of the whole line to an O_APPEND
-// descriptor followed by fsync, so a killed writer leaves at most a torn LAST line (a crash
-// inside write); opening the file for appending drops such a line (no trailing '\n') and
-// truncates it away. The file is flock()ed while it is open for appending. Internal (not
+// descriptor (followed by fsync, or synced when the writer says), so a killed writer leaves at
+// most a torn LAST line (a crash inside write); opening the file for appending drops such a line
+// (no trailing '\n') and truncates it away. The file is flock()ed while it is open for appending. Internal (not
 // installed).
 #pragma once
 
@@ -35,15 +35,24 @@ std::vector<CsvRecord> parse_csv(const std::string& text, std::size_t* torn_tail
 /// parse_csv of the file at `path`; Error naming it when it cannot be read.
 std::vector<CsvRecord> read_csv(const std::string& path, std::size_t* torn_tail_offset = nullptr);
 
+/// How a CsvAppender writes.
+struct CsvAppendOptions {
+  /// A missing or empty file gets its header at opening; false: with the first append (a
+  /// missing file is then created by it too, so a writer that never appends leaves no file).
+  bool header_now = true;
+  /// fsync after every append (a row that is on disk survives a power loss, not only a kill);
+  /// false: at sync() only, for a log that grows faster than fsync keeps up with.
+  bool sync_each_append = true;
+  /// Who holds the lock in the message when it is taken: "another sweep".
+  std::string holder = "another process";
+};
+
 /// A CSV file opened for appending whole lines, as described above.
 class CsvAppender {
  public:
-  /// Opens (or creates) `path`, locks it, and cuts away a torn last line. A missing or empty
-  /// file gets `header` now, or with the first append when `header_now` is false (a missing
-  /// file is then created by it too, so a writer that never appends leaves no file behind).
-  /// Error when it is locked (`holder` names who would hold it: "another sweep") or has a torn
-  /// header.
-  CsvAppender(std::string path, CsvRecord header, bool header_now, std::string holder);
+  /// Opens (or creates, options.header_now) `path`, locks it, and cuts away a torn last line.
+  /// Error when it is locked or has a torn header.
+  CsvAppender(std::string path, CsvRecord header, CsvAppendOptions options = {});
   ~CsvAppender();
   CsvAppender(const CsvAppender&) = delete;
   CsvAppender& operator=(const CsvAppender&) = delete;
@@ -58,6 +67,8 @@ class CsvAppender {
   /// Appends one record atomically (single write + fsync). On an I/O failure (disk full, file
   /// size limit) the file is cut back to its complete lines and Error names the file and reason.
   void append(const CsvRecord& record);
+  /// fsync of what was appended (nothing to do with sync_each_append).
+  void sync();
 
   /// Rewrites the file (as it is now, appended records included) with the header and the
   /// records for which `keep` is true (a locked new file renamed over the old one, so a crash
@@ -68,8 +79,9 @@ class CsvAppender {
  private:
   void open_locked();  // opens, locks, reads and repairs path_
 
-  std::string path_, holder_;
+  std::string path_;
   CsvRecord header_;
+  CsvAppendOptions options_;
   int fd_ = -1;
   std::vector<CsvRecord> records_;
   std::size_t repaired_ = 0;
