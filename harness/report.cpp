@@ -20,45 +20,13 @@
 #include "harness/anchors.hpp"
 #include "harness/meta.hpp"
 #include "harness/plot.hpp"
+#include "harness/rows.hpp"
 
 namespace attnlab::harness {
 namespace fs = std::filesystem;
 namespace {
 
 const std::string kDash = "—";
-
-// ---------------------------------------------------------------- CSV
-
-// Reads one RFC-4180 record (quoted fields may hold commas, quotes and newlines).
-bool read_record(std::istream& in, std::vector<std::string>& fields, std::size_t& line) {
-  fields.clear();
-  if (in.peek() == EOF) return false;
-  std::string field;
-  bool quoted = false, any = false;
-  for (int c; (c = in.get()) != EOF;) {
-    any = true;
-    if (quoted) {
-      if (c == '"' && in.peek() == '"') field += char(in.get());
-      else if (c == '"') quoted = false;
-      else {
-        if (c == '\n') ++line;
-        field += char(c);
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      fields.push_back(std::move(field));
-      field.clear();
-    } else if (c == '\n') {
-      ++line;
-      break;
-    } else if (c != '\r') {
-      field += char(c);
-    }
-  }
-  fields.push_back(std::move(field));
-  return any;
-}
 
 std::string fmt(const char* format, double x) {
   char buf[64];
@@ -179,6 +147,52 @@ std::vector<std::string> preferred_tokens(const std::string& variant) {
   return {};
 }
 
+// The typed view of a row; `where` ("rows.csv: line 7") names it in errors.
+ReportRow report_row(const Row& row, const std::string& where) {
+  auto number = [&](Col c) -> std::optional<double> {
+    const std::string& t = row[c];
+    if (t.empty()) return std::nullopt;
+    char* end = nullptr;
+    const double x = std::strtod(t.c_str(), &end);
+    if (end != t.c_str() + t.size())
+      throw Error(where + ": column '" + column_names()[static_cast<std::size_t>(c)] + "': '" +
+                  t + "' is not a number");
+    return x;
+  };
+  auto integer = [&](Col c) { return static_cast<std::int64_t>(number(c).value_or(0)); };
+  ReportRow r;
+  r.key = row[Col::key];
+  r.spec = row[Col::spec];
+  r.variant = row[Col::variant];
+  if (r.variant.empty()) r.variant = r.spec.substr(0, r.spec.find(':'));
+  r.n = integer(Col::n);
+  r.batch = integer(Col::batch);
+  r.heads = integer(Col::heads);
+  r.dim = integer(Col::dim);
+  r.causal = row[Col::causal];
+  r.input = row[Col::input];
+  r.seed = row[Col::seed];
+  r.status = row[Col::status];
+  r.message = row[Col::message];
+  r.reps = integer(Col::reps);
+  r.time_median_s = number(Col::time_median_s);
+  r.time_min_s = number(Col::time_min_s);
+  r.time_max_s = number(Col::time_max_s);
+  r.time_iqr_s = number(Col::time_iqr_s);
+  r.peak_mem_bytes = number(Col::peak_mem_bytes);
+  r.flops = number(Col::flops);
+  r.gflops = number(Col::gflops);
+  r.sgemm_gflops = number(Col::sgemm_gflops);
+  r.sgemm_fraction = number(Col::sgemm_fraction);
+  r.err_rows = number(Col::err_rows);
+  r.rel_fro = number(Col::rel_fro);
+  r.max_abs = number(Col::max_abs);
+  r.mean_cos = number(Col::mean_cos);
+  r.p99_row = number(Col::p99_row);
+  r.shard = row[Col::shard];
+  return r;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- labels
@@ -210,71 +224,43 @@ std::string short_spec(const std::string& spec) {
 // ---------------------------------------------------------------- rows
 
 std::vector<ReportRow> parse_report_rows(std::istream& in, const std::string& what) {
-  std::vector<std::string> header, fields;
-  std::size_t line = 0;
-  if (!read_record(in, header, line)) throw Error(what + ": empty file (expected a header line)");
-  std::map<std::string, std::size_t> column;
-  for (std::size_t i = 0; i < header.size(); ++i) column[header[i]] = i;
-  for (const char* required : {"spec", "variant", "n", "status"})
-    if (!column.count(required))
-      throw Error(what + ": header has no '" + required + "' column");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  std::string text = buffer.str();
+  // A hand-written file may lack the last '\n': its last line is a record like the others (and
+  // one a kill tore is refused below for its field count).
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  std::vector<std::size_t> lines;
+  const std::vector<CsvRecord> records = parse_csv(text, nullptr, &lines);
+  if (records.empty()) throw Error(what + ": empty file (expected a header line)");
+  // The schema's columns by name (harness/rows.hpp), any subset and order; others are ignored.
+  const CsvRecord& header = records.front();
+  std::vector<std::pair<std::size_t, Col>> columns;  // (field, column)
+  bool present[kColumnCount] = {};
+  for (std::size_t i = 0; i < header.size(); ++i) {
+    Col c;
+    if (find_column(header[i], c) && !present[static_cast<std::size_t>(c)]) {
+      columns.emplace_back(i, c);
+      present[static_cast<std::size_t>(c)] = true;
+    }
+  }
+  for (Col required : {Col::spec, Col::variant, Col::n, Col::status})
+    if (!present[static_cast<std::size_t>(required)])
+      throw Error(what + ": header has no '" + column_names()[static_cast<std::size_t>(required)] +
+                  "' column");
 
   std::vector<ReportRow> rows;
-  for (std::size_t record_line = line + 1; read_record(in, fields, line); record_line = line + 1) {
+  for (std::size_t r = 1; r < records.size(); ++r) {
+    const CsvRecord& fields = records[r];
     if (fields.size() == 1 && fields[0].empty()) continue;  // blank line
     if (fields.size() != header.size())
-      throw Error(what + ": line " + std::to_string(record_line) + " has " +
+      throw Error(what + ": line " + std::to_string(lines[r]) + " has " +
                   std::to_string(fields.size()) + " fields, the header " +
                   std::to_string(header.size()) +
                   " (a torn last line is repaired by resuming the sweep)");
-    auto text = [&](const char* name) -> std::string {
-      const auto it = column.find(name);
-      return it == column.end() || it->second >= fields.size() ? "" : fields[it->second];
-    };
-    auto number = [&](const char* name) -> std::optional<double> {
-      const std::string t = text(name);
-      if (t.empty()) return std::nullopt;
-      char* end = nullptr;
-      const double x = std::strtod(t.c_str(), &end);
-      if (end != t.c_str() + t.size())
-        throw Error(what + ": line " + std::to_string(record_line) + ": column '" + name +
-                    "': '" + t + "' is not a number");
-      return x;
-    };
-    auto integer = [&](const char* name) -> std::int64_t {
-      return static_cast<std::int64_t>(number(name).value_or(0));
-    };
-    ReportRow r;
-    r.key = text("key");
-    r.spec = text("spec");
-    r.variant = text("variant");
-    if (r.variant.empty()) r.variant = r.spec.substr(0, r.spec.find(':'));
-    r.n = integer("n");
-    r.batch = integer("batch");
-    r.heads = integer("heads");
-    r.dim = integer("dim");
-    r.causal = text("causal");
-    r.input = text("input");
-    r.seed = text("seed");
-    r.status = text("status");
-    r.message = text("message");
-    r.reps = integer("reps");
-    r.time_median_s = number("time_median_s");
-    r.time_min_s = number("time_min_s");
-    r.time_max_s = number("time_max_s");
-    r.time_iqr_s = number("time_iqr_s");
-    r.peak_mem_bytes = number("peak_mem_bytes");
-    r.flops = number("flops");
-    r.gflops = number("gflops");
-    r.sgemm_gflops = number("sgemm_gflops");
-    r.sgemm_fraction = number("sgemm_fraction");
-    r.err_rows = number("err_rows");
-    r.rel_fro = number("rel_fro");
-    r.max_abs = number("max_abs");
-    r.mean_cos = number("mean_cos");
-    r.p99_row = number("p99_row");
-    r.shard = text("shard");
-    rows.push_back(std::move(r));
+    Row cells;
+    for (const auto& [field, column] : columns) cells[column] = fields[field];
+    rows.push_back(report_row(cells, what + ": line " + std::to_string(lines[r])));
   }
   return rows;
 }

@@ -20,8 +20,8 @@
 
 namespace attnlab::harness {
 
-/// One row of rows.csv (columns documented in docs/sweep.md).
-/// Empty numeric cells are nullopt.
+/// One row of rows.csv (columns documented in docs/sweep.md): the typed view of a harness::Row,
+/// the one schema (harness/rows.hpp). Empty numeric cells are nullopt.
 struct ReportRow {
   std::string key, spec, variant, causal, input, status, message, shard;
   std::int64_t n = 0, batch = 0, heads = 0, dim = 0, reps = 0;
@@ -31,7 +31,8 @@ struct ReportRow {
   bool ok() const { return status == "ok"; }
 };
 
-/// RFC-4180 CSV with a header line; columns are found by name. Throws Error naming `what`, the
+/// RFC-4180 CSV (attnlab/csv.hpp) with a header line; the schema's columns are found by name,
+/// any subset (others are ignored). Throws Error naming `what`, the
 /// line and the column for a missing required column or a malformed number.
 std::vector<ReportRow> parse_report_rows(std::istream& in, const std::string& what = "rows.csv");
 std::vector<ReportRow> read_report_rows(const std::string& path);

@@ -1,9 +1,9 @@
-// rows.csv: the raw results of a sweep, one row per grid point (docs/sweep.md lists the columns).
+// rows.csv: the raw results of a sweep, one row per grid point (docs/sweep.md lists the columns):
+// the one row schema, which the sweep writes and the report reads.
 //
-// RFC 4180 CSV, header first. Rows are appended by one write(2) of the whole line to an O_APPEND
-// descriptor followed by fsync, so a killed sweep leaves at most a torn LAST line (a crash inside
-// write); opening the file for appending drops such a line (no trailing '\n') and truncates it
-// away, and the point is run again. The file is flock()ed while a sweep appends to it.
+// attnlab/csv.hpp's dialect and appender: rows are appended by one write(2) + fsync, so a killed
+// sweep leaves at most a torn LAST line, which opening the file for appending cuts away (and the
+// point is run again). The file is flock()ed while a sweep appends to it.
 #pragma once
 
 #include <array>
@@ -12,6 +12,8 @@
 #include <string>
 #include <unordered_set>
 #include <vector>
+
+#include "attnlab/csv.hpp"
 
 namespace attnlab::harness {
 
@@ -36,17 +38,12 @@ struct Row {
   const std::string& operator[](Col c) const { return cells[static_cast<std::size_t>(c)]; }
 };
 
-/// "%.9g" (round-trips a float; doubles to 9 digits), "nan"/"inf" as such.
-std::string format_number(double x);
-
-/// One CSV line with '\n'; fields quoted when they contain a comma, quote or line break.
-std::string csv_line(const std::vector<std::string>& fields);
+using attnlab::csv_line;  // beside the overload for a Row, which would hide it
+/// One CSV line of a row, with '\n'.
 std::string csv_line(const Row& row);
 
-/// Parses CSV text (quoted fields may hold commas, quotes and line breaks). A last record without
-/// a terminating '\n' is reported through `torn_tail_offset` (its start), else npos.
-std::vector<std::vector<std::string>> parse_csv(const std::string& text,
-                                                std::size_t* torn_tail_offset = nullptr);
+/// The column of `name` in the schema; false when it has none.
+bool find_column(const std::string& name, Col& column);
 
 /// Reads a rows.csv: checks the header and the column count of every row (Error naming the file
 /// and line otherwise); a torn last line is ignored (not repaired: the file is not written).
@@ -56,14 +53,13 @@ std::vector<Row> read_rows(const std::string& path);
 class RowsFile {
  public:
   explicit RowsFile(const std::string& path);
-  ~RowsFile();
   RowsFile(const RowsFile&) = delete;
   RowsFile& operator=(const RowsFile&) = delete;
 
   const std::vector<Row>& rows() const { return rows_; }
   bool has(const std::string& key) const { return keys_.count(key) != 0; }
   /// Bytes of a torn last line removed when the file was opened (0 normally).
-  std::size_t repaired_bytes() const { return repaired_; }
+  std::size_t repaired_bytes() const { return file_.repaired_bytes(); }
 
   /// Appends one row atomically (single write + fsync). On an I/O failure (disk full, file size
   /// limit) the file is cut back to its complete rows and Error names the file and the reason.
@@ -74,11 +70,9 @@ class RowsFile {
   std::size_t drop(const std::function<bool(const Row&)>& drop);
 
  private:
-  std::string path_;
-  int fd_ = -1;
+  CsvAppender file_;
   std::vector<Row> rows_;
   std::unordered_set<std::string> keys_;
-  std::size_t repaired_ = 0;
 };
 
 }  // namespace attnlab::harness

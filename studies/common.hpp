@@ -22,7 +22,7 @@ struct Report {
   std::string extra;     ///< further sections, markdown
 };
 
-/// One line on stderr ("NAME: line") when options.progress.
+/// One line on stderr ("NAME: line") when options.progress (attnlab/progress.hpp's line).
 void progress(const StudyOptions& options, const std::string& study, const std::string& line);
 
 /// Each study computes its rows, table, plots and report; run_study writes the folder.

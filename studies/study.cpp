@@ -7,9 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attnlab/csv.hpp"
 #include "attnlab/error.hpp"
+#include "attnlab/progress.hpp"
 #include "harness/meta.hpp"
-#include "harness/rows.hpp"
 #include "studies/common.hpp"
 
 namespace attnlab::studies {
@@ -81,12 +82,12 @@ void Csv::add(std::vector<std::string> cells) {
 }
 
 std::string Csv::text() const {
-  std::string text = harness::csv_line(columns);  // the sweep's writer: one CSV dialect
-  for (const auto& r : rows) text += harness::csv_line(r);
+  std::string text = csv_line(columns);  // attnlab/csv.hpp: the sweep's and training's dialect
+  for (const auto& r : rows) text += csv_line(r);
   return text;
 }
 
-std::string raw(double x) { return cell("%.9g", x); }
+std::string raw(double x) { return format_number(x); }
 
 std::string cell(const char* format, double x) {
   char buf[64];
@@ -95,9 +96,7 @@ std::string cell(const char* format, double x) {
 }
 
 void progress(const StudyOptions& options, const std::string& study, const std::string& line) {
-  if (!options.progress) return;
-  std::fprintf(stderr, "%s: %s\n", study.c_str(), line.c_str());
-  std::fflush(stderr);
+  ProgressLine(options.progress ? stderr : nullptr).print(study + ": " + line);
 }
 
 std::string plots_dir(const StudyOptions& o) { return (fs::path(o.out_dir) / "plots").string(); }

@@ -61,7 +61,8 @@ struct Csv {
   /// Appends a record; throws Error when it does not have one cell per column.
   void add(std::vector<std::string> cells);
 
-  /// RFC-4180 text (harness::csv_line): cells with commas, quotes or line breaks quoted.
+  /// RFC-4180 text (attnlab/csv.hpp's csv_line): cells with commas, quotes or line breaks
+  /// quoted. run_study writes it whole, atomically (a study's rows.csv is not appended to).
   std::string text() const;
 };
 
@@ -81,7 +82,7 @@ std::vector<std::string> study_names();
 /// folder.
 StudyResult run_study(const std::string& name, const StudyOptions& options);
 
-/// "%.9g": how numbers enter rows.csv.
+/// "%.9g" (attnlab/csv.hpp's format_number): how numbers enter rows.csv.
 std::string raw(double x);
 
 /// printf-style formatting of one number for a table cell ("%.3f", "%.2e", ...).

@@ -69,6 +69,16 @@ TEST_CASE("bad rows files are refused with the file, line and column", "[report]
                     Catch::Contains("y.csv: line 2") && Catch::Contains("time_median_s") &&
                         Catch::Contains("'fast'"));
   CHECK_THROWS_AS(read_report_rows("/nonexistent/rows.csv"), Error);
+  // Lines count as in an editor (a quoted line break is one); a last line without '\n' is read.
+  std::istringstream two_lines(
+      "spec,variant,n,status,message\nfull,full,64,ok,\"a\nb\"\nfull,full,x,ok,\"\"");
+  CHECK_THROWS_WITH(parse_report_rows(two_lines, "w.csv"),
+                    Catch::Contains("w.csv: line 4: column 'n'") && Catch::Contains("'x'"));
+  std::istringstream unterminated("spec,variant,n,status\nfull,full,64,ok\nfull,full,128,ok");
+  CHECK(parse_report_rows(unterminated, "u.csv").back().n == 128);
+  std::istringstream torn("spec,variant,n,status\nfull,full,64,ok\nfull,fu");
+  CHECK_THROWS_WITH(parse_report_rows(torn, "t.csv"),
+                    Catch::Contains("t.csv: line 3 has 2 fields, the header 4"));
   std::istringstream empty("");
   CHECK_THROWS_WITH(parse_report_rows(empty, "z.csv"), Catch::Contains("z.csv: empty"));
 }

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <xtensor/xview.hpp>
 
+#include "attnlab/csv.hpp"
 #include "attnlab/inputs.hpp"
 #include "attnlab/npy.hpp"
 #include "harness/config.hpp"
@@ -323,6 +324,10 @@ TEST_CASE("rows are CSV with quoting, and a torn last line is dropped", "[harnes
   CHECK(torn == 4);
   REQUIRE(records.size() == 2);
   CHECK(records[0] == std::vector<std::string>{"a", "b,c", "say \"hi\"", ""});
+  std::vector<std::size_t> lines;  // where each record starts: a quoted line break is a line
+  CHECK(parse_csv("h1,h2\r\n\"two\nlines\",x\ny,z\n", nullptr, &lines).back() ==
+        std::vector<std::string>{"y", "z"});
+  CHECK(lines == std::vector<std::size_t>{1, 2, 4});
   CHECK(format_number(0.1f) == "0.100000001");  // %.9g round-trips a float
   CHECK(static_cast<float>(std::stod(format_number(0.1f))) == 0.1f);
 
@@ -350,6 +355,33 @@ TEST_CASE("rows are CSV with quoting, and a torn last line is dropped", "[harnes
 
   std::ofstream(dir.str("bad.csv")) << "key,spec\n";
   require_error([&] { read_rows(dir.str("bad.csv")); }, {"bad.csv:1", "header"});
+}
+
+TEST_CASE("a CSV log appears with its first row, torn tails go, keep_only cuts it back",
+          "[harness]") {
+  TempDir dir;
+  const std::string path = dir.str("log.csv");
+  const CsvRecord header = {"step", "x"};
+  const CsvAppendOptions lazy = {.header_now = false, .holder = "another test"};
+  { CsvAppender never(path, header, lazy); }
+  CHECK_FALSE(fs::exists(path));  // a writer that never appended leaves no file
+  {
+    CsvAppender log(path, header, lazy);
+    log.append({"1", "a"});
+    log.append({"2", "b,c"});
+    require_error([&] { CsvAppender again(path, header, lazy); },
+                  {"log.csv is locked", "another test"});
+  }
+  CHECK(read_file(path) == "step,x\n1,a\n2,\"b,c\"\n");
+  std::ofstream(path, std::ios::app) << "3,tor";  // a crash inside write()
+  CsvAppender log(path, header, lazy);
+  CHECK(log.repaired_bytes() == 5);
+  REQUIRE(log.records().size() == 3);
+  CHECK(log.records()[2] == CsvRecord{"2", "b,c"});
+  CHECK(log.keep_only([](const CsvRecord& r) { return r[0] == "1"; }) == 1);
+  log.append({"2", "d"});
+  CHECK(read_file(path) == "step,x\n1,a\n2,d\n");
+  CHECK(log.keep_only([](const CsvRecord&) { return true; }) == 0);
 }
 
 TEST_CASE("timing statistics, error rows and heap accounting", "[harness]") {

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -16,11 +17,13 @@
 
 #include <catch2/catch.hpp>
 
+#include "attnlab/csv.hpp"
 #include "attnlab/error.hpp"
 #include "attnlab/npy.hpp"
 #include "helpers.hpp"
 #include "models/backward.hpp"
 #include "npy_helpers.hpp"
+#include "training/run.hpp"
 #include "training/trainer.hpp"
 
 using namespace attnlab;
@@ -516,6 +519,97 @@ TEST_CASE("causal and init are part of a run's identity: a checkpoint resumes on
   Trainer again(c);
   test::require_error([&] { again.load(dir.file("bidirectional")); }, {"'causal 1'", "another run"});
   CHECK_NOTHROW(again.load(dir.file("causal")));
+}
+
+TEST_CASE("state.txt ends with 'end': a file without it is cut short, or older and still loaded",
+          "[training]") {
+  TempDir dir("train-state");
+  const TrainConfig c = tiny_config("copy", 16);
+  Trainer trained(c);
+  trained.step();
+  trained.save(dir.file("ck"));
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(dir.file("ck/state.txt"));
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  REQUIRE(lines.size() > 4);
+  CHECK(lines.back() == "end");
+  const auto write_state = [&](std::vector<std::string> kept) {
+    std::ofstream out(dir.file("ck/state.txt"));
+    for (const auto& line : kept) out << line << "\n";
+  };
+  const auto drop = [&](std::size_t from_end) {
+    auto kept = lines;
+    kept.erase(kept.end() - std::ptrdiff_t(from_end));
+    return kept;
+  };
+  const std::string last_config = lines[lines.size() - 2];  // "warmup 10"
+  write_state(drop(1));  // a checkpoint from before the end line
+  Trainer old(c);
+  CHECK_NOTHROW(old.load(dir.file("ck")));
+  CHECK(old.steps() == 1);
+  write_state({lines.begin(), lines.end() - 2});  // cut short after a config line
+  test::require_error([&] { Trainer(c).load(dir.file("ck")); },
+                      {"truncated or corrupt", "ends before the config line '" + last_config});
+  write_state(drop(2));  // complete, without a line this run has: another run's
+  test::require_error([&] { Trainer(c).load(dir.file("ck")); },
+                      {"another run", "has '(nothing)', this run '" + last_config});
+  auto extra = lines;
+  extra.insert(extra.end() - 1, "causal 1");
+  write_state(extra);
+  test::require_error([&] { Trainer(c).load(dir.file("ck")); },
+                      {"another run", "has 'causal 1', this run '(nothing)'"});
+}
+
+TEST_CASE("run_training: logs, evaluation, checkpoints and resume, for any caller", "[training]") {
+  TempDir dir("train-run");
+  TrainConfig c = tiny_config("copy", 16);
+  c.spec = "linear";
+  RunOptions o;
+  o.steps = 6;
+  o.eval_every = 3;
+  o.checkpoint_every = 2;
+  o.progress = nullptr;
+  o.out = dir.file("straight");
+  Trainer straight(c);
+  const RunResult whole = run_training(straight, o);
+  CHECK(whole.resumed_at == 0);
+  CHECK(whole.trained == 6);
+  const auto straight_log = read_csv(o.out + "/train.csv");
+  REQUIRE(straight_log.size() == 7);
+  CHECK(straight_log[0] == CsvRecord{"step", "loss", "accuracy", "seconds", "bits"});
+  CHECK(read_csv(o.out + "/eval.csv").size() == 3);  // steps 3 and 6
+  CHECK(Trainer::has_checkpoint(o.out + "/checkpoint"));
+
+  // The same run in two sessions, the first killed inside a log write after its step 4.
+  o.out = dir.file("resumed");
+  o.steps = 4;
+  Trainer first(c);
+  run_training(first, o);
+  std::ofstream(o.out + "/train.csv", std::ios::app) << "5,0.12";
+  o.steps = 6;
+  std::size_t resumed_at = 0, first_steps = 0;
+  RunEvents events;
+  events.resumed = [&](const std::string&, std::size_t step) { resumed_at = step; };
+  events.first_step = [&] { ++first_steps; };
+  Trainer second(c);
+  const RunResult rest = run_training(second, o, events);
+  CHECK(resumed_at == 4);
+  CHECK(rest.resumed_at == 4);
+  CHECK(rest.trained == 2);
+  CHECK(first_steps == 1);
+  CHECK(flat_parameters(second.model()) == flat_parameters(straight.model()));
+  CHECK(rest.eval.loss == whole.eval.loss);
+  const auto resumed_log = read_csv(o.out + "/train.csv");
+  REQUIRE(resumed_log.size() == straight_log.size());
+  for (std::size_t r = 0; r < resumed_log.size(); ++r)
+    for (std::size_t col : {0u, 1u, 2u, 4u}) CHECK(resumed_log[r][col] == straight_log[r][col]);
+
+  o.out = dir.file("never");
+  o.eval_every = 0;
+  test::require_error([&] { run_training(second, o); }, {"eval_every"});
+  CHECK_FALSE(std::filesystem::exists(o.out));
 }
 
 TEST_CASE("init: a run starts from a weights folder, checked name by name against the model",

@@ -188,7 +188,8 @@ void Trainer::save(const std::string& dir) {
     models::save_weights(tmp + "/optimizer", adam_.state(params));
     std::ofstream state(tmp + "/state.txt");  // last: a folder with state.txt is complete
     state.precision(17);
-    state << "step " << steps() << "\nseconds " << seconds << "\n" << config_.describe();
+    state << "step " << steps() << "\nseconds " << seconds << "\n"
+          << config_.describe() << "end\n";  // the end line: a complete file
     if (!state.flush()) throw Error("checkpoint file " + tmp + "/state.txt: cannot write it");
   } catch (...) {
     fs::remove_all(tmp, ec);  // a full disk leaves nothing half-written behind
@@ -219,24 +220,24 @@ void Trainer::load(const std::string& path) {
     throw Error("checkpoint file " + dir + "/state.txt is truncated or corrupt: expected "
                 "'step T' and 'seconds S' first (remove " + dir + " to start over)");
   std::getline(state, line);
+  // The config lines up to "end"; a state.txt without that line was cut short or written before
+  // it had one (which stays readable).
+  std::vector<std::string> has, wants;
+  bool ended = false;
+  while (!ended && std::getline(state, line))
+    if (!(ended = line == "end")) has.push_back(line);
   std::istringstream expected(config_.describe());
-  std::string want;
-  const auto differ = [&](const std::string& has, const std::string& wants) {
-    return Error("checkpoint " + dir + " was written by another run: it has '" + has +
-                 "', this run '" + wants + "' (use the same options, or another --out)");
-  };
-  while (std::getline(expected, want)) {
-    if (!std::getline(state, line)) {
-      // causal and init lines are written only when set: a checkpoint of a run without them
-      // ends where they would stand, and is another run's, not a cut-short file.
-      if (want.rfind("causal ", 0) == 0 || want.rfind("init ", 0) == 0)
-        throw differ("(nothing)", want);
+  for (std::string want; std::getline(expected, want);) wants.push_back(want);
+  for (std::size_t i = 0; i < std::max(has.size(), wants.size()); ++i) {
+    if (i < has.size() && i < wants.size() && has[i] == wants[i]) continue;
+    if (i >= has.size() && !ended)
       throw Error("checkpoint file " + dir + "/state.txt is truncated or corrupt: it ends "
-                  "before the config line '" + want + "' (remove " + dir + " to start over)");
-    }
-    if (line != want) throw differ(line, want);
+                  "before the config line '" + wants[i] + "' (remove " + dir + " to start over)");
+    throw Error("checkpoint " + dir + " was written by another run: it has '" +
+                (i < has.size() ? has[i] : "(nothing)") + "', this run '" +
+                (i < wants.size() ? wants[i] : "(nothing)") +
+                "' (use the same options, or another --out)");
   }
-  if (std::getline(state, line) && !line.empty()) throw differ(line, "(nothing)");
   TaskModel model = model_;
   models::Adam adam(config_.adam);
   const models::Parameters params = model.parameters();

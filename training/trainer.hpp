@@ -15,7 +15,8 @@
 //                         body loads into `attnlab model --weights` as it is
 //   optimizer/exp_avg.<name>.npy, optimizer/exp_avg_sq.<name>.npy   Adam's moments
 //   state.txt             "step T", "seconds S" (training time so far), then the config lines
-//                         of TrainConfig::describe(), which a resume must match
+//                         of TrainConfig::describe(), which a resume must match, then "end"
+//                         (a file without it is cut short, or older and read as before)
 // Saving is a sequence in which a kill at any moment leaves a complete checkpoint that is loaded
 // and never a partial one that is: (1) write DIR.tmp, state.txt last (a failed write removes
 // DIR.tmp); (2) rename DIR to DIR.old; (3) rename DIR.tmp to DIR; (4) rename DIR.old to
