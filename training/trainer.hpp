@@ -129,6 +129,7 @@ class Trainer {
   TrainConfig config_;
   std::unique_ptr<Task> task_;
   TaskModel model_, grad_;
+  StepWorkspace workspace_;  // the step's buffers, reused from one step to the next
   models::Adam adam_;
   std::vector<Batch> eval_;
 };
@@ -142,7 +143,7 @@ struct StepSplit {
 };
 
 /// Measures a StepSplit at the trainer's config on copies of its model (the trainer does not
-/// change): `rounds` rounds of (one step, the attention calls alone, the GEMMs alone),
+/// change), the steps in one StepWorkspace as Trainer::step runs them: `rounds` rounds of (one step, the attention calls alone, the GEMMs alone),
 /// alternated so that a shared machine's drift hits all three alike; medians.
 StepSplit measure_split(const Trainer& trainer, std::size_t rounds);
 
