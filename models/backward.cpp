@@ -14,20 +14,6 @@
 namespace attnlab::models {
 namespace {
 
-// db (+)= the column sums of dy [rows, cols] (row stride ld), each column summed over the rows in
-// order (as one thread would), columns in parallel.
-void add_column_sums(const float* dy, std::size_t rows, std::size_t cols, std::size_t ld,
-                     float* db) {
-  constexpr std::size_t kChunk = 16;  // columns per task: one cache line of db
-  const auto chunks = static_cast<std::ptrdiff_t>((cols + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelFloats)
-  for (std::ptrdiff_t chunk = 0; chunk < chunks; ++chunk) {
-    const std::size_t c0 = std::size_t(chunk) * kChunk, c1 = std::min(cols, c0 + kChunk);
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t c = c0; c < c1; ++c) db[c] += dy[r * ld + c];
-  }
-}
-
 // The backward of y = x W^T + b over `rows` rows: dw (+)= dy^T x, db (+)= column sums of dy,
 // and, when dx is given, dx = dy W. Leading dimensions as in affine().
 void affine_backward(const float* x, std::size_t rows, std::size_t in, std::size_t ldx,
@@ -38,7 +24,8 @@ void affine_backward(const float* x, std::size_t rows, std::size_t in, std::size
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(out), int(in), int(rows), 1.0f, dy,
               int(lddy), x, int(ldx), accumulate ? 1.0f : 0.0f, dw, int(ldw));
   if (!accumulate) std::fill_n(db, out, 0.0f);
-  add_column_sums(dy, rows, out, lddy, db);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < out; ++c) db[c] += dy[r * lddy + c];
   if (dx)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(in), int(out), 1.0f, dy,
                 int(lddy), w, int(ldw), 0.0f, dx, int(lddx));
@@ -136,10 +123,14 @@ void backward(const LayerNorm& layer, const Activations& x, const Activations& d
   const std::size_t rows = x.shape()[0] * x.shape()[1];
   std::vector<double> row_mean(rows), row_inv(rows);
   const float* gamma = layer.weight.data();
-  // dx, rows in parallel. y = xhat·gamma + beta: dxhat = dy·gamma, and through
-  // xhat = (x - mean)·inv, dx = inv · (dxhat - mean(dxhat) - xhat · mean(dxhat ∘ xhat)).
+  float* d_gamma = grad.weight.data();
+  float* d_beta = grad.bias.data();
+  constexpr std::size_t kChunk = 16;  // gradient columns per task
+  const auto chunks = static_cast<std::ptrdiff_t>((d + kChunk - 1) / kChunk);
 #pragma omp parallel if (rows * d > kParallelFloats)
   {
+    // dx, rows in parallel. y = xhat·gamma + beta: dxhat = dy·gamma, and through
+    // xhat = (x - mean)·inv, dx = inv · (dxhat - mean(dxhat) - xhat · mean(dxhat ∘ xhat)).
     std::vector<double> xhat(d), dxhat(d);
 #pragma omp for schedule(static)
     for (std::size_t r = 0; r < rows; ++r) {
@@ -164,24 +155,20 @@ void backward(const LayerNorm& layer, const Activations& x, const Activations& d
       for (std::size_t c = 0; c < d; ++c)
         dx.data()[r * d + c] = static_cast<float>(inv * (dxhat[c] - sum - xhat[c] * dot));
     }
-  }
-  // The gradients of gamma and beta: each column summed over the rows in order, columns in
-  // parallel.
-  constexpr std::size_t kChunk = 16;
-  const auto chunks = static_cast<std::ptrdiff_t>((d + kChunk - 1) / kChunk);
-  float* d_gamma = grad.weight.data();
-  float* d_beta = grad.bias.data();
-#pragma omp parallel for schedule(static) if (rows * d > kParallelFloats)
-  for (std::ptrdiff_t chunk = 0; chunk < chunks; ++chunk) {
-    const std::size_t c0 = std::size_t(chunk) * kChunk, c1 = std::min(d, c0 + kChunk);
-    for (std::size_t r = 0; r < rows; ++r) {
-      const float* in = x.data() + r * d;
-      const float* g = dy.data() + r * d;
-      const double mean = row_mean[r], inv = row_inv[r];
-      for (std::size_t c = c0; c < c1; ++c) {
-        const double xhat = (in[c] - mean) * inv;
-        d_gamma[c] += static_cast<float>(g[c] * xhat);
-        d_beta[c] += g[c];
+    // Then the gradients of gamma and beta, columns in parallel: each column summed over the
+    // rows in order, as one thread sums it.
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t chunk = 0; chunk < chunks; ++chunk) {
+      const std::size_t c0 = std::size_t(chunk) * kChunk, c1 = std::min(d, c0 + kChunk);
+      for (std::size_t r = 0; r < rows; ++r) {
+        const float* in = x.data() + r * d;
+        const float* g = dy.data() + r * d;
+        const double mean = row_mean[r], inv = row_inv[r];
+        for (std::size_t c = c0; c < c1; ++c) {
+          const double xh = (in[c] - mean) * inv;
+          d_gamma[c] += static_cast<float>(g[c] * xh);
+          d_beta[c] += g[c];
+        }
       }
     }
   }
@@ -191,7 +178,6 @@ const Activations& forward(const FeedForward& ffn, const Activations& x, FeedFor
   trace.x = x;  // a copy into the same storage each step
   ffn.linear1.forward(x, trace.hidden);
   float* h = trace.hidden.data();
-#pragma omp parallel for schedule(static) if (trace.hidden.size() > kParallelFloats)
   for (std::size_t i = 0; i < trace.hidden.size(); ++i) h[i] = h[i] > 0 ? h[i] : 0;
   ffn.linear2.forward(trace.hidden, trace.output);
   return trace.output;
@@ -202,7 +188,6 @@ Activations& backward(const FeedForward& ffn, FeedForwardTrace& trace, const Act
   backward(ffn.linear2, trace.hidden, dy, grad.linear2, trace.d_hidden);
   float* dh = trace.d_hidden.data();
   const float* h = trace.hidden.data();
-#pragma omp parallel for schedule(static) if (trace.d_hidden.size() > kParallelFloats)
   for (std::size_t i = 0; i < trace.d_hidden.size(); ++i)
     if (h[i] <= 0) dh[i] = 0;  // ReLU
   backward(ffn.linear1, trace.x, trace.d_hidden, grad.linear1, trace.dx);
@@ -336,12 +321,37 @@ const Activations& forward(const Encoder& encoder, const Activations& x, const M
   return trace.output;
 }
 
+namespace {
+
+// Swaps the buffers that a layer's backward uses only while it runs (all but its result), so
+// that one set serves every layer of a stack in turn instead of one set per layer (the FFN's
+// d_hidden alone is B·N·ffn floats).
+void swap_backward_scratch(EncoderLayerTrace& a, EncoderLayerTrace& b) {
+  std::swap(a.ffn.d_hidden, b.ffn.d_hidden);
+  std::swap(a.ffn.dx, b.ffn.dx);
+  AttentionTrace &s = a.attention, &t = b.attention;
+  std::swap(s.d_merged, t.d_merged);
+  std::swap(s.d_heads, t.d_heads);
+  std::swap(s.core_grads, t.core_grads);
+  std::swap(s.dq, t.dq);
+  std::swap(s.dk, t.dk);
+  std::swap(s.dv, t.dv);
+  std::swap(s.d_memory_v, t.d_memory_v);
+  std::swap(s.grads.memory, t.grads.memory);
+}
+
+}  // namespace
+
 const Activations& backward(const Encoder& encoder, EncoderTrace& trace, const Activations& dy,
                             Encoder& grad) {
   if (encoder.norm) backward(*encoder.norm, trace.norm_input, dy, *grad.norm, trace.d_norm);
   const Activations* d = encoder.norm ? &trace.d_norm : &dy;
-  for (std::size_t i = encoder.layers.size(); i-- > 0;)
+  // The scratch set moves down with the layers: layer 0 holds it after a backward, so the
+  // top layer takes it from there.
+  for (std::size_t i = encoder.layers.size(); i-- > 0;) {
+    swap_backward_scratch(trace.layers[i], trace.layers[i + 1 < encoder.layers.size() ? i + 1 : 0]);
     d = &backward(encoder.layers[i], trace.layers[i], *d, grad.layers[i]);
+  }
   return *d;
 }
 

@@ -14,7 +14,6 @@
 
 namespace attnlab::models {
 void add(const float* a, const float* b, float* out, std::size_t size) {
-#pragma omp parallel for schedule(static) if (size > kParallelFloats)
   for (std::size_t i = 0; i < size; ++i) out[i] = a[i] + b[i];
 }
 

@@ -39,12 +39,14 @@ Container& shape_buffer(Container& buffer, const typename Container::shape_type&
   return buffer;
 }
 
-/// Below this many floats an element-wise loop of the models runs on one thread: waking
-/// OpenMP's team costs more.
+/// Below this many floats a compute-bound loop of the models (LayerNorm, the loss, Adam: double
+/// arithmetic, exp, sqrt) runs on one thread: waking OpenMP's team costs more. Memory-bound
+/// loops (copies, adds, ReLU, column sums) stay on one thread at every size: on our two shared
+/// cores a second thread gained them little and a parallel region's barrier waits for a thread
+/// the other builds have descheduled (results/training-speed/README.md).
 inline constexpr std::size_t kParallelFloats = 1 << 15;
 
-/// out[i] = a[i] + b[i] for i < size, parallel over blocks of rows where that pays: the residual
-/// adds (out may be a or b).
+/// out[i] = a[i] + b[i] for i < size (out may be a or b): the residual adds.
 void add(const float* a, const float* b, float* out, std::size_t size);
 
 /// y[rows, out] = x[rows, in] · w[out, in]^T + b[out] (b may be null), all row-major with leading

@@ -41,7 +41,6 @@ void split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t h
   const std::size_t ld = heads * dk;
   shape_buffer(t, {batch, heads, n, dk});
   const auto pairs = static_cast<std::ptrdiff_t>(batch * heads);
-#pragma omp parallel for schedule(static) if (batch * n * ld > kParallelFloats)
   for (std::ptrdiff_t bh = 0; bh < pairs; ++bh) {
     const std::size_t b = std::size_t(bh) / heads, h = std::size_t(bh) % heads;
     for (std::size_t i = 0; i < n; ++i)
@@ -59,7 +58,6 @@ void merge_heads(const Tensor& t, Activations& x) {
   const std::size_t batch = t.shape()[0], heads = t.shape()[1], n = t.shape()[2], dk = t.shape()[3];
   shape_buffer(x, {batch, n, heads * dk});
   const auto pairs = static_cast<std::ptrdiff_t>(batch * heads);
-#pragma omp parallel for schedule(static) if (t.size() > kParallelFloats)
   for (std::ptrdiff_t bh = 0; bh < pairs; ++bh) {
     const std::size_t b = std::size_t(bh) / heads, h = std::size_t(bh) % heads;
     for (std::size_t i = 0; i < n; ++i) std::copy_n(&t(b, h, i, 0), dk, &x(b, i, h * dk));

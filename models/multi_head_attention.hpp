@@ -127,13 +127,13 @@ class MultiHeadAttention {
 /// consecutive columns.
 Tensor split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t heads,
                    std::size_t dk);
-/// The same into `out` (shaped by shape_buffer), parallel over (batch, head).
+/// The same into `out` (shaped by shape_buffer).
 void split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t heads,
                  std::size_t dk, Tensor& out);
 
 /// Heads [B, H, N, dk] concatenated back into [B, N, H·dk].
 Activations merge_heads(const Tensor& t);
-/// The same into `out` (shaped by shape_buffer), parallel over (batch, head).
+/// The same into `out` (shaped by shape_buffer).
 void merge_heads(const Tensor& t, Activations& out);
 
 /// softmax(q k^T · scale) under `mask` for q [B, H, Nq, Dk], k [B, H, Nk, Dk]: the dense
