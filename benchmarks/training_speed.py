@@ -27,6 +27,7 @@ import os
 import pathlib
 import platform
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -44,6 +45,7 @@ BATCH, VOCAB = 32, 256
 
 
 def torch_mqar():
+    sys.path.insert(0, str(ROOT / "scripts"))  # torch-mqar.py imports its neighbour torch_twin
     spec = importlib.util.spec_from_file_location("torch_mqar", ROOT / "scripts" / "torch-mqar.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
