@@ -40,12 +40,10 @@ void split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t h
                  std::size_t dk, Tensor& t) {
   const std::size_t ld = heads * dk;
   shape_buffer(t, {batch, heads, n, dk});
-  const auto pairs = static_cast<std::ptrdiff_t>(batch * heads);
-  for (std::ptrdiff_t bh = 0; bh < pairs; ++bh) {
-    const std::size_t b = std::size_t(bh) / heads, h = std::size_t(bh) % heads;
-    for (std::size_t i = 0; i < n; ++i)
-      std::copy_n(y + (b * n + i) * ld + h * dk, dk, &t(b, h, i, 0));
-  }
+  for (std::size_t b = 0; b < batch; ++b)
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t i = 0; i < n; ++i)
+        std::copy_n(y + (b * n + i) * ld + h * dk, dk, &t(b, h, i, 0));
 }
 
 Activations merge_heads(const Tensor& t) {
@@ -57,11 +55,9 @@ Activations merge_heads(const Tensor& t) {
 void merge_heads(const Tensor& t, Activations& x) {
   const std::size_t batch = t.shape()[0], heads = t.shape()[1], n = t.shape()[2], dk = t.shape()[3];
   shape_buffer(x, {batch, n, heads * dk});
-  const auto pairs = static_cast<std::ptrdiff_t>(batch * heads);
-  for (std::ptrdiff_t bh = 0; bh < pairs; ++bh) {
-    const std::size_t b = std::size_t(bh) / heads, h = std::size_t(bh) % heads;
-    for (std::size_t i = 0; i < n; ++i) std::copy_n(&t(b, h, i, 0), dk, &x(b, i, h * dk));
-  }
+  for (std::size_t b = 0; b < batch; ++b)
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t i = 0; i < n; ++i) std::copy_n(&t(b, h, i, 0), dk, &x(b, i, h * dk));
 }
 
 MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,

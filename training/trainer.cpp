@@ -102,7 +102,10 @@ double TrainConfig::memory_bytes() const {
   const double parameters = model.parameter_count() + (d + 1) * classes;
   const double tokens = double(batch) * double(n);
   const double logits = (task_->output() == Output::per_token ? tokens : double(batch)) * classes;
-  const double activations = double(layers) * tokens * (10 * d + double(ffn)) + 2 * logits;
+  // Per layer its trace (activations and the gradient buffers it keeps), then the one set of
+  // backward scratch the layers share (models/backward.hpp).
+  const double activations = double(layers) * tokens * (20 * d + double(ffn)) +
+                             tokens * (12 * d + double(ffn)) + 2 * logits;
   const double held_out = 2.0 * double(eval_size) * double(n) * sizeof(std::int64_t);
   return 4 * (4 * parameters + activations) + held_out;
 }
