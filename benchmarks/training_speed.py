@@ -10,9 +10,10 @@ N = 256 and 1024, batch 32, on MQAR (pairs N/16, vocab 256), `rounds` times in t
 - attnlab: `ATTNLAB train --spec full ... --steps 1 --profile STEPS` in a process of its own; its
   summary.json gives the median of STEPS whole steps (forward, loss, backward, Adam) and their
   split into attention, GEMMs and the rest (training::measure_split);
-- PyTorch: scripts/torch-mqar.py's model (pre-LN nn.TransformerEncoder, a Linear head at every
-  position, AdamW betas 0.9, 0.98, weight decay 0.01), one warm-up step, then the median of STEPS
-  steps (forward, cross-entropy, zero_grad, backward, AdamW).
+- PyTorch: scripts/torch_twin.py's model, the one torch-mqar.py trains (pre-LN
+  nn.TransformerEncoder with its final LayerNorm, a Linear head at every position; AdamW betas
+  0.9, 0.98, weight decay 0.01), one warm-up step, then the median of STEPS steps (forward,
+  cross-entropy, zero_grad, backward, AdamW).
 Both run with `threads` threads (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, torch.set_num_threads) on
 the OpenBLAS this process's environment gives (PyTorch's libblas is OpenBLAS here; both cores are
 recorded), the batch drawn outside the timed part. Writes OUT_DIR/rows.csv (one row per round and
@@ -27,6 +28,7 @@ import os
 import pathlib
 import platform
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -44,6 +46,7 @@ BATCH, VOCAB = 32, 256
 
 
 def torch_mqar():
+    sys.path.insert(0, str(ROOT / "scripts"))  # torch-mqar.py imports its neighbour torch_twin
     spec = importlib.util.spec_from_file_location("torch_mqar", ROOT / "scripts" / "torch-mqar.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -68,11 +71,13 @@ def attnlab_round(attnlab, layers, d, heads, ffn, n, steps, env):
 
 
 class TorchStep:
-    """scripts/torch-mqar.py's model and optimizer at one size; step() is one timed step."""
+    """scripts/torch_twin.py's model (attnlab's pre-LN encoder with its final LayerNorm and a head
+    at every position) and AdamW at one size; step() is one timed step."""
 
     def __init__(self, mqar, layers, d, heads, ffn, n):
         torch.manual_seed(1)
-        self.model = mqar.Encoder(n, VOCAB, d, heads, ffn, layers)
+        self.model = mqar.torch_twin.TaskModel(VOCAB, VOCAB, d_model=d, heads=heads, ffn=ffn,
+                                         layers=layers)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=3e-3, betas=(0.9, 0.98),
                                      weight_decay=0.01)
         self.x, self.y = mqar.mqar_batch(np.random.default_rng(1), BATCH, n, n // 16, VOCAB)
@@ -80,7 +85,7 @@ class TorchStep:
     def step(self):
         start = time.perf_counter()
         loss = nn.functional.cross_entropy(self.model(self.x).reshape(-1, VOCAB),
-                                           self.y.reshape(-1))
+                                           self.y.reshape(-1))  # mqar_batch's -100: unscored
         self.opt.zero_grad()
         loss.backward()
         self.opt.step()

@@ -2,9 +2,12 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "attnlab/error.hpp"
 
@@ -28,11 +31,8 @@ void affine_backward(const float* x, std::size_t rows, std::size_t in, std::size
                 int(lddy), w, int(ldw), 0.0f, dx, int(lddx));
 }
 
-void add_into(Activations& y, const Activations& x) {
-  float* out = y.data();
-  const float* in = x.data();
-  for (std::size_t i = 0; i < y.size(); ++i) out[i] += in[i];
-}
+// y += x, element-wise.
+void add_into(Activations& y, const Activations& x) { add(y.data(), x.data(), y.data(), y.size()); }
 
 void require_shape(const Activations& got, std::size_t batch, std::size_t n, std::size_t features,
                    const char* what) {
@@ -43,32 +43,41 @@ void require_shape(const Activations& got, std::size_t batch, std::size_t n, std
 }
 
 // One residual sublayer forward (x + f(LN(x)) pre-LN, LN(x + f(x)) post-LN, without what is
-// switched off), keeping what its LayerNorm saw.
+// switched off), keeping what its LayerNorm saw; f returns its output, a buffer of its own trace.
 template <class F>
-Activations sublayer(const LayerConfig& c, const Activations& x,
-                     const std::optional<LayerNorm>& norm, Activations& norm_input, F&& f) {
-  Activations y;
-  if (c.pre_ln && norm) {
-    norm_input = x;
-    y = f(norm->forward(x));
-  } else {
-    y = f(x);
+const Activations& sublayer(const LayerConfig& c, const Activations& x,
+                            const std::optional<LayerNorm>& norm, SublayerTrace& t, F&& f) {
+  const bool pre = c.pre_ln && norm, post = !c.pre_ln && norm;
+  if (pre) {
+    t.norm_input = x;  // a copy into the same storage each step
+    norm->forward(x, t.normed);
   }
-  if (c.skip) add_into(y, x);
-  if (c.pre_ln || !norm) return y;
-  norm_input = y;
-  return norm->forward(y);
+  const Activations& y = f(pre ? t.normed : x);
+  if (!c.skip && !post) return y;
+  Activations& sum = post ? t.norm_input : t.output;  // post-LN: the sum is what the norm sees
+  if (c.skip) {
+    shape_buffer(sum, y.shape());
+    add(y.data(), x.data(), sum.data(), y.size());
+  } else {
+    sum = y;
+  }
+  if (!post) return sum;
+  norm->forward(sum, t.output);
+  return t.output;
 }
 
-// Its backward: back(d) is the gradient of f's input given d = the gradient of f's output.
+// Its backward: back(d) is the gradient of f's input given d = the gradient of f's output, a
+// buffer of f's trace that this may change.
 template <class B>
-Activations sublayer_backward(const LayerConfig& c, const Activations& dy,
-                              const std::optional<LayerNorm>& norm,
-                              std::optional<LayerNorm>& norm_grad,
-                              const Activations& norm_input, B&& back) {
-  const Activations dz = !c.pre_ln && norm ? backward(*norm, norm_input, dy, *norm_grad) : dy;
-  Activations dx = back(dz);
-  if (c.pre_ln && norm) dx = backward(*norm, norm_input, dx, *norm_grad);
+Activations& sublayer_backward(const LayerConfig& c, const Activations& dy,
+                               const std::optional<LayerNorm>& norm,
+                               std::optional<LayerNorm>& norm_grad, SublayerTrace& t, B&& back) {
+  const bool pre = c.pre_ln && norm, post = !c.pre_ln && norm;
+  if (post) backward(*norm, t.norm_input, dy, *norm_grad, t.d_norm);
+  const Activations& dz = post ? t.d_norm : dy;
+  Activations& branch = back(dz);
+  if (pre) backward(*norm, t.norm_input, branch, *norm_grad, t.d_input);
+  Activations& dx = pre ? t.d_input : branch;
   if (c.skip) add_into(dx, dz);
   return dx;
 }
@@ -83,99 +92,147 @@ EncoderModel zero_like(const EncoderModel& model) {
 
 Activations backward(const Linear& layer, const Activations& x, const Activations& dy,
                      Linear& grad) {
+  Activations dx;
+  backward(layer, x, dy, grad, dx);
+  return dx;
+}
+
+void backward(const Linear& layer, const Activations& x, const Activations& dy, Linear& grad,
+              Activations& dx) {
   const std::size_t in = layer.weight.shape()[1], out = layer.weight.shape()[0];
   if (x.shape()[2] != in) layer.forward(x);  // throws the forward's message
   require_shape(dy, x.shape()[0], x.shape()[1], out, "linear layer backward");
-  Activations dx = Activations::from_shape(x.shape());
+  shape_buffer(dx, x.shape());
   affine_backward(x.data(), x.shape()[0] * x.shape()[1], in, in, layer.weight.data(), out, in,
                   dy.data(), out, dx.data(), in, grad.weight.data(), grad.bias.data(), true);
-  return dx;
 }
 
 Activations backward(const LayerNorm& layer, const Activations& x, const Activations& dy,
                      LayerNorm& grad) {
-  const std::size_t d = layer.weight.size();
-  if (x.shape()[2] != d) layer.forward(x);  // throws the forward's message
-  require_shape(dy, x.shape()[0], x.shape()[1], d, "LayerNorm backward");
-  Activations dx = Activations::from_shape(x.shape());
-  std::vector<double> xhat(d), dxhat(d);
-  const std::size_t rows = x.shape()[0] * x.shape()[1];
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float* in = x.data() + r * d;
-    const float* g = dy.data() + r * d;
-    double mean = 0, var = 0;
-    for (std::size_t c = 0; c < d; ++c) mean += in[c];
-    mean /= static_cast<double>(d);
-    for (std::size_t c = 0; c < d; ++c) var += (in[c] - mean) * (in[c] - mean);
-    const double inv = 1.0 / std::sqrt(var / static_cast<double>(d) + layer.eps);
-    // y = xhat·gamma + beta: dxhat = dy·gamma, and through xhat = (x - mean)·inv,
-    // dx = inv · (dxhat - mean(dxhat) - xhat · mean(dxhat ∘ xhat)).
-    double sum = 0, dot = 0;
-    for (std::size_t c = 0; c < d; ++c) {
-      xhat[c] = (in[c] - mean) * inv;
-      dxhat[c] = double(g[c]) * layer.weight[c];
-      grad.weight[c] += static_cast<float>(g[c] * xhat[c]);
-      grad.bias[c] += g[c];
-      sum += dxhat[c];
-      dot += dxhat[c] * xhat[c];
-    }
-    sum /= static_cast<double>(d);
-    dot /= static_cast<double>(d);
-    for (std::size_t c = 0; c < d; ++c)
-      dx.data()[r * d + c] = static_cast<float>(inv * (dxhat[c] - sum - xhat[c] * dot));
-  }
+  Activations dx;
+  backward(layer, x, dy, grad, dx);
   return dx;
 }
 
-Activations forward(const FeedForward& ffn, const Activations& x, FeedForwardTrace& trace) {
-  trace.x = x;
-  trace.hidden = ffn.linear1.forward(x);
-  for (float& v : trace.hidden) v = v > 0 ? v : 0;
-  return ffn.linear2.forward(trace.hidden);
+void backward(const LayerNorm& layer, const Activations& x, const Activations& dy,
+              LayerNorm& grad, Activations& dx) {
+  const std::size_t d = layer.weight.size();
+  if (x.shape()[2] != d) layer.forward(x);  // throws the forward's message
+  require_shape(dy, x.shape()[0], x.shape()[1], d, "LayerNorm backward");
+  shape_buffer(dx, x.shape());
+  const std::size_t rows = x.shape()[0] * x.shape()[1];
+  std::vector<double> row_mean(rows), row_inv(rows);
+  const float* gamma = layer.weight.data();
+  float* d_gamma = grad.weight.data();
+  float* d_beta = grad.bias.data();
+  constexpr std::size_t kChunk = 16;  // gradient columns per task
+  const auto chunks = static_cast<std::ptrdiff_t>((d + kChunk - 1) / kChunk);
+#pragma omp parallel if (rows * d > kParallelFloats)
+  {
+    // dx, rows in parallel. y = xhat·gamma + beta: dxhat = dy·gamma, and through
+    // xhat = (x - mean)·inv, dx = inv · (dxhat - mean(dxhat) - xhat · mean(dxhat ∘ xhat)).
+    std::vector<double> xhat(d), dxhat(d);
+#pragma omp for schedule(static)
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* in = x.data() + r * d;
+      const float* g = dy.data() + r * d;
+      double mean = 0, var = 0;
+      for (std::size_t c = 0; c < d; ++c) mean += in[c];
+      mean /= static_cast<double>(d);
+      for (std::size_t c = 0; c < d; ++c) var += (in[c] - mean) * (in[c] - mean);
+      const double inv = 1.0 / std::sqrt(var / static_cast<double>(d) + layer.eps);
+      row_mean[r] = mean;
+      row_inv[r] = inv;
+      double sum = 0, dot = 0;
+      for (std::size_t c = 0; c < d; ++c) {
+        xhat[c] = (in[c] - mean) * inv;
+        dxhat[c] = double(g[c]) * gamma[c];
+        sum += dxhat[c];
+        dot += dxhat[c] * xhat[c];
+      }
+      sum /= static_cast<double>(d);
+      dot /= static_cast<double>(d);
+      for (std::size_t c = 0; c < d; ++c)
+        dx.data()[r * d + c] = static_cast<float>(inv * (dxhat[c] - sum - xhat[c] * dot));
+    }
+    // Then the gradients of gamma and beta, columns in parallel: each column summed over the
+    // rows in order, as one thread sums it.
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t chunk = 0; chunk < chunks; ++chunk) {
+      const std::size_t c0 = std::size_t(chunk) * kChunk, c1 = std::min(d, c0 + kChunk);
+      for (std::size_t r = 0; r < rows; ++r) {
+        const float* in = x.data() + r * d;
+        const float* g = dy.data() + r * d;
+        const double mean = row_mean[r], inv = row_inv[r];
+        for (std::size_t c = c0; c < c1; ++c) {
+          const double xh = (in[c] - mean) * inv;
+          d_gamma[c] += static_cast<float>(g[c] * xh);
+          d_beta[c] += g[c];
+        }
+      }
+    }
+  }
 }
 
-Activations backward(const FeedForward& ffn, const FeedForwardTrace& trace,
-                     const Activations& dy, FeedForward& grad) {
-  Activations dh = backward(ffn.linear2, trace.hidden, dy, grad.linear2);
-  for (std::size_t i = 0; i < dh.size(); ++i)
-    if (trace.hidden.data()[i] <= 0) dh.data()[i] = 0;  // ReLU
-  return backward(ffn.linear1, trace.x, dh, grad.linear1);
+const Activations& forward(const FeedForward& ffn, const Activations& x, FeedForwardTrace& trace) {
+  trace.x = x;  // a copy into the same storage each step
+  ffn.linear1.forward(x, trace.hidden);
+  float* h = trace.hidden.data();
+  for (std::size_t i = 0; i < trace.hidden.size(); ++i) h[i] = h[i] > 0 ? h[i] : 0;
+  ffn.linear2.forward(trace.hidden, trace.output);
+  return trace.output;
 }
 
-Activations forward(const MultiHeadAttention& mha, const Activations& query,
-                    const Activations& memory, const Mask& mask, AttentionTrace& trace) {
+Activations& backward(const FeedForward& ffn, FeedForwardTrace& trace, const Activations& dy,
+                      FeedForward& grad) {
+  backward(ffn.linear2, trace.hidden, dy, grad.linear2, trace.d_hidden);
+  float* dh = trace.d_hidden.data();
+  const float* h = trace.hidden.data();
+  for (std::size_t i = 0; i < trace.d_hidden.size(); ++i)
+    if (h[i] <= 0) dh[i] = 0;  // ReLU
+  backward(ffn.linear1, trace.x, trace.d_hidden, grad.linear1, trace.dx);
+  return trace.dx;
+}
+
+const Activations& forward(const MultiHeadAttention& mha, const Activations& query,
+                           const Activations& memory, const Mask& mask, AttentionTrace& trace) {
   trace.query = query;
   trace.memory = memory;
   trace.mask = mask;
-  trace.in = mha.project(query, memory);
+  mha.project(query, memory, trace.in, trace.projected);
   trace.gates = mha.gates(memory);
   mha.attention().forward(trace.in.q, trace.in.k, trace.in.v, mask, trace.gates.inputs(),
                           trace.heads, trace.saved);
-  trace.merged = merge_heads(trace.heads);
-  return mha.out_proj.forward(trace.merged);
+  merge_heads(trace.heads, trace.merged);
+  mha.out_proj.forward(trace.merged, trace.output);
+  return trace.output;
 }
 
-AttentionInputGrads backward(const MultiHeadAttention& mha, const AttentionTrace& trace,
-                             const Activations& dy, MultiHeadAttention& grad) {
+AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& trace,
+                              const Activations& dy, MultiHeadAttention& grad) {
   const std::size_t d = mha.d_model(), batch = trace.query.shape()[0];
   const std::size_t nq = trace.query.shape()[1];
   require_shape(dy, batch, nq, d, "multi-head attention backward");
-  const Activations d_merged = backward(mha.out_proj, trace.merged, dy, grad.out_proj);
-  const Tensor d_heads = split_heads(d_merged.data(), batch, nq, mha.heads(), mha.head_dim());
-  AllGradients all;
+  backward(mha.out_proj, trace.merged, dy, grad.out_proj, trace.d_merged);
+  split_heads(trace.d_merged.data(), batch, nq, mha.heads(), mha.head_dim(), trace.d_heads);
+  AllGradients& all = trace.core_grads;
   mha.attention().backward(trace.in.q, trace.in.k, trace.in.v, trace.mask, trace.gates.inputs(),
-                           trace.heads, d_heads, trace.saved, all);
+                           trace.heads, trace.d_heads, trace.saved, all);
   const Gradients& g = all.qkv;
   // q = query W_Q^T + b_Q, k = memory W_K^T + b_K, v = memory W_V^T + b_V: this call's block
   // gradients first (a tie adds them before they join the accumulator).
-  const Activations dq = merge_heads(g.dq), dk = merge_heads(g.dk), dv = merge_heads(g.dv);
-  Matrix dw = Matrix::from_shape({3 * d, d});
-  Vector db = Vector::from_shape({3 * d});
-  AttentionInputGrads out{Activations::from_shape(trace.query.shape()),
-                          Activations::from_shape(trace.memory.shape())};
-  Activations dmemory_v = Activations::from_shape(trace.memory.shape());
+  merge_heads(g.dq, trace.dq);
+  merge_heads(g.dk, trace.dk);
+  merge_heads(g.dv, trace.dv);
+  Matrix& dw = shape_buffer(trace.d_in_proj_weight, {3 * d, d});
+  Vector& db = shape_buffer(trace.d_in_proj_bias, {3 * d});
+  AttentionInputGrads& out = trace.grads;
+  shape_buffer(out.query, trace.query.shape());
+  shape_buffer(out.memory, trace.memory.shape());
+  Activations& dmemory_v = shape_buffer(trace.d_memory_v, trace.memory.shape());
   const float* w = mha.in_proj_weight.data();
-  const std::pair<const Activations*, std::size_t> blocks[] = {{&dq, 0}, {&dk, 1}, {&dv, 2}};
+  const std::pair<const Activations*, std::size_t> blocks[] = {
+      {&trace.dq, 0}, {&trace.dk, 1}, {&trace.dv, 2}};
   for (const auto& [grad_out, which] : blocks) {
     const Activations& x = which == 0 ? trace.query : trace.memory;
     float* dx = which == 0 ? out.query.data() : which == 1 ? out.memory.data() : dmemory_v.data();
@@ -212,114 +269,151 @@ AttentionInputGrads backward(const MultiHeadAttention& mha, const AttentionTrace
   return out;
 }
 
-Activations forward(const EncoderLayer& layer, const Activations& x, const Mask& mask,
-                    EncoderLayerTrace& trace) {
+const Activations& forward(const EncoderLayer& layer, const Activations& x, const Mask& mask,
+                           EncoderLayerTrace& trace) {
   const LayerConfig& c = layer.config();
-  Activations h = sublayer(c, x, layer.norm1, trace.norm1_input, [&](const Activations& a) {
+  const Activations& h = sublayer(c, x, layer.norm1, trace.sublayer1, [&](const Activations& a) -> const Activations& {
     return forward(layer.self_attn, a, a, mask, trace.attention);
   });
   if (!layer.ffn) return h;
-  return sublayer(c, h, layer.norm2, trace.norm2_input,
-                  [&](const Activations& a) { return forward(*layer.ffn, a, trace.ffn); });
+  return sublayer(c, h, layer.norm2, trace.sublayer2,
+                  [&](const Activations& a) -> const Activations& { return forward(*layer.ffn, a, trace.ffn); });
 }
 
-Activations backward(const EncoderLayer& layer, const EncoderLayerTrace& trace,
-                     const Activations& dy, EncoderLayer& grad) {
+namespace {
+
+// Self-attention's input gradient: the query's and the memory's summed (one input), in the
+// query's buffer.
+Activations& self_attention_backward(const MultiHeadAttention& mha, AttentionTrace& trace,
+                                     const Activations& dy, MultiHeadAttention& grad) {
+  AttentionInputGrads& g = backward(mha, trace, dy, grad);
+  add_into(g.query, g.memory);
+  return g.query;
+}
+
+}  // namespace
+
+Activations& backward(const EncoderLayer& layer, EncoderLayerTrace& trace, const Activations& dy,
+                      EncoderLayer& grad) {
   const LayerConfig& c = layer.config();
-  Activations dh = dy;
+  const Activations* dh = &dy;
   if (layer.ffn)
-    dh = sublayer_backward(c, dy, layer.norm2, grad.norm2, trace.norm2_input,
-                           [&](const Activations& d) {
-                             return backward(*layer.ffn, trace.ffn, d, *grad.ffn);
-                           });
-  return sublayer_backward(c, dh, layer.norm1, grad.norm1, trace.norm1_input,
-                           [&](const Activations& d) {
-                             AttentionInputGrads g =
-                                 backward(layer.self_attn, trace.attention, d, grad.self_attn);
-                             add_into(g.query, g.memory);  // self-attention: one input
-                             return g.query;
+    dh = &sublayer_backward(c, dy, layer.norm2, grad.norm2, trace.sublayer2,
+                            [&](const Activations& d) -> Activations& {
+                              return backward(*layer.ffn, trace.ffn, d, *grad.ffn);
+                            });
+  return sublayer_backward(c, *dh, layer.norm1, grad.norm1, trace.sublayer1,
+                           [&](const Activations& d) -> Activations& {
+                             return self_attention_backward(layer.self_attn, trace.attention, d,
+                                                            grad.self_attn);
                            });
 }
 
-Activations forward(const Encoder& encoder, const Activations& x, const Mask& mask,
-                    EncoderTrace& trace) {
+const Activations& forward(const Encoder& encoder, const Activations& x, const Mask& mask,
+                           EncoderTrace& trace) {
   trace.layers.resize(encoder.layers.size());
-  Activations h = x;
+  const Activations* h = &x;
   for (std::size_t i = 0; i < encoder.layers.size(); ++i)
-    h = forward(encoder.layers[i], h, mask, trace.layers[i]);
-  if (!encoder.norm) return h;
-  trace.norm_input = h;
-  return encoder.norm->forward(h);
+    h = &forward(encoder.layers[i], *h, mask, trace.layers[i]);
+  if (!encoder.norm) return *h;
+  trace.norm_input = *h;
+  encoder.norm->forward(trace.norm_input, trace.output);
+  return trace.output;
 }
 
-Activations backward(const Encoder& encoder, const EncoderTrace& trace, const Activations& dy,
-                     Encoder& grad) {
-  Activations d = encoder.norm ? backward(*encoder.norm, trace.norm_input, dy, *grad.norm) : dy;
-  for (std::size_t i = encoder.layers.size(); i-- > 0;)
-    d = backward(encoder.layers[i], trace.layers[i], d, grad.layers[i]);
-  return d;
+namespace {
+
+// Swaps the buffers that a layer's backward uses only while it runs (all but its result), so
+// that one set serves every layer of a stack in turn instead of one set per layer (the FFN's
+// d_hidden alone is B·N·ffn floats).
+void swap_backward_scratch(EncoderLayerTrace& a, EncoderLayerTrace& b) {
+  std::swap(a.ffn.d_hidden, b.ffn.d_hidden);
+  std::swap(a.ffn.dx, b.ffn.dx);
+  AttentionTrace &s = a.attention, &t = b.attention;
+  std::swap(s.d_merged, t.d_merged);
+  std::swap(s.d_heads, t.d_heads);
+  std::swap(s.core_grads, t.core_grads);
+  std::swap(s.dq, t.dq);
+  std::swap(s.dk, t.dk);
+  std::swap(s.dv, t.dv);
+  std::swap(s.d_memory_v, t.d_memory_v);
+  std::swap(s.grads.memory, t.grads.memory);
 }
 
-Activations forward(const DecoderLayer& layer, const Activations& x, const Activations& memory,
-                    const Mask& self_mask, const Mask& memory_mask, DecoderLayerTrace& trace) {
+}  // namespace
+
+const Activations& backward(const Encoder& encoder, EncoderTrace& trace, const Activations& dy,
+                            Encoder& grad) {
+  if (encoder.norm) backward(*encoder.norm, trace.norm_input, dy, *grad.norm, trace.d_norm);
+  const Activations* d = encoder.norm ? &trace.d_norm : &dy;
+  // The scratch set moves down with the layers: layer 0 holds it after a backward, so the
+  // top layer takes it from there.
+  for (std::size_t i = encoder.layers.size(); i-- > 0;) {
+    swap_backward_scratch(trace.layers[i], trace.layers[i + 1 < encoder.layers.size() ? i + 1 : 0]);
+    d = &backward(encoder.layers[i], trace.layers[i], *d, grad.layers[i]);
+  }
+  return *d;
+}
+
+const Activations& forward(const DecoderLayer& layer, const Activations& x,
+                           const Activations& memory, const Mask& self_mask,
+                           const Mask& memory_mask, DecoderLayerTrace& trace) {
   const LayerConfig& c = layer.config();
   Mask causal = self_mask;  // as DecoderLayer::forward
   if (causal.causal == Causal::none) causal.causal = Causal::top_left;
-  Activations h = sublayer(c, x, layer.norm1, trace.norm1_input, [&](const Activations& a) {
+  const Activations& h1 = sublayer(c, x, layer.norm1, trace.sublayer1, [&](const Activations& a) -> const Activations& {
     return forward(layer.self_attn, a, a, causal, trace.self_attention);
   });
-  h = sublayer(c, h, layer.norm2, trace.norm2_input, [&](const Activations& a) {
+  const Activations& h2 = sublayer(c, h1, layer.norm2, trace.sublayer2, [&](const Activations& a) -> const Activations& {
     return forward(layer.multihead_attn, a, memory, memory_mask, trace.cross_attention);
   });
-  if (!layer.ffn) return h;
-  return sublayer(c, h, layer.norm3, trace.norm3_input,
-                  [&](const Activations& a) { return forward(*layer.ffn, a, trace.ffn); });
+  if (!layer.ffn) return h2;
+  return sublayer(c, h2, layer.norm3, trace.sublayer3,
+                  [&](const Activations& a) -> const Activations& { return forward(*layer.ffn, a, trace.ffn); });
 }
 
-DecoderInputGrads backward(const DecoderLayer& layer, const DecoderLayerTrace& trace,
+DecoderInputGrads backward(const DecoderLayer& layer, DecoderLayerTrace& trace,
                            const Activations& dy, DecoderLayer& grad) {
   const LayerConfig& c = layer.config();
-  Activations dh = dy;
+  const Activations* dh = &dy;
   if (layer.ffn)
-    dh = sublayer_backward(c, dy, layer.norm3, grad.norm3, trace.norm3_input,
-                           [&](const Activations& d) {
-                             return backward(*layer.ffn, trace.ffn, d, *grad.ffn);
-                           });
-  Activations dmemory;
-  dh = sublayer_backward(c, dh, layer.norm2, grad.norm2, trace.norm2_input,
-                         [&](const Activations& d) {
-                           AttentionInputGrads g = backward(layer.multihead_attn,
-                                                            trace.cross_attention, d,
-                                                            grad.multihead_attn);
-                           dmemory = std::move(g.memory);
-                           return g.query;
-                         });
-  Activations dx = sublayer_backward(c, dh, layer.norm1, grad.norm1, trace.norm1_input,
-                                     [&](const Activations& d) {
-                                       AttentionInputGrads g = backward(
-                                           layer.self_attn, trace.self_attention, d,
-                                           grad.self_attn);
-                                       add_into(g.query, g.memory);
-                                       return g.query;
-                                     });
-  return {std::move(dx), std::move(dmemory)};
+    dh = &sublayer_backward(c, dy, layer.norm3, grad.norm3, trace.sublayer3,
+                            [&](const Activations& d) -> Activations& {
+                              return backward(*layer.ffn, trace.ffn, d, *grad.ffn);
+                            });
+  Activations* dmemory = nullptr;
+  dh = &sublayer_backward(c, *dh, layer.norm2, grad.norm2, trace.sublayer2,
+                          [&](const Activations& d) -> Activations& {
+                            AttentionInputGrads& g = backward(layer.multihead_attn,
+                                                              trace.cross_attention, d,
+                                                              grad.multihead_attn);
+                            dmemory = &g.memory;
+                            return g.query;
+                          });
+  const Activations& dx = sublayer_backward(c, *dh, layer.norm1, grad.norm1, trace.sublayer1,
+                                            [&](const Activations& d) -> Activations& {
+                                              return self_attention_backward(
+                                                  layer.self_attn, trace.self_attention, d,
+                                                  grad.self_attn);
+                                            });
+  return {dx, *dmemory};
 }
 
 Activations forward(const Decoder& decoder, const Activations& x, const Activations& memory,
                     const Mask& self_mask, const Mask& memory_mask, DecoderTrace& trace) {
   trace.layers.resize(decoder.layers.size());
-  Activations h = x;
+  const Activations* h = &x;
   for (std::size_t i = 0; i < decoder.layers.size(); ++i)
-    h = forward(decoder.layers[i], h, memory, self_mask, memory_mask, trace.layers[i]);
-  if (!decoder.norm) return h;
-  trace.norm_input = h;
-  return decoder.norm->forward(h);
+    h = &forward(decoder.layers[i], *h, memory, self_mask, memory_mask, trace.layers[i]);
+  if (!decoder.norm) return *h;
+  trace.norm_input = *h;
+  return decoder.norm->forward(*h);
 }
 
-DecoderInputGrads backward(const Decoder& decoder, const DecoderTrace& trace,
+DecoderInputGrads backward(const Decoder& decoder, DecoderTrace& trace,
                            const Activations& dy, Decoder& grad) {
-  DecoderInputGrads out{
-      decoder.norm ? backward(*decoder.norm, trace.norm_input, dy, *grad.norm) : dy, {}};
+  if (decoder.norm) backward(*decoder.norm, trace.norm_input, dy, *grad.norm, trace.d_norm);
+  DecoderInputGrads out{decoder.norm ? trace.d_norm : dy, {}};
   for (std::size_t i = decoder.layers.size(); i-- > 0;) {
     DecoderInputGrads g = backward(decoder.layers[i], trace.layers[i], out.x, grad.layers[i]);
     out.x = std::move(g.x);
@@ -331,15 +425,16 @@ DecoderInputGrads backward(const Decoder& decoder, const DecoderTrace& trace,
   return out;
 }
 
-Activations forward(const EncoderModel& model, const Tokens& tokens, const Mask& mask,
-                    ModelTrace& trace) {
+const Activations& forward(const EncoderModel& model, const Tokens& tokens, const Mask& mask,
+                           ModelTrace& trace) {
   trace.tokens = tokens;
-  return forward(model.encoder, model.embed(tokens), mask, trace.encoder);
+  model.embed(tokens, trace.embedded, trace.positions);
+  return forward(model.encoder, trace.embedded, mask, trace.encoder);
 }
 
-void backward(const EncoderModel& model, const ModelTrace& trace, const Activations& dy,
+void backward(const EncoderModel& model, ModelTrace& trace, const Activations& dy,
               EncoderModel& grad) {
-  const Activations dx = backward(model.encoder, trace.encoder, dy, grad.encoder);
+  const Activations& dx = backward(model.encoder, trace.encoder, dy, grad.encoder);
   const std::size_t dim = model.embedding.weight.shape()[1];
   const float scale = static_cast<float>(std::sqrt(static_cast<double>(dim)));
   for (std::size_t i = 0; i < trace.tokens.size(); ++i) {  // the positions add no parameter

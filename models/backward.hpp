@@ -15,6 +15,12 @@
 // from Attention::backward's AllGradients and pass through logsigmoid / 16 and sigmoid.
 // Tied W_Q = W_K: the K block's gradient is added to the Q block's and both blocks hold the sum,
 // so that an update keeps them equal.
+// The traces are also the step's workspace: a forward writes its activations and its output into
+// its trace and a backward its gradients, each buffer reshaped only when its shape changes
+// (shape_buffer), so a trace kept from one step to the next makes every step after the first
+// allocate nothing large (a fresh buffer costs page faults about as long as the GEMM that fills
+// it). The references the forwards and backwards return point into the trace and stay valid
+// until its next forward or backward.
 #pragma once
 
 #include <vector>
@@ -41,27 +47,46 @@ EncoderModel zero_like(const EncoderModel& model);
 /// Throws Error when the shapes do not fit the layer.
 Activations backward(const Linear& layer, const Activations& x, const Activations& dy,
                      Linear& grad);
+/// The same into dx (shaped by shape_buffer; not x or dy).
+void backward(const Linear& layer, const Activations& x, const Activations& dy, Linear& grad,
+              Activations& dx);
 
 /// dL/dx of LayerNorm::forward at input x (mean and variance recomputed), given dy; adds the
 /// gradients of weight and bias into grad.
 Activations backward(const LayerNorm& layer, const Activations& x, const Activations& dy,
                      LayerNorm& grad);
+/// The same into dx (shaped by shape_buffer; not x or dy): rows in parallel for dx, columns in
+/// parallel for the gradients (each summed over the rows in order, so bitwise as one thread).
+void backward(const LayerNorm& layer, const Activations& x, const Activations& dy,
+              LayerNorm& grad, Activations& dx);
 
 /// What FeedForward's backward needs: its input and the hidden activations after the ReLU.
 struct FeedForwardTrace {
-  Activations x;       ///< the input
-  Activations hidden;  ///< relu(linear1(x))
+  Activations x;         ///< the input
+  Activations hidden;    ///< relu(linear1(x))
+  Activations output;    ///< the forward's result
+  Activations d_hidden;  ///< the backward's dL/dhidden
+  Activations dx;        ///< the backward's result
 };
 
-/// FeedForward::forward, keeping the trace.
-Activations forward(const FeedForward& ffn, const Activations& x, FeedForwardTrace& trace);
+/// FeedForward::forward, keeping the trace; returns trace.output.
+const Activations& forward(const FeedForward& ffn, const Activations& x, FeedForwardTrace& trace);
 
-/// dL/dx given dy; adds both linears' gradients into grad (ReLU's derivative at 0 taken as 0).
-Activations backward(const FeedForward& ffn, const FeedForwardTrace& trace,
-                     const Activations& dy, FeedForward& grad);
+/// dL/dx given dy (in trace.dx, returned); adds both linears' gradients into grad (ReLU's
+/// derivative at 0 taken as 0).
+Activations& backward(const FeedForward& ffn, FeedForwardTrace& trace, const Activations& dy,
+                      FeedForward& grad);
+
+/// The gradients of multi-head attention's two inputs (for self-attention, their sum is the
+/// input's).
+struct AttentionInputGrads {
+  Activations query;   ///< dL/dquery
+  Activations memory;  ///< dL/dmemory
+};
 
 /// What multi-head attention's backward needs: inputs, the heads' q, k, v, the gates, the core's
-/// output [B, H, Nq, dk] and what its forward saved, the merged heads, the mask.
+/// output [B, H, Nq, dk] and what its forward saved, the merged heads, the mask; then the
+/// buffers of the forward's output and of the backward.
 struct AttentionTrace {
   Activations query;   ///< the queries' input [B, Nq, d_model]
   Activations memory;  ///< the keys' and values' input [B, Nk, d_model]
@@ -71,67 +96,88 @@ struct AttentionTrace {
   Saved saved;         ///< what the core's forward saved (a softmax's row log-sum-exp, ...)
   Activations merged;  ///< the heads concatenated, out_proj's input
   Mask mask;           ///< the mask the core saw
+  Matrix projected;    ///< the forward's projection rows (MultiHeadAttention::project)
+  Activations output;  ///< the forward's result
+  // The backward's buffers: out_proj's input gradient, it split into heads, the core's
+  // gradients, them merged, in_proj's gradients of this call, the V block's dL/dmemory.
+  Activations d_merged;
+  Tensor d_heads;
+  AllGradients core_grads;
+  Activations dq, dk, dv;
+  Matrix d_in_proj_weight;
+  Vector d_in_proj_bias;
+  Activations d_memory_v;
+  AttentionInputGrads grads;  ///< the backward's result
 };
 
-/// MultiHeadAttention::forward(query, memory, mask), keeping the trace.
-Activations forward(const MultiHeadAttention& mha, const Activations& query,
-                    const Activations& memory, const Mask& mask, AttentionTrace& trace);
+/// MultiHeadAttention::forward(query, memory, mask), keeping the trace; returns trace.output.
+const Activations& forward(const MultiHeadAttention& mha, const Activations& query,
+                           const Activations& memory, const Mask& mask, AttentionTrace& trace);
 
-/// The gradients of multi-head attention's two inputs (for self-attention, their sum is the
-/// input's).
-struct AttentionInputGrads {
-  Activations query;   ///< dL/dquery
-  Activations memory;  ///< dL/dmemory
+/// dL/dquery and dL/dmemory given dy (in trace.grads, returned); adds in_proj and out_proj
+/// gradients into grad. The core's backward may throw Unsupported (a backend without one).
+AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& trace,
+                              const Activations& dy, MultiHeadAttention& grad);
+
+/// One residual sublayer's LayerNorm and sum (x + f(LN(x)) or LN(x + f(x))): what its
+/// LayerNorm saw, and the buffers of its forward and backward.
+struct SublayerTrace {
+  Activations norm_input;  ///< what the LayerNorm saw (unused without it)
+  Activations normed;      ///< pre-LN: the LayerNorm's output, f's input
+  Activations output;      ///< the sublayer's result
+  Activations d_norm;      ///< the backward through a post-LN LayerNorm
+  Activations d_input;     ///< the backward through a pre-LN LayerNorm
 };
 
-/// dL/dquery and dL/dmemory given dy; adds in_proj and out_proj gradients into grad. The core's
-/// backward may throw Unsupported (a backend without one).
-AttentionInputGrads backward(const MultiHeadAttention& mha, const AttentionTrace& trace,
-                             const Activations& dy, MultiHeadAttention& grad);
-
-/// What an encoder layer's backward needs: its sublayers' traces and what each LayerNorm saw.
+/// What an encoder layer's backward needs: its sublayers' traces.
 struct EncoderLayerTrace {
   AttentionTrace attention;  ///< the self-attention's
   FeedForwardTrace ffn;      ///< the FFN's (unused under no-ffn)
-  Activations norm1_input;   ///< what norm1 saw (unused without it)
-  Activations norm2_input;   ///< what norm2 saw (unused without it)
+  SublayerTrace sublayer1;   ///< around the self-attention (norm1)
+  SublayerTrace sublayer2;   ///< around the FFN (norm2; unused under no-ffn)
 };
 
-/// EncoderLayer::forward(x, mask), keeping the trace.
-Activations forward(const EncoderLayer& layer, const Activations& x, const Mask& mask,
-                    EncoderLayerTrace& trace);
+/// EncoderLayer::forward(x, mask), keeping the trace; returns a buffer of the trace.
+const Activations& forward(const EncoderLayer& layer, const Activations& x, const Mask& mask,
+                           EncoderLayerTrace& trace);
 
-/// dL/dx given dy; adds every parameter's gradient into grad (pre- and post-LN, every switch).
-Activations backward(const EncoderLayer& layer, const EncoderLayerTrace& trace,
-                     const Activations& dy, EncoderLayer& grad);
+/// dL/dx given dy (in a buffer of the trace, returned); adds every parameter's gradient into
+/// grad (pre- and post-LN, every switch).
+Activations& backward(const EncoderLayer& layer, EncoderLayerTrace& trace, const Activations& dy,
+                      EncoderLayer& grad);
 
-/// The stack's layer traces and what its final LayerNorm saw (pre-LN).
+/// The stack's layer traces and what its final LayerNorm saw (pre-LN), with that norm's buffers.
 struct EncoderTrace {
   std::vector<EncoderLayerTrace> layers;  ///< one per layer, in order
   Activations norm_input;                 ///< what the final norm saw (pre-LN)
+  Activations output;                     ///< the final norm's output
+  Activations d_norm;                     ///< the backward through the final norm
 };
 
-/// Encoder::forward(x, mask), keeping the trace.
-Activations forward(const Encoder& encoder, const Activations& x, const Mask& mask,
-                    EncoderTrace& trace);
+/// Encoder::forward(x, mask), keeping the trace; returns a buffer of the trace.
+const Activations& forward(const Encoder& encoder, const Activations& x, const Mask& mask,
+                           EncoderTrace& trace);
 
-/// dL/dx given dy, through the final norm and every layer in reverse; adds into grad.
-Activations backward(const Encoder& encoder, const EncoderTrace& trace, const Activations& dy,
-                     Encoder& grad);
+/// dL/dx given dy, through the final norm and every layer in reverse; adds into grad. Returns a
+/// buffer of the trace.
+const Activations& backward(const Encoder& encoder, EncoderTrace& trace, const Activations& dy,
+                            Encoder& grad);
 
-/// What a decoder layer's backward needs: its three sublayers' traces and their LayerNorms'.
+/// What a decoder layer's backward needs: its three sublayers' traces.
 struct DecoderLayerTrace {
   AttentionTrace self_attention;   ///< the causal self-attention's
   AttentionTrace cross_attention;  ///< the cross-attention's
   FeedForwardTrace ffn;            ///< the FFN's (unused under no-ffn)
-  Activations norm1_input;         ///< what norm1 saw (unused without it)
-  Activations norm2_input;         ///< what norm2 saw (unused without it)
-  Activations norm3_input;         ///< what norm3 saw (unused without it)
+  SublayerTrace sublayer1;         ///< around the self-attention (norm1)
+  SublayerTrace sublayer2;         ///< around the cross-attention (norm2)
+  SublayerTrace sublayer3;         ///< around the FFN (norm3; unused under no-ffn)
 };
 
-/// DecoderLayer::forward(x, memory, self_mask, memory_mask), keeping the trace.
-Activations forward(const DecoderLayer& layer, const Activations& x, const Activations& memory,
-                    const Mask& self_mask, const Mask& memory_mask, DecoderLayerTrace& trace);
+/// DecoderLayer::forward(x, memory, self_mask, memory_mask), keeping the trace; returns a
+/// buffer of the trace.
+const Activations& forward(const DecoderLayer& layer, const Activations& x,
+                           const Activations& memory, const Mask& self_mask,
+                           const Mask& memory_mask, DecoderLayerTrace& trace);
 
 /// The gradients of a decoder's two inputs: its target-side x and the encoder's output.
 struct DecoderInputGrads {
@@ -140,13 +186,14 @@ struct DecoderInputGrads {
 };
 
 /// dL/dx and dL/dmemory given dy; adds every parameter's gradient into grad.
-DecoderInputGrads backward(const DecoderLayer& layer, const DecoderLayerTrace& trace,
+DecoderInputGrads backward(const DecoderLayer& layer, DecoderLayerTrace& trace,
                            const Activations& dy, DecoderLayer& grad);
 
 /// The decoder stack's layer traces and what its final LayerNorm saw (pre-LN).
 struct DecoderTrace {
   std::vector<DecoderLayerTrace> layers;  ///< one per layer, in order
   Activations norm_input;                 ///< what the final norm saw (pre-LN)
+  Activations d_norm;                     ///< the backward through the final norm
 };
 
 /// Decoder::forward(x, memory, self_mask, memory_mask), keeping the trace.
@@ -154,22 +201,24 @@ Activations forward(const Decoder& decoder, const Activations& x, const Activati
                     const Mask& self_mask, const Mask& memory_mask, DecoderTrace& trace);
 
 /// dL/dx and dL/dmemory (summed over the layers, which all read it) given dy; adds into grad.
-DecoderInputGrads backward(const Decoder& decoder, const DecoderTrace& trace,
+DecoderInputGrads backward(const Decoder& decoder, DecoderTrace& trace,
                            const Activations& dy, Decoder& grad);
 
-/// The token ids and the encoder's trace.
+/// The token ids, the embedded input (and the positions added to it) and the encoder's trace.
 struct ModelTrace {
-  Tokens tokens;         ///< the input ids
-  EncoderTrace encoder;  ///< the stack's
+  Tokens tokens;          ///< the input ids
+  Activations embedded;   ///< EncoderModel::embed(tokens), the encoder's input
+  Matrix positions;       ///< sinusoidal_positions(N, d_model), kept while N is the same
+  EncoderTrace encoder;   ///< the stack's
 };
 
-/// EncoderModel::forward(tokens, mask), keeping the trace.
-Activations forward(const EncoderModel& model, const Tokens& tokens, const Mask& mask,
-                    ModelTrace& trace);
+/// EncoderModel::forward(tokens, mask), keeping the trace; returns a buffer of the trace.
+const Activations& forward(const EncoderModel& model, const Tokens& tokens, const Mask& mask,
+                           ModelTrace& trace);
 
 /// Adds every parameter's gradient into grad given dy: the encoder's, and the embedding rows of
 /// the tokens seen (scaled by sqrt(d_model), as the forward scales the embedding).
-void backward(const EncoderModel& model, const ModelTrace& trace, const Activations& dy,
+void backward(const EncoderModel& model, ModelTrace& trace, const Activations& dy,
               EncoderModel& grad);
 
 }  // namespace attnlab::models

@@ -13,6 +13,9 @@
 #include "attnlab/error.hpp"
 
 namespace attnlab::models {
+void add(const float* a, const float* b, float* out, std::size_t size) {
+  for (std::size_t i = 0; i < size; ++i) out[i] = a[i] + b[i];
+}
 
 std::string shape_text(const Activations& x) {
   std::string s = "[";  // built in place: GCC 12 warns falsely on "literal" + std::string&&
@@ -41,15 +44,20 @@ Linear::Linear(std::size_t in_features, std::size_t out_features)
 }
 
 Activations Linear::forward(const Activations& x) const {
+  Activations y;
+  forward(x, y);
+  return y;
+}
+
+void Linear::forward(const Activations& x, Activations& y) const {
   const std::size_t in = weight.shape()[1], out = weight.shape()[0];
   if (x.shape()[2] != in)
     throw Error("linear layer " + std::to_string(in) + " -> " + std::to_string(out) +
                 ": input " + shape_text(x) + " has " + std::to_string(x.shape()[2]) +
                 " features, expected " + std::to_string(in));
-  auto y = uninitialized<Activations>({x.shape()[0], x.shape()[1], out});
+  shape_buffer(y, {x.shape()[0], x.shape()[1], out});
   affine(x.data(), x.shape()[0] * x.shape()[1], in, in, weight.data(), out, in, bias.data(),
          y.data(), out);
-  return y;
 }
 
 void Linear::initialize(std::uint64_t seed, const std::string& prefix) {
@@ -70,22 +78,31 @@ LayerNorm::LayerNorm(std::size_t features, double eps)
 }
 
 Activations LayerNorm::forward(Activations x) const {
+  forward(x, x);
+  return x;
+}
+
+void LayerNorm::forward(const Activations& x, Activations& y) const {
   const std::size_t d = weight.size();
   if (x.shape()[2] != d)
     throw Error("LayerNorm(" + std::to_string(d) + "): input " + shape_text(x) + " has " +
                 std::to_string(x.shape()[2]) + " features");
+  if (&y != &x) shape_buffer(y, x.shape());
   const std::size_t rows = x.shape()[0] * x.shape()[1];
+  const float* gamma = weight.data();
+  const float* beta = bias.data();
+#pragma omp parallel for schedule(static) if (rows * d > kParallelFloats)
   for (std::size_t r = 0; r < rows; ++r) {
-    float* row = x.data() + r * d;
+    const float* row = x.data() + r * d;
+    float* out = y.data() + r * d;
     double mean = 0, var = 0;
     for (std::size_t c = 0; c < d; ++c) mean += row[c];
     mean /= static_cast<double>(d);
     for (std::size_t c = 0; c < d; ++c) var += (row[c] - mean) * (row[c] - mean);
     const double inv = 1.0 / std::sqrt(var / static_cast<double>(d) + eps);
     for (std::size_t c = 0; c < d; ++c)
-      row[c] = static_cast<float>((row[c] - mean) * inv) * weight[c] + bias[c];
+      out[c] = static_cast<float>((row[c] - mean) * inv) * gamma[c] + beta[c];
   }
-  return x;
 }
 
 void LayerNorm::initialize() {
@@ -102,12 +119,18 @@ FeedForward::FeedForward(std::size_t d_model, std::size_t hidden)
     : linear1(d_model, hidden), linear2(hidden, d_model) {}
 
 Activations FeedForward::forward(const Activations& x) const {
+  Activations y;
+  forward(x, y);
+  return y;
+}
+
+void FeedForward::forward(const Activations& x, Activations& y) const {
   const std::size_t d = linear1.weight.shape()[1], hidden = linear1.weight.shape()[0];
   if (x.shape()[2] != d)
     throw Error("feed-forward " + std::to_string(d) + " -> " + std::to_string(hidden) + " -> " +
                 std::to_string(d) + ": input " + shape_text(x) + " has " +
                 std::to_string(x.shape()[2]) + " features, expected " + std::to_string(d));
-  auto y = uninitialized<Activations>(x.shape());
+  shape_buffer(y, x.shape());
   const std::size_t rows = x.shape()[0] * x.shape()[1];
   auto h = uninitialized<Matrix>({std::min(rows, kRowBlock), hidden});
   for (std::size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
@@ -118,7 +141,6 @@ Activations FeedForward::forward(const Activations& x) const {
     affine(h.data(), n, hidden, hidden, linear2.weight.data(), d, hidden, linear2.bias.data(),
            y.data() + r0 * d, d);
   }
-  return y;
 }
 
 void FeedForward::initialize(std::uint64_t seed, const std::string& prefix) {
@@ -137,8 +159,14 @@ Embedding::Embedding(std::size_t vocab, std::size_t dim)
 }
 
 Activations Embedding::forward(const Tokens& tokens) const {
+  Activations y;
+  forward(tokens, y);
+  return y;
+}
+
+void Embedding::forward(const Tokens& tokens, Activations& y) const {
   const std::size_t vocab = weight.shape()[0], dim = weight.shape()[1];
-  auto y = uninitialized<Activations>({tokens.shape()[0], tokens.shape()[1], dim});
+  shape_buffer(y, {tokens.shape()[0], tokens.shape()[1], dim});
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::int64_t t = tokens.data()[i];
     if (t < 0 || static_cast<std::size_t>(t) >= vocab)
@@ -148,7 +176,6 @@ Activations Embedding::forward(const Tokens& tokens) const {
                   std::to_string(vocab) + ")");
     std::copy_n(weight.data() + static_cast<std::size_t>(t) * dim, dim, y.data() + i * dim);
   }
-  return y;
 }
 
 void Embedding::initialize(std::uint64_t seed, const std::string& prefix) {

@@ -30,6 +30,25 @@ Container uninitialized(const typename Container::shape_type& shape) {
   return c;
 }
 
+/// Gives `buffer` the shape `shape`, allocating (uninitialized) only when its shape differs:
+/// how the traces and workspaces of the training step keep their storage from one step to the
+/// next (a fresh buffer costs its page faults, about as much as the GEMM that fills it here).
+template <class Container>
+Container& shape_buffer(Container& buffer, const typename Container::shape_type& shape) {
+  if (buffer.shape() != shape) buffer = uninitialized<Container>(shape);
+  return buffer;
+}
+
+/// Below this many floats a compute-bound loop of the models (LayerNorm, the loss, Adam: double
+/// arithmetic, exp, sqrt) runs on one thread: waking OpenMP's team costs more. Memory-bound
+/// loops (copies, adds, ReLU, column sums) stay on one thread at every size: on our two shared
+/// cores a second thread gained them little and a parallel region's barrier waits for a thread
+/// the other builds have descheduled (results/training-speed/README.md).
+inline constexpr std::size_t kParallelFloats = 1 << 15;
+
+/// out[i] = a[i] + b[i] for i < size (out may be a or b): the residual adds.
+void add(const float* a, const float* b, float* out, std::size_t size);
+
 /// y[rows, out] = x[rows, in] · w[out, in]^T + b[out] (b may be null), all row-major with leading
 /// dimensions ldx, ldw, ldy: one cblas_sgemm. The product behind every projection here.
 void affine(const float* x, std::size_t rows, std::size_t in, std::size_t ldx, const float* w,
@@ -46,6 +65,8 @@ class Linear {
 
   /// x [B, N, in] -> [B, N, out]. Throws Error when x's last axis is not `in`.
   Activations forward(const Activations& x) const;
+  /// The same into y (shaped by shape_buffer; y must not be x).
+  void forward(const Activations& x, Activations& y) const;
 
   /// PyTorch's default: W and b uniform in +-1/sqrt(in), from (seed, prefix + "weight"/"bias").
   void initialize(std::uint64_t seed, const std::string& prefix);
@@ -68,6 +89,9 @@ class LayerNorm {
   /// x [B, N, features] -> the same shape, normalised in x's own storage (pass an rvalue to
   /// spare a fresh buffer). Throws Error on a feature-size mismatch.
   Activations forward(Activations x) const;
+  /// The same into y (shaped by shape_buffer; y may be x): rows in parallel, each row computed
+  /// as forward(x) computes it, so the result is bitwise the same.
+  void forward(const Activations& x, Activations& y) const;
 
   /// weight 1, bias 0.
   void initialize();
@@ -90,6 +114,8 @@ class FeedForward {
   /// activations are never held for all B·N rows (128 MiB at the LRA size, B = 4, and a fresh
   /// buffer of that size costs as much in page faults as the GEMMs that fill it on our VM).
   Activations forward(const Activations& x) const;
+  /// The same into y (shaped by shape_buffer; y must not be x).
+  void forward(const Activations& x, Activations& y) const;
 
   /// Token rows per block of forward().
   static constexpr std::size_t kRowBlock = 512;
@@ -111,6 +137,8 @@ class Embedding {
 
   /// tokens [B, N] -> [B, N, dim]. Throws Error naming the first token outside [0, vocab).
   Activations forward(const Tokens& tokens) const;
+  /// The same into y (shaped by shape_buffer).
+  void forward(const Tokens& tokens, Activations& y) const;
 
   /// N(0, 1/dim) entries, so that the embedding scaled by sqrt(dim) has unit variance.
   void initialize(std::uint64_t seed, const std::string& prefix);

@@ -31,22 +31,33 @@ void masked_softmax(float* scores, std::size_t nk, const Mask& mask, std::size_t
 
 Tensor split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t heads,
                    std::size_t dk) {
+  Tensor t;
+  split_heads(y, batch, n, heads, dk, t);
+  return t;
+}
+
+void split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t heads,
+                 std::size_t dk, Tensor& t) {
   const std::size_t ld = heads * dk;
-  auto t = uninitialized<Tensor>({batch, heads, n, dk});
+  shape_buffer(t, {batch, heads, n, dk});
   for (std::size_t b = 0; b < batch; ++b)
     for (std::size_t h = 0; h < heads; ++h)
       for (std::size_t i = 0; i < n; ++i)
         std::copy_n(y + (b * n + i) * ld + h * dk, dk, &t(b, h, i, 0));
-  return t;
 }
 
 Activations merge_heads(const Tensor& t) {
+  Activations x;
+  merge_heads(t, x);
+  return x;
+}
+
+void merge_heads(const Tensor& t, Activations& x) {
   const std::size_t batch = t.shape()[0], heads = t.shape()[1], n = t.shape()[2], dk = t.shape()[3];
-  auto x = uninitialized<Activations>({batch, n, heads * dk});
+  shape_buffer(x, {batch, n, heads * dk});
   for (std::size_t b = 0; b < batch; ++b)
     for (std::size_t h = 0; h < heads; ++h)
       for (std::size_t i = 0; i < n; ++i) std::copy_n(&t(b, h, i, 0), dk, &x(b, i, h * dk));
-  return x;
 }
 
 MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
@@ -117,6 +128,14 @@ void MultiHeadAttention::check_input(const Activations& x, const char* what) con
 }
 
 QKV MultiHeadAttention::project(const Activations& query, const Activations& memory) const {
+  QKV out;
+  Matrix scratch;
+  project(query, memory, out, scratch);
+  return out;
+}
+
+void MultiHeadAttention::project(const Activations& query, const Activations& memory, QKV& out,
+                                 Matrix& y) const {
   check_input(query, "query");
   check_input(memory, "memory");
   if (query.shape()[0] != memory.shape()[0])
@@ -125,13 +144,15 @@ QKV MultiHeadAttention::project(const Activations& query, const Activations& mem
   const std::size_t d = d_model(), batch = query.shape()[0];
   // One product per block (with W_K = W_Q and memory = query, k is then bitwise q), into one
   // buffer reused by the three: a fresh one each costs page faults (milliseconds per MiB here).
-  auto y = uninitialized<Matrix>({batch * std::max(query.shape()[1], memory.shape()[1]), d});
-  auto block = [&](const Activations& x, std::size_t which) {
+  shape_buffer(y, {batch * std::max(query.shape()[1], memory.shape()[1]), d});
+  auto block = [&](const Activations& x, std::size_t which, Tensor& heads) {
     affine(x.data(), batch * x.shape()[1], d, d, in_proj_weight.data() + which * d * d, d, d,
            in_proj_bias.data() + which * d, y.data(), d);
-    return split_heads(y.data(), batch, x.shape()[1], heads_, head_dim());
+    split_heads(y.data(), batch, x.shape()[1], heads_, head_dim(), heads);
   };
-  return {block(query, 0), block(memory, 1), block(memory, 2)};
+  block(query, 0, out.q);
+  block(memory, 1, out.k);
+  block(memory, 2, out.v);
 }
 
 Activations MultiHeadAttention::forward(const Activations& x, const Mask& mask) const {

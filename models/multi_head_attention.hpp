@@ -78,6 +78,10 @@ class MultiHeadAttention {
 
   /// The heads' inputs: q [B, H, Nq, d_k] from `query`, k and v [B, H, Nk, d_k] from `memory`.
   QKV project(const Activations& query, const Activations& memory) const;
+  /// The same into `out` and the projection rows `scratch` [B·max(Nq, Nk), d_model], both shaped
+  /// by shape_buffer: a training step reuses them.
+  void project(const Activations& query, const Activations& memory, QKV& out,
+               Matrix& scratch) const;
 
   /// softmax(q k^T · scale) under `mask`, dense [B, H, Nq, Nk]: what exact attention weighs the
   /// values with (whatever the core is), for analysis. O(B·H·Nq·Nk) memory. A row that sees no
@@ -123,9 +127,14 @@ class MultiHeadAttention {
 /// consecutive columns.
 Tensor split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t heads,
                    std::size_t dk);
+/// The same into `out` (shaped by shape_buffer).
+void split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t heads,
+                 std::size_t dk, Tensor& out);
 
 /// Heads [B, H, N, dk] concatenated back into [B, N, H·dk].
 Activations merge_heads(const Tensor& t);
+/// The same into `out` (shaped by shape_buffer).
+void merge_heads(const Tensor& t, Activations& out);
 
 /// softmax(q k^T · scale) under `mask` for q [B, H, Nq, Dk], k [B, H, Nk, Dk]: the dense
 /// [B, H, Nq, Nk] probabilities exact attention weighs the values with (rows that see no key are

@@ -1,6 +1,9 @@
 #include "models/optimizer.hpp"
 
 #include <cmath>
+#include <cstddef>
+
+#include "models/layers.hpp"
 
 #include "attnlab/error.hpp"
 
@@ -59,8 +62,12 @@ void Adam::step(const Parameters& params, const Parameters& grads) {
     if (p.name != g.name || p.shape != g.shape)
       throw Error("adam: parameter " + std::to_string(i) + " is '" + p.name +
                   "' but its gradient is '" + g.name + "' (or of another shape)");
+    const float* data = g.data;
+    bool finite = true;  // a branch-free test first, so that the common case vectorises
+    for (std::size_t j = 0; j < g.size(); ++j) finite &= std::isfinite(data[j]);
+    if (finite) continue;
     for (std::size_t j = 0; j < g.size(); ++j)
-      if (!std::isfinite(g.data[j]))
+      if (!std::isfinite(data[j]))
         throw Error("adam: gradient of '" + g.name + "' has a non-finite entry at " +
                     std::to_string(j));
   }
@@ -76,7 +83,10 @@ void Adam::step(const Parameters& params, const Parameters& grads) {
     const float* g = grads[i].data;
     float* m = m_[i].data();
     float* v = v_[i].data();
-    for (std::size_t j = 0; j < params[i].size(); ++j) {
+    const auto size = static_cast<std::ptrdiff_t>(params[i].size());
+    // Element-wise, so bitwise the same on any number of threads.
+#pragma omp parallel for schedule(static) if (size > std::ptrdiff_t(kParallelFloats))
+    for (std::ptrdiff_t j = 0; j < size; ++j) {
       w[j] *= decay;
       m[j] = static_cast<float>(b1 * m[j] + (1.0 - b1) * g[j]);
       v[j] = static_cast<float>(b2 * v[j] + (1.0 - b2) * double(g[j]) * g[j]);

@@ -25,11 +25,7 @@ constexpr Switch kSwitches[] = {
     {"tied-qk", &LayerConfig::tied_qk, true},       {"no-final-norm", &LayerConfig::final_norm, false},
 };
 
-void add_into(Activations& y, const Activations& x) {
-  float* out = y.data();
-  const float* in = x.data();
-  for (std::size_t i = 0; i < y.size(); ++i) out[i] += in[i];
-}
+void add_into(Activations& y, const Activations& x) { add(y.data(), x.data(), y.data(), y.size()); }
 
 // One residual sublayer: x + f(LN(x)) under pre-LN, LN(x + f(x)) under post-LN, without the
 // parts that are switched off.
@@ -334,15 +330,22 @@ EncoderModel::EncoderModel(const ModelConfig& config, bool initialise)
 }
 
 Activations EncoderModel::embed(const Tokens& tokens) const {
-  Activations x = embedding.forward(tokens);
+  Activations x;
+  Matrix positions;
+  embed(tokens, x, positions);
+  return x;
+}
+
+void EncoderModel::embed(const Tokens& tokens, Activations& x, Matrix& positions) const {
+  embedding.forward(tokens, x);
   const std::size_t n = tokens.shape()[1], d = config_.layer.d_model;
-  const Matrix pe = sinusoidal_positions(n, d);
+  if (positions.shape() != Matrix::shape_type{n, d}) positions = sinusoidal_positions(n, d);
   const float scale = static_cast<float>(std::sqrt(static_cast<double>(d)));
+  const float* pe = positions.data();
   for (std::size_t b = 0; b < tokens.shape()[0]; ++b) {
     float* row = &x(b, 0, 0);
-    for (std::size_t i = 0; i < n * d; ++i) row[i] = row[i] * scale + pe.data()[i];
+    for (std::size_t i = 0; i < n * d; ++i) row[i] = row[i] * scale + pe[i];
   }
-  return x;
 }
 
 Activations EncoderModel::forward(const Tokens& tokens, const Mask& mask,

@@ -237,6 +237,9 @@ class EncoderModel {
 
   /// tokens [B, N] -> embedding(tokens) · sqrt(d_model) + PE[:N] [B, N, d_model].
   Activations embed(const Tokens& tokens) const;
+  /// The same into x (shaped by shape_buffer), with the positional encoding kept in `positions`
+  /// (recomputed only when N or d_model changes): what a training step's trace reuses.
+  void embed(const Tokens& tokens, Activations& x, Matrix& positions) const;
 
   /// tokens [B, N] -> the encoder's output [B, N, d_model].
   Activations forward(const Tokens& tokens, const Mask& mask = {},

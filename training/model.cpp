@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <utility>
+#include <vector>
 
 #include "attnlab/error.hpp"
 #include "models/backward.hpp"
@@ -11,10 +13,11 @@
 namespace attnlab::training {
 namespace {
 
-// Mean of x [B, N, d] over each item's first lengths[b] positions -> [B, 1, d].
-models::Activations mean_pool(const models::Activations& x, const std::vector<std::int64_t>& lengths) {
+// Mean of x [B, N, d] over each item's first lengths[b] positions -> pooled [B, 1, d].
+void mean_pool(const models::Activations& x, const std::vector<std::int64_t>& lengths,
+               models::Activations& pooled) {
   const std::size_t batch = x.shape()[0], n = x.shape()[1], d = x.shape()[2];
-  models::Activations pooled = models::Activations::from_shape({batch, 1, d});
+  models::shape_buffer(pooled, {batch, 1, d});
   pooled.fill(0.0f);
   for (std::size_t b = 0; b < batch; ++b) {
     const auto len = static_cast<std::size_t>(lengths[b]);
@@ -23,21 +26,19 @@ models::Activations mean_pool(const models::Activations& x, const std::vector<st
       for (std::size_t c = 0; c < d; ++c) out[c] += x.data()[(b * n + i) * d + c];
     for (std::size_t c = 0; c < d; ++c) out[c] /= static_cast<float>(len);
   }
-  return pooled;
 }
 
 // Its backward: each unpadded position gets dpooled / length, padded ones 0.
-models::Activations mean_pool_backward(const models::Activations& dpooled, std::size_t n,
-                                       const std::vector<std::int64_t>& lengths) {
+void mean_pool_backward(const models::Activations& dpooled, std::size_t n,
+                        const std::vector<std::int64_t>& lengths, models::Activations& dx) {
   const std::size_t batch = dpooled.shape()[0], d = dpooled.shape()[2];
-  models::Activations dx = models::Activations::from_shape({batch, n, d});
+  models::shape_buffer(dx, {batch, n, d});
   dx.fill(0.0f);
   for (std::size_t b = 0; b < batch; ++b) {
     const auto len = static_cast<std::size_t>(lengths[b]);
     for (std::size_t i = 0; i < len; ++i)
       for (std::size_t c = 0; c < d; ++c) dx(b, i, c) = dpooled(b, 0, c) / static_cast<float>(len);
   }
-  return dx;
 }
 
 const std::int64_t* targets_of(const Batch& batch, const models::Activations& logits) {
@@ -70,8 +71,14 @@ Score cross_entropy(const float* logits, const std::int64_t* targets, std::size_
   }
   if (dlogits) std::fill_n(dlogits, rows * classes, 0.0f);
   if (s.count == 0) return s;
-  double total = 0;
-  for (std::size_t r = 0; r < rows; ++r) {
+  // Rows in parallel, each row's loss kept and summed in row order after.
+  std::vector<double> row_loss(rows, 0.0);
+  std::size_t correct = 0;
+  const auto n_rows = static_cast<std::ptrdiff_t>(rows);
+#pragma omp parallel for schedule(static) reduction(+ : correct) \
+    if (rows * classes > models::kParallelFloats)
+  for (std::ptrdiff_t row = 0; row < n_rows; ++row) {
+    const auto r = static_cast<std::size_t>(row);
     if (targets[r] == kNoTarget) continue;
     const float* z = logits + r * classes;
     const auto best = static_cast<std::size_t>(std::max_element(z, z + classes) - z);
@@ -79,13 +86,17 @@ Score cross_entropy(const float* logits, const std::int64_t* targets, std::size_
     for (std::size_t c = 0; c < classes; ++c) lse += std::exp(double(z[c]) - double(z[best]));
     lse = std::log(lse) + double(z[best]);
     const auto t = static_cast<std::size_t>(targets[r]);
-    total += lse - double(z[t]);
-    s.correct += best == t;
+    row_loss[r] = lse - double(z[t]);
+    correct += best == t;
     if (!dlogits) continue;
     float* dz = dlogits + r * classes;
     for (std::size_t c = 0; c < classes; ++c)
       dz[c] = static_cast<float>((std::exp(double(z[c]) - lse) - double(c == t)) / double(s.count));
   }
+  double total = 0;
+  for (std::size_t r = 0; r < rows; ++r)
+    if (targets[r] != kNoTarget) total += row_loss[r];
+  s.correct = correct;
   s.loss = total / double(s.count);
   return s;
 }
@@ -127,7 +138,10 @@ void TaskModel::load(const std::string& dir) {
 
 models::Activations TaskModel::logits(const Batch& batch) const {
   const models::Activations hidden = body.forward(batch.tokens, mask(batch));
-  return head.forward(output_ == Output::per_token ? hidden : mean_pool(hidden, batch.lengths));
+  if (output_ == Output::per_token) return head.forward(hidden);
+  models::Activations pooled;
+  mean_pool(hidden, batch.lengths, pooled);
+  return head.forward(pooled);
 }
 
 TaskModel zero_like(const TaskModel& model) {
@@ -137,19 +151,25 @@ TaskModel zero_like(const TaskModel& model) {
 }
 
 Score loss_and_gradients(const TaskModel& model, const Batch& batch, TaskModel& grad) {
-  models::ModelTrace trace;
-  const models::Activations hidden = models::forward(model.body, batch.tokens, model.mask(batch), trace);
+  StepWorkspace workspace;
+  return loss_and_gradients(model, batch, grad, workspace);
+}
+
+Score loss_and_gradients(const TaskModel& model, const Batch& batch, TaskModel& grad,
+                         StepWorkspace& w) {
+  const models::Activations& hidden =
+      models::forward(model.body, batch.tokens, model.mask(batch), w.trace);
   const bool per_token = model.output() == Output::per_token;
-  const models::Activations features = per_token ? hidden : mean_pool(hidden, batch.lengths);
-  const models::Activations logits = model.head.forward(features);
-  models::Activations dlogits = models::Activations::from_shape(logits.shape());
-  const std::size_t classes = logits.shape()[2];
-  const Score score = cross_entropy(logits.data(), targets_of(batch, logits),
-                                    logits.size() / classes, classes, dlogits.data());
-  const models::Activations dfeatures = models::backward(model.head, features, dlogits, grad.head);
-  models::backward(model.body, trace,
-                   per_token ? dfeatures : mean_pool_backward(dfeatures, hidden.shape()[1], batch.lengths),
-                   grad.body);
+  if (!per_token) mean_pool(hidden, batch.lengths, w.pooled);
+  const models::Activations& features = per_token ? hidden : w.pooled;
+  model.head.forward(features, w.logits);
+  models::shape_buffer(w.dlogits, w.logits.shape());
+  const std::size_t classes = w.logits.shape()[2];
+  const Score score = cross_entropy(w.logits.data(), targets_of(batch, w.logits),
+                                    w.logits.size() / classes, classes, w.dlogits.data());
+  models::backward(model.head, features, w.dlogits, grad.head, w.dfeatures);
+  if (!per_token) mean_pool_backward(w.dfeatures, hidden.shape()[1], batch.lengths, w.dhidden);
+  models::backward(model.body, w.trace, per_token ? w.dfeatures : w.dhidden, grad.body);
   return score;
 }
 

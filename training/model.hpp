@@ -16,6 +16,7 @@
 #include <numbers>
 
 #include "attnlab/mask.hpp"
+#include "models/backward.hpp"
 #include "models/transformer.hpp"
 #include "training/tasks.hpp"
 
@@ -38,7 +39,8 @@ struct Score {
 /// Cross-entropy of logits [rows, classes] (row-major) against targets[rows] in [0, classes) or
 /// kNoTarget (not scored), log-sum-exp in double. When dlogits is not null it receives
 /// d(loss)/d(logits) of the mean loss: (softmax - onehot) / count on scored rows, 0 elsewhere.
-/// Throws Error naming the first target outside [0, classes).
+/// Rows in parallel; the loss is summed over the rows in order, so bitwise as one thread. Throws
+/// Error naming the first target outside [0, classes).
 Score cross_entropy(const float* logits, const std::int64_t* targets, std::size_t rows,
                     std::size_t classes, float* dlogits);
 
@@ -87,9 +89,24 @@ class TaskModel {
 /// A copy of `model` with every parameter zero: the gradient accumulator of loss_and_gradients.
 TaskModel zero_like(const TaskModel& model);
 
+/// The buffers of a training step: the model's trace (models/backward.hpp) and the head's
+/// input, logits and their gradients. Kept from one step to the next (the Trainer owns one), a
+/// step after the first allocates nothing large.
+struct StepWorkspace {
+  models::ModelTrace trace;       ///< the body's activations and gradient buffers
+  models::Activations pooled;     ///< per-sequence: the mean-pooled features
+  models::Activations logits;     ///< the head's output
+  models::Activations dlogits;    ///< d(loss)/d(logits)
+  models::Activations dfeatures;  ///< d(loss)/d(the head's input)
+  models::Activations dhidden;    ///< per-sequence: d(loss)/d(the body's output)
+};
+
 /// The batch's score, and the gradient of its mean loss added into `grad` (zero_like's shape).
 /// The attention cores' backward may throw Unsupported.
 Score loss_and_gradients(const TaskModel& model, const Batch& batch, TaskModel& grad);
+/// The same in `workspace`'s buffers.
+Score loss_and_gradients(const TaskModel& model, const Batch& batch, TaskModel& grad,
+                         StepWorkspace& workspace);
 
 /// The batch's score without gradients.
 Score evaluate(const TaskModel& model, const Batch& batch);

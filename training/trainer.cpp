@@ -102,7 +102,10 @@ double TrainConfig::memory_bytes() const {
   const double parameters = model.parameter_count() + (d + 1) * classes;
   const double tokens = double(batch) * double(n);
   const double logits = (task_->output() == Output::per_token ? tokens : double(batch)) * classes;
-  const double activations = double(layers) * tokens * (10 * d + double(ffn)) + 2 * logits;
+  // Per layer its trace (activations and the gradient buffers it keeps), then the one set of
+  // backward scratch the layers share (models/backward.hpp).
+  const double activations = double(layers) * tokens * (20 * d + double(ffn)) +
+                             tokens * (12 * d + double(ffn)) + 2 * logits;
   const double held_out = 2.0 * double(eval_size) * double(n) * sizeof(std::int64_t);
   return 4 * (4 * parameters + activations) + held_out;
 }
@@ -139,7 +142,7 @@ Score Trainer::step(StepTimes* times) {
   start = Clock::now();
   auto params = model_.parameters(), grads = grad_.parameters();
   models::zero_gradients(grads);
-  const Score score = loss_and_gradients(model_, batch, grad_);
+  const Score score = loss_and_gradients(model_, batch, grad_, workspace_);
   if (times) times->gradients += since(start);
   start = Clock::now();
   adam_.step(params, grads);
@@ -279,6 +282,7 @@ StepSplit measure_split(const Trainer& trainer, std::size_t rounds) {
   const TrainConfig& c = trainer.config();
   TaskModel model = trainer.model();
   TaskModel grad = zero_like(model);
+  StepWorkspace workspace;
   models::Adam adam(c.adam);
   const Batch batch = trainer.task().batch(c.batch, data_seed(c.seed, 3, 0));
   const Mask mask = model.mask(batch);
@@ -305,12 +309,14 @@ StepSplit measure_split(const Trainer& trainer, std::size_t rounds) {
   gemms.emplace_back(trainer.task().output() == Output::per_token ? rows : c.batch, d,
                      trainer.task().classes());
 
+  // One untimed step first: the workspace's buffers are allocated then, as in a run's first step.
+  loss_and_gradients(model, batch, grad, workspace);
   std::vector<double> step_s, attention_s, gemm_s;
   for (std::size_t r = 0; r < rounds; ++r) {
     auto start = Clock::now();
     auto params = model.parameters(), grads = grad.parameters();
     models::zero_gradients(grads);
-    loss_and_gradients(model, batch, grad);
+    loss_and_gradients(model, batch, grad, workspace);
     adam.step(params, grads);
     step_s.push_back(since(start));
     start = Clock::now();

@@ -70,8 +70,9 @@ struct TrainConfig {
   void validate() const;
 
   /// A lower bound of the bytes a run needs: four copies of the parameters (weights, gradients,
-  /// Adam's two moments), what one step keeps for its backward (per layer about 10 · d_model +
-  /// ffn floats a token, the head's logits) and the held-out set's tokens. An attention core's
+  /// Adam's two moments), the step's workspace (per layer about 20 · d_model + ffn floats a
+  /// token, kept from step to step, one backward scratch of 12 · d_model + ffn floats a token,
+  /// the head's logits and their gradient) and the held-out set's tokens. An attention core's
   /// own scratch comes on top.
   double memory_bytes() const;
 
@@ -130,6 +131,7 @@ class Trainer {
   TrainConfig config_;
   std::unique_ptr<Task> task_;
   TaskModel model_, grad_;
+  StepWorkspace workspace_;  // the step's buffers, reused from one step to the next
   models::Adam adam_;
   std::vector<Batch> eval_;
 };
@@ -143,7 +145,7 @@ struct StepSplit {
 };
 
 /// Measures a StepSplit at the trainer's config on copies of its model (the trainer does not
-/// change): `rounds` rounds of (one step, the attention calls alone, the GEMMs alone),
+/// change), the steps in one StepWorkspace as Trainer::step runs them: `rounds` rounds of (one step, the attention calls alone, the GEMMs alone),
 /// alternated so that a shared machine's drift hits all three alike; medians.
 StepSplit measure_split(const Trainer& trainer, std::size_t rounds);
 
