@@ -310,6 +310,58 @@ TEST_CASE("scan variants' backward against finite differences and torch", "[line
                          e.what + " d" + e.names[i] + " vs torch");
 }
 
+TEST_CASE("the sum rule's chunked backward across chunk edges, padding and strong decay",
+          "[linear-family]") {
+  // The sum rule's backward runs per chunk as matrix products (linear_scan.cpp chunk_backward):
+  // N below, at, one past and across chunks of 64, odd N, key lengths that end inside a chunk
+  // or leave whole chunks of padding, decay from none to strong, against central differences
+  // of the fp64 recurrence.
+  struct Case {
+    std::size_t n, length;
+    double g_lo, g_hi;
+  };
+  const Case cases[] = {{1, 1, -1, 0},      {63, 63, -0.5, 0},  {64, 64, -1, 0},
+                        {65, 65, -8, -4},   {129, 129, -2, 0},  {131, 70, -0.3, 0},
+                        {130, 60, -8, -4},  {128, 64, -1e-3, 0}};
+  for (const char* spec : {"gla", "retnet"}) {
+    for (const Case& c : cases) {
+      for (const bool causal : {true, false}) {
+        const auto a = make_scan(spec);
+        INFO(spec << " N=" << c.n << " length " << c.length << " g in [" << c.g_lo << ", "
+                  << c.g_hi << "]" << (causal ? " causal" : " non-causal"));
+        const std::size_t B = 1, H = 1, dk = 3, dv = 2, nq = causal ? c.n : 3;
+        const Tensor q = random_tensor(B, H, nq, dk, 41 + c.n),
+                     k = random_tensor(B, H, c.n, dk, 42 + c.n),
+                     v = random_tensor(B, H, c.n, dv, 43 + c.n),
+                     d_out = random_tensor(B, H, nq, dv, 44 + c.n);
+        const TokenTensor g = uniform_tokens(B, H, c.n, c.g_lo, c.g_hi, 45 + c.n);
+        const bool with_g = a->support().log_decay;
+        const TokenInputs in{with_g ? &g : nullptr, nullptr};
+        Mask mask;
+        if (causal) mask.causal = Causal::top_left;
+        mask.key_lengths = {std::int64_t(c.length)};
+        Tensor out;
+        Saved saved;
+        a->forward(q, k, v, mask, in, out, saved);
+        AllGradients grads;
+        a->backward(q, k, v, mask, in, out, d_out, saved, grads);
+        std::vector<xt::xarray<double>> ours = {xt::cast<double>(grads.qkv.dq),
+                                                xt::cast<double>(grads.qkv.dk),
+                                                xt::cast<double>(grads.qkv.dv)};
+        if (with_g) ours.push_back(xt::cast<double>(grads.d_log_decay));
+        const Recurrence ref = recurrence_of(*a, mask, dk, H);
+        const Arrays64 fd = test::central_differences(
+            [&](const Arrays64& x) { return ref(x, with_g, false); }, inputs64(q, k, v, in),
+            xt::cast<double>(d_out));
+        const char* names[] = {"q", "k", "v", "g"};
+        // fp32 against fp64 differences: rounding of up to ~130 terms per entry.
+        for (std::size_t i = 0; i < ours.size(); ++i)
+          require_close_grad(ours[i], fd[i], 1e-4, 2e-5, std::string(spec) + " d" + names[i]);
+      }
+    }
+  }
+}
+
 TEST_CASE("scan variants stay finite on extreme inputs", "[linear-family][numerics]") {
   // log-decay down to -1e4 per step (every exponent the kernels take is a difference <= 0),
   // beta at 0 and 1, keys of norm ~1e3 (normalised as DeltaNet does; retnet and gla do not

@@ -144,7 +144,7 @@ class LinearState {
   LinearConfig config_;
   FeatureMap map_;
   std::size_t batch_, heads_, dv_, position_ = 0;
-  std::vector<float> memory_;  // per head: [S | z] [Dphi x (Dv + 1)] (sum) or W^T [Dphi x Dv]
+  std::vector<float> memory_;  // per head: S [Dphi x Dv], then z [Dphi] (sum) or W^T (delta)
   std::vector<float> c_;       // per head: favor's key stabiliser (sum rule)
   std::vector<float> fq_, fk_; // one row of features each
 };
