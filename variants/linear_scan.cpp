@@ -500,10 +500,8 @@ void prepare_rows(const float* x, std::size_t rows, std::size_t dim, bool normal
   for (std::size_t i = 0; i < rows; ++i) {
     const float* row = x + i * dim;
     float f = scale;
-    if (normalise) {
-      double sq = 0.0;
-      for (std::size_t c = 0; c < dim; ++c) sq += double(row[c]) * row[c];
-      norms[i] = static_cast<float>(std::sqrt(sq + kNormEps));
+    if (normalise) {  // float partial sums: a float64 chain cost 15 % of the delta forward
+      norms[i] = std::sqrt(scan::dot(row, row, dim) + kNormEps);
       f = scale / norms[i];
     }
     for (std::size_t c = 0; c < dim; ++c) out[i * dim + c] = f * row[c];
