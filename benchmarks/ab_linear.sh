@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Linear attention and the scan engine's sum-rule clients against an earlier build (e.g. main
-# before the engine carried the key sum and had a chunked sum-rule backward), in alternating
+# Linear attention and the scan engine's clients against an earlier build (e.g. main before the
+# engine carried the key sum and had a chunked backward), in alternating
 # rounds so that the shared machine's load hits both alike: each round runs, for every case
 # below, the earlier build's benchmark and then this build's, on one thread (OMP_NUM_THREADS=1:
 # the CPU time of the calling thread is then the whole cost of a call, which the scheduler of
@@ -20,7 +20,9 @@ cases=("linear-4096 bench_linear ^BM_linear/N:4096/causal:0/"
        "linear-fwd-bwd-4096 bench_backward ^BM_variant_backward/linear/N:4096/"
        "gla-fwd-4096 bench_linear_family ^BM_forward/gla/N:4096/"
        "gla-bwd-4096 bench_linear_family ^BM_backward/gla/N:4096/"
-       "retnet-bwd-4096 bench_linear_family ^BM_backward/retnet/N:4096/")
+       "retnet-bwd-4096 bench_linear_family ^BM_backward/retnet/N:4096/"
+       "delta-fwd-4096 bench_linear_family ^BM_forward/delta/N:4096/"
+       "delta-bwd-4096 bench_linear_family ^BM_backward/delta/N:4096/")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)

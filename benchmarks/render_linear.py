@@ -176,7 +176,8 @@ if one.exists():
 ab = out / "before_after.json"
 if ab.exists():
     a = json.loads(ab.read_text())
-    print(f"\n## Before and after the engine carried the key sum (`before_after.json`)\n")
+    print("\n## Before and after the engine carried the key sum and had a chunked backward "
+          "(`before_after.json`)\n")
     print(f"`benchmarks/ab_linear.sh`: the build of {a['old_commit']} (before) and of "
           f"{a['new_commit']} (after) run in alternating rounds ({a['cpu']}, "
           f"OMP_NUM_THREADS={a['omp_num_threads']}, OPENBLAS_CORETYPE {a['openblas_coretype_env']} "
@@ -201,7 +202,8 @@ if ab.exists():
                   f"{len(ratios)} |")
     print("\nlinear-* rows: `bench_linear` (elu1 sum rule); linear-fwd-bwd: `bench_backward`'s "
           "BM_variant_backward (non-causal; its forward_ms and backward_ms counters are real "
-          "time, the others CPU time); gla, retnet: `bench_linear_family` (causal, with g).")
+          "time, the others CPU time); gla, retnet, delta: `bench_linear_family` (causal; g and "
+          "beta where taken).")
 
 notes = out / "notes.md"
 if notes.exists():

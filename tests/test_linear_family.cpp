@@ -310,12 +310,13 @@ TEST_CASE("scan variants' backward against finite differences and torch", "[line
                          e.what + " d" + e.names[i] + " vs torch");
 }
 
-TEST_CASE("the sum rule's chunked backward across chunk edges, padding and strong decay",
+TEST_CASE("the chunked backward across chunk edges, padding, strong decay and beta 0 and 1",
           "[linear-family]") {
-  // The sum rule's backward runs per chunk as matrix products (linear_scan.cpp chunk_backward):
-  // N below, at, one past and across chunks of 64, odd N, key lengths that end inside a chunk
-  // or leave whole chunks of padding, decay from none to strong, against central differences
-  // of the fp64 recurrence.
+  // The backward runs per chunk as matrix products (linear_scan.cpp chunk_backward, and
+  // delta_backward for the delta rule's WY form): N below, at, one past and across chunks of
+  // 64, odd N, key lengths that end inside a chunk or leave whole chunks of padding, decay from
+  // none to strong, beta with exact 0s and 1s, against central differences of the fp64
+  // recurrence.
   struct Case {
     std::size_t n, length;
     double g_lo, g_hi;
@@ -323,7 +324,7 @@ TEST_CASE("the sum rule's chunked backward across chunk edges, padding and stron
   const Case cases[] = {{1, 1, -1, 0},      {63, 63, -0.5, 0},  {64, 64, -1, 0},
                         {65, 65, -8, -4},   {129, 129, -2, 0},  {131, 70, -0.3, 0},
                         {130, 60, -8, -4},  {128, 64, -1e-3, 0}};
-  for (const char* spec : {"gla", "retnet"}) {
+  for (const char* spec : {"gla", "retnet", "delta:beta=0.8", "gated-delta"}) {
     for (const Case& c : cases) {
       for (const bool causal : {true, false}) {
         const auto a = make_scan(spec);
@@ -335,8 +336,10 @@ TEST_CASE("the sum rule's chunked backward across chunk edges, padding and stron
                      v = random_tensor(B, H, c.n, dv, 43 + c.n),
                      d_out = random_tensor(B, H, nq, dv, 44 + c.n);
         const TokenTensor g = uniform_tokens(B, H, c.n, c.g_lo, c.g_hi, 45 + c.n);
-        const bool with_g = a->support().log_decay;
-        const TokenInputs in{with_g ? &g : nullptr, nullptr};
+        TokenTensor beta = uniform_tokens(B, H, c.n, 0, 1, 46 + c.n);
+        for (std::size_t t = 0; t < c.n; t += 5) beta(0, 0, t) = float(t % 10 == 0);
+        const bool with_g = a->support().log_decay, with_beta = a->support().beta;
+        const TokenInputs in{with_g ? &g : nullptr, with_beta ? &beta : nullptr};
         Mask mask;
         if (causal) mask.causal = Causal::top_left;
         mask.key_lengths = {std::int64_t(c.length)};
@@ -348,12 +351,13 @@ TEST_CASE("the sum rule's chunked backward across chunk edges, padding and stron
         std::vector<xt::xarray<double>> ours = {xt::cast<double>(grads.qkv.dq),
                                                 xt::cast<double>(grads.qkv.dk),
                                                 xt::cast<double>(grads.qkv.dv)};
-        if (with_g) ours.push_back(xt::cast<double>(grads.d_log_decay));
+        std::vector<std::string> names = {"q", "k", "v"};
+        if (with_g) ours.push_back(xt::cast<double>(grads.d_log_decay)), names.push_back("g");
+        if (with_beta) ours.push_back(xt::cast<double>(grads.d_beta)), names.push_back("beta");
         const Recurrence ref = recurrence_of(*a, mask, dk, H);
         const Arrays64 fd = test::central_differences(
-            [&](const Arrays64& x) { return ref(x, with_g, false); }, inputs64(q, k, v, in),
+            [&](const Arrays64& x) { return ref(x, with_g, with_beta); }, inputs64(q, k, v, in),
             xt::cast<double>(d_out));
-        const char* names[] = {"q", "k", "v", "g"};
         // fp32 against fp64 differences: rounding of up to ~130 terms per entry.
         for (std::size_t i = 0; i < ours.size(); ++i)
           require_close_grad(ours[i], fd[i], 1e-4, 2e-5, std::string(spec) + " d" + names[i]);

@@ -28,11 +28,11 @@ struct Chunk {
   std::size_t dk, dv;
   std::vector<double> b, db;              // cumulative log-decay within the chunk, its gradient
   std::vector<float> eb, tail, e;         // e^{b_i}, e^{b_last - b_j}, E_ij = e^{b_i - b_j}
-  std::vector<float> kt, kk, t, xk, xv, u, a, qd, kdt, vt, st, da;
+  std::vector<float> kt, kk, t, xk, xv, u, a, qd, kdt, vt, st, da, du, dr, pred, m;
   Chunk(std::size_t dk_, std::size_t dv_)
       : dk(dk_), dv(dv_), b(C), db(C), eb(C), tail(C), e(C * C), kt(dk * C), kk(C * C),
         t(C * C), xk(C * dk), xv(C * dv), u(C * dv), a(C * C), qd(C * dk), kdt(dk * C),
-        vt(dv * C), st(dv * dk), da(C * C) {}
+        vt(dv * C), st(dv * dk), da(C * C), du(C * dv), dr(C * dv), pred(C * dv), m(C * C) {}
 };
 
 constexpr double kLog2e = 1.4426950408889634;
@@ -80,6 +80,39 @@ void scale_rows(const float* x, const float* f, std::size_t rows, std::size_t di
     for (std::size_t c = 0; c < dim; ++c) out[i * dim + c] = f[i] * x[i * dim + c];
 }
 
+// The delta rule's pseudo-values U [kv x dv] of the chunk from t0 (into w.u), from the state
+// s before it; leaves T = (I + L)^{-1} in w.t and K K^T in w.kk. Needs decay_factors (when
+// decaying) and w.kt, the chunk's keys transposed.
+const float* pseudo_values(const Head& h, std::size_t t0, std::size_t kv, const float* s,
+                           Chunk& w) {
+  const std::size_t dk = w.dk, dv = w.dv;
+  const float* k = h.k + t0 * dk;
+  const float* v = h.v + t0 * dv;
+  const float* beta = h.beta + t0;
+  const bool decays = h.g != nullptr;
+  kernels::gemm_tile(kv, kv, dk, k, dk, w.kt.data(), C, w.kk.data(), C, false);
+  // T = (I + L)^{-1}, row by row (T_i = e_i - sum_{j<i} L_ij T_j, rows zero right of the
+  // diagonal), then X = T [diag(beta) V | diag(beta e^b) K] as two products, U = X_V - X_K S.
+  std::fill(w.t.begin(), w.t.end(), 0.0f);
+  for (std::size_t i = 0; i < kv; ++i) {
+    float* ti = &w.t[i * C];
+    for (std::size_t j = 0; j < i; ++j) {
+      const float l = beta[i] * (decays ? w.e[i * C + j] : 1.0f) * w.kk[i * C + j];
+      const float* tj = &w.t[j * C];
+      for (std::size_t c = 0; c <= j; ++c) ti[c] -= l * tj[c];
+    }
+    ti[i] = 1.0f;
+    const float eb = decays ? w.eb[i] : 1.0f;
+    for (std::size_t c = 0; c < dv; ++c) w.u[i * dv + c] = beta[i] * v[i * dv + c];
+    for (std::size_t r = 0; r < dk; ++r) w.qd[i * dk + r] = beta[i] * eb * k[i * dk + r];
+  }
+  kernels::gemm_tile(kv, dv, kv, w.t.data(), C, w.u.data(), dv, w.xv.data(), dv, false);
+  kernels::gemm_tile(kv, dk, kv, w.t.data(), C, w.qd.data(), dk, w.xk.data(), dk, false);
+  kernels::gemm_tile(kv, dv, dk, w.xk.data(), dk, s, dv, w.u.data(), dv, false);
+  for (std::size_t i = 0; i < kv * dv; ++i) w.u[i] = w.xv[i] - w.u[i];
+  return w.u.data();
+}
+
 // One chunk of `rows` tokens from t0, of which the first kv write: reads (causal, into out and,
 // when z is carried, den) and then advances s (and z) to the chunk's end.
 void chunk(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv, float* s, float* z,
@@ -90,32 +123,7 @@ void chunk(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv, floa
   const bool decays = h.g != nullptr;
   if (decays) decay_factors(h.g + t0, rows, kv, w);
   kernels::transpose(kv, dk, k, dk, w.kt.data(), C);
-  // The pseudo-values U.
-  const float* u = v;
-  if (h.beta && kv > 0) {
-    const float* beta = h.beta + t0;
-    kernels::gemm_tile(kv, kv, dk, k, dk, w.kt.data(), C, w.kk.data(), C, false);
-    // T = (I + L)^{-1}, row by row (T_i = e_i - sum_{j<i} L_ij T_j, rows zero right of the
-    // diagonal), then X = T [diag(beta) V | diag(beta e^b) K] as two products.
-    std::fill(w.t.begin(), w.t.end(), 0.0f);
-    for (std::size_t i = 0; i < kv; ++i) {
-      float* ti = &w.t[i * C];
-      for (std::size_t j = 0; j < i; ++j) {
-        const float l = beta[i] * (decays ? w.e[i * C + j] : 1.0f) * w.kk[i * C + j];
-        const float* tj = &w.t[j * C];
-        for (std::size_t c = 0; c <= j; ++c) ti[c] -= l * tj[c];
-      }
-      ti[i] = 1.0f;
-      const float eb = decays ? w.eb[i] : 1.0f;
-      for (std::size_t c = 0; c < dv; ++c) w.u[i * dv + c] = beta[i] * v[i * dv + c];
-      for (std::size_t r = 0; r < dk; ++r) w.qd[i * dk + r] = beta[i] * eb * k[i * dk + r];
-    }
-    kernels::gemm_tile(kv, dv, kv, w.t.data(), C, w.u.data(), dv, w.xv.data(), dv, false);
-    kernels::gemm_tile(kv, dk, kv, w.t.data(), C, w.qd.data(), dk, w.xk.data(), dk, false);
-    kernels::gemm_tile(kv, dv, dk, w.xk.data(), dk, s, dv, w.u.data(), dv, false);
-    for (std::size_t i = 0; i < kv * dv; ++i) w.u[i] = w.xv[i] - w.u[i];
-    u = w.u.data();
-  }
+  const float* u = h.beta && kv > 0 ? pseudo_values(h, t0, kv, s, w) : v;
   if (out) {  // O = diag(e^b) Q S_0 + (Q K^T ∘ E) U; den = diag(e^b) Q z_0 + (Q K^T ∘ E) 1
     const float* q = h.q + t0 * dk;
     const float* qd = q;
@@ -178,18 +186,85 @@ struct Grads {
   float *dq, *dk, *dv, *dg, *dbeta;
 };
 
-// The sum rule's gradients from one chunk, the forward's products in reverse (matrix products
-// per chunk). s0: the state before the chunk (S_0, then z_0). ds, dz: on entry the gradient of
-// the state after the chunk, on return of the one before it. Writes the chunk's rows of dk,
-// dv, dg and (causal) dq. With A = (Q K^T) ∘ E and dA = (dO V^T + d_den 1^T) ∘ mask:
-//   dV = A^T dO + diag(e^{b_C - b}) K dS, dK = (dA ∘ E)^T Q + diag(e^{b_C - b}) (V dS^T + 1 dz^T),
+// The delta rule's part of a chunk's backward, after chunk_backward has the gradient dU of its
+// pseudo-values in w.du (U = T R, R = diag(beta) (V - diag(e^b) K S_0), T = (I + L)^{-1}, L_ij =
+// beta_i E_ij k_i·k_j for j < i; pseudo_values left T and K K^T in w.t, w.kk):
+//   dR = T^T dU, dV = diag(beta) dR, dL = -(dR U^T) below the diagonal, M = dL ∘ diag(beta) E,
+//   dK += (M + M^T) K - diag(beta e^b) dR S_0^T, dS_0 -= (diag(beta e^b) K)^T dR,
+//   dbeta_i = dR_i·(v_i - e^{b_i} S_0^T k_i) + sum_j dL_ij E_ij k_i·k_j, db from E and e^b.
+void delta_backward(const Head& h, std::size_t t0, std::size_t kv, const float* s0, float* ds,
+                    const Grads& gr, Chunk& w) {
+  const std::size_t dk = w.dk, dv = w.dv;
+  const float* k = h.k + t0 * dk;
+  const float* v = h.v + t0 * dv;
+  const float* beta = h.beta + t0;
+  const bool decays = h.g != nullptr;
+  float* dkc = gr.dk + t0 * dk;
+  float* dvc = gr.dv + t0 * dv;
+  float* dr = w.dr.data();
+  kernels::gemm_tile_at(kv, dv, kv, w.t.data(), C, w.du.data(), dv, dr, dv, false);
+  // pred = diag(e^b) K S_0, what each key's write subtracts; then w.qd = -diag(beta e^b) K.
+  const float* ke = k;
+  if (decays) {
+    scale_rows(k, w.eb.data(), kv, dk, w.qd.data());
+    ke = w.qd.data();
+  }
+  kernels::gemm_tile(kv, dv, dk, ke, dk, s0, dv, w.pred.data(), dv, false);
+  for (std::size_t i = 0; i < kv; ++i) {
+    const float* dri = dr + i * dv;
+    if (gr.dbeta) gr.dbeta[t0 + i] = dot(dri, v + i * dv, dv) - dot(dri, &w.pred[i * dv], dv);
+    for (std::size_t c = 0; c < dv; ++c) dvc[i * dv + c] = beta[i] * dri[c];
+    const float f = -beta[i] * (decays ? w.eb[i] : 1.0f);
+    for (std::size_t r = 0; r < dk; ++r) w.qd[i * dk + r] = f * k[i * dk + r];
+  }
+  kernels::gemm_tile_at(dk, dv, kv, w.qd.data(), dk, dr, dv, ds, dv, true);
+  // dK through R: -diag(beta e^b) dR S_0^T; b_i enters R_i through e^{b_i}.
+  kernels::transpose(dk, dv, s0, dv, w.st.data(), dk);
+  kernels::gemm_tile(kv, dk, dv, dr, dv, w.st.data(), dk, w.xk.data(), dk, false);
+  for (std::size_t i = 0; i < kv; ++i) {
+    const float f = -beta[i] * (decays ? w.eb[i] : 1.0f);
+    float* row = &w.xk[i * dk];
+    for (std::size_t r = 0; r < dk; ++r) row[r] *= f;
+    if (gr.dg && decays) w.db[i] += dot(k + i * dk, row, dk);
+    for (std::size_t r = 0; r < dk; ++r) dkc[i * dk + r] += row[r];
+  }
+  // dL = -dR U^T below the diagonal, into M = dL ∘ diag(beta) E.
+  kernels::transpose(kv, dv, w.u.data(), dv, w.vt.data(), C);
+  kernels::gemm_tile(kv, kv, dv, dr, dv, w.vt.data(), C, w.m.data(), C, false);
+  for (std::size_t i = 0; i < kv; ++i) {
+    float* row = &w.m[i * C];
+    double along = 0.0;
+    for (std::size_t j = 0; j < i; ++j) {
+      const float dl = -row[j];
+      const float e = decays ? w.e[i * C + j] : 1.0f;
+      const double x = double(dl) * e * w.kk[i * C + j];  // dL_ij · L_ij / beta_i
+      along += x;
+      if (gr.dg && decays) {
+        w.db[i] += beta[i] * x;
+        w.db[j] -= beta[i] * x;
+      }
+      row[j] = dl * beta[i] * e;
+    }
+    std::fill(row + i, row + kv, 0.0f);
+    if (gr.dbeta) gr.dbeta[t0 + i] += static_cast<float>(along);
+  }
+  kernels::gemm_tile(kv, dk, kv, w.m.data(), C, k, dk, dkc, dk, true);
+  kernels::gemm_tile_at(kv, dk, kv, w.m.data(), C, k, dk, dkc, dk, true);
+}
+
+// One chunk's gradients, the forward's products in reverse (matrix products per chunk). s0:
+// the state before the chunk (S_0, then z_0). ds, dz: on entry the gradient of the state after
+// the chunk, on return of the one before it. Writes the chunk's rows of dk, dv, dg, dbeta and
+// (causal) dq. With U the values (sum rule) or pseudo-values (delta rule), A = (Q K^T) ∘ E and
+// dA = (dO U^T + d_den 1^T) ∘ mask:
+//   dU = A^T dO + diag(e^{b_C - b}) K dS, dK = (dA ∘ E)^T Q + diag(e^{b_C - b}) (U dS^T + 1 dz^T),
 //   dQ = diag(e^b) (dO S_0^T + d_den z_0^T) + (dA ∘ E) K, dS_0 = e^{b_C} dS + (diag(e^b) Q)^T dO,
 //   dz_0 = e^{b_C} dz + Q^T (e^b ∘ d_den); db from every e^{...} factor, dg its suffix sums.
+// The sum rule's dV is dU; the delta rule's comes from delta_backward.
 void chunk_backward(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv,
                     const float* s0, float* ds, float* dz, const Grads& gr, Chunk& w) {
   const std::size_t dk = w.dk, dv = w.dv;
   const float* k = h.k + t0 * dk;
-  const float* v = h.v + t0 * dv;
   const float* z0 = s0 + dk * dv;
   const bool decays = h.g != nullptr;
   if (decays) decay_factors(h.g + t0, rows, kv, w);
@@ -198,15 +273,20 @@ void chunk_backward(const Head& h, std::size_t t0, std::size_t rows, std::size_t
   float* dvc = gr.dv + t0 * dv;
   std::fill(dkc + kv * dk, dkc + rows * dk, 0.0f);  // padding writes nothing
   std::fill(dvc + kv * dv, dvc + rows * dv, 0.0f);
+  if (gr.dbeta) std::fill(gr.dbeta + t0 + kv, gr.dbeta + t0 + rows, 0.0f);
+  kernels::transpose(kv, dk, k, dk, w.kt.data(), C);
+  const bool delta = h.beta && kv > 0;
+  const float* u = delta ? pseudo_values(h, t0, kv, s0, w) : h.v + t0 * dv;
+  float* du = delta ? w.du.data() : dvc;
   if (kv > 0) {  // the writes into S_C and z_C
     const float* kd = k;
     if (decays) {
       scale_rows(k, w.tail.data(), kv, dk, w.qd.data());
       kd = w.qd.data();
     }
-    kernels::gemm_tile(kv, dv, dk, kd, dk, ds, dv, dvc, dv, false);
+    kernels::gemm_tile(kv, dv, dk, kd, dk, ds, dv, du, dv, false);
     kernels::transpose(dk, dv, ds, dv, w.st.data(), dk);
-    kernels::gemm_tile(kv, dk, dv, v, dv, w.st.data(), dk, dkc, dk, false);
+    kernels::gemm_tile(kv, dk, dv, u, dv, w.st.data(), dk, dkc, dk, false);
     for (std::size_t j = 0; j < kv; ++j) {
       float* row = dkc + j * dk;
       if (dz)
@@ -258,10 +338,9 @@ void chunk_backward(const Head& h, std::size_t t0, std::size_t rows, std::size_t
       for (std::size_t i = 0; i < rows; ++i)
         for (std::size_t r = 0; r < dk; ++r) dz[r] += d_den[i] * qd[i * dk + r];
     if (kv > 0) {
-      kernels::transpose(kv, dk, k, dk, w.kt.data(), C);
       kernels::gemm_tile(rows, kv, dk, q, dk, w.kt.data(), C, w.a.data(), C, false);
       causal_weights(w.a.data(), rows, kv, decays, w);
-      kernels::transpose(kv, dv, v, dv, w.vt.data(), C);
+      kernels::transpose(kv, dv, u, dv, w.vt.data(), C);
       kernels::gemm_tile(rows, kv, dv, d_out, dv, w.vt.data(), C, w.da.data(), C, false);
       if (d_den)
         for (std::size_t i = 0; i < rows; ++i)
@@ -274,101 +353,18 @@ void chunk_backward(const Head& h, std::size_t t0, std::size_t rows, std::size_t
             w.db[j] -= x;
           }
       causal_weights(w.da.data(), rows, kv, decays, w);
-      kernels::gemm_tile_at(kv, dv, rows, w.a.data(), C, d_out, dv, dvc, dv, true);
+      kernels::gemm_tile_at(kv, dv, rows, w.a.data(), C, d_out, dv, du, dv, true);
       kernels::gemm_tile(rows, dk, kv, w.da.data(), C, k, dk, dq, dk, true);
       kernels::gemm_tile_at(kv, dk, rows, w.da.data(), C, q, dk, dkc, dk, true);
     }
   }
+  if (delta) delta_backward(h, t0, kv, s0, ds, gr, w);
   if (gr.dg) {  // b_i = g_1 + ... + g_min(i, kv): dg_t is the suffix sum of db from t
     double acc = 0.0;
     for (std::size_t i = rows; i-- > 0;) {
       acc += w.db[i];
       gr.dg[t0 + i] = i < kv ? static_cast<float>(acc) : 0.0f;
     }
-  }
-}
-
-// Scratch of the token-by-token backward: the running state, the chunk's C states before
-// each token, and one token's temporaries.
-struct TokenScratch {
-  std::vector<float> s, states, p, st, u, pred, du;
-  TokenScratch(std::size_t dk, std::size_t dv)
-      : s(dk * dv), states(C * dk * dv), p(dk * dv), st(dk * dv), u(dv), pred(dv), du(dv) {}
-};
-
-// The delta rule's gradients from one chunk: the recurrence run backwards token by token from
-// the chunk's states, recomputed from its start s0. ds: as chunk_backward's (no z).
-void chunk_backward_tokens(const Head& h, std::size_t dk, std::size_t dv, std::size_t t0,
-                           std::size_t rows, const float* s0, float* ds, const Grads& gr,
-                           TokenScratch& w) {
-  const std::size_t pv = dk * dv;
-  std::copy_n(s0, pv, w.s.begin());
-  for (std::size_t i = 0; i < rows; ++i) {  // states[i] = S_{t-1} for t = t0 + i
-    std::copy(w.s.begin(), w.s.end(), w.states.begin() + i * pv);
-    const std::size_t t = t0 + i;
-    if (t < h.valid && i + 1 < rows)
-      step(w.s.data(), nullptr, nullptr, h.k + t * dk, h.v + t * dv, h.g ? h.g[t] : 0.0f,
-           h.beta ? h.beta + t : nullptr, dk, dv, nullptr, nullptr, w.u.data());
-  }
-  float* p = w.p.data();
-  float* u = w.u.data();
-  float* pred = w.pred.data();
-  float* du = w.du.data();
-  for (std::size_t i = rows; i-- > 0;) {
-    const std::size_t t = t0 + i;
-    const float* prev = &w.states[i * pv];
-    const bool writes = t < h.valid;
-    const float* k = h.k + t * dk;
-    const float* v = h.v + t * dv;
-    const float a = writes && h.g ? std::exp(h.g[t]) : 1.0f;
-    const float beta = writes && h.beta ? h.beta[t] : 1.0f;
-    if (writes) {  // P = a S_{t-1}, u, S_t = P + k u^T
-      for (std::size_t e = 0; e < pv; ++e) p[e] = a * prev[e];
-      if (h.beta) {
-        vec_mat(k, p, dk, dv, pred);
-        for (std::size_t e = 0; e < dv; ++e) u[e] = beta * (v[e] - pred[e]);
-      } else {
-        std::copy_n(v, dv, u);
-      }
-      std::copy(p, p + pv, w.st.begin());
-      rank1(w.st.data(), k, u, dk, dv);
-    }
-    if (h.causal) {  // the read out_t = S_t^T q_t
-      const float* state = writes ? w.st.data() : prev;
-      const float* g_out = gr.d_out + t * dv;
-      for (std::size_t r = 0; r < dk; ++r) gr.dq[t * dk + r] = dot(state + r * dv, g_out, dv);
-      rank1(ds, h.q + t * dk, g_out, dk, dv);
-    }
-    if (!writes) {
-      std::fill_n(gr.dk + t * dk, dk, 0.0f);
-      std::fill_n(gr.dv + t * dv, dv, 0.0f);
-      if (gr.dg) gr.dg[t] = 0.0f;
-      if (gr.dbeta) gr.dbeta[t] = 0.0f;
-      continue;
-    }
-    vec_mat(k, ds, dk, dv, du);  // du = dS^T k
-    float* dkt = gr.dk + t * dk;
-    for (std::size_t r = 0; r < dk; ++r) dkt[r] = dot(&ds[r * dv], u, dv);
-    if (h.beta) {
-      for (std::size_t e = 0; e < dv; ++e) gr.dv[t * dv + e] = beta * du[e];
-      if (gr.dbeta) {
-        float total = 0.0f;
-        for (std::size_t e = 0; e < dv; ++e) total += du[e] * (v[e] - pred[e]);
-        gr.dbeta[t] = total;
-      }
-      for (std::size_t e = 0; e < dv; ++e) du[e] *= -beta;  // dpred
-      for (std::size_t r = 0; r < dk; ++r) dkt[r] += dot(&p[r * dv], du, dv);
-      rank1(ds, k, du, dk, dv);  // dP = dS + k dpred^T
-    } else {
-      std::copy_n(du, dv, gr.dv + t * dv);
-    }
-    if (gr.dg) {
-      double total = 0.0;
-      for (std::size_t r = 0; r < dk; ++r) total += dot(&ds[r * dv], &p[r * dv], dv);
-      gr.dg[t] = static_cast<float>(total);
-    }
-    if (a != 1.0f)
-      for (std::size_t e = 0; e < pv; ++e) ds[e] *= a;
   }
 }
 
@@ -465,13 +461,6 @@ void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
   if (dg) std::fill(dg + positions, dg + h.nk, 0.0f);
   if (dbeta) std::fill(dbeta + positions, dbeta + h.nk, 0.0f);
   const Grads gr{d_out, d_den, dq, dk_out, dv_out, dg, dbeta};
-  if (h.beta) {  // the delta rule: token by token
-    TokenScratch w(dk, dv);
-    for (std::size_t c = chunks; c-- > 0;)
-      chunk_backward_tokens(h, dk, dv, c * C, std::min(C, positions - c * C),
-                            checkpoints + c * state, ds.data(), gr, w);
-    return;
-  }
   Chunk w(dk, dv);
   for (std::size_t c = chunks; c-- > 0;) {
     const std::size_t t0 = c * C, rows = std::min(C, positions - t0);

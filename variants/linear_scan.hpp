@@ -29,11 +29,12 @@
 // same chunks: z_C = e^{b_C} z_0 + K^T e^{b_C - b}, den = diag(e^b) Q z_0 + (Q K^T ∘ E) 1), which
 // is linear attention's denominator without a column of ones in V.
 // Backward, from the states at the chunk starts (saved by a causal forward given a Saved, else
-// recomputed by a forward without outputs), chunk by chunk in reverse. Sum rule: the chunk's
-// products transposed (matrix products per chunk, see chunk_backward in the source; O(N·C·(Dk +
-// Dv) + N·Dk·Dv)). Delta rule: the recurrence run backwards token by token within the chunk,
-// its C states recomputed from its start (O(N·Dk·Dv) in rank-1 steps). Gradients of q, k, v,
-// g, beta (and of den). O((N / C + C)·Dk·Dv) memory per head.
+// recomputed by a forward without outputs), chunk by chunk in reverse, the forward's products
+// transposed (matrix products per chunk, see chunk_backward and delta_backward in the source):
+// the delta rule recomputes the chunk's T and U and takes the WY form's gradients through
+// (I + L) U = diag(beta) (V - diag(e^b) K S_0), as flash-linear-attention's chunk_delta_rule
+// backward does. Gradients of q, k, v, g, beta (and of den). O(N·C·(Dk + Dv) + N·Dk·Dv) time,
+// O((N / C)·Dk·Dv + C·(C + Dk + Dv)) memory per head.
 #pragma once
 
 #include <cstddef>
