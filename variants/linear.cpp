@@ -12,9 +12,10 @@ namespace attnlab {
 namespace {
 
 // Linear attention as a client of the scan engine (variants/linear_scan.hpp). The sum rule's
-// denominator phi(q)^T z is the engine's den: it carries the key sum z beside S. favor's running key stabiliser c_t is the engine's decay: keys enter as
-// exp(E_t - c_t) with g_t = c_{t-1} - c_t <= 0, so the state after t is sum_j exp(E_j - c_t)
-// v_j^T, what the stabilised sums are, and nothing overflows.
+// denominator phi(q)^T z is the engine's den: it carries the key sum z beside S. favor's
+// running key stabiliser c_t is the engine's decay: keys enter as exp(E_t - c_t) with g_t =
+// c_{t-1} - c_t <= 0, so the state after t is sum_j exp(E_j - c_t) v_j^T (and z likewise), what
+// the stabilised sums are, and nothing overflows.
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();

@@ -257,7 +257,8 @@ void delta_backward(const Head& h, std::size_t t0, std::size_t kv, const float* 
 // the chunk, on return of the one before it. Writes the chunk's rows of dk, dv, dg, dbeta and
 // (causal) dq. With U the values (sum rule) or pseudo-values (delta rule), A = (Q K^T) ∘ E and
 // dA = (dO U^T + d_den 1^T) ∘ mask:
-//   dU = A^T dO + diag(e^{b_C - b}) K dS, dK = (dA ∘ E)^T Q + diag(e^{b_C - b}) (U dS^T + 1 dz^T),
+//   dU = A^T dO + diag(e^{b_C - b}) K dS,
+//   dK = (dA ∘ E)^T Q + diag(e^{b_C - b}) (U dS^T + 1 dz^T),
 //   dQ = diag(e^b) (dO S_0^T + d_den z_0^T) + (dA ∘ E) K, dS_0 = e^{b_C} dS + (diag(e^b) Q)^T dO,
 //   dz_0 = e^{b_C} dz + Q^T (e^b ∘ d_den); db from every e^{...} factor, dg its suffix sums.
 // The sum rule's dV is dU; the delta rule's comes from delta_backward.
