@@ -26,6 +26,7 @@ cases=("linear-4096 bench_linear ^BM_linear/N:4096/causal:0/"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+new_commit="$(git rev-parse --short HEAD)$(git diff --quiet -- variants benchmarks || echo -dirty)"
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) x $(nproc)"  # nproc reads OMP_NUM_THREADS
 export OMP_NUM_THREADS=1
 for ((r = 0; r < rounds; ++r)); do
@@ -40,7 +41,7 @@ for ((r = 0; r < rounds; ++r)); do
   done
 done
 /usr/bin/python3 - "$tmp" "$out" "$old" "$(git -C "$old/.." rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-  "$(git rev-parse --short HEAD)$(git diff --quiet -- variants benchmarks || echo -dirty)" \
+  "$new_commit" \
   "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" \
   "$cpu" \
   "${OPENBLAS_CORETYPE:-unset}" <<'PY'

@@ -58,6 +58,14 @@ print(f"Load average (1, 5, 15 min) before the run: {ctx.get('load_before')}; {l
       "The machine is shared by several engineers building and benchmarking at the same time, "
       "so absolute times are noisy; ratios within the run are what is reported.\n")
 
+ab_path = out / "before_after.json"
+if ab_path.exists():
+    newer = json.loads(ab_path.read_text())["new_commit"]
+    if not newer.startswith(ctx.get("git_commit", "?")):
+        print(f"The tables below come from that run of {ctx.get('git_commit')}, not from the "
+              f"code of {newer}: that code is measured against the one before it in "
+              "\"Before and after\" at the end.\n")
+
 print("## Forward pass, ms\n")
 print("| N | full | full causal | linear | linear causal | delta | delta causal | favor | favor causal | dpfp | dpfp causal |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -72,3 +72,14 @@ Caveats: the machine (2 cores) was shared with two other engineers' builds and t
 above), so absolute times are inflated and noisy and the smallest N is dominated by waiting for
 a core: the N-scaling ratio flatters. Ratios within one run (x sgemm, backward / forward) are less
 affected.""")
+
+profile = out / "profile_delta.txt"
+if profile.exists():
+    print("\n## Where the causal delta forward goes (`profile_delta.txt`)\n")
+    print("Flat perf profiles (benchmarks/profile.sh, software clock, one thread, N = 16384): shares "
+          "of samples, not times. What is left is the chunk products (`block<...>`), the chunk "
+          "loop itself (a third of it the row-by-row solve for T), the input validation "
+          "(`non_finite`) and the q, k normalisation. The 0.4x sgemm target would need the "
+          "products, about 2.3x the useful FLOPs, to run at ~0.9x sgemm on 64 x 64 tiles: not "
+          "reached by anything cheap.\n")
+    print("```text\n" + profile.read_text().strip() + "\n```")
