@@ -121,6 +121,29 @@ Arrays64 inputs64(const Tensor& q, const Tensor& k, const Tensor& v, const Token
   return x;
 }
 
+// The gradients of a backward (q, k, v, then g and beta where `in` gives them) and their names,
+// each required close to central differences of the float64 recurrence: fp32 gradients against
+// fp64 differences (truncation ~1e-10), rounding of up to ~130 terms per entry.
+std::pair<std::vector<xt::xarray<double>>, std::vector<std::string>> require_grads_match(
+    const ScanAttention& a, const Tensor& q, const Tensor& k, const Tensor& v,
+    const Tensor& d_out, const Mask& mask, const TokenInputs& in, const AllGradients& grads,
+    const std::string& what) {
+  const bool with_g = in.log_decay != nullptr, with_beta = in.beta != nullptr;
+  std::vector<xt::xarray<double>> ours = {xt::cast<double>(grads.qkv.dq),
+                                          xt::cast<double>(grads.qkv.dk),
+                                          xt::cast<double>(grads.qkv.dv)};
+  std::vector<std::string> names = {"q", "k", "v"};
+  if (with_g) ours.push_back(xt::cast<double>(grads.d_log_decay)), names.push_back("g");
+  if (with_beta) ours.push_back(xt::cast<double>(grads.d_beta)), names.push_back("beta");
+  const Recurrence ref = recurrence_of(a, mask, q.shape()[3], q.shape()[1]);
+  const Arrays64 fd = test::central_differences(
+      [&](const Arrays64& x) { return ref(x, with_g, with_beta); }, inputs64(q, k, v, in),
+      xt::cast<double>(d_out));
+  for (std::size_t i = 0; i < ours.size(); ++i)
+    require_close_grad(ours[i], fd[i], 1e-4, 2e-5, what + " d" + names[i]);
+  return {ours, names};
+}
+
 // fp32 chunked kernels against the fp64 recurrence: sums of up to ~130 products of O(1) terms
 // rounded at 6e-8, and the delta rule's triangular solve; worst measured over the cases below
 // is in the comment of each REQUIRE's tolerance.
@@ -275,19 +298,9 @@ TEST_CASE("scan variants' backward against finite differences and torch", "[line
         a->backward(q, k, v, mask, in, out, d_out, saved, grads);
         a->backward(q, k, v, mask, in, out, d_out, Saved(), recomputed);
         REQUIRE(static_cast<bool>(grads.qkv.dk == recomputed.qkv.dk));  // saved chunk states == recomputed ones
-        std::vector<xt::xarray<double>> ours = {xt::cast<double>(grads.qkv.dq),
-                                                xt::cast<double>(grads.qkv.dk),
-                                                xt::cast<double>(grads.qkv.dv)};
-        std::vector<std::string> names = {"q", "k", "v"};
-        if (with_g) ours.push_back(xt::cast<double>(grads.d_log_decay)), names.push_back("g");
-        if (with_beta) ours.push_back(xt::cast<double>(grads.d_beta)), names.push_back("beta");
+        const auto [ours, names] =
+            require_grads_match(*a, q, k, v, d_out, mask, in, grads, spec);
         const Recurrence ref = recurrence_of(*a, mask, dk, H);
-        const Arrays64 fd = test::central_differences(
-            [&](const Arrays64& x) { return ref(x, with_g, with_beta); }, inputs64(q, k, v, in),
-            xt::cast<double>(d_out));
-        // fp32 gradients against fp64 differences (truncation ~1e-10): rounding of ~70 terms.
-        for (std::size_t i = 0; i < ours.size(); ++i)
-          require_close_grad(ours[i], fd[i], 1e-4, 2e-5, std::string(spec) + " d" + names[i]);
         nlohmann::json j = {{"kind", "scan"}, {"delta", a->rule().delta},
                             {"normalise", a->rule().normalise}, {"causal", causal},
                             {"lengths", std::vector<std::size_t>{padded ? n - 5 : n}},
@@ -348,19 +361,7 @@ TEST_CASE("the chunked backward across chunk edges, padding, strong decay and be
         a->forward(q, k, v, mask, in, out, saved);
         AllGradients grads;
         a->backward(q, k, v, mask, in, out, d_out, saved, grads);
-        std::vector<xt::xarray<double>> ours = {xt::cast<double>(grads.qkv.dq),
-                                                xt::cast<double>(grads.qkv.dk),
-                                                xt::cast<double>(grads.qkv.dv)};
-        std::vector<std::string> names = {"q", "k", "v"};
-        if (with_g) ours.push_back(xt::cast<double>(grads.d_log_decay)), names.push_back("g");
-        if (with_beta) ours.push_back(xt::cast<double>(grads.d_beta)), names.push_back("beta");
-        const Recurrence ref = recurrence_of(*a, mask, dk, H);
-        const Arrays64 fd = test::central_differences(
-            [&](const Arrays64& x) { return ref(x, with_g, with_beta); }, inputs64(q, k, v, in),
-            xt::cast<double>(d_out));
-        // fp32 against fp64 differences: rounding of up to ~130 terms per entry.
-        for (std::size_t i = 0; i < ours.size(); ++i)
-          require_close_grad(ours[i], fd[i], 1e-4, 2e-5, std::string(spec) + " d" + names[i]);
+        require_grads_match(*a, q, k, v, d_out, mask, in, grads, spec);
       }
     }
   }
