@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Linear attention and the scan engine's clients against an earlier build (e.g. main before the
-# engine carried the key sum and had a chunked backward), in alternating
-# rounds so that the shared machine's load hits both alike: each round runs, for every case
-# below, the earlier build's benchmark and then this build's, on one thread (OMP_NUM_THREADS=1:
+# engine carried the key sum and had a chunked backward), in alternating rounds so that the
+# shared machine's load hits both alike (the scheme of ab_avx2.sh): each round runs, for every
+# case below, the earlier build's benchmark and then this build's, on one thread (OMP_NUM_THREADS=1:
 # the CPU time of the calling thread is then the whole cost of a call, which the scheduler of
 # a loaded machine does not bend). Writes results/linear/before_after.json (every round's real
 # and CPU times and counters, the load before and after), which render_linear.py shows.
