@@ -32,9 +32,9 @@
 // recomputed by a forward without outputs), chunk by chunk in reverse, the forward's products
 // transposed (matrix products per chunk, see chunk_backward and delta_backward in the source):
 // the delta rule recomputes the chunk's T and U and takes the WY form's gradients through
-// (I + L) U = diag(beta) (V - diag(e^b) K S_0), as flash-linear-attention's chunk_delta_rule
-// backward does. Gradients of q, k, v, g, beta (and of den). O(N·C·(Dk + Dv) + N·Dk·Dv) time,
-// O((N / C)·Dk·Dv + C·(C + Dk + Dv)) memory per head.
+// (I + L) U = diag(beta) (V - diag(e^b) K S_0) (derived here; the tests check it against
+// differences and torch). Gradients of q, k, v, g, beta (and of den). O(N·C·(Dk + Dv) +
+// N·Dk·Dv) time, O((N / C)·Dk·Dv + C·(C + Dk + Dv)) memory per head.
 #pragma once
 
 #include <cstddef>
