@@ -1,9 +1,9 @@
 // The scan engine's clients (variants/linear_scan.hpp) forward and backward, causal, B = 1,
 // H = 8, D = 64, beside the OpenBLAS sgemm yardstick in the same run:
-//   BM_forward   delta, gated-delta, retnet, gla and linear's delta rule (now chunked) at
-//                N = 4096, 16384, 65536, GFLOP/s from the variant's flops() (useful FLOPs of the
-//                recurrence: 4·Dk·Dv per token for a delta-rule write, 2·Dk·Dv for a sum-rule
-//                write and for each read), Complexity() fit
+//   BM_forward   delta, gated-delta, retnet, gla, linear (the sum rule, elu1) and linear's delta
+//                rule at N = 4096, 16384, 65536, GFLOP/s from the variant's flops() (useful
+//                FLOPs of the recurrence: 4·Dk·Dv per token for a delta-rule write, 2·Dk·Dv
+//                for a sum-rule write and for each read), Complexity() fit
 //   BM_backward  the same variants at N = 4096 and 16384: backward through the interface's door
 //                (AllGradients, the forward's Saved); time divided by the forward's of that N
 //                gives the backward/forward ratio (render_linear_family.py)
@@ -71,7 +71,8 @@ void BM_backward(benchmark::State& state, const std::string& spec) {
 }
 
 const int kRegistered = [] {
-  for (const char* spec : {"delta", "gated-delta", "retnet", "gla", "linear:rule=delta"}) {
+  for (const char* spec :
+       {"delta", "gated-delta", "retnet", "gla", "linear", "linear:rule=delta"}) {
     benchmark::RegisterBenchmark((std::string("BM_forward/") + spec).c_str(), BM_forward,
                                  std::string(spec))
         ->ArgNames({"N"})->Arg(4096)->Arg(16384)->Arg(65536)->Unit(benchmark::kMillisecond)

@@ -58,6 +58,14 @@ print(f"Load average (1, 5, 15 min) before the run: {ctx.get('load_before')}; {l
       "The machine is shared by several engineers building and benchmarking at the same time, "
       "so absolute times are noisy; ratios within the run are what is reported.\n")
 
+ab_path = out / "before_after.json"
+if ab_path.exists():
+    newer = json.loads(ab_path.read_text())["new_commit"]
+    if not newer.startswith(ctx.get("git_commit", "?")):
+        print(f"The tables below come from that run of {ctx.get('git_commit')}, not from the "
+              f"code of {newer}: that code is measured against the one before it in "
+              "\"Before and after\" at the end.\n")
+
 print("## Forward pass, ms\n")
 print("| N | full | full causal | linear | linear causal | delta | delta causal | favor | favor causal | dpfp | dpfp causal |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -172,3 +180,39 @@ if one.exists():
         if f and l:
             print(f"| full{' causal' if causal else ''} / linear{' causal' if causal else ''}, "
                   f"N = 4096 | {f[1]:.1f} | {l[1]:.2f} | {f[1] / l[1]:.1f} | {f[0] / l[0]:.1f} | {target} |")
+
+ab = out / "before_after.json"
+if ab.exists():
+    a = json.loads(ab.read_text())
+    print("\n## Before and after the engine carried the key sum and had a chunked backward "
+          "(`before_after.json`)\n")
+    print(f"`benchmarks/ab_linear.sh`: the build of {a['old_commit']} (before) and of "
+          f"{a['new_commit']} (after) run in alternating rounds ({a['cpu']}, "
+          f"OMP_NUM_THREADS={a['omp_num_threads']}, OPENBLAS_CORETYPE {a['openblas_coretype_env']} "
+          f"in the environment, load before {a['load_before']}, after {a['load_after']}: two "
+          "other engineers were building). CPU times of the one thread, medians over rounds; "
+          "the ratio is before / after within each round, its median and range.\n")
+    print("| what | before, ms | after, ms | before / after | rounds |")
+    print("|---|---|---|---|---|")
+
+    def values(side, key):
+        return [r[key] for r in side]
+
+    for name, runs in a["runs"].items():
+        keys = [("cpu_time", "")]
+        if "backward_ms" in runs["old"][0]:  # bench_backward: its own forward and backward times
+            keys = [("forward_ms", " forward"), ("backward_ms", " backward")]
+        for key, what in keys:
+            old, new = values(runs["old"], key), values(runs["new"], key)
+            ratios = sorted(o / n for o, n in zip(old, new))
+            print(f"| {name}{what} | {statistics.median(old):.2f} | {statistics.median(new):.2f} | "
+                  f"{statistics.median(ratios):.2f} ({ratios[0]:.2f} .. {ratios[-1]:.2f}) | "
+                  f"{len(ratios)} |")
+    print("\nlinear-* rows: `bench_linear` (elu1 sum rule); linear-fwd-bwd: `bench_backward`'s "
+          "BM_variant_backward (non-causal; its forward_ms and backward_ms counters are real "
+          "time, the others CPU time); gla, retnet, delta: `bench_linear_family` (causal; g and "
+          "beta where taken).")
+
+notes = out / "notes.md"
+if notes.exists():
+    print("\n" + notes.read_text().strip())

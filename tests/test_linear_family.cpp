@@ -121,6 +121,29 @@ Arrays64 inputs64(const Tensor& q, const Tensor& k, const Tensor& v, const Token
   return x;
 }
 
+// The gradients of a backward (q, k, v, then g and beta where `in` gives them) and their names,
+// each required close to central differences of the float64 recurrence: fp32 gradients against
+// fp64 differences (truncation ~1e-10), rounding of up to ~130 terms per entry.
+std::pair<std::vector<xt::xarray<double>>, std::vector<std::string>> require_grads_match(
+    const ScanAttention& a, const Tensor& q, const Tensor& k, const Tensor& v,
+    const Tensor& d_out, const Mask& mask, const TokenInputs& in, const AllGradients& grads,
+    const std::string& what) {
+  const bool with_g = in.log_decay != nullptr, with_beta = in.beta != nullptr;
+  std::vector<xt::xarray<double>> ours = {xt::cast<double>(grads.qkv.dq),
+                                          xt::cast<double>(grads.qkv.dk),
+                                          xt::cast<double>(grads.qkv.dv)};
+  std::vector<std::string> names = {"q", "k", "v"};
+  if (with_g) ours.push_back(xt::cast<double>(grads.d_log_decay)), names.push_back("g");
+  if (with_beta) ours.push_back(xt::cast<double>(grads.d_beta)), names.push_back("beta");
+  const Recurrence ref = recurrence_of(a, mask, q.shape()[3], q.shape()[1]);
+  const Arrays64 fd = test::central_differences(
+      [&](const Arrays64& x) { return ref(x, with_g, with_beta); }, inputs64(q, k, v, in),
+      xt::cast<double>(d_out));
+  for (std::size_t i = 0; i < ours.size(); ++i)
+    require_close_grad(ours[i], fd[i], 1e-4, 2e-5, what + " d" + names[i]);
+  return {ours, names};
+}
+
 // fp32 chunked kernels against the fp64 recurrence: sums of up to ~130 products of O(1) terms
 // rounded at 6e-8, and the delta rule's triangular solve; worst measured over the cases below
 // is in the comment of each REQUIRE's tolerance.
@@ -275,19 +298,9 @@ TEST_CASE("scan variants' backward against finite differences and torch", "[line
         a->backward(q, k, v, mask, in, out, d_out, saved, grads);
         a->backward(q, k, v, mask, in, out, d_out, Saved(), recomputed);
         REQUIRE(static_cast<bool>(grads.qkv.dk == recomputed.qkv.dk));  // saved chunk states == recomputed ones
-        std::vector<xt::xarray<double>> ours = {xt::cast<double>(grads.qkv.dq),
-                                                xt::cast<double>(grads.qkv.dk),
-                                                xt::cast<double>(grads.qkv.dv)};
-        std::vector<std::string> names = {"q", "k", "v"};
-        if (with_g) ours.push_back(xt::cast<double>(grads.d_log_decay)), names.push_back("g");
-        if (with_beta) ours.push_back(xt::cast<double>(grads.d_beta)), names.push_back("beta");
+        const auto [ours, names] =
+            require_grads_match(*a, q, k, v, d_out, mask, in, grads, spec);
         const Recurrence ref = recurrence_of(*a, mask, dk, H);
-        const Arrays64 fd = test::central_differences(
-            [&](const Arrays64& x) { return ref(x, with_g, with_beta); }, inputs64(q, k, v, in),
-            xt::cast<double>(d_out));
-        // fp32 gradients against fp64 differences (truncation ~1e-10): rounding of ~70 terms.
-        for (std::size_t i = 0; i < ours.size(); ++i)
-          require_close_grad(ours[i], fd[i], 1e-4, 2e-5, std::string(spec) + " d" + names[i]);
         nlohmann::json j = {{"kind", "scan"}, {"delta", a->rule().delta},
                             {"normalise", a->rule().normalise}, {"causal", causal},
                             {"lengths", std::vector<std::size_t>{padded ? n - 5 : n}},
@@ -308,6 +321,50 @@ TEST_CASE("scan variants' backward against finite differences and torch", "[line
     for (std::size_t i = 0; i < e.ours.size(); ++i)
       require_close_grad(e.ours[i], torch.grad(e.index, e.names[i]), 1e-4, 2e-5,
                          e.what + " d" + e.names[i] + " vs torch");
+}
+
+TEST_CASE("the chunked backward across chunk edges, padding, strong decay and beta 0 and 1",
+          "[linear-family]") {
+  // The backward runs per chunk as matrix products (linear_scan.cpp chunk_backward, and
+  // delta_backward for the delta rule's WY form): N below, at, one past and across chunks of
+  // 64, odd N, key lengths that end inside a chunk or leave whole chunks of padding, decay from
+  // none to strong, beta with exact 0s and 1s, against central differences of the fp64
+  // recurrence.
+  struct Case {
+    std::size_t n, length;
+    double g_lo, g_hi;
+  };
+  const Case cases[] = {{1, 1, -1, 0},      {63, 63, -0.5, 0},  {64, 64, -1, 0},
+                        {65, 65, -8, -4},   {129, 129, -2, 0},  {131, 70, -0.3, 0},
+                        {130, 60, -8, -4},  {128, 64, -1e-3, 0}};
+  for (const char* spec : {"gla", "retnet", "delta:beta=0.8", "gated-delta"}) {
+    for (const Case& c : cases) {
+      for (const bool causal : {true, false}) {
+        const auto a = make_scan(spec);
+        INFO(spec << " N=" << c.n << " length " << c.length << " g in [" << c.g_lo << ", "
+                  << c.g_hi << "]" << (causal ? " causal" : " non-causal"));
+        const std::size_t B = 1, H = 1, dk = 3, dv = 2, nq = causal ? c.n : 3;
+        const Tensor q = random_tensor(B, H, nq, dk, 41 + c.n),
+                     k = random_tensor(B, H, c.n, dk, 42 + c.n),
+                     v = random_tensor(B, H, c.n, dv, 43 + c.n),
+                     d_out = random_tensor(B, H, nq, dv, 44 + c.n);
+        const TokenTensor g = uniform_tokens(B, H, c.n, c.g_lo, c.g_hi, 45 + c.n);
+        TokenTensor beta = uniform_tokens(B, H, c.n, 0, 1, 46 + c.n);
+        for (std::size_t t = 0; t < c.n; t += 5) beta(0, 0, t) = float(t % 10 == 0);
+        const bool with_g = a->support().log_decay, with_beta = a->support().beta;
+        const TokenInputs in{with_g ? &g : nullptr, with_beta ? &beta : nullptr};
+        Mask mask;
+        if (causal) mask.causal = Causal::top_left;
+        mask.key_lengths = {std::int64_t(c.length)};
+        Tensor out;
+        Saved saved;
+        a->forward(q, k, v, mask, in, out, saved);
+        AllGradients grads;
+        a->backward(q, k, v, mask, in, out, d_out, saved, grads);
+        require_grads_match(*a, q, k, v, d_out, mask, in, grads, spec);
+      }
+    }
+  }
 }
 
 TEST_CASE("scan variants stay finite on extreme inputs", "[linear-family][numerics]") {

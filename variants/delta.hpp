@@ -19,7 +19,8 @@
 // (Nq == Nk), key padding, cross-attention non-causal, Dv != Dk; boolean masks Unsupported.
 // Exact reductions: beta = 0 outputs zeros; with beta = 1 and orthonormal keys each write
 // replaces the value stored under its key exactly (tests/test_linear_family.cpp).
-// Backward: q, k, v and the per-token beta (engine's recurrence backward).
+// Backward: q, k, v and the per-token beta (the engine's chunked backward: matrix products per
+// chunk).
 #pragma once
 
 #include <memory>

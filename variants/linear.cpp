@@ -12,10 +12,10 @@ namespace attnlab {
 namespace {
 
 // Linear attention as a client of the scan engine (variants/linear_scan.hpp). The sum rule's
-// denominator is one more value column: the engine runs on [v | 1], so its last output column
-// is phi(q)^T z. favor's running key stabiliser c_t is the engine's decay: keys enter as
-// exp(E_t - c_t) with g_t = c_{t-1} - c_t <= 0, so the state after t is sum_j exp(E_j - c_t)
-// v_j^T, what the stabilised sums are, and nothing overflows.
+// denominator phi(q)^T z is the engine's den: it carries the key sum z beside S. favor's
+// running key stabiliser c_t is the engine's decay: keys enter as exp(E_t - c_t) with g_t =
+// c_{t-1} - c_t <= 0, so the state after t is sum_j exp(E_j - c_t) v_j^T (and z likewise), what
+// the stabilised sums are, and nothing overflows.
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -29,18 +29,7 @@ void exp_shifted(float* x, std::size_t n, float c) {
 float row_max(const float* x, std::size_t n) { return *std::max_element(x, x + n); }
 
 using scan::dot;
-
-// Eight independent partial sums, as scan::dot.
-float sum(const float* a, std::size_t n) {
-  float acc[8] = {};
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (std::size_t l = 0; l < 8; ++l) acc[l] += a[i + l];
-  float s = 0.0f;
-  for (; i < n; ++i) s += a[i];
-  for (float x : acc) s += x;
-  return s;
-}
+using scan::sum;
 
 // phi for `rows` rows; favor stabilised by each row's own max (see the header).
 void row_features(const FeatureMap& map, const float* x, std::size_t rows, float* out) {
@@ -93,20 +82,15 @@ void sum_key_features(const FeatureMap& map, const float* k, std::size_t rows,
   std::fill(g + valid, g + rows, 0.0f);
 }
 
-// Columns of [v | 1 | 0...]: the ones column, padded to whole 8-column blocks of gemm_tile (an
-// odd 65th column cost the sum rule 1.6x its time at Dv = 64).
-std::size_t augmented(std::size_t dv) { return (dv + 1 + 7) / 8 * 8; }
-
 // Per-thread copies of one head's features and the engine's inputs and outputs.
 struct HeadWork {
-  std::vector<float> fq, fk, hq, hk, sq, sk, g, vx, num, dnum, dfq, dfk, dvx;
+  std::vector<float> fq, fk, hq, hk, sq, sk, g, den, num, dnum, dden, dfq, dfk, checkpoints;
 };
 
-// One head prepared for the engine: features (the delta rule's sum-normalised), favor's g and,
-// for the sum rule, the values with a column of ones.
+// One head prepared for the engine: features (the delta rule's sum-normalised) and favor's g.
 scan::Head prepare(const FeatureMap& map, const LinearConfig& c, const float* q, const float* k,
                    const float* v, std::size_t nq, std::size_t nk, std::size_t valid,
-                   std::size_t dv, bool causal, HeadWork& w) {
+                   bool causal, HeadWork& w) {
   const std::size_t p = map.dim();
   scan::Head h;
   h.nq = nq;
@@ -133,24 +117,21 @@ scan::Head prepare(const FeatureMap& map, const LinearConfig& c, const float* q,
   w.g.resize(nk);
   float stabiliser = kNegInf;
   sum_key_features(map, k, nk, valid, w.fk.data(), w.g.data(), stabiliser);
-  w.vx.assign(nk * augmented(dv), 0.0f);
-  for (std::size_t j = 0; j < nk; ++j) {
-    std::copy_n(v + j * dv, dv, &w.vx[j * augmented(dv)]);
-    w.vx[j * augmented(dv) + dv] = 1.0f;
-  }
   h.q = w.fq.data();
   h.k = w.fk.data();
-  h.v = w.vx.data();
+  h.v = v;
   h.g = map.logarithmic() ? w.g.data() : nullptr;
   return h;
 }
 
-// out_i = num_i / (den_i + eps) from the engine's [num | den] rows; zeros where den_i = 0.
-void divide_rows(const float* num, std::size_t rows, std::size_t dv, float eps, float* out) {
+// 1 / (den + eps), or 0 where den = 0 (such a row outputs zeros).
+float inverse_den(float den, float eps) { return den > 0.0f ? 1.0f / (den + eps) : 0.0f; }
+
+// out_i = num_i / (den_i + eps) in place.
+void divide_rows(float* num, const float* den, std::size_t rows, std::size_t dv, float eps) {
   for (std::size_t i = 0; i < rows; ++i) {
-    const float den = num[i * augmented(dv) + dv];
-    const float inv = den > 0.0f ? 1.0f / (den + eps) : 0.0f;
-    for (std::size_t c = 0; c < dv; ++c) out[i * dv + c] = num[i * augmented(dv) + c] * inv;
+    const float inv = inverse_den(den[i], eps);
+    for (std::size_t c = 0; c < dv; ++c) num[i * dv + c] *= inv;
   }
 }
 
@@ -235,15 +216,15 @@ void LinearAttention::compute(TensorRef q, TensorRef k, TensorRef v,
       const std::size_t bh = static_cast<std::size_t>(t), b = bh / d.heads;
       const scan::Head h = prepare(map, config_, q.data() + bh * d.nq * d.dk,
                                    k.data() + bh * d.nk * d.dk, v.data() + bh * d.nk * d.dv,
-                                   d.nq, d.nk, mask.valid_keys(b, d.nk), d.dv, causal, w);
+                                   d.nq, d.nk, mask.valid_keys(b, d.nk), causal, w);
       float* oh = out.data() + bh * d.nq * d.dv;
       if (config_.rule == LinearRule::delta) {
-        scan::forward(h, p, d.dv, oh, nullptr);
+        scan::forward(h, p, d.dv, oh, nullptr, nullptr);
         continue;
       }
-      w.num.resize(d.nq * augmented(d.dv));
-      scan::forward(h, p, augmented(d.dv), w.num.data(), nullptr);
-      divide_rows(w.num.data(), d.nq, d.dv, eps, oh);
+      w.den.resize(d.nq);
+      scan::forward(h, p, d.dv, oh, w.den.data(), nullptr);
+      divide_rows(oh, w.den.data(), d.nq, d.dv, eps);
     }
   }
 }
@@ -273,37 +254,35 @@ void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
       float* dk = grads.dk.data() + bh * d.nk * d.dk;
       float* dval = grads.dv.data() + bh * d.nk * dv;
       const scan::Head h = prepare(map, config_, qh, kh, v.data() + bh * d.nk * dv, d.nq, d.nk,
-                                   valid, dv, causal, w);
+                                   valid, causal, w);
       w.dfq.resize(d.nq * p);
       w.dfk.resize(d.nk * p);
       if (config_.rule == LinearRule::delta) {
-        scan::backward(h, p, dv, gh, nullptr, w.dfq.data(), w.dfk.data(), dval, nullptr, nullptr);
+        scan::backward(h, p, dv, gh, nullptr, nullptr, w.dfq.data(), w.dfk.data(), dval, nullptr,
+                       nullptr);
         hat_backward(w.hq.data(), w.sq.data(), d.nq, p, w.dfq.data());
         hat_backward(w.hk.data(), w.sk.data(), valid, p, w.dfk.data());
       } else {
         // out = num / (den + eps): dnum = g / (den + eps), dden = -(g · out) / (den + eps),
         // zero where den = 0 (the forward outputs a constant 0 there). The engine runs again
-        // for den (O(N·P·Dv), cheaper than keeping it).
-        w.num.resize(d.nq * augmented(dv));
-        scan::forward(h, p, augmented(dv), w.num.data(), nullptr);
-        w.dnum.resize(d.nq * augmented(dv));
+        // for num and den (O(N·P·Dv), cheaper than keeping them), saving its chunk states for
+        // the backward; favor's g (its stabilisers) is held constant: no dg.
+        w.num.resize(d.nq * dv);
+        w.den.resize(d.nq);
+        w.checkpoints.resize(causal ? scan::checkpoint_floats(d.nk, p, dv) : 0);
+        scan::forward(h, p, dv, w.num.data(), w.den.data(),
+                      causal ? w.checkpoints.data() : nullptr);
+        w.dnum.resize(d.nq * dv);
+        w.dden.resize(d.nq);
         for (std::size_t i = 0; i < d.nq; ++i) {
-          const float* num = &w.num[i * augmented(dv)];
-          const float den = num[dv];
-          const float inv = den > 0.0f ? 1.0f / (den + eps) : 0.0f;
-          float* dn = &w.dnum[i * augmented(dv)];
-          float along = 0.0f;  // g · out = g · num / (den + eps)
-          for (std::size_t c = 0; c < dv; ++c) {
-            dn[c] = gh[i * dv + c] * inv;
-            along += gh[i * dv + c] * num[c] * inv;
-          }
-          dn[dv] = -inv * along;
+          const float inv = inverse_den(w.den[i], eps);
+          const float* gi = gh + i * dv;
+          for (std::size_t c = 0; c < dv; ++c) w.dnum[i * dv + c] = gi[c] * inv;
+          w.dden[i] = -inv * inv * dot(gi, &w.num[i * dv], dv);  // g · out / (den + eps)
         }
-        w.dvx.resize(d.nk * augmented(dv));
-        // favor's g (its stabilisers) is held constant: no dg.
-        scan::backward(h, p, augmented(dv), w.dnum.data(), nullptr, w.dfq.data(), w.dfk.data(),
-                       w.dvx.data(), nullptr, nullptr);
-        for (std::size_t j = 0; j < d.nk; ++j) std::copy_n(&w.dvx[j * augmented(dv)], dv, dval + j * dv);
+        scan::backward(h, p, dv, w.dnum.data(), w.dden.data(),
+                       causal ? w.checkpoints.data() : nullptr, w.dfq.data(), w.dfk.data(), dval,
+                       nullptr, nullptr);
       }
       map.backward(qh, d.nq, w.fq.data(), w.dfq.data(), dq);
       if (valid > 0) map.backward(kh, valid, w.fk.data(), w.dfk.data(), dk);
@@ -325,7 +304,7 @@ LinearState LinearAttention::start(std::size_t batch, std::size_t heads, std::si
 LinearState::LinearState(const LinearConfig& config, FeatureMap map, std::size_t batch,
                          std::size_t heads, std::size_t dv)
     : config_(config), map_(std::move(map)), batch_(batch), heads_(heads), dv_(dv),
-      memory_(batch * heads * map_.dim() * augmented(dv), 0.0f), c_(batch * heads, kNegInf),
+      memory_(batch * heads * scan::state_floats(map_.dim(), dv), 0.0f), c_(batch * heads, kNegInf),
       fq_(map_.dim()), fk_(map_.dim()) {}
 
 Tensor LinearState::step(TensorRef q, TensorRef k, TensorRef v) {
@@ -341,27 +320,27 @@ Tensor LinearState::step(TensorRef q, TensorRef k, TensorRef v) {
   expect(k, dk, "k");
   expect(v, dv_, "v");
   Tensor out = Tensor::from_shape({batch_, heads_, 1, dv_});
-  std::vector<float> vx(augmented(dv_), 0.0f), num(augmented(dv_)), tmp(augmented(dv_)), sums(1);
-  vx[dv_] = 1.0f;
+  std::vector<float> tmp(dv_), sums(1);
   for (std::size_t bh = 0; bh < batch_ * heads_; ++bh) {
     const float* vh = v.data() + bh * dv_;
     float* oh = out.data() + bh * dv_;
-    float* mem = memory_.data() + bh * p * augmented(dv_);
+    float* mem = memory_.data() + bh * scan::state_floats(p, dv_);
     if (config_.rule == LinearRule::delta) {  // the engine's step on hat(q), hat(k)
       std::vector<float> phi(p), kh(p), qh(p);
       delta_rows(map_, k.data() + bh * dk, 1, phi.data(), kh.data(), sums.data());
       delta_rows(map_, q.data() + bh * dk, 1, phi.data(), qh.data(), sums.data());
       const float beta = static_cast<float>(config_.beta);
-      scan::step(mem, qh.data(), kh.data(), vh, 0.0f, &beta, p, dv_, oh, tmp.data());
+      scan::step(mem, nullptr, qh.data(), kh.data(), vh, 0.0f, &beta, p, dv_, oh, nullptr,
+                 tmp.data());
       continue;
     }
     float g = 0.0f;
     sum_key_features(map_, k.data() + bh * dk, 1, 1, fk_.data(), &g, c_[bh]);
     row_features(map_, q.data() + bh * dk, 1, fq_.data());
-    std::copy_n(vh, dv_, vx.begin());
-    scan::step(mem, fq_.data(), fk_.data(), vx.data(), g, nullptr, p, augmented(dv_), num.data(),
+    float den = 0.0f;
+    scan::step(mem, mem + p * dv_, fq_.data(), fk_.data(), vh, g, nullptr, p, dv_, oh, &den,
                tmp.data());
-    divide_rows(num.data(), 1, dv_, static_cast<float>(config_.eps), oh);
+    divide_rows(oh, &den, 1, dv_, static_cast<float>(config_.eps));
   }
   ++position_;
   return out;

@@ -32,14 +32,15 @@
 //   is measured in units of the stabilised features.
 //
 // Kernels: a client of the scan engine (variants/linear_scan.hpp), one OpenMP task per (batch,
-//   head). The sum rule runs the engine's sum rule on the values with a column of ones appended
-//   ([v | 1]: the last output column is the denominator phi(q)^T z), then divides; favor's
-//   running key stabiliser enters as the engine's log-decay, g_t = c_{t-1} - c_t <= 0, keys as
-//   exp(E_t - c_t). The delta rule runs the engine's delta rule on the sum-normalised features
-//   with the constant beta. Causal forms in the engine's chunks of 64 tokens (matrix products
-//   per chunk; the delta rule's WY/UT form), non-causal ones as chunked state sums.
+//   head). The sum rule runs the engine's sum rule with its key sum z carried beside S (the
+//   engine's den output is phi(q)^T z), then divides the rows in place; favor's running key
+//   stabiliser enters as the engine's log-decay, g_t = c_{t-1} - c_t <= 0 (decaying S and z
+//   alike), keys as exp(E_t - c_t). The delta rule runs the engine's delta rule on the
+//   sum-normalised features with the constant beta. Causal forms in the engine's chunks of 64
+//   tokens (matrix products per chunk; the delta rule's WY/UT form), non-causal ones as chunked
+//   state sums.
 // Cost: O(B·H·N·(64·(Dphi + Dv) + Dphi·Dv)) time, O(B·H·Dphi·Dv) state memory, plus per thread
-//   one head's features and [v | 1], O(N·(Dphi + Dv)), kept across calls (no page faults per call);
+//   one head's features, O(N·Dphi), kept across calls (no page faults per call);
 //   Dphi = Dk (elu1, relu), m (favor), 2·Dk·nu (dpfp).
 // FLOPs (flops()): those of the recurrent form, whatever kernel runs: per key, the memory write
 //   (sum: 2·Dphi·(Dv + 1) for S and z; delta: 4·Dphi·Dv, read W phi(k) then the rank-1 update),
@@ -50,11 +51,13 @@
 // Exactness: none against softmax; feature=favor approaches softmax attention as m grows.
 // Backward (every form above, every feature map; favor's stabilisers held constant, as
 // Performer implementations do: they cancel up to eps, and exactly under the delta rule): the
-// engine's backward (the recurrence backwards from chunk states, variants/linear_scan.hpp) on
-// the same inputs, after the division's gradient (dnum = g / (den + eps), dden = -(g·out) /
-// (den + eps), as the ones column's output gradient; den from one more engine forward), then
-// the sum normalisation's and the feature map's backward. O(B·H·N·Dphi·Dv) time, O((N / 64 +
-// 64)·Dphi·Dv) memory per head. Padded keys and values get zero gradients.
+// division's gradient (dnum = g / (den + eps), dden = -(g·out) / (den + eps); num and den from
+// one more engine forward, which also saves the causal chunk states), then the engine's
+// backward (variants/linear_scan.hpp: chunk by chunk in matrix products) on the same inputs,
+// with dden as its den's
+// gradient, then the sum normalisation's and the feature map's backward. O(B·H·N·(64·(Dphi +
+// Dv) + Dphi·Dv)) time, O((N / 64 + 64)·Dphi·Dv) memory per head. Padded keys and values get
+// zero gradients.
 // A recurrent LinearState decodes token by token at O(Dphi·Dv) per head and token.
 #pragma once
 
@@ -144,7 +147,7 @@ class LinearState {
   LinearConfig config_;
   FeatureMap map_;
   std::size_t batch_, heads_, dv_, position_ = 0;
-  std::vector<float> memory_;  // per head: [S | z] [Dphi x (Dv + 1)] (sum) or W^T [Dphi x Dv]
+  std::vector<float> memory_;  // per head: S [Dphi x Dv], then z [Dphi] (sum) or W^T (delta)
   std::vector<float> c_;       // per head: favor's key stabiliser (sum rule)
   std::vector<float> fq_, fk_; // one row of features each
 };

@@ -26,12 +26,13 @@ void rank1(float* s, const float* x, const float* y, std::size_t dk, std::size_t
 // Per-thread scratch of one chunk.
 struct Chunk {
   std::size_t dk, dv;
-  std::vector<double> b;                  // cumulative log-decay within the chunk
+  std::vector<double> b, db;              // cumulative log-decay within the chunk, its gradient
   std::vector<float> eb, tail, e;         // e^{b_i}, e^{b_last - b_j}, E_ij = e^{b_i - b_j}
-  std::vector<float> kt, kk, t, xk, xv, u, a, qd, kdt;
+  std::vector<float> kt, kk, t, xk, xv, u, a, qd, kdt, vt, st, da, du, dr, pred, m;
   Chunk(std::size_t dk_, std::size_t dv_)
-      : dk(dk_), dv(dv_), b(C), eb(C), tail(C), e(C * C), kt(dk * C), kk(C * C), t(C * C),
-        xk(C * dk), xv(C * dv), u(C * dv), a(C * C), qd(C * dk), kdt(dk * C) {}
+      : dk(dk_), dv(dv_), b(C), db(C), eb(C), tail(C), e(C * C), kt(dk * C), kk(C * C),
+        t(C * C), xk(C * dk), xv(C * dv), u(C * dv), a(C * C), qd(C * dk), kdt(dk * C),
+        vt(dv * C), st(dv * dk), da(C * C), du(C * dv), dr(C * dv), pred(C * dv), m(C * C) {}
 };
 
 constexpr double kLog2e = 1.4426950408889634;
@@ -59,86 +60,312 @@ void decay_factors(const float* g, std::size_t rows, std::size_t kv, Chunk& w) {
   kernels::exp2_inplace(w.tail.data(), rows);
 }
 
-// One chunk of `rows` tokens from t0, of which the first kv write: reads (causal, into out)
-// and then advances s to the chunk's end.
-void chunk(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv, float* s,
-           float* out, Chunk& w) {
+// m[rows x kv] (row stride C) ∘ E when decaying (E is 0 above the diagonal), else its upper
+// triangle zeroed: what token i of the chunk sees of token j.
+void causal_weights(float* m, std::size_t rows, std::size_t kv, bool decays, const Chunk& w) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    float* row = m + i * C;
+    if (decays) {
+      const float* e = &w.e[i * C];
+      for (std::size_t j = 0; j < kv; ++j) row[j] *= e[j];
+    } else if (i + 1 < kv) {
+      std::fill(row + i + 1, row + kv, 0.0f);
+    }
+  }
+}
+
+// rows of x [rows x dim], times f[i] each, into out.
+void scale_rows(const float* x, const float* f, std::size_t rows, std::size_t dim, float* out) {
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t c = 0; c < dim; ++c) out[i * dim + c] = f[i] * x[i * dim + c];
+}
+
+// The delta rule's pseudo-values U [kv x dv] of the chunk from t0 (into w.u), from the state
+// s before it; leaves T = (I + L)^{-1} in w.t and K K^T in w.kk. Needs decay_factors (when
+// decaying) and w.kt, the chunk's keys transposed.
+const float* pseudo_values(const Head& h, std::size_t t0, std::size_t kv, const float* s,
+                           Chunk& w) {
+  const std::size_t dk = w.dk, dv = w.dv;
+  const float* k = h.k + t0 * dk;
+  const float* v = h.v + t0 * dv;
+  const float* beta = h.beta + t0;
+  const bool decays = h.g != nullptr;
+  kernels::gemm_tile(kv, kv, dk, k, dk, w.kt.data(), C, w.kk.data(), C, false);
+  // T = (I + L)^{-1}, row by row (T_i = e_i - sum_{j<i} L_ij T_j, rows zero right of the
+  // diagonal), then X = T [diag(beta) V | diag(beta e^b) K] as two products, U = X_V - X_K S.
+  std::fill(w.t.begin(), w.t.end(), 0.0f);
+  for (std::size_t i = 0; i < kv; ++i) {
+    float* ti = &w.t[i * C];
+    for (std::size_t j = 0; j < i; ++j) {
+      const float l = beta[i] * (decays ? w.e[i * C + j] : 1.0f) * w.kk[i * C + j];
+      const float* tj = &w.t[j * C];
+      for (std::size_t c = 0; c <= j; ++c) ti[c] -= l * tj[c];
+    }
+    ti[i] = 1.0f;
+    const float eb = decays ? w.eb[i] : 1.0f;
+    for (std::size_t c = 0; c < dv; ++c) w.u[i * dv + c] = beta[i] * v[i * dv + c];
+    for (std::size_t r = 0; r < dk; ++r) w.qd[i * dk + r] = beta[i] * eb * k[i * dk + r];
+  }
+  kernels::gemm_tile(kv, dv, kv, w.t.data(), C, w.u.data(), dv, w.xv.data(), dv, false);
+  kernels::gemm_tile(kv, dk, kv, w.t.data(), C, w.qd.data(), dk, w.xk.data(), dk, false);
+  kernels::gemm_tile(kv, dv, dk, w.xk.data(), dk, s, dv, w.u.data(), dv, false);
+  for (std::size_t i = 0; i < kv * dv; ++i) w.u[i] = w.xv[i] - w.u[i];
+  return w.u.data();
+}
+
+// One chunk of `rows` tokens from t0, of which the first kv write: reads (causal, into out and,
+// when z is carried, den) and then advances s (and z) to the chunk's end.
+void chunk(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv, float* s, float* z,
+           float* out, float* den, Chunk& w) {
   const std::size_t dk = w.dk, dv = w.dv;
   const float* k = h.k + t0 * dk;
   const float* v = h.v + t0 * dv;
   const bool decays = h.g != nullptr;
   if (decays) decay_factors(h.g + t0, rows, kv, w);
-  for (std::size_t j = 0; j < kv; ++j)
-    for (std::size_t r = 0; r < dk; ++r) w.kt[r * C + j] = k[j * dk + r];
-  // The pseudo-values U.
-  const float* u = v;
-  if (h.beta && kv > 0) {
-    const float* beta = h.beta + t0;
-    kernels::gemm_tile(kv, kv, dk, k, dk, w.kt.data(), C, w.kk.data(), C, false);
-    // T = (I + L)^{-1}, row by row (T_i = e_i - sum_{j<i} L_ij T_j, rows zero right of the
-    // diagonal), then X = T [diag(beta) V | diag(beta e^b) K] as two products.
-    std::fill(w.t.begin(), w.t.end(), 0.0f);
-    for (std::size_t i = 0; i < kv; ++i) {
-      float* ti = &w.t[i * C];
-      for (std::size_t j = 0; j < i; ++j) {
-        const float l = beta[i] * (decays ? w.e[i * C + j] : 1.0f) * w.kk[i * C + j];
-        const float* tj = &w.t[j * C];
-        for (std::size_t c = 0; c <= j; ++c) ti[c] -= l * tj[c];
-      }
-      ti[i] = 1.0f;
-      const float eb = decays ? w.eb[i] : 1.0f;
-      for (std::size_t c = 0; c < dv; ++c) w.u[i * dv + c] = beta[i] * v[i * dv + c];
-      for (std::size_t r = 0; r < dk; ++r) w.qd[i * dk + r] = beta[i] * eb * k[i * dk + r];
-    }
-    kernels::gemm_tile(kv, dv, kv, w.t.data(), C, w.u.data(), dv, w.xv.data(), dv, false);
-    kernels::gemm_tile(kv, dk, kv, w.t.data(), C, w.qd.data(), dk, w.xk.data(), dk, false);
-    kernels::gemm_tile(kv, dv, dk, w.xk.data(), dk, s, dv, w.u.data(), dv, false);
-    for (std::size_t i = 0; i < kv * dv; ++i) w.u[i] = w.xv[i] - w.u[i];
-    u = w.u.data();
-  }
-  if (out) {  // O = diag(e^b) Q S_0 + (Q K^T ∘ E) U
+  kernels::transpose(kv, dk, k, dk, w.kt.data(), C);
+  const float* u = h.beta && kv > 0 ? pseudo_values(h, t0, kv, s, w) : v;
+  if (out) {  // O = diag(e^b) Q S_0 + (Q K^T ∘ E) U; den = diag(e^b) Q z_0 + (Q K^T ∘ E) 1
     const float* q = h.q + t0 * dk;
     const float* qd = q;
     if (decays) {
-      for (std::size_t i = 0; i < rows; ++i)
-        for (std::size_t r = 0; r < dk; ++r) w.qd[i * dk + r] = w.eb[i] * q[i * dk + r];
+      scale_rows(q, w.eb.data(), rows, dk, w.qd.data());
       qd = w.qd.data();
     }
     float* o = out + t0 * dv;
     kernels::gemm_tile(rows, dv, dk, qd, dk, s, dv, o, dv, false);
+    if (den)
+      for (std::size_t i = 0; i < rows; ++i) den[t0 + i] = dot(qd + i * dk, z, dk);
     if (kv > 0) {
       kernels::gemm_tile(rows, kv, dk, q, dk, w.kt.data(), C, w.a.data(), C, false);
-      for (std::size_t i = 0; i < rows; ++i)
-        for (std::size_t j = 0; j < kv; ++j)
-          w.a[i * C + j] = j > i ? 0.0f : decays ? w.a[i * C + j] * w.e[i * C + j] : w.a[i * C + j];
+      causal_weights(w.a.data(), rows, kv, decays, w);
       kernels::gemm_tile(rows, dv, kv, w.a.data(), C, u, dv, o, dv, true);
+      if (den)
+        for (std::size_t i = 0; i < rows; ++i) den[t0 + i] += sum(&w.a[i * C], kv);
     }
   }
   if (kv == 0) return;
-  // S_C = e^{b_C} S_0 + (diag(e^{b_C - b}) K)^T U
+  // S_C = e^{b_C} S_0 + (diag(e^{b_C - b}) K)^T U, z_C = e^{b_C} z_0 + K^T e^{b_C - b}
   const float* kdt = w.kt.data();
   if (decays) {
     const float decay = w.eb[kv - 1];
-    if (decay != 1.0f)
+    if (decay != 1.0f) {
       for (std::size_t i = 0; i < dk * dv; ++i) s[i] *= decay;
+      if (z)
+        for (std::size_t r = 0; r < dk; ++r) z[r] *= decay;
+    }
     for (std::size_t r = 0; r < dk; ++r)
       for (std::size_t j = 0; j < kv; ++j) w.kdt[r * C + j] = w.tail[j] * w.kt[r * C + j];
     kdt = w.kdt.data();
   }
   kernels::gemm_tile(dk, dv, kv, kdt, C, u, dv, s, dv, true);
+  if (z)
+    for (std::size_t r = 0; r < dk; ++r) z[r] += sum(kdt + r * C, kv);
 }
 
-// Walks the chunks: positions are the queries' (causal) or the writes (non-causal).
-void run_chunks(const Head& h, std::size_t dk, std::size_t dv, float* s, float* out,
-                float* checkpoints) {
+// Walks the chunks: positions are the queries' (causal) or the writes (non-causal). s holds
+// state_floats(dk, dv): S, then z (carried when key_sum).
+void run_chunks(const Head& h, std::size_t dk, std::size_t dv, bool key_sum, float* s,
+                float* out, float* den, float* checkpoints) {
   Chunk w(dk, dv);
-  std::fill(s, s + dk * dv, 0.0f);
+  const std::size_t state = state_floats(dk, dv);
+  std::fill(s, s + state, 0.0f);
+  float* z = key_sum ? s + dk * dv : nullptr;
   const std::size_t positions = h.causal ? h.nk : h.valid;
   for (std::size_t t0 = 0, c = 0; t0 < positions; t0 += C, ++c) {
-    if (checkpoints) std::copy(s, s + dk * dv, checkpoints + c * dk * dv);
+    if (checkpoints) std::copy(s, s + state, checkpoints + c * state);
     const std::size_t rows = std::min(C, positions - t0);
     const std::size_t kv = std::min(rows, h.valid > t0 ? h.valid - t0 : 0);
-    chunk(h, t0, rows, kv, s, h.causal ? out : nullptr, w);
+    chunk(h, t0, rows, kv, s, z, h.causal ? out : nullptr, h.causal ? den : nullptr, w);
+  }
+}
+
+// Where one head's gradients go (see backward()).
+struct Grads {
+  const float* d_out;
+  const float* d_den;
+  float *dq, *dk, *dv, *dg, *dbeta;
+};
+
+// The delta rule's part of a chunk's backward, after chunk_backward has the gradient dU of its
+// pseudo-values in w.du (U = T R, R = diag(beta) (V - diag(e^b) K S_0), T = (I + L)^{-1}, L_ij =
+// beta_i E_ij k_i·k_j for j < i; pseudo_values left T and K K^T in w.t, w.kk):
+//   dR = T^T dU, dV = diag(beta) dR, dL = -(dR U^T) below the diagonal, M = dL ∘ diag(beta) E,
+//   dK += (M + M^T) K - diag(beta e^b) dR S_0^T, dS_0 -= (diag(beta e^b) K)^T dR,
+//   dbeta_i = dR_i·(v_i - e^{b_i} S_0^T k_i) + sum_j dL_ij E_ij k_i·k_j, db from E and e^b.
+void delta_backward(const Head& h, std::size_t t0, std::size_t kv, const float* s0, float* ds,
+                    const Grads& gr, Chunk& w) {
+  const std::size_t dk = w.dk, dv = w.dv;
+  const float* k = h.k + t0 * dk;
+  const float* v = h.v + t0 * dv;
+  const float* beta = h.beta + t0;
+  const bool decays = h.g != nullptr;
+  float* dkc = gr.dk + t0 * dk;
+  float* dvc = gr.dv + t0 * dv;
+  float* dr = w.dr.data();
+  kernels::gemm_tile_at(kv, dv, kv, w.t.data(), C, w.du.data(), dv, dr, dv, false);
+  // pred = diag(e^b) K S_0, what each key's write subtracts; then w.qd = -diag(beta e^b) K.
+  const float* ke = k;
+  if (decays) {
+    scale_rows(k, w.eb.data(), kv, dk, w.qd.data());
+    ke = w.qd.data();
+  }
+  kernels::gemm_tile(kv, dv, dk, ke, dk, s0, dv, w.pred.data(), dv, false);
+  for (std::size_t i = 0; i < kv; ++i) {
+    const float* dri = dr + i * dv;
+    if (gr.dbeta) gr.dbeta[t0 + i] = dot(dri, v + i * dv, dv) - dot(dri, &w.pred[i * dv], dv);
+    for (std::size_t c = 0; c < dv; ++c) dvc[i * dv + c] = beta[i] * dri[c];
+    const float f = -beta[i] * (decays ? w.eb[i] : 1.0f);
+    for (std::size_t r = 0; r < dk; ++r) w.qd[i * dk + r] = f * k[i * dk + r];
+  }
+  kernels::gemm_tile_at(dk, dv, kv, w.qd.data(), dk, dr, dv, ds, dv, true);
+  // dK through R: -diag(beta e^b) dR S_0^T; b_i enters R_i through e^{b_i}.
+  kernels::transpose(dk, dv, s0, dv, w.st.data(), dk);
+  kernels::gemm_tile(kv, dk, dv, dr, dv, w.st.data(), dk, w.xk.data(), dk, false);
+  for (std::size_t i = 0; i < kv; ++i) {
+    const float f = -beta[i] * (decays ? w.eb[i] : 1.0f);
+    float* row = &w.xk[i * dk];
+    for (std::size_t r = 0; r < dk; ++r) row[r] *= f;
+    if (gr.dg && decays) w.db[i] += dot(k + i * dk, row, dk);
+    for (std::size_t r = 0; r < dk; ++r) dkc[i * dk + r] += row[r];
+  }
+  // dL = -dR U^T below the diagonal, into M = dL ∘ diag(beta) E.
+  kernels::transpose(kv, dv, w.u.data(), dv, w.vt.data(), C);
+  kernels::gemm_tile(kv, kv, dv, dr, dv, w.vt.data(), C, w.m.data(), C, false);
+  for (std::size_t i = 0; i < kv; ++i) {
+    float* row = &w.m[i * C];
+    double along = 0.0;
+    for (std::size_t j = 0; j < i; ++j) {
+      const float dl = -row[j];
+      const float e = decays ? w.e[i * C + j] : 1.0f;
+      const double x = double(dl) * e * w.kk[i * C + j];  // dL_ij · L_ij / beta_i
+      along += x;
+      if (gr.dg && decays) {
+        w.db[i] += beta[i] * x;
+        w.db[j] -= beta[i] * x;
+      }
+      row[j] = dl * beta[i] * e;
+    }
+    std::fill(row + i, row + kv, 0.0f);
+    if (gr.dbeta) gr.dbeta[t0 + i] += static_cast<float>(along);
+  }
+  kernels::gemm_tile(kv, dk, kv, w.m.data(), C, k, dk, dkc, dk, true);
+  kernels::gemm_tile_at(kv, dk, kv, w.m.data(), C, k, dk, dkc, dk, true);
+}
+
+// One chunk's gradients, the forward's products in reverse (matrix products per chunk). s0:
+// the state before the chunk (S_0, then z_0). ds, dz: on entry the gradient of the state after
+// the chunk, on return of the one before it. Writes the chunk's rows of dk, dv, dg, dbeta and
+// (causal) dq. With U the values (sum rule) or pseudo-values (delta rule), A = (Q K^T) ∘ E and
+// dA = (dO U^T + d_den 1^T) ∘ mask:
+//   dU = A^T dO + diag(e^{b_C - b}) K dS,
+//   dK = (dA ∘ E)^T Q + diag(e^{b_C - b}) (U dS^T + 1 dz^T),
+//   dQ = diag(e^b) (dO S_0^T + d_den z_0^T) + (dA ∘ E) K, dS_0 = e^{b_C} dS + (diag(e^b) Q)^T dO,
+//   dz_0 = e^{b_C} dz + Q^T (e^b ∘ d_den); db from every e^{...} factor, dg its suffix sums.
+// The sum rule's dV is dU; the delta rule's comes from delta_backward.
+void chunk_backward(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv,
+                    const float* s0, float* ds, float* dz, const Grads& gr, Chunk& w) {
+  const std::size_t dk = w.dk, dv = w.dv;
+  const float* k = h.k + t0 * dk;
+  const float* z0 = s0 + dk * dv;
+  const bool decays = h.g != nullptr;
+  if (decays) decay_factors(h.g + t0, rows, kv, w);
+  std::fill(w.db.begin(), w.db.end(), 0.0);
+  float* dkc = gr.dk + t0 * dk;
+  float* dvc = gr.dv + t0 * dv;
+  std::fill(dkc + kv * dk, dkc + rows * dk, 0.0f);  // padding writes nothing
+  std::fill(dvc + kv * dv, dvc + rows * dv, 0.0f);
+  if (gr.dbeta) std::fill(gr.dbeta + t0 + kv, gr.dbeta + t0 + rows, 0.0f);
+  kernels::transpose(kv, dk, k, dk, w.kt.data(), C);
+  const bool delta = h.beta && kv > 0;
+  const float* u = delta ? pseudo_values(h, t0, kv, s0, w) : h.v + t0 * dv;
+  float* du = delta ? w.du.data() : dvc;
+  if (kv > 0) {  // the writes into S_C and z_C
+    const float* kd = k;
+    if (decays) {
+      scale_rows(k, w.tail.data(), kv, dk, w.qd.data());
+      kd = w.qd.data();
+    }
+    kernels::gemm_tile(kv, dv, dk, kd, dk, ds, dv, du, dv, false);
+    kernels::transpose(dk, dv, ds, dv, w.st.data(), dk);
+    kernels::gemm_tile(kv, dk, dv, u, dv, w.st.data(), dk, dkc, dk, false);
+    for (std::size_t j = 0; j < kv; ++j) {
+      float* row = dkc + j * dk;
+      if (dz)
+        for (std::size_t r = 0; r < dk; ++r) row[r] += dz[r];
+      if (decays)
+        for (std::size_t r = 0; r < dk; ++r) row[r] *= w.tail[j];
+    }
+    if (gr.dg && decays) {  // b_C scales all of S_C; b_j divides key j's write
+      double through_keys = 0.0;
+      for (std::size_t j = 0; j < kv; ++j) {
+        const double x = dot(k + j * dk, dkc + j * dk, dk);
+        w.db[j] -= x;
+        through_keys += x;
+      }
+      double through_start = dot(ds, s0, dk * dv);
+      if (dz) through_start += dot(dz, z0, dk);
+      w.db[kv - 1] += through_keys + w.eb[kv - 1] * through_start;
+    }
+    if (decays && w.eb[kv - 1] != 1.0f) {
+      const float decay = w.eb[kv - 1];
+      for (std::size_t i = 0; i < dk * dv; ++i) ds[i] *= decay;
+      if (dz)
+        for (std::size_t r = 0; r < dk; ++r) dz[r] *= decay;
+    }
+  }
+  if (h.causal) {  // the reads
+    const float* q = h.q + t0 * dk;
+    const float* d_out = gr.d_out + t0 * dv;
+    const float* d_den = gr.d_den ? gr.d_den + t0 : nullptr;
+    float* dq = gr.dq + t0 * dk;
+    kernels::transpose(dk, dv, s0, dv, w.st.data(), dk);
+    kernels::gemm_tile(rows, dk, dv, d_out, dv, w.st.data(), dk, dq, dk, false);
+    for (std::size_t i = 0; i < rows; ++i) {
+      float* row = dq + i * dk;
+      if (d_den)
+        for (std::size_t r = 0; r < dk; ++r) row[r] += d_den[i] * z0[r];
+      if (decays) {
+        for (std::size_t r = 0; r < dk; ++r) row[r] *= w.eb[i];
+        if (gr.dg) w.db[i] += dot(q + i * dk, row, dk);
+      }
+    }
+    const float* qd = q;
+    if (decays) {
+      scale_rows(q, w.eb.data(), rows, dk, w.qd.data());
+      qd = w.qd.data();
+    }
+    kernels::gemm_tile_at(dk, dv, rows, qd, dk, d_out, dv, ds, dv, true);
+    if (d_den)
+      for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t r = 0; r < dk; ++r) dz[r] += d_den[i] * qd[i * dk + r];
+    if (kv > 0) {
+      kernels::gemm_tile(rows, kv, dk, q, dk, w.kt.data(), C, w.a.data(), C, false);
+      causal_weights(w.a.data(), rows, kv, decays, w);
+      kernels::transpose(kv, dv, u, dv, w.vt.data(), C);
+      kernels::gemm_tile(rows, kv, dv, d_out, dv, w.vt.data(), C, w.da.data(), C, false);
+      if (d_den)
+        for (std::size_t i = 0; i < rows; ++i)
+          for (std::size_t j = 0; j < kv; ++j) w.da[i * C + j] += d_den[i];
+      if (gr.dg && decays)  // A_ij grows with b_i and shrinks with b_j
+        for (std::size_t i = 0; i < rows; ++i)
+          for (std::size_t j = 0; j < kv && j <= i; ++j) {
+            const double x = double(w.da[i * C + j]) * w.a[i * C + j];
+            w.db[i] += x;
+            w.db[j] -= x;
+          }
+      causal_weights(w.da.data(), rows, kv, decays, w);
+      kernels::gemm_tile_at(kv, dv, rows, w.a.data(), C, d_out, dv, du, dv, true);
+      kernels::gemm_tile(rows, dk, kv, w.da.data(), C, k, dk, dq, dk, true);
+      kernels::gemm_tile_at(kv, dk, rows, w.da.data(), C, q, dk, dkc, dk, true);
+    }
+  }
+  if (delta) delta_backward(h, t0, kv, s0, ds, gr, w);
+  if (gr.dg) {  // b_i = g_1 + ... + g_min(i, kv): dg_t is the suffix sum of db from t
+    double acc = 0.0;
+    for (std::size_t i = rows; i-- > 0;) {
+      acc += w.db[i];
+      gr.dg[t0 + i] = i < kv ? static_cast<float>(acc) : 0.0f;
+    }
   }
 }
 
@@ -155,22 +382,40 @@ float dot(const float* a, const float* b, std::size_t n) {
   return s;
 }
 
+float sum(const float* a, std::size_t n) {
+  float acc[8] = {};  // as dot
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (std::size_t l = 0; l < 8; ++l) acc[l] += a[i + l];
+  float s = 0.0f;
+  for (; i < n; ++i) s += a[i];
+  for (float x : acc) s += x;
+  return s;
+}
+
+std::size_t state_floats(std::size_t dk, std::size_t dv) { return dk * dv + dk; }
+
 std::size_t checkpoint_floats(std::size_t nk, std::size_t dk, std::size_t dv) {
-  return (nk + C - 1) / C * dk * dv;
+  return (nk + C - 1) / C * state_floats(dk, dv);
 }
 
-void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* checkpoints) {
-  std::vector<float> s(dk * dv);
-  run_chunks(h, dk, dv, s.data(), out, checkpoints);
-  if (!h.causal)  // every query reads the last state
-    kernels::gemm_tile(h.nq, dv, dk, h.q, dk, s.data(), dv, out, dv, false);
+void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* den,
+             float* checkpoints) {
+  std::vector<float> s(state_floats(dk, dv));
+  run_chunks(h, dk, dv, den != nullptr, s.data(), out, den, checkpoints);
+  if (h.causal) return;  // every query reads the last state
+  kernels::gemm_tile(h.nq, dv, dk, h.q, dk, s.data(), dv, out, dv, false);
+  if (den)
+    for (std::size_t i = 0; i < h.nq; ++i) den[i] = dot(h.q + i * dk, s.data() + dk * dv, dk);
 }
 
-void step(float* s, const float* q, const float* k, const float* v, float g, const float* beta,
-          std::size_t dk, std::size_t dv, float* out, float* tmp) {
+void step(float* s, float* z, const float* q, const float* k, const float* v, float g,
+          const float* beta, std::size_t dk, std::size_t dv, float* out, float* den, float* tmp) {
   if (g != 0.0f) {
     const float a = std::exp(g);
     for (std::size_t i = 0; i < dk * dv; ++i) s[i] *= a;
+    if (z)
+      for (std::size_t r = 0; r < dk; ++r) z[r] *= a;
   }
   const float* u = v;
   if (beta) {
@@ -179,102 +424,49 @@ void step(float* s, const float* q, const float* k, const float* v, float g, con
     u = tmp;
   }
   rank1(s, k, u, dk, dv);
+  if (z)
+    for (std::size_t r = 0; r < dk; ++r) z[r] += k[r];
   if (out) vec_mat(q, s, dk, dv, out);
+  if (den && q) *den = dot(q, z, dk);
 }
 
 void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
-              const float* checkpoints, float* dq, float* dk_out, float* dv_out, float* dg,
-              float* dbeta) {
-  const std::size_t pv = dk * dv;
+              const float* d_den, const float* checkpoints, float* dq, float* dk_out,
+              float* dv_out, float* dg, float* dbeta) {
+  const std::size_t pv = dk * dv, state = state_floats(dk, dv);
+  const bool key_sum = d_den != nullptr;
   const std::size_t positions = h.causal ? h.nk : h.valid;
   const std::size_t chunks = (positions + C - 1) / C;
-  std::vector<float> saved;
-  std::vector<float> s(pv);
+  std::vector<float> saved, s(state);
   if (!checkpoints || !h.causal) {  // non-causal: also the last state
-    saved.resize(chunks * pv);
-    run_chunks(h, dk, dv, s.data(), nullptr, saved.data());
+    saved.resize(chunks * state);
+    run_chunks(h, dk, dv, key_sum, s.data(), nullptr, nullptr, saved.data());
     checkpoints = saved.data();
   }
-  std::vector<float> ds(pv, 0.0f), states(C * pv), p(pv), st(pv), u(dv), pred(dv), du(dv);
-  if (!h.causal) {  // dS = Q^T dO, dq = dO S^T
-    std::vector<float> qt(dk * h.nq), stt(dv * dk);
-    for (std::size_t i = 0; i < h.nq; ++i)
-      for (std::size_t r = 0; r < dk; ++r) qt[r * h.nq + i] = h.q[i * dk + r];
-    kernels::gemm_tile(dk, dv, h.nq, qt.data(), h.nq, d_out, dv, ds.data(), dv, false);
-    for (std::size_t r = 0; r < dk; ++r)
-      for (std::size_t c = 0; c < dv; ++c) stt[c * dk + r] = s[r * dv + c];
-    kernels::gemm_tile(h.nq, dk, dv, d_out, dv, stt.data(), dk, dq, dk, false);
+  std::vector<float> ds(state, 0.0f);  // the gradient of S, then of z
+  float* dz = key_sum ? ds.data() + pv : nullptr;
+  if (!h.causal) {  // dS = Q^T dO, dz = Q^T d_den, dq = dO S^T + d_den z^T
+    kernels::gemm_tile_at(dk, dv, h.nq, h.q, dk, d_out, dv, ds.data(), dv, false);
+    std::vector<float> st(dv * dk);
+    kernels::transpose(dk, dv, s.data(), dv, st.data(), dk);
+    kernels::gemm_tile(h.nq, dk, dv, d_out, dv, st.data(), dk, dq, dk, false);
+    if (key_sum)
+      for (std::size_t i = 0; i < h.nq; ++i)
+        for (std::size_t r = 0; r < dk; ++r) {
+          dz[r] += d_den[i] * h.q[i * dk + r];
+          dq[i * dk + r] += d_den[i] * s[pv + r];
+        }
   }
   std::fill(dk_out + positions * dk, dk_out + h.nk * dk, 0.0f);
   std::fill(dv_out + positions * dv, dv_out + h.nk * dv, 0.0f);
   if (dg) std::fill(dg + positions, dg + h.nk, 0.0f);
   if (dbeta) std::fill(dbeta + positions, dbeta + h.nk, 0.0f);
+  const Grads gr{d_out, d_den, dq, dk_out, dv_out, dg, dbeta};
+  Chunk w(dk, dv);
   for (std::size_t c = chunks; c-- > 0;) {
     const std::size_t t0 = c * C, rows = std::min(C, positions - t0);
-    std::copy_n(checkpoints + c * pv, pv, s.begin());
-    for (std::size_t i = 0; i < rows; ++i) {  // states[i] = S_{t-1} for t = t0 + i
-      std::copy(s.begin(), s.end(), states.begin() + i * pv);
-      const std::size_t t = t0 + i;
-      if (t < h.valid && i + 1 < rows)
-        step(s.data(), nullptr, h.k + t * dk, h.v + t * dv, h.g ? h.g[t] : 0.0f,
-             h.beta ? h.beta + t : nullptr, dk, dv, nullptr, u.data());
-    }
-    for (std::size_t i = rows; i-- > 0;) {
-      const std::size_t t = t0 + i;
-      const float* prev = &states[i * pv];
-      const bool writes = t < h.valid;
-      const float* k = h.k + t * dk;
-      const float* v = h.v + t * dv;
-      const float a = writes && h.g ? std::exp(h.g[t]) : 1.0f;
-      const float beta = writes && h.beta ? h.beta[t] : 1.0f;
-      if (writes) {  // P = a S_{t-1}, u, S_t = P + k u^T
-        for (std::size_t e = 0; e < pv; ++e) p[e] = a * prev[e];
-        if (h.beta) {
-          vec_mat(k, p.data(), dk, dv, pred.data());
-          for (std::size_t e = 0; e < dv; ++e) u[e] = beta * (v[e] - pred[e]);
-        } else {
-          std::copy_n(v, dv, u.begin());
-        }
-        std::copy(p.begin(), p.end(), st.begin());
-        rank1(st.data(), k, u.data(), dk, dv);
-      }
-      if (h.causal) {  // the read out_t = S_t^T q_t
-        const float* state = writes ? st.data() : prev;
-        const float* g_out = d_out + t * dv;
-        for (std::size_t r = 0; r < dk; ++r) dq[t * dk + r] = dot(state + r * dv, g_out, dv);
-        rank1(ds.data(), h.q + t * dk, g_out, dk, dv);
-      }
-      if (!writes) {
-        std::fill_n(dk_out + t * dk, dk, 0.0f);
-        std::fill_n(dv_out + t * dv, dv, 0.0f);
-        if (dg) dg[t] = 0.0f;
-        if (dbeta) dbeta[t] = 0.0f;
-        continue;
-      }
-      vec_mat(k, ds.data(), dk, dv, du.data());  // du = dS^T k
-      float* dkt = dk_out + t * dk;
-      for (std::size_t r = 0; r < dk; ++r) dkt[r] = dot(&ds[r * dv], u.data(), dv);
-      if (h.beta) {
-        for (std::size_t e = 0; e < dv; ++e) dv_out[t * dv + e] = beta * du[e];
-        if (dbeta) {
-          float sum = 0.0f;
-          for (std::size_t e = 0; e < dv; ++e) sum += du[e] * (v[e] - pred[e]);
-          dbeta[t] = sum;
-        }
-        for (std::size_t e = 0; e < dv; ++e) du[e] *= -beta;  // dpred
-        for (std::size_t r = 0; r < dk; ++r) dkt[r] += dot(&p[r * dv], du.data(), dv);
-        rank1(ds.data(), k, du.data(), dk, dv);  // dP = dS + k dpred^T
-      } else {
-        std::copy_n(du.begin(), dv, dv_out + t * dv);
-      }
-      if (dg) {
-        double sum = 0.0;
-        for (std::size_t r = 0; r < dk; ++r) sum += dot(&ds[r * dv], &p[r * dv], dv);
-        dg[t] = static_cast<float>(sum);
-      }
-      if (a != 1.0f)
-        for (std::size_t e = 0; e < pv; ++e) ds[e] *= a;
-    }
+    const std::size_t kv = std::min(rows, h.valid > t0 ? h.valid - t0 : 0);
+    chunk_backward(h, t0, rows, kv, checkpoints + c * state, ds.data(), dz, gr, w);
   }
 }
 
@@ -298,10 +490,8 @@ void prepare_rows(const float* x, std::size_t rows, std::size_t dim, bool normal
   for (std::size_t i = 0; i < rows; ++i) {
     const float* row = x + i * dim;
     float f = scale;
-    if (normalise) {
-      double sq = 0.0;
-      for (std::size_t c = 0; c < dim; ++c) sq += double(row[c]) * row[c];
-      norms[i] = static_cast<float>(std::sqrt(sq + kNormEps));
+    if (normalise) {  // float partial sums: a float64 chain cost 15 % of the delta forward
+      norms[i] = std::sqrt(scan::dot(row, row, dim) + kNormEps);
       f = scale / norms[i];
     }
     for (std::size_t c = 0; c < dim; ++c) out[i * dim + c] = f * row[c];
@@ -425,7 +615,7 @@ void ScanAttention::run_forward(TensorRef q, TensorRef k, TensorRef v,
       const auto bh = static_cast<std::size_t>(t);
       const scan::Head h = prepare_head(rule_, head_log_decay(bh % d.heads, d.heads), q, k, v,
                                         mask, in, d, bh, w);
-      scan::forward(h, d.dk, d.dv, out.data() + bh * d.nq * d.dv,
+      scan::forward(h, d.dk, d.dv, out.data() + bh * d.nq * d.dv, nullptr,
                     checkpoints ? checkpoints->data() + bh * per_head : nullptr);
     }
   }
@@ -483,7 +673,7 @@ void ScanAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
       float* dbeta = in.beta ? grads.d_beta.data() + bh * d.nk : nullptr;
       float* dq = grads.qkv.dq.data() + bh * d.nq * d.dk;
       float* dk = grads.qkv.dk.data() + bh * d.nk * d.dk;
-      scan::backward(h, d.dk, d.dv, d_out.data() + bh * d.nq * d.dv,
+      scan::backward(h, d.dk, d.dv, d_out.data() + bh * d.nq * d.dv, nullptr,
                      state ? state->checkpoints.data() + bh * per_head : nullptr, dq, dk,
                      grads.qkv.dv.data() + bh * d.nk * d.dv, dg, dbeta);
       prepare_rows_backward(q.data() + bh * d.nq * d.dk, d.nq, d.dk, rule_.normalise, scale,
@@ -545,8 +735,9 @@ Tensor ScanState::step(TensorRef q, TensorRef k, TensorRef v, const TokenInputs&
     if (in.beta) beta = in.beta->data()[bh];
     if (!(g <= 0.0f) || !(beta >= 0.0f && beta <= 1.0f))
       throw Error(who + ": g must be <= 0 and beta in [0, 1]");
-    scan::step(memory_.data() + bh * dk_ * dv_, w.q.data(), w.k.data(), v.data() + bh * dv_, g,
-               rule_.delta ? &beta : nullptr, dk_, dv_, out.data() + bh * dv_, tmp.data());
+    scan::step(memory_.data() + bh * dk_ * dv_, nullptr, w.q.data(), w.k.data(),
+               v.data() + bh * dv_, g, rule_.delta ? &beta : nullptr, dk_, dv_,
+               out.data() + bh * dv_, nullptr, tmp.data());
   }
   ++position_;
   return out;

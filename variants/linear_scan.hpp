@@ -25,10 +25,16 @@
 // Cost: O(N·C·(Dk + Dv) + N·Dk·Dv) per head, matrix products per chunk (kernels::gemm_tile);
 // memory O(Dk·Dv + C·(C + Dk + Dv)) per thread, and ScanAttention keeps one head's prepared q
 // and k per thread across calls (O(N·Dk)).
-// Backward: by the recurrence run backwards, token by token within each chunk, from the states
-// at the chunk starts (saved by a causal forward given a Saved, else recomputed by a forward
-// without outputs); the chunk's C states are recomputed from its start. Gradients of q, k, v,
-// g and beta. O(N·Dk·Dv) time, O((N / C + C)·Dk·Dv) memory per head.
+// The sum rule can carry the key sum z beside S (z_t = a_t z_{t-1} + k_t, den_t = q_t·z_t, in the
+// same chunks: z_C = e^{b_C} z_0 + K^T e^{b_C - b}, den = diag(e^b) Q z_0 + (Q K^T ∘ E) 1), which
+// is linear attention's denominator without a column of ones in V.
+// Backward, from the states at the chunk starts (saved by a causal forward given a Saved, else
+// recomputed by a forward without outputs), chunk by chunk in reverse, the forward's products
+// transposed (matrix products per chunk, see chunk_backward and delta_backward in the source):
+// the delta rule recomputes the chunk's T and U and takes the WY form's gradients through
+// (I + L) U = diag(beta) (V - diag(e^b) K S_0) (derived here; the tests check it against
+// differences and torch). Gradients of q, k, v, g, beta (and of den). O(N·C·(Dk + Dv) +
+// N·Dk·Dv) time, O((N / C)·Dk·Dv + C·(C + Dk + Dv)) memory per head.
 #pragma once
 
 #include <cstddef>
@@ -63,23 +69,35 @@ struct Head {
 /// latency-bound: it cost as much as a chunk's products).
 float dot(const float* a, const float* b, std::size_t n);
 
-/// Floats of the chunk-start states forward() saves for one head: chunks x dk x dv.
+/// a[0] + ... + a[n-1], in eight partial sums as dot().
+float sum(const float* a, std::size_t n);
+
+/// Floats of one head's state: S [dk x dv], then the key sum z [dk] (carried when asked for).
+std::size_t state_floats(std::size_t dk, std::size_t dv);
+
+/// Floats of the chunk-start states forward() saves for one head: chunks x state_floats.
 std::size_t checkpoint_floats(std::size_t nk, std::size_t dk, std::size_t dv);
 
-/// out [nq x dv] for one head; writes the chunk-start states into `checkpoints` when not null.
-void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* checkpoints);
+/// out [nq x dv] for one head; with `den` (the sum rule only) also den [nq], each query's
+/// q·z with z the key sum decayed as S is (linear attention's denominator); writes the
+/// chunk-start states into `checkpoints` when not null (z in them only when den is given).
+void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* den,
+             float* checkpoints);
 
-/// One head's gradients from d_out [nq x dv]: dq [nq x dk], dk [nk x dk], dv [nk x dv], and
-/// dg, dbeta [nk] when not null (their inputs must then be given). `checkpoints`: forward's,
-/// or nullptr (recomputed).
+/// One head's gradients from d_out [nq x dv] and, when not null (the sum rule only), d_den
+/// [nq], the gradient of forward's den: dq [nq x dk], dk [nk x dk], dv [nk x dv], and dg,
+/// dbeta [nk] when not null (their inputs must then be given). `checkpoints`: a forward's with
+/// the same den (given or not), or nullptr (recomputed).
 void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
-              const float* checkpoints, float* dq, float* dk_out, float* dv_out, float* dg,
-              float* dbeta);
+              const float* d_den, const float* checkpoints, float* dq, float* dk_out,
+              float* dv_out, float* dg, float* dbeta);
 
-/// One token of the recurrence on a state s [dk x dv]: decay by exp(g), then the write (beta
-/// nullptr: the sum rule), then out = S^T q when out is not null. `tmp` holds dv floats.
-void step(float* s, const float* q, const float* k, const float* v, float g, const float* beta,
-          std::size_t dk, std::size_t dv, float* out, float* tmp);
+/// One token of the recurrence on a state s [dk x dv] and, when z is not null, its key sum z
+/// [dk]: decay both by exp(g), then the write (beta nullptr: the sum rule; z += k), then
+/// out = S^T q and den = q·z when they are not null. `tmp` holds dv floats.
+void step(float* s, float* z, const float* q, const float* k, const float* v, float g,
+          const float* beta, std::size_t dk, std::size_t dv, float* out, float* den,
+          float* tmp);
 
 }  // namespace scan
 
