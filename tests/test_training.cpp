@@ -475,9 +475,10 @@ TEST_CASE("Trainer refuses bad configs, naming the field", "[training]") {
   test::require_error([&] { Trainer t(c); }, {"dropout"});
 }
 
-TEST_CASE("causal: no logit depends on a later token, for full and linear; bidirectional ones do",
-          "[training]") {
-  for (const char* spec : {"full", "linear"}) {
+TEST_CASE("causal: no logit depends on a later token, for every variant with a causal mode; "
+          "bidirectional ones do", "[training]") {
+  for (const char* spec :
+       {"full", "linear", "sliding:left=4,right=4", "delta", "retnet", "gla", "gated-delta"}) {
     for (const bool causal : {true, false}) {
       INFO(spec << (causal ? " causal" : " bidirectional"));
       TrainConfig c = tiny_config("copy", 16);
