@@ -28,7 +28,7 @@ def main():
         f"{c.get('attnlab_kernels', '?')}. {c['rounds']} rounds, attnlab and PyTorch in turn, each "
         f"the median of {c['steps']} steps ({c['big_rounds']} round of {c['big_steps']} for the "
         f"4-layer model at N = 1024); load average {' '.join(c['load_before'])} before, "
-        f"{' '.join(c['load_after'])} after (a machine shared with other builds).",
+        f"{' '.join(c['load_after'])} after (each round's load is in rows.csv).",
         "",
         "| model | N | attnlab step | PyTorch step | PyTorch / attnlab | attnlab: attention | "
         "GEMMs | rest |",
