@@ -98,15 +98,16 @@ struct AttentionTrace {
   Mask mask;           ///< the mask the core saw
   Matrix projected;    ///< the forward's projection rows (MultiHeadAttention::project)
   Activations output;  ///< the forward's result
-  // The backward's buffers: out_proj's input gradient, it split into heads, the core's
-  // gradients, them merged, in_proj's gradients of this call, the V block's dL/dmemory.
-  Activations d_merged;
-  Tensor d_heads;
-  AllGradients core_grads;
-  Activations dq, dk, dv;
-  Matrix d_in_proj_weight;
-  Vector d_in_proj_bias;
-  Activations d_memory_v;
+  // The backward's buffers, kept from step to step:
+  Activations d_merged;      ///< out_proj's input gradient [B, N, d_model]
+  Tensor d_heads;            ///< d_merged split into heads [B, H, N, head_dim]
+  AllGradients core_grads;   ///< the attention core's gradients
+  Activations dq;            ///< dL/dq merged from heads [B, N, d_model]
+  Activations dk;            ///< dL/dk merged from heads
+  Activations dv;            ///< dL/dv merged from heads
+  Matrix d_in_proj_weight;   ///< in_proj_weight's gradient of this call
+  Vector d_in_proj_bias;     ///< in_proj_bias's gradient of this call
+  Activations d_memory_v;    ///< the V block's dL/dmemory
   AttentionInputGrads grads;  ///< the backward's result
 };
 

@@ -97,8 +97,8 @@ class Attention {
   /// The same, written into `out`, which is resized only when its shape is not [B,H,Nq,Dv]:
   /// repeated calls at one shape reuse its storage. A fresh output above malloc's mmap threshold
   /// is page-faulted in on every call (40 to 60 ms for 128 MiB on our 2-core VM, a third of
-  /// linear attention's forward at N = 65536: results/linear). `out` must not be q, k or v
-  /// (throws Error); when a call throws, out's contents are unspecified.
+  /// linear attention's forward at N = 65536: results/linear). `out` must not share storage
+  /// with q, k or v (throws Error); when a call throws, out's contents are unspecified.
   void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                Tensor& out) const;
 
@@ -122,7 +122,7 @@ class Attention {
   /// The same, written into `g`, whose tensors are resized only when their shapes differ from
   /// q's, k's and v's: repeated calls at one shape reuse their storage (a fresh 8 MiB gradient
   /// costs page faults on every call, about 7% of full's backward at N = 2048). g's tensors
-  /// must not be any of the inputs (throws Error); when a call throws, g is unspecified.
+  /// must not share storage with any input (throws Error); when a call throws, g is unspecified.
   void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                 TensorRef out, TensorRef d_out, const RowLogSumExp& lse,
                 Gradients& g) const;

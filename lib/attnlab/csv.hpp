@@ -62,6 +62,7 @@ class CsvAppender {
   const std::vector<CsvRecord>& records() const { return records_; }
   /// Bytes of a torn last line removed at opening (0 normally).
   std::size_t repaired_bytes() const { return repaired_; }
+  /// The file it appends to.
   const std::string& path() const { return path_; }
 
   /// Appends one record atomically (single write + fsync). On an I/O failure (disk full, file

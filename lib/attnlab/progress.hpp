@@ -10,6 +10,7 @@
 
 namespace attnlab {
 
+/// A progress line on a stream: redrawn in place on a terminal, plain lines elsewhere.
 class ProgressLine {
  public:
   /// Progress on `stream`; nullptr: silent (every call does nothing).
@@ -19,6 +20,7 @@ class ProgressLine {
   ProgressLine(const ProgressLine&) = delete;
   ProgressLine& operator=(const ProgressLine&) = delete;
 
+  /// Whether it prints nothing (made with a null stream).
   bool silent() const { return out_ == nullptr; }
   /// Whether the stream is a terminal (redraw() shows anything).
   bool terminal() const { return tty_; }

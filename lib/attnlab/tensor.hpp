@@ -22,7 +22,7 @@ using Tensor64 = xt::xtensor<double, 4>;  ///< float64, for the reference
 /// without a copy. The storage must outlive the call and not change during it.
 class TensorRef {
  public:
-  using Shape = std::array<std::size_t, 4>;
+  using Shape = std::array<std::size_t, 4>;  ///< [batch, heads, seq, dim]
 
   /// A view of t's storage (implicit: every Tensor argument reads in place).
   TensorRef(const Tensor& t)  // NOLINT(google-explicit-constructor)
@@ -30,9 +30,10 @@ class TensorRef {
   /// A view of `shape`'s product floats at `data`, row-major.
   TensorRef(const float* data, const Shape& shape) : data_(data), shape_(shape) {}
 
-  const float* data() const { return data_; }
-  const Shape& shape() const { return shape_; }
-  std::size_t shape(std::size_t axis) const { return shape_[axis]; }
+  const float* data() const { return data_; }                          ///< the first float
+  const Shape& shape() const { return shape_; }                        ///< [B, H, N, D]
+  std::size_t shape(std::size_t axis) const { return shape_[axis]; }  ///< one extent
+  /// The number of floats, B·H·N·D.
   std::size_t size() const { return shape_[0] * shape_[1] * shape_[2] * shape_[3]; }
   /// Element [b, h, i, c].
   const float& operator()(std::size_t b, std::size_t h, std::size_t i, std::size_t c) const {
