@@ -17,27 +17,12 @@ namespace attnlab::models {
 /// Token ids [batch, seq].
 using Tokens = xt::xtensor<std::int64_t, 2>;
 
-/// kernels::prefer_huge_pages (attnlab/kernels.hpp), the library's one huge-page hint, under the
-/// name the models have used.
+/// The library's buffer helpers (attnlab/kernels.hpp) under the names the models have used:
+/// the one huge-page hint, uninitialised buffers marked by it, and shape_buffer, which keeps a
+/// buffer's storage from one step to the next.
 using kernels::prefer_huge_pages;
-
-/// An uninitialised container of `shape` (xtensor's from_shape) marked by prefer_huge_pages:
-/// how the layers allocate their activations.
-template <class Container>
-Container uninitialized(const typename Container::shape_type& shape) {
-  Container c = Container::from_shape(shape);
-  prefer_huge_pages(c.data(), c.size() * sizeof(typename Container::value_type));
-  return c;
-}
-
-/// Gives `buffer` the shape `shape`, allocating (uninitialized) only when its shape differs:
-/// how the traces and workspaces of the training step keep their storage from one step to the
-/// next (a fresh buffer costs its page faults, about as much as the GEMM that fills it here).
-template <class Container>
-Container& shape_buffer(Container& buffer, const typename Container::shape_type& shape) {
-  if (buffer.shape() != shape) buffer = uninitialized<Container>(shape);
-  return buffer;
-}
+using kernels::shape_buffer;
+using kernels::uninitialized;
 
 /// Below this many floats a compute-bound loop of the models (LayerNorm, the loss, Adam: double
 /// arithmetic, exp, sqrt) runs on one thread: waking OpenMP's team costs more. Memory-bound

@@ -4,16 +4,20 @@
 Usage: train-table.py TABLE [--build build] [--runs runs/tables] [--out results/training]
                       [--jobs 2] [--render-only]
 Every cell is a variant trained with each of the table's learning rates and seeds (one
-`attnlab train` run each, single-threaded, --jobs at a time: one per core). A variant's rate is
-the one with the lowest mean held-out loss over its seeds; its cell is the mean +/- the sample
-standard deviation over the seeds at that rate, with the rate and the time per step beside it.
+`attnlab train` run each, single-threaded, --jobs at a time: one per core), at each point of the
+table's grid when it has one (Zoology's sequence lengths and widths). A variant's rate is the one
+with the best mean held-out score over its seeds (the lowest loss, or the highest accuracy where
+the table selects by accuracy, as Zoology does); its cell is the mean +/- the sample standard
+deviation over the seeds at that rate, with the rate and the time per step beside it.
 The rate is chosen on the same held-out set the cell reports (there is no third split), so the
 cell is the best of len(rates) on it: a small optimistic bias, the same for every variant.
 
 Resumable: a run whose summary.json reports the table's steps is skipped; any other is started
 again with the same command, which continues from its checkpoint (attnlab train resumes). Runs go
-to RUNS/TABLE/VARIANT/lr-RATE/seed-S (git-ignored); the rendering goes to OUT/TABLE/README.md,
-with every run's summary.json and eval.csv copied to OUT/TABLE/raw/. A run that has not finished
+to RUNS/TABLE[/POINT]/VARIANT/lr-RATE/seed-S (git-ignored); the rendering goes to
+OUT/TABLE/README.md (and, for a grid, OUT/TABLE/accuracy.png: the score against the width, one
+line per variant, one panel per sequence length), with every run's summary.json and eval.csv
+copied to OUT/TABLE/raw/. A run that has not finished
 is shown as not run, never estimated. Each run is niced and takes the shared CPU lock
 (flock -s $CPU_LOCK, default /work/.cpu.lock, when the file exists) like train-results.sh.
 """
@@ -57,12 +61,39 @@ TABLES = {
         "seeds": [1, 2, 3],
         "metric": "bits",
     },
+    # Zoology's Figure 2 (Arora et al. 2023): MQAR with vocabulary 8192 at (N, pairs) = (64, 4),
+    # (128, 8), (256, 16); a 2-layer causal model with one head and an MLP of 4 d_model, as
+    # Zoology's attention baseline; accuracy against the width. Zoology trains 64 epochs of 20k to
+    # 100k examples at 4 rates in [1e-4, 1e-2]; we train STEPS steps of 64 fresh examples at the
+    # rates below (hours on 2 cores, not days): see results/training/zoology/notes.md.
+    "zoology": {
+        "title": "Zoology's MQAR (vocabulary 8192): held-out accuracy against model width",
+        "options": ["--causal", "--layers", "2", "--heads", "1", "--batch", "64", "--warmup",
+                    "100", "--eval-size", "512", "--eval-every", "250",
+                    "--checkpoint-every", "250"],
+        "grid": [{"name": f"n{n}-d{d}", "n": n, "pairs": n // 16, "d_model": d,
+                  "options": ["--task", f"mqar:pairs={n // 16},vocab=8192", "--n", str(n),
+                              "--d-model", str(d), "--ffn", str(4 * d)]}
+                 for n in (64, 128, 256) for d in (32, 64, 128)],
+        "steps": 1500,
+        "variants": ["full", "linear", "sliding:left=16,right=0", "gated-delta"],
+        "rates": [1e-3, 3e-3],
+        "seeds": [1, 2, 3],
+        "metric": "accuracy",
+        "select": "accuracy",
+    },
 }
 
 
-def run_dir(runs, table, variant, rate, seed):
-    return runs / table / variant.replace(":", "_").replace("=", "-").replace(",", "_") / \
-        f"lr-{rate:g}" / f"seed-{seed}"
+def grid(t):
+    """The table's points: each with a name ("" for a table without a grid) and its options."""
+    return t.get("grid", [{"name": "", "options": []}])
+
+
+def run_dir(runs, table, point, variant, rate, seed):
+    return runs / table / point["name"] / \
+        variant.replace(":", "_").replace("=", "-").replace(",", "_") / f"lr-{rate:g}" / \
+        f"seed-{seed}"
 
 
 def finished(folder, steps):
@@ -73,11 +104,12 @@ def finished(folder, steps):
     return s if s["steps"] >= steps else None
 
 
-def train(build, t, variant, rate, seed, folder):
+def train(build, t, point, variant, rate, seed, folder):
     if finished(folder, t["steps"]):
         return "skipped"
     folder.mkdir(parents=True, exist_ok=True)
     command = [str(build / "cli" / "attnlab"), "train", "--quiet", *t["options"],
+               *point["options"],
                "--spec", variant, "--lr", f"{rate:g}", "--seed", str(seed),
                "--steps", str(t["steps"]), "--out", str(folder)]
     lock = os.environ.get("CPU_LOCK", "/work/.cpu.lock")
@@ -89,52 +121,112 @@ def train(build, t, variant, rate, seed, folder):
     return "done" if done.returncode == 0 else f"FAILED ({done.returncode}, {folder}/log.txt)"
 
 
+def cell(t, runs, table, point, variant, raw):
+    """The variant's cell at one grid point: (row cells, (mean, sd) or None). Copies every
+    finished run's summary.json and eval.csv to raw/."""
+    metric, by_accuracy = t["metric"], t.get("select") == "accuracy"
+    by_rate = {}
+    for rate in t["rates"]:
+        done = []
+        for seed in t["seeds"]:
+            d = run_dir(runs, table, point, variant, rate, seed)
+            s = finished(d, t["steps"])
+            if s:
+                done.append(s)
+                dest = raw / d.relative_to(runs / table)
+                dest.mkdir(parents=True)
+                for f in ["summary.json", "eval.csv"]:
+                    shutil.copy(d / f, dest / f)
+        by_rate[rate] = done
+    full = {r: v for r, v in by_rate.items() if len(v) == len(t["seeds"])}
+    sweep = ", ".join(
+        f"{r:g}: " + (f"{statistics.mean(s['eval'][metric] for s in v):.3f} ({len(v)})"
+                      if v else "not run") for r, v in by_rate.items())
+    if not full:
+        return [f"`{variant}`", "not run", "not run", "-", "-", sweep, "-"], None
+
+    def score(r):  # the selection score: lower is better
+        if by_accuracy:
+            return -statistics.mean(s["eval"]["accuracy"] for s in full[r])
+        return statistics.mean(s["eval"]["loss"] for s in full[r])
+    rate = min(full, key=score)
+    values = [s["eval"][metric] for s in full[rate]]
+    mean = statistics.mean(values)
+    spread = statistics.stdev(values) if len(values) > 1 else math.nan
+    per_step = statistics.mean(s["seconds_per_step"] for s in full[rate])
+    loads = f"{min(s['loadavg_before'] for s in full[rate]):.1f}-" \
+            f"{max(s['loadavg_after'] for s in full[rate]):.1f}"
+    return [f"`{variant}`", f"{rate:g}", f"{mean:.3f} +/- {spread:.3f}", str(len(values)),
+            f"{per_step:.3f}", sweep, loads], (mean, spread)
+
+
+def plot_grid(folder, t, means):
+    """accuracy.png: the metric against d_model, one line per variant, one panel per N."""
+    lengths = sorted({p["n"] for p in t["grid"]})
+    for i, variant in enumerate(t["variants"]):
+        with open(folder / f"variant-{i}.dat", "w") as f:
+            for n in lengths:
+                f.write(f"# N = {n}\n")
+                for p in t["grid"]:
+                    if p["n"] == n and (p["name"], variant) in means:
+                        mean, sd = means[(p["name"], variant)]
+                        f.write(f"{p['d_model']} {mean} {0 if math.isnan(sd) else sd}\n")
+                f.write("\n\n")
+    widths = sorted({p["d_model"] for p in t["grid"]})
+    script = [f"set terminal pngcairo size {420 * len(lengths)},380",
+              "set output 'accuracy.png'", f"set multiplot layout 1,{len(lengths)}",
+              "set logscale x 2", f"set xrange [{widths[0] / 1.3}:{widths[-1] * 1.3}]",
+              f"set xtics ({', '.join(str(w) for w in widths)})", "set yrange [0:1.05]",
+              "set xlabel 'd_model'", f"set ylabel 'held-out {t['metric']}'", "set key bottom right",
+              "set grid"]
+    for index, n in enumerate(lengths):
+        pairs = next(p["pairs"] for p in t["grid"] if p["n"] == n)
+        script.append(f"set title 'N = {n}, {pairs} pairs'")
+        script.append("plot " + ", ".join(
+            f"'variant-{i}.dat' index {index} using 1:2:3 with yerrorlines title '{v}'"
+            for i, v in enumerate(t["variants"])))
+    script.append("unset multiplot")
+    (folder / "accuracy.gp").write_text("\n".join(script) + "\n")
+    if shutil.which("gnuplot"):
+        subprocess.run(["gnuplot", "accuracy.gp"], cwd=folder, check=True)
+
+
 def render(table, t, runs, out):
     """OUT/TABLE/README.md from what finished; raw copies of every finished run."""
     folder = out / table
     raw = folder / "raw"
     if raw.exists():
         shutil.rmtree(raw)
+    selection = ("highest mean held-out accuracy" if t.get("select") == "accuracy"
+                 else "lowest mean held-out loss")
+    has_grid = "grid" in t
     lines = [f"# {t['title']}", "",
              f"Rendered by `scripts/train-table.py {table}` from the runs that finished; each "
              "cell is mean +/- sample standard deviation over the seeds at the variant's best "
-             "rate (lowest mean held-out loss over the seeds; rates with a missing seed are not "
+             f"rate ({selection} over the seeds; rates with a missing seed are not "
              "candidates).", "",
              f"Protocol: {t['steps']} steps, options `{' '.join(t['options'])}`, rates "
              f"{', '.join(f'{r:g}' for r in t['rates'])}, seeds "
-             f"{', '.join(map(str, t['seeds']))}; one thread per run, two runs at a time.", "",
-             f"| variant | best rate | {t['metric']} (mean +/- sd) | seeds | s/step (mean) | "
-             "every rate: mean (seeds finished) | load (1-min avg, before/after) |",
-             "|---|---|---|---|---|---|---|"]
-    for variant in t["variants"]:
-        by_rate = {}
-        for rate in t["rates"]:
-            done = []
-            for seed in t["seeds"]:
-                d = run_dir(runs, table, variant, rate, seed)
-                s = finished(d, t["steps"])
-                if s:
-                    done.append(s)
-                    dest = raw / d.relative_to(runs / table)
-                    dest.mkdir(parents=True)
-                    for f in ["summary.json", "eval.csv"]:
-                        shutil.copy(d / f, dest / f)
-            by_rate[rate] = done
-        full = {r: v for r, v in by_rate.items() if len(v) == len(t["seeds"])}
-        sweep = ", ".join(
-            f"{r:g}: " + (f"{statistics.mean(s['eval'][t['metric']] for s in v):.3f} ({len(v)})"
-                          if v else "not run") for r, v in by_rate.items())
-        if not full:
-            lines.append(f"| `{variant}` | not run | not run | - | - | {sweep} | - |")
-            continue
-        rate = min(full, key=lambda r: statistics.mean(s["eval"]["loss"] for s in full[r]))
-        values = [s["eval"][t["metric"]] for s in full[rate]]
-        spread = statistics.stdev(values) if len(values) > 1 else math.nan
-        per_step = statistics.mean(s["seconds_per_step"] for s in full[rate])
-        loads = f"{min(s['loadavg_before'] for s in full[rate]):.1f}-" \
-                f"{max(s['loadavg_after'] for s in full[rate]):.1f}"
-        lines.append(f"| `{variant}` | {rate:g} | {statistics.mean(values):.3f} +/- {spread:.3f} "
-                     f"| {len(values)} | {per_step:.3f} | {sweep} | {loads} |")
+             f"{', '.join(map(str, t['seeds']))}; one thread per run, two runs at a time.", ""]
+    if has_grid:
+        lines += ["Grid points (options added to the protocol's): " + "; ".join(
+            f"`{p['name']}`: `{' '.join(p['options'])}`" for p in t["grid"]), "",
+            "![accuracy against width](accuracy.png)", ""]
+    lines += [("| point " if has_grid else "") +
+              f"| variant | best rate | {t['metric']} (mean +/- sd) | seeds | s/step (mean) | "
+              "every rate: mean (seeds finished) | load (1-min avg, before/after) |",
+              ("|---" if has_grid else "") + "|---|---|---|---|---|---|---|"]
+    means = {}
+    for point in grid(t):
+        for variant in t["variants"]:
+            cells, summary = cell(t, runs, table, point, variant, raw)
+            if summary:
+                means[(point["name"], variant)] = summary
+            lines.append("| " + " | ".join(([f"`{point['name']}`"] if has_grid else []) + cells)
+                         + " |")
+    folder.mkdir(parents=True, exist_ok=True)
+    if has_grid and means:
+        plot_grid(folder, t, means)
     context = next(iter(sorted(raw.rglob("summary.json"))), None) if raw.exists() else None
     if context:
         s = json.loads(context.read_text())
@@ -146,7 +238,6 @@ def render(table, t, runs, out):
     notes = folder / "notes.md"
     if notes.exists():
         lines += ["", notes.read_text().rstrip()]
-    folder.mkdir(parents=True, exist_ok=True)
     (folder / "README.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {folder / 'README.md'}")
 
@@ -163,13 +254,14 @@ def main():
     t = TABLES[a.table]
     if not a.render_only:
         # seed-major order: the first seed of every cell finishes before any cell's third
-        jobs = [(v, r, s) for s in t["seeds"] for v in t["variants"] for r in t["rates"]]
+        jobs = [(p, v, r, s) for s in t["seeds"] for p in grid(t) for v in t["variants"]
+                for r in t["rates"]]
         print(f"{len(jobs)} runs, {a.jobs} at a time; load {open('/proc/loadavg').read().strip()}")
         with ThreadPoolExecutor(a.jobs) as pool:
             results = pool.map(lambda j: (j, train(a.build, t, *j, run_dir(a.runs, a.table, *j))),
                                jobs)
-            for (v, r, s), status in results:
-                print(f"{v} lr {r:g} seed {s}: {status}", flush=True)
+            for (p, v, r, s), status in results:
+                print(f"{p['name']} {v} lr {r:g} seed {s}: {status}", flush=True)
     render(a.table, t, a.runs, a.out)
 
 

@@ -250,6 +250,9 @@ TEST_CASE("forward into an output reuses its storage and equals the returning fo
     // A caller's own buffer is read in place through a TensorRef: the same bytes as the Tensor.
     const std::vector<float> buffer(q.begin(), q.end());
     CHECK((a->forward(TensorRef(buffer.data(), {1, 2, 48, 16}), k, v) == expected));
+    // A null buffer is refused where the view is made; an empty shape needs none.
+    require_error([] { TensorRef(nullptr, {1, 2, 48, 16}); }, {"[1, 2, 48, 16]", "null pointer"});
+    CHECK(TensorRef(nullptr, {1, 2, 0, 16}).size() == 0);
     // A view into the output's storage is refused before the output is resized (which would
     // free what the view reads), whatever the view's shape.
     Tensor wide = q;  // [1, 2, 48, 16], not the output's [1, 2, 48, 8]

@@ -320,6 +320,52 @@ TEST_CASE("task head: the gradient of the loss through mean pooling and padding 
   CHECK(directional == Approx((4 * d1 - d2) / 3).epsilon(1e-2));
 }
 
+TEST_CASE("task head: scoring the query positions alone equals the head at every position",
+          "[training]") {
+  // mqar scores a sixteenth of the tokens; training and evaluate run the head on those rows only.
+  const auto task = make_task("mqar:pairs=3,vocab=40", 48);
+  models::ModelConfig m;
+  m.layer.d_model = 16;
+  m.layer.heads = 2;
+  m.layer.ffn = 32;
+  m.layers = 2;
+  m.vocab = task->vocab();
+  m.layer.pre_ln = true;
+  TaskModel model(m, task->classes(), task->output(), true);
+  const Batch batch = task->batch(4, 3);
+  TaskModel grad = zero_like(model);
+  const Score gathered = loss_and_gradients(model, batch, grad);
+  CHECK(gathered.count == 4 * 3);
+
+  // The reference: the head at every position, the unscored rows' gradient zero.
+  models::ModelTrace trace;
+  const models::Activations& hidden = models::forward(model.body, batch.tokens, model.mask(batch), trace);
+  models::Activations logits, dfeatures;
+  model.head.forward(hidden, logits);
+  models::Activations dlogits = models::Activations::from_shape(logits.shape());
+  const std::size_t classes = logits.shape()[2];
+  const Score every = cross_entropy(logits.data(), batch.targets.data(), logits.size() / classes,
+                                    classes, dlogits.data());
+  TaskModel expected = zero_like(model);
+  models::backward(model.head, hidden, dlogits, expected.head, dfeatures);
+  models::backward(model.body, trace, dfeatures, expected.body);
+
+  CHECK(gathered.count == every.count);
+  CHECK(gathered.correct == every.correct);
+  CHECK(gathered.loss == Approx(every.loss).epsilon(1e-6));
+  CHECK(evaluate(model, batch).loss == Approx(every.loss).epsilon(1e-6));
+  const auto got = grad.parameters(), want = expected.parameters();
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO(got[i].name);
+    double scale = 0;
+    for (std::size_t j = 0; j < want[i].size(); ++j) scale = std::max(scale, double(std::abs(want[i].data[j])));
+    REQUIRE(scale > 0);
+    for (std::size_t j = 0; j < got[i].size(); ++j)
+      CHECK(got[i].data[j] == Approx(want[i].data[j]).margin(1e-5 * scale));
+  }
+}
+
 TEST_CASE("a tiny training run on copy at N = 32 brings the loss below 1.0", "[training]") {
   // The default model (2 layers, d_model 64, 4 heads, batch 32), 80 steps at lr 6e-3 after a
   // 10-step warm-up. Deterministic with its seed. Chance is log(8) = 2.08 (8 symbols); on our

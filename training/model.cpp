@@ -41,6 +41,40 @@ void mean_pool_backward(const models::Activations& dpooled, std::size_t n,
   }
 }
 
+// Whether some positions of a per-token batch are not scored (mqar, copy: the head then sees the
+// scored rows alone; with Zoology's 8192 classes it would otherwise be most of the step).
+bool scores_some(const Batch& batch) {
+  return std::any_of(batch.targets.begin(), batch.targets.end(),
+                     [](std::int64_t t) { return t == kNoTarget; });
+}
+
+// The scored rows of x [B, N, d], in order, gathered into rows [1, R, d] with their targets.
+void gather_scored(const models::Activations& x, const Batch& batch, models::Activations& rows,
+                   models::Tokens& row_targets) {
+  const std::size_t d = x.shape()[2], positions = batch.targets.size();
+  const auto scored = static_cast<std::size_t>(
+      std::count_if(batch.targets.begin(), batch.targets.end(),
+                    [](std::int64_t t) { return t != kNoTarget; }));
+  models::shape_buffer(rows, {1, scored, d});
+  models::shape_buffer(row_targets, {1, scored});
+  for (std::size_t p = 0, r = 0; p < positions; ++p) {
+    if (batch.targets.data()[p] == kNoTarget) continue;
+    std::copy_n(x.data() + p * d, d, rows.data() + r * d);
+    row_targets.data()[r++] = batch.targets.data()[p];
+  }
+}
+
+// Its backward: each scored position of dx [B, N, d] gets its row's gradient, the others 0.
+void scatter_scored(const models::Activations& drows, const Batch& batch,
+                    models::Activations& dx) {
+  const std::size_t d = drows.shape()[2];
+  models::shape_buffer(dx, {batch.targets.shape()[0], batch.targets.shape()[1], d});
+  dx.fill(0.0f);
+  for (std::size_t p = 0, r = 0; p < batch.targets.size(); ++p)
+    if (batch.targets.data()[p] != kNoTarget)
+      std::copy_n(drows.data() + r++ * d, d, dx.data() + p * d);
+}
+
 const std::int64_t* targets_of(const Batch& batch, const models::Activations& logits) {
   if (batch.targets.shape()[0] != logits.shape()[0] || batch.targets.shape()[1] != logits.shape()[1])
     throw Error("training: the batch's targets are [" + std::to_string(batch.targets.shape()[0]) +
@@ -82,16 +116,23 @@ Score cross_entropy(const float* logits, const std::int64_t* targets, std::size_
     if (targets[r] == kNoTarget) continue;
     const float* z = logits + r * classes;
     const auto best = static_cast<std::size_t>(std::max_element(z, z + classes) - z);
-    double lse = 0;
-    for (std::size_t c = 0; c < classes; ++c) lse += std::exp(double(z[c]) - double(z[best]));
-    lse = std::log(lse) + double(z[best]);
+    // Each exp once: kept in dz (when wanted) and scaled by the row's sum after.
+    float* dz = dlogits ? dlogits + r * classes : nullptr;
+    double sum = 0;
+    for (std::size_t c = 0; c < classes; ++c) {
+      const double e = std::exp(double(z[c]) - double(z[best]));
+      sum += e;
+      if (dz) dz[c] = static_cast<float>(e);
+    }
     const auto t = static_cast<std::size_t>(targets[r]);
-    row_loss[r] = lse - double(z[t]);
+    row_loss[r] = std::log(sum) + double(z[best]) - double(z[t]);
     correct += best == t;
-    if (!dlogits) continue;
-    float* dz = dlogits + r * classes;
-    for (std::size_t c = 0; c < classes; ++c)
-      dz[c] = static_cast<float>((std::exp(double(z[c]) - lse) - double(c == t)) / double(s.count));
+    if (!dz) continue;
+    const double scale = 1.0 / (sum * double(s.count));
+    for (std::size_t c = 0; c < classes; ++c) dz[c] = static_cast<float>(double(dz[c]) * scale);
+    // The target's entry from double, not from its rounded exp: p_t - 1 cancels near p_t = 1.
+    dz[t] = static_cast<float>((std::exp(double(z[t]) - double(z[best])) / sum - 1.0) /
+                               double(s.count));
   }
   double total = 0;
   for (std::size_t r = 0; r < rows; ++r)
@@ -159,21 +200,36 @@ Score loss_and_gradients(const TaskModel& model, const Batch& batch, TaskModel& 
                          StepWorkspace& w) {
   const models::Activations& hidden =
       models::forward(model.body, batch.tokens, model.mask(batch), w.trace);
+  // The head's input: the pooled features, the scored rows, or every position.
   const bool per_token = model.output() == Output::per_token;
-  if (!per_token) mean_pool(hidden, batch.lengths, w.pooled);
-  const models::Activations& features = per_token ? hidden : w.pooled;
+  const bool gathered = per_token && scores_some(batch);
+  if (!per_token) mean_pool(hidden, batch.lengths, w.head_input);
+  if (gathered) gather_scored(hidden, batch, w.head_input, w.head_targets);
+  const models::Activations& features = per_token && !gathered ? hidden : w.head_input;
+  const std::int64_t* targets = gathered ? w.head_targets.data() : nullptr;
   model.head.forward(features, w.logits);
   models::shape_buffer(w.dlogits, w.logits.shape());
   const std::size_t classes = w.logits.shape()[2];
-  const Score score = cross_entropy(w.logits.data(), targets_of(batch, w.logits),
-                                    w.logits.size() / classes, classes, w.dlogits.data());
+  const Score score =
+      cross_entropy(w.logits.data(), targets ? targets : targets_of(batch, w.logits),
+                    w.logits.size() / classes, classes, w.dlogits.data());
   models::backward(model.head, features, w.dlogits, grad.head, w.dfeatures);
   if (!per_token) mean_pool_backward(w.dfeatures, hidden.shape()[1], batch.lengths, w.dhidden);
-  models::backward(model.body, w.trace, per_token ? w.dfeatures : w.dhidden, grad.body);
+  if (gathered) scatter_scored(w.dfeatures, batch, w.dhidden);
+  models::backward(model.body, w.trace, per_token && !gathered ? w.dfeatures : w.dhidden,
+                   grad.body);
   return score;
 }
 
 Score evaluate(const TaskModel& model, const Batch& batch) {
+  if (model.output() == Output::per_token && scores_some(batch)) {
+    models::Activations rows;
+    models::Tokens row_targets;
+    gather_scored(model.body.forward(batch.tokens, model.mask(batch)), batch, rows, row_targets);
+    const models::Activations logits = model.head.forward(rows);
+    return cross_entropy(logits.data(), row_targets.data(), row_targets.size(),
+                         logits.shape()[2], nullptr);
+  }
   const models::Activations logits = model.logits(batch);
   const std::size_t classes = logits.shape()[2];
   return cross_entropy(logits.data(), targets_of(batch, logits), logits.size() / classes, classes,

@@ -2,7 +2,10 @@
 // models::EncoderModel (token embedding, sinusoidal positions, L layers with any attention spec);
 // the head is one Linear from d_model to the task's classes ("head.weight", "head.bias"),
 // applied at every position (Output::per_token) or to the mean of the encoder's outputs over the
-// unpadded positions (Output::per_sequence: mean pooling, as LRA's classifiers may). Padded keys
+// unpadded positions (Output::per_sequence: mean pooling, as LRA's classifiers may). Training and
+// evaluate() apply a per-token head to the scored positions alone (MQAR scores its queries, a
+// sixteenth of the tokens: Zoology's 8192-way head at every token would be most of the step);
+// logits() gives every position's. Padded keys
 // are masked in every attention call (Mask::key_lengths). A causal model (`attnlab train
 // --causal`) is a decoder-only, GPT-style stack: every attention call is also causal (top-left),
 // so position i sees positions 0..i only and a per-token target is predicted from the prefix up
@@ -94,11 +97,12 @@ TaskModel zero_like(const TaskModel& model);
 /// step after the first allocates nothing large.
 struct StepWorkspace {
   models::ModelTrace trace;       ///< the body's activations and gradient buffers
-  models::Activations pooled;     ///< per-sequence: the mean-pooled features
+  models::Activations head_input; ///< the mean-pooled features, or the scored rows [1, R, d]
+  models::Tokens head_targets;    ///< the scored rows' targets [1, R]
   models::Activations logits;     ///< the head's output
   models::Activations dlogits;    ///< d(loss)/d(logits)
   models::Activations dfeatures;  ///< d(loss)/d(the head's input)
-  models::Activations dhidden;    ///< per-sequence: d(loss)/d(the body's output)
+  models::Activations dhidden;    ///< pooled or gathered: d(loss)/d(the body's output)
 };
 
 /// The batch's score, and the gradient of its mean loss added into `grad` (zero_like's shape).

@@ -31,6 +31,17 @@ std::uint64_t data_seed(std::uint64_t seed, std::uint64_t stream, std::uint64_t 
   return stream_seed(seed, {splitmix64(stream << 56 ^ index)});
 }
 
+// The rows the task head sees in a step of `batch` examples: the scored positions of a per-token
+// task (loss_and_gradients scores those alone; every task scores as many in each example, so one
+// example tells), one per sequence otherwise.
+std::size_t head_rows(const Task& task, std::size_t batch) {
+  if (task.output() == Output::per_sequence) return batch;
+  const Batch one = task.batch(1, 0);
+  return batch * static_cast<std::size_t>(std::count_if(
+                     one.targets.begin(), one.targets.end(),
+                     [](std::int64_t t) { return t != kNoTarget; }));
+}
+
 models::ModelConfig model_config(const TrainConfig& c, std::size_t vocab) {
   models::ModelConfig m;
   m.layer.d_model = c.d_model;
@@ -101,7 +112,7 @@ double TrainConfig::memory_bytes() const {
   const double classes = double(task_->classes()), d = double(d_model);
   const double parameters = model.parameter_count() + (d + 1) * classes;
   const double tokens = double(batch) * double(n);
-  const double logits = (task_->output() == Output::per_token ? tokens : double(batch)) * classes;
+  const double logits = double(head_rows(*task_, batch)) * classes;
   // Per layer its trace (activations and the gradient buffers it keeps), then the one set of
   // backward scratch the layers share (models/backward.hpp).
   const double activations = double(layers) * tokens * (20 * d + double(ffn)) +
@@ -306,8 +317,7 @@ StepSplit measure_split(const Trainer& trainer, std::size_t rounds) {
     gemms.emplace_back(rows, d, c.ffn);
     gemms.emplace_back(rows, c.ffn, d);
   }
-  gemms.emplace_back(trainer.task().output() == Output::per_token ? rows : c.batch, d,
-                     trainer.task().classes());
+  gemms.emplace_back(head_rows(trainer.task(), c.batch), d, trainer.task().classes());
 
   // One untimed step first: the workspace's buffers are allocated then, as in a run's first step.
   loss_and_gradients(model, batch, grad, workspace);

@@ -72,7 +72,7 @@ struct TrainConfig {
   /// A lower bound of the bytes a run needs: four copies of the parameters (weights, gradients,
   /// Adam's two moments), the step's workspace (per layer about 20 · d_model + ffn floats a
   /// token, kept from step to step, one backward scratch of 12 · d_model + ffn floats a token,
-  /// the head's logits and their gradient) and the held-out set's tokens. An attention core's
+  /// the head's logits and their gradient at the scored rows) and the held-out set's tokens. An attention core's
   /// own scratch comes on top.
   double memory_bytes() const;
 

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "attnlab/error.hpp"
+#include "attnlab/kernels.hpp"
 
 namespace attnlab {
 namespace {
@@ -112,19 +113,13 @@ Dims Attention::validate(TensorRef q, TensorRef k, TensorRef v,
 
 namespace {
 
-// Resizes t to `shape` unless it has it already (keeps a caller's storage).
-template <class T, std::size_t R>
-void ensure_shape(T& t, const std::array<std::size_t, R>& shape) {
-  if (!std::equal(shape.begin(), shape.end(), t.shape().begin())) t.resize(shape);
-}
-
 }  // namespace
 
 void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                         Tensor& out) const {
   refuse_overlap(out, {q, k, v}, "forward's output must not share storage with q, k or v");
   const Dims d = validate(q, k, v, mask);
-  ensure_shape(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
+  kernels::shape_buffer(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
   compute(q, k, v, mask, d, out);
 }
 
@@ -132,8 +127,8 @@ void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                         Tensor& out, RowLogSumExp& lse) const {
   refuse_overlap(out, {q, k, v}, "forward's output must not share storage with q, k or v");
   const Dims d = validate(q, k, v, mask);
-  ensure_shape(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
-  ensure_shape(lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
+  kernels::shape_buffer(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
+  kernels::shape_buffer(lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
   compute_saving_lse(q, k, v, mask, d, out, lse);
 }
 
@@ -179,9 +174,9 @@ void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask
     refuse_overlap(*grad, {q, k, v, out, d_out},
                    "backward's gradients must not share storage with q, k, v, out or d_out");
   const Dims d = check_backward(q, k, v, mask, out, d_out, lse);
-  ensure_shape(g.dq, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dk});
-  ensure_shape(g.dk, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dk});
-  ensure_shape(g.dv, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dv});
+  kernels::shape_buffer(g.dq, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dk});
+  kernels::shape_buffer(g.dk, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dk});
+  kernels::shape_buffer(g.dv, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dv});
   compute_backward(q, k, v, mask, d, out, d_out, lse.size() != 0 ? &lse : nullptr, g);
 }
 
@@ -216,8 +211,8 @@ void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
   refuse_overlap(out, {q, k, v}, "forward's output must not share storage with q, k or v");
   const Dims d = validate(q, k, v, mask);
   validate_tokens(in, d, mask);
-  ensure_shape(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
-  ensure_shape(saved.lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
+  kernels::shape_buffer(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
+  kernels::shape_buffer(saved.lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
   compute_with(q, k, v, mask, in, d, out, saved);
 }
 
@@ -236,13 +231,13 @@ void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask
                    "backward's gradients must not share storage with q, k, v, out or d_out");
   const Dims d = check_backward(q, k, v, mask, out, d_out, saved.lse);
   validate_tokens(in, d, mask);
-  ensure_shape(g.qkv.dq, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dk});
-  ensure_shape(g.qkv.dk, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dk});
-  ensure_shape(g.qkv.dv, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dv});
+  kernels::shape_buffer(g.qkv.dq, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dk});
+  kernels::shape_buffer(g.qkv.dk, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dk});
+  kernels::shape_buffer(g.qkv.dv, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dv});
   const std::array<std::size_t, 3> tokens = {d.batch, d.heads, d.nk};
-  if (in.log_decay) ensure_shape(g.d_log_decay, tokens);
+  if (in.log_decay) kernels::shape_buffer(g.d_log_decay, tokens);
   else g.d_log_decay = TokenTensor();
-  if (in.beta) ensure_shape(g.d_beta, tokens);
+  if (in.beta) kernels::shape_buffer(g.d_beta, tokens);
   else g.d_beta = TokenTensor();
   g.parameters.clear();
   compute_backward_with(q, k, v, mask, in, d, out, d_out, saved, g);

@@ -77,6 +77,24 @@ std::vector<float> transpose_keys(TensorRef k, const Dims& d, std::size_t block 
 /// 0.02 s. The one place the library asks for huge pages (scratch_floats, the model layers).
 void prefer_huge_pages(void* data, std::size_t bytes);
 
+/// An uninitialised container of `shape` (xtensor's from_shape) marked by prefer_huge_pages.
+template <class Container>
+Container uninitialized(const typename Container::shape_type& shape) {
+  Container c = Container::from_shape(shape);
+  prefer_huge_pages(c.data(), c.size() * sizeof(typename Container::value_type));
+  return c;
+}
+
+/// Gives `buffer` the shape `shape`, allocating (uninitialized) only when its shape differs, so
+/// a caller's storage is kept from one call to the next: the outputs of forward and backward,
+/// the traces and workspaces of a training step (a fresh buffer costs its page faults, about as
+/// much as the GEMM that fills it at the models' sizes).
+template <class Container>
+Container& shape_buffer(Container& buffer, const typename Container::shape_type& shape) {
+  if (buffer.shape() != shape) buffer = uninitialized<Container>(shape);
+  return buffer;
+}
+
 /// An uninitialised buffer of n floats for a forward's scratch (key layouts). From 2 MiB up it is
 /// 2 MiB-aligned and marked by prefer_huge_pages: a fresh buffer
 /// of that size is mapped anew on every call, and 4 KiB page faults cost several microseconds

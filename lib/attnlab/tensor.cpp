@@ -4,6 +4,11 @@
 
 namespace attnlab {
 
+TensorRef::TensorRef(const float* data, const Shape& shape) : data_(data), shape_(shape) {
+  if (!data && size() != 0)
+    throw Error("tensor view " + shape_string(*this) + ": no data (a null pointer)");
+}
+
 std::string shape_string(TensorRef t) {
   std::string s = "[";
   for (std::size_t i = 0; i < t.shape().size(); ++i) {

@@ -27,8 +27,9 @@ class TensorRef {
   /// A view of t's storage (implicit: every Tensor argument reads in place).
   TensorRef(const Tensor& t)  // NOLINT(google-explicit-constructor)
       : data_(t.data()), shape_{t.shape()[0], t.shape()[1], t.shape()[2], t.shape()[3]} {}
-  /// A view of `shape`'s product floats at `data`, row-major.
-  TensorRef(const float* data, const Shape& shape) : data_(data), shape_(shape) {}
+  /// A view of `shape`'s product floats at `data`, row-major. Throws Error when `data` is null
+  /// and the shape holds a float.
+  TensorRef(const float* data, const Shape& shape);
 
   const float* data() const { return data_; }                          ///< the first float
   const Shape& shape() const { return shape_; }                        ///< [B, H, N, D]
