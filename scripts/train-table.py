@@ -61,23 +61,23 @@ TABLES = {
         "seeds": [1, 2, 3],
         "metric": "bits",
     },
-    # Zoology's Figure 2 (Arora et al. 2023): MQAR with vocabulary 8192 at (N, pairs) = (64, 4),
-    # (128, 8), (256, 16); a 2-layer causal model with one head and an MLP of 4 d_model, as
-    # Zoology's attention baseline; accuracy against the width. Zoology trains 64 epochs of 20k to
-    # 100k examples at 4 rates in [1e-4, 1e-2]; we train STEPS steps of 64 fresh examples at the
-    # rates below (hours on 2 cores, not days): see results/training/zoology/notes.md.
+    # Zoology's Figure 2 (Arora et al. 2023): MQAR with vocabulary 8192, (N, pairs) = (64, 4) and
+    # (256, 16) of its panels, a 2-layer causal model with one head and an MLP of 4 d_model as
+    # Zoology's attention baseline, accuracy against the width. Zoology trains 64 epochs of 20k
+    # to 100k examples at 4 rates in [1e-4, 1e-2]; on 2 cores we train 1500 steps of 64 fresh
+    # examples at one rate (results/training/zoology/notes.md says what that can and cannot show).
     "zoology": {
         "title": "Zoology's MQAR (vocabulary 8192): held-out accuracy against model width",
         "options": ["--causal", "--layers", "2", "--heads", "1", "--batch", "64", "--warmup",
-                    "100", "--eval-size", "512", "--eval-every", "250",
+                    "100", "--eval-size", "512", "--eval-every", "100",
                     "--checkpoint-every", "250"],
         "grid": [{"name": f"n{n}-d{d}", "n": n, "pairs": n // 16, "d_model": d,
                   "options": ["--task", f"mqar:pairs={n // 16},vocab=8192", "--n", str(n),
                               "--d-model", str(d), "--ffn", str(4 * d)]}
-                 for n in (64, 128, 256) for d in (32, 64, 128)],
+                 for n in (64, 256) for d in (32, 64)],
         "steps": 1500,
-        "variants": ["full", "linear", "sliding:left=16,right=0", "gated-delta"],
-        "rates": [1e-3, 3e-3],
+        "variants": ["full", "linear", "gated-delta"],
+        "rates": [3e-3],
         "seeds": [1, 2, 3],
         "metric": "accuracy",
         "select": "accuracy",
