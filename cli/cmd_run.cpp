@@ -113,13 +113,7 @@ void run(RunOptions& o) {
   // output's copy and its bytes) is covered: an out-of-memory names the spec and the shapes.
   try {
     Tensor out;
-    if (tokens.empty()) {
-      attention->forward(to_bhnd(q, o.q), to_bhnd(k, o.k), to_bhnd(v, o.v), mask, out);
-    } else {
-      Saved unused;  // the forward with token inputs also keeps state for a backward
-      attention->forward(to_bhnd(q, o.q), to_bhnd(k, o.k), to_bhnd(v, o.v), mask, tokens, out,
-                         unused);
-    }
+    attention->forward(to_bhnd(q, o.q), to_bhnd(k, o.k), to_bhnd(v, o.v), mask, tokens, out);
     const auto result = from_bhnd(out, q.dimension());
     save_npy(o.out, result);
     std::printf("%s -> %s, shape %s\n", attention->spec().c_str(), o.out.c_str(),

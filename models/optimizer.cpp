@@ -63,10 +63,11 @@ void Adam::step(const Parameters& params, const Parameters& grads) {
       throw Error("adam: parameter " + std::to_string(i) + " is '" + p.name +
                   "' but its gradient is '" + g.name + "' (or of another shape)");
     const float* data = g.data;
+    const std::size_t size = g.size();  // out of line: kept out of the loop, which vectorises
     bool finite = true;  // a branch-free test first, so that the common case vectorises
-    for (std::size_t j = 0; j < g.size(); ++j) finite &= std::isfinite(data[j]);
+    for (std::size_t j = 0; j < size; ++j) finite &= std::isfinite(data[j]);
     if (finite) continue;
-    for (std::size_t j = 0; j < g.size(); ++j)
+    for (std::size_t j = 0; j < size; ++j)
       if (!std::isfinite(data[j]))
         throw Error("adam: gradient of '" + g.name + "' has a non-finite entry at " +
                     std::to_string(j));

@@ -62,10 +62,11 @@ TABLES = {
         "metric": "bits",
     },
     # Zoology's Figure 2 (Arora et al. 2023): MQAR with vocabulary 8192, (N, pairs) = (64, 4) and
-    # (256, 16) of its panels, a 2-layer causal model with one head and an MLP of 4 d_model as
-    # Zoology's attention baseline, accuracy against the width. Zoology trains 64 epochs of 20k
-    # to 100k examples at 4 rates in [1e-4, 1e-2]; on 2 cores we train 1500 steps of 64 fresh
-    # examples at one rate (results/training/zoology/notes.md says what that can and cannot show).
+    # (128, 8), a 2-layer causal model with one head and an MLP of 4 d_model as Zoology's
+    # attention baseline, accuracy against the width. Zoology trains 64 epochs of 20k to 100k
+    # examples at 4 rates in [1e-4, 1e-2]; on 2 cores we train 2000 steps of 64 fresh examples at
+    # one rate (results/training/zoology/notes.md says what that can and cannot show). The runs
+    # go point by point (every seed of N = 64 first).
     "zoology": {
         "title": "Zoology's MQAR (vocabulary 8192): held-out accuracy against model width",
         "options": ["--causal", "--layers", "2", "--heads", "1", "--batch", "64", "--warmup",
@@ -74,8 +75,8 @@ TABLES = {
         "grid": [{"name": f"n{n}-d{d}", "n": n, "pairs": n // 16, "d_model": d,
                   "options": ["--task", f"mqar:pairs={n // 16},vocab=8192", "--n", str(n),
                               "--d-model", str(d), "--ffn", str(4 * d)]}
-                 for n in (64, 256) for d in (32, 64)],
-        "steps": 1500,
+                 for n in (64, 128) for d in (32, 64)],
+        "steps": 2000,
         "variants": ["full", "linear", "gated-delta"],
         "rates": [3e-3],
         "seeds": [1, 2, 3],
@@ -138,7 +139,9 @@ def cell(t, runs, table, point, variant, raw):
                 for f in ["summary.json", "eval.csv"]:
                     shutil.copy(d / f, dest / f)
         by_rate[rate] = done
-    full = {r: v for r, v in by_rate.items() if len(v) == len(t["seeds"])}
+    # Candidates: the rates with the most seeds finished (every seed, once the table is done).
+    most = max(len(v) for v in by_rate.values())
+    full = {r: v for r, v in by_rate.items() if most and len(v) == most}
     sweep = ", ".join(
         f"{r:g}: " + (f"{statistics.mean(s['eval'][metric] for s in v):.3f} ({len(v)})"
                       if v else "not run") for r, v in by_rate.items())
@@ -156,7 +159,8 @@ def cell(t, runs, table, point, variant, raw):
     per_step = statistics.mean(s["seconds_per_step"] for s in full[rate])
     loads = f"{min(s['loadavg_before'] for s in full[rate]):.1f}-" \
             f"{max(s['loadavg_after'] for s in full[rate]):.1f}"
-    return [f"`{variant}`", f"{rate:g}", f"{mean:.3f} +/- {spread:.3f}", str(len(values)),
+    seeds = str(len(values)) + ("" if len(values) == len(t["seeds"]) else f" of {len(t['seeds'])}")
+    return [f"`{variant}`", f"{rate:g}", f"{mean:.3f}" + ("" if math.isnan(spread) else f" +/- {spread:.3f}"), seeds,
             f"{per_step:.3f}", sweep, loads], (mean, spread)
 
 
@@ -173,7 +177,7 @@ def plot_grid(folder, t, means):
                         f.write(f"{p['d_model']} {mean} {0 if math.isnan(sd) else sd}\n")
                 f.write("\n\n")
     widths = sorted({p["d_model"] for p in t["grid"]})
-    script = [f"set terminal pngcairo size {420 * len(lengths)},380",
+    script = [f"set terminal pngcairo noenhanced size {420 * len(lengths)},380",
               "set output 'accuracy.png'", f"set multiplot layout 1,{len(lengths)}",
               "set logscale x 2", f"set xrange [{widths[0] / 1.3}:{widths[-1] * 1.3}]",
               f"set xtics ({', '.join(str(w) for w in widths)})", "set yrange [0:1.05]",
@@ -203,8 +207,9 @@ def render(table, t, runs, out):
     lines = [f"# {t['title']}", "",
              f"Rendered by `scripts/train-table.py {table}` from the runs that finished; each "
              "cell is mean +/- sample standard deviation over the seeds at the variant's best "
-             f"rate ({selection} over the seeds; rates with a missing seed are not "
-             "candidates).", "",
+             f"rate ({selection} over the seeds; only the rates with the most seeds finished are "
+             "candidates). A cell with fewer seeds than the protocol's says so in its seeds "
+             "column: one seed is an anecdote, not a mean.", "",
              f"Protocol: {t['steps']} steps, options `{' '.join(t['options'])}`, rates "
              f"{', '.join(f'{r:g}' for r in t['rates'])}, seeds "
              f"{', '.join(map(str, t['seeds']))}; one thread per run, two runs at a time.", ""]
@@ -253,8 +258,9 @@ def main():
     a = ap.parse_args()
     t = TABLES[a.table]
     if not a.render_only:
-        # seed-major order: the first seed of every cell finishes before any cell's third
-        jobs = [(p, v, r, s) for s in t["seeds"] for p in grid(t) for v in t["variants"]
+        # point by point, seed-major within a point: the first seed of every cell of a point
+        # finishes before any cell's third
+        jobs = [(p, v, r, s) for p in grid(t) for s in t["seeds"] for v in t["variants"]
                 for r in t["rates"]]
         print(f"{len(jobs)} runs, {a.jobs} at a time; load {open('/proc/loadavg').read().strip()}")
         with ThreadPoolExecutor(a.jobs) as pool:

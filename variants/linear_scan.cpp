@@ -628,16 +628,17 @@ void ScanAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& m
 
 void ScanAttention::compute_with(TensorRef q, TensorRef k, TensorRef v,
                                  const Mask& mask, const TokenInputs& in, const Dims& d,
-                                 Tensor& out, Saved& saved) const {
-  saved.lse = RowLogSumExp();
-  if (mask.causal == Causal::none) {  // the backward recomputes the last state anyway
-    saved.state.reset();
+                                 Tensor& out, Saved* saved) const {
+  // Non-causal: the backward recomputes the last state anyway, so nothing is kept.
+  if (!saved || mask.causal == Causal::none) {
+    if (saved) *saved = Saved();
     run_forward(q, k, v, mask, in, d, out, nullptr);
     return;
   }
   ScanSaved state{d, valid_keys(mask, d), {}};
   run_forward(q, k, v, mask, in, d, out, &state.checkpoints);
-  saved.state = std::move(state);
+  saved->lse = RowLogSumExp();
+  saved->state = std::move(state);
 }
 
 void ScanAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,

@@ -152,7 +152,7 @@ class ScanAttention : public Attention {
                         const RowLogSumExp* lse, Gradients& g) const final;
   void compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                     const TokenInputs& in, const Dims& d, Tensor& out,
-                    Saved& saved) const final;
+                    Saved* saved) const final;
   void compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
                              const Mask& mask, const TokenInputs& in, const Dims& d,
                              TensorRef out, TensorRef d_out, const Saved& saved,

@@ -213,14 +213,24 @@ void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
   validate_tokens(in, d, mask);
   kernels::shape_buffer(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
   kernels::shape_buffer(saved.lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
-  compute_with(q, k, v, mask, in, d, out, saved);
+  compute_with(q, k, v, mask, in, d, out, &saved);
+}
+
+void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                        const TokenInputs& in, Tensor& out) const {
+  refuse_overlap(out, {q, k, v}, "forward's output must not share storage with q, k or v");
+  const Dims d = validate(q, k, v, mask);
+  validate_tokens(in, d, mask);
+  kernels::shape_buffer(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
+  compute_with(q, k, v, mask, in, d, out, nullptr);
 }
 
 void Attention::compute_with(TensorRef q, TensorRef k, TensorRef v,
                              const Mask& mask, const TokenInputs&, const Dims& d, Tensor& out,
-                             Saved& saved) const {
-  compute_saving_lse(q, k, v, mask, d, out, saved.lse);
-  saved.state.reset();
+                             Saved* saved) const {
+  if (!saved) return compute(q, k, v, mask, d, out);
+  compute_saving_lse(q, k, v, mask, d, out, saved->lse);
+  saved->state.reset();
 }
 
 void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,

@@ -134,6 +134,13 @@ class Attention {
   void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                const TokenInputs& in, Tensor& out, Saved& saved) const;
 
+  /// forward with per-token inputs (none, or those support() takes), validated as above, that
+  /// keeps nothing for a backward: no row log-sum-exp, no chunk states (the scan variants' would
+  /// cost N / C states a head). What a caller that only wants the output makes, with or without
+  /// token inputs.
+  void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+               const TokenInputs& in, Tensor& out) const;
+
   /// backward with per-token inputs: `in` must be the forward's, `saved` its Saved (or a
   /// default Saved: recomputed). Fills every gradient of `g`: q, k, v, each given token input,
   /// and the backend's parameters. Validates like the backward above.
@@ -180,11 +187,12 @@ class Attention {
                                 TensorRef d_out, const RowLogSumExp* lse,
                                 Gradients& g) const;
 
-  /// forward with token inputs, called with validated input. The default (a backend that takes
-  /// none, so `in` is empty here) runs compute_saving_lse into saved.lse and clears saved.state.
+  /// forward with token inputs, called with validated input; `saved` null: keep nothing for a
+  /// backward. The default (a backend that takes none, so `in` is empty here) runs
+  /// compute_saving_lse into saved->lse and clears saved->state, or compute without `saved`.
   virtual void compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                             const TokenInputs& in, const Dims& d, Tensor& out,
-                            Saved& saved) const;
+                            Saved* saved) const;
 
   /// backward with token inputs, called with validated input; g.qkv is shaped, the token
   /// gradients are shaped for the inputs given. The default runs compute_backward with

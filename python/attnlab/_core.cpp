@@ -147,11 +147,11 @@ class Backend {
     auto state = std::make_shared<SavedState>();
     {
       py::gil_scoped_release release;
-      if (save || t.log_decay || t.beta)
-        attention_->forward(view(q), view(k), view(v), mask, copy_tokens(t, token_copies()),
-                            out, state->saved);
-      else  // nothing kept for a backward (the scan variants' chunk states cost memory)
-        attention_->forward(view(q), view(k), view(v), mask, out);
+      const attnlab::TokenInputs tokens = copy_tokens(t, token_copies());
+      if (save)
+        attention_->forward(view(q), view(k), view(v), mask, tokens, out, state->saved);
+      else
+        attention_->forward(view(q), view(k), view(v), mask, tokens, out);
     }
     if (!save) return to_numpy(std::move(out));
     return py::make_tuple(to_numpy(std::move(out)), state);
