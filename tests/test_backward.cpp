@@ -11,6 +11,8 @@
 #include <limits>
 #include <random>
 
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xmath.hpp>
 #include <xtensor/xview.hpp>
 
 #include "grad_helpers.hpp"
@@ -439,13 +441,80 @@ TEST_CASE("linformer: backward and the gradients of E and F equal finite differe
     AllGradients all;
     a->backward(q, k, v, c.mask, {}, out, d_out, saved, all);
     CHECK((all.qkv.dk == g.dk));
-    REQUIRE(all.parameters.size() == 2);
-    CHECK(all.parameters[0].name == "E");
-    CHECK(all.parameters[1].name == "F");
-    CHECK(all.parameters[0].shape == std::vector<std::size_t>{2, a->k(), a->max_len()});
-    CHECK(all.parameters[0].values == std::vector<float>(pg.d_e.begin(), pg.d_e.end()));
-    CHECK(all.parameters[1].values == std::vector<float>(pg.d_f.begin(), pg.d_f.end()));
+    // The learned tensors are the distinct matrices of `share`, as parameters() names them;
+    // each gradient is the sum over the matrix's uses (per head, then over heads for layer).
+    const std::vector<ParameterTensor> params = a->parameters(2);
+    REQUIRE(all.parameters.size() == params.size());
+    std::vector<xt::xarray<float>> want;
+    if (c.spec.find("share=kv") != std::string::npos) {
+      want = {pg.d_e + pg.d_f};
+    } else if (c.spec.find("share=layer") != std::string::npos) {
+      want = {xt::sum(pg.d_e + pg.d_f, {0})};
+    } else {
+      want = {pg.d_e, pg.d_f};
+    }
+    REQUIRE(want.size() == params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      CHECK(all.parameters[i].name == params[i].name);
+      CHECK(all.parameters[i].shape == params[i].shape);
+      CHECK(all.parameters[i].shape == std::vector<std::size_t>(want[i].shape().begin(), want[i].shape().end()));
+      const xt::xarray<float> got = xt::adapt(all.parameters[i].values, all.parameters[i].shape);
+      CHECK(xt::allclose(got, want[i], 1e-6, 1e-7));
+    }
   }
+}
+
+TEST_CASE("linformer: E and F through parameters() and set_parameters(), by share", "[backward]") {
+  const Tensor q = random_tensor(2, 3, 6, 4, 1), k = random_tensor(2, 3, 9, 4, 2),
+               v = random_tensor(2, 3, 9, 5, 3);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"linformer:k=3,max_len=12", {"E", "F"}},
+      {"linformer:k=3,max_len=12,share=kv", {"E"}},
+      {"linformer:k=3,max_len=12,share=layer", {"E"}}};
+  for (const auto& [spec, names] : cases) {
+    INFO(spec);
+    const auto a = make_attention(spec);
+    const Tensor drawn = a->forward(q, k, v);
+    std::vector<ParameterTensor> params = a->parameters(3);
+    REQUIRE(params.size() == names.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      CHECK(params[i].name == names[i]);
+      const std::size_t per = spec.ends_with("layer") ? 3 * 12 : 3 * 3 * 12;
+      CHECK(params[i].values.size() == per);
+    }
+    // Set back as they are: the same output, bitwise; then moved: another output.
+    a->set_parameters(params);
+    CHECK((a->forward(q, k, v) == drawn));
+    CHECK(a->spec().find("init=supplied") != std::string::npos);
+    for (float& x : params[0].values) x *= 0.5f;
+    a->set_parameters(params);
+    CHECK_FALSE((a->forward(q, k, v) == drawn));
+    CHECK(a->parameters(3)[0].values == params[0].values);
+    // Bad input names what is wrong.
+    std::vector<ParameterTensor> unknown = params;
+    unknown.push_back({"G", {1}, {0.0f}});
+    require_error<Error>([&] { a->set_parameters(unknown); }, {"no parameter 'G'"});
+    std::vector<ParameterTensor> short_shape = params;
+    short_shape[0].values.pop_back();
+    require_error<Error>([&] { a->set_parameters(short_shape); }, {"parameter E", "values for its shape"});
+    std::vector<ParameterTensor> not_finite = params;
+    not_finite[0].values[1] = NAN;
+    require_error<Error>([&] { a->set_parameters(not_finite); }, {"E", "non-finite"});
+  }
+  const auto none = make_attention("linformer:k=3,max_len=12");
+  std::vector<ParameterTensor> e_only = none->parameters(3);
+  e_only.pop_back();
+  require_error<Error>([&] { none->set_parameters(e_only); }, {"parameter F not given", "E and F"});
+  // A tie of share=kv is kept: set_projections refuses an F that differs from E.
+  const auto kv = make_linformer("linformer:k=3,max_len=12,share=kv");
+  const xt::xarray<float> e = xt::ones<float>({3, 3, 12});
+  require_error<Error>([&] { kv->set_projections(e, 2.0f * e); }, {"share=kv", "F given differs"});
+  // A backend without learned tensors has none to give or take.
+  const auto full = make_attention("full");
+  CHECK(full->parameters(3).empty());
+  full->set_parameters({});
+  require_error<Unsupported>([&] { full->set_parameters({{"E", {1}, {0.0f}}}); },
+                             {"full", "learned parameters"});
 }
 
 TEST_CASE("linformer: backward equals PyTorch autograd, E and F included", "[backward]") {

@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <numeric>
+
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xmath.hpp>
 
 #include "attnlab/error.hpp"
 #include "attnlab/kernels.hpp"
@@ -164,6 +169,12 @@ void LinformerAttention::set_projections(const xt::xarray<float>& e, const xt::x
   if (e.shape() != f.shape())
     throw Error("linformer: E has shape " + shape_of(e) + " but F has shape " + shape_of(f) +
                 ": both must be shared or both per head");
+  if (share_ != Share::none && e != f)
+    throw Error(std::string("linformer: share=") + share_name(share_) +
+                " ties F to E: the F given differs from E");
+  if (share_ == Share::layer && e.dimension() != 2)
+    throw Error("linformer: share=layer has one matrix for every head: E has shape " +
+                shape_of(e) + ", expected [k, max_len]");
   const std::size_t heads = e.dimension() == 2 ? 1 : e.shape()[0];
   std::lock_guard lock(mutex_);
   matrices_.clear();
@@ -198,6 +209,48 @@ xt::xtensor<float, 2> LinformerAttention::projection(char which, std::size_t hea
   for (std::size_t r = 0; r < k_; ++r)
     for (std::size_t j = 0; j < columns; ++j) out(r, j) = m.et[j * k_ + r];
   return out;
+}
+
+std::vector<ParameterTensor> LinformerAttention::parameters(std::size_t heads) const {
+  if (heads == 0) throw Error("linformer: parameters for 0 heads");
+  const std::size_t per_head = share_ == Share::layer ? 1 : heads;
+  std::vector<ParameterTensor> out;
+  for (const char which : share_ == Share::none ? std::string("EF") : std::string("E")) {
+    ParameterTensor p{std::string(1, which), {k_, max_len_}, {}};
+    if (share_ != Share::layer) p.shape.insert(p.shape.begin(), heads);
+    for (std::size_t h = 0; h < per_head; ++h) {
+      const xt::xtensor<float, 2> m = projection(which, h, max_len_);
+      p.values.insert(p.values.end(), m.begin(), m.end());
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+void LinformerAttention::set_parameters(const std::vector<ParameterTensor>& values) {
+  const std::string expected = share_ == Share::none ? "E and F" : "E";
+  const auto find = [&](const char* name) -> const ParameterTensor* {
+    for (const ParameterTensor& p : values)
+      if (p.name == name) return &p;
+    return nullptr;
+  };
+  for (const ParameterTensor& p : values)
+    if (p.name != "E" && (p.name != "F" || share_ != Share::none))
+      throw Error("linformer (share=" + std::string(share_name(share_)) + "): no parameter '" +
+                  p.name + "' (its parameters: " + expected + ")");
+  const ParameterTensor* e = find("E");
+  const ParameterTensor* f = share_ == Share::none ? find("F") : e;
+  if (!e || !f)
+    throw Error("linformer (share=" + std::string(share_name(share_)) + "): parameter " +
+                (e ? "F" : "E") + " not given (its parameters: " + expected + ")");
+  const auto array = [](const ParameterTensor& p) {
+    if (std::accumulate(p.shape.begin(), p.shape.end(), std::size_t{1}, std::multiplies<>()) !=
+        p.values.size())
+      throw Error("linformer: parameter " + p.name + " has " + std::to_string(p.values.size()) +
+                  " values for its shape");
+    return xt::xarray<float>(xt::adapt(p.values, p.shape));
+  };
+  set_projections(array(*e), array(*f));
 }
 
 std::vector<std::size_t> LinformerAttention::check_call(const Mask& mask, const Dims& d) const {
@@ -301,9 +354,20 @@ void LinformerAttention::compute_backward_with(TensorRef q, TensorRef k, TensorR
   ProjectionGradients projections;
   backward_impl(q, k, v, mask, d, out, d_out, saved.lse.size() != 0 ? &saved.lse : nullptr,
                 g.qkv, &projections);
-  for (const auto& [name, grad] : {std::pair{"E", &projections.d_e}, {"F", &projections.d_f}})
-    g.parameters.push_back({name, {grad->shape().begin(), grad->shape().end()},
-                            {grad->begin(), grad->end()}});
+  // The distinct matrices of `share`, each gradient summed over the matrix's uses.
+  const auto reported = [&](const char* name, const xt::xtensor<float, 3>& grad) {
+    g.parameters.push_back({name, {grad.shape().begin(), grad.shape().end()},
+                            {grad.begin(), grad.end()}});
+  };
+  if (share_ == Share::none) {
+    reported("E", projections.d_e);
+    reported("F", projections.d_f);
+  } else if (share_ == Share::kv) {
+    reported("E", xt::xtensor<float, 3>(projections.d_e + projections.d_f));
+  } else {
+    const xt::xtensor<float, 2> total = xt::sum(projections.d_e + projections.d_f, {0});
+    g.parameters.push_back({"E", {k_, max_len_}, {total.begin(), total.end()}});
+  }
 }
 
 Gradients LinformerAttention::backward_with_projections(

@@ -24,8 +24,12 @@
 //   max_len  columns of E and F, the longest key sequence accepted; >= 1.
 //   seed     >= 0; the only source of randomness.
 // Learned matrices: set_projections(E, F) with shape [k, max_len] (shared by all heads) or
-// [H, k, max_len] (one per head; H must then equal the heads of every call); spec() then says
-// init=supplied, which make_attention refuses (the matrices are not in the string).
+// [H, k, max_len] (one per head; H must then equal the heads of every call), E = F under
+// share=kv and share=layer (and [k, max_len] under layer); spec() then says init=supplied, which
+// make_attention refuses (the matrices are not in the string). Through the interface's one door
+// (parameters(), set_parameters(), backward's AllGradients::parameters) the learned tensors are
+// the distinct matrices of `share`: E and F [H, k, max_len] (none), E [H, k, max_len] (kv), E
+// [k, max_len] (layer), each gradient the sum over the matrix's uses.
 // Cost: O(B·H·Nk·k·(Dk + Dv)) for the projections (kernels::gemm_tile, in parallel over items,
 // heads and K/V) plus O(B·H·Nq·k·(Dk + Dv)) for the attention: linear in N for fixed k. Memory
 // beyond inputs and output: a transposed copy of K and V, O(B·H·Nk·(Dk + Dv)), the projected
@@ -86,8 +90,14 @@ class LinformerAttention final : public Attention {
   double flops(const Dims& d, const Mask& mask) const override;
 
   /// Replaces the drawn matrices by learned ones: [k, max_len] shared by all heads, or
-  /// [H, k, max_len] one per head. Throws Error naming E or F and the expected shape.
+  /// [H, k, max_len] one per head. Throws Error naming E or F and the expected shape, or when
+  /// E != F under share=kv or layer, or E is per head under share=layer.
   void set_projections(const xt::xarray<float>& e, const xt::xarray<float>& f);
+
+  /// The distinct matrices of `share` (see the header comment) as `heads` heads use them.
+  std::vector<ParameterTensor> parameters(std::size_t heads) const override;
+  /// set_projections from the distinct matrices of `share`, named and shaped as parameters().
+  void set_parameters(const std::vector<ParameterTensor>& values) override;
 
   /// The first `columns` columns of E (which = 'E') or F (which = 'F') for `head`, [k, columns].
   xt::xtensor<float, 2> projection(char which, std::size_t head, std::size_t columns) const;

@@ -278,4 +278,10 @@ const RowLogSumExp& Attention::lse_or_recompute(TensorRef q, TensorRef k,
   return storage;
 }
 
+std::vector<ParameterTensor> Attention::parameters(std::size_t) const { return {}; }
+
+void Attention::set_parameters(const std::vector<ParameterTensor>& values) {
+  if (!values.empty()) throw Unsupported(name(), "learned parameters of its own");
+}
+
 }  // namespace attnlab

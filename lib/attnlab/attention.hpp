@@ -64,11 +64,11 @@ struct Saved {
   std::any state;    ///< the backend's own saved state, read only by that backend
 };
 
-/// The gradient of one of a backend's own learned parameters, summed over the batch.
-struct ParameterGradient {
+/// One of a backend's own learned tensors (linformer's E), or its gradient summed over the batch.
+struct ParameterTensor {
   std::string name;                ///< the parameter's name ("E", "F")
   std::vector<std::size_t> shape;  ///< its shape
-  std::vector<float> values;       ///< dL/d(parameter), row-major
+  std::vector<float> values;       ///< its values, or dL/d(parameter), row-major
 };
 
 /// Gradients of everything one call read: q, k, v, the token inputs that were given, and the
@@ -77,7 +77,7 @@ struct AllGradients {
   Gradients qkv;                              ///< dq, dk, dv
   TokenTensor d_log_decay;                    ///< dL/dg [B, H, Nk] when g was given, else empty
   TokenTensor d_beta;                         ///< dL/dbeta [B, H, Nk] when given, else empty
-  std::vector<ParameterGradient> parameters;  ///< the backend's parameters (empty: none)
+  std::vector<ParameterTensor> parameters;  ///< the backend's parameters (empty: none)
 };
 
 /// The one attention interface: every backend, exact or approximate, is an Attention built by
@@ -147,6 +147,17 @@ class Attention {
   void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                 const TokenInputs& in, TensorRef out, TensorRef d_out,
                 const Saved& saved, AllGradients& g) const;
+
+  /// The backend's own learned tensors as `heads` heads use them (linformer: E and F), in the
+  /// names and shapes backward's AllGradients::parameters reports their gradients in, so a
+  /// trainer or a torch module can hold and update them; empty for a backend without any.
+  virtual std::vector<ParameterTensor> parameters(std::size_t heads) const;
+
+  /// Replaces the backend's own learned tensors by `values`: each tensor parameters() names, in
+  /// its shape, and nothing else (throws Error naming the one missing, unknown, mis-shaped or
+  /// not finite; Unsupported for a backend without any, unless `values` is empty). Not while a
+  /// call runs on this object.
+  virtual void set_parameters(const std::vector<ParameterTensor>& values);
 
   /// The canonical factory string, every key in a fixed order: make_attention(spec()) rebuilds
   /// an identical backend.

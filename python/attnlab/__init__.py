@@ -120,6 +120,8 @@ class Attention:
         if not isinstance(spec, str):
             raise TypeError(f"spec: expected a string such as 'full', got {type(spec).__name__}")
         self._backend = _core.Backend(spec)
+        self._made_from = spec
+        self._learned_heads = None  # the heads of the last set_parameters' tensors
 
     @property
     def spec(self):
@@ -136,7 +138,35 @@ class Attention:
         return f"attnlab.make({self.spec!r})"
 
     def __reduce__(self):  # pickle and copy.deepcopy (nn.TransformerEncoder clones its layers)
-        return (make, (self.spec,))
+        learned = self._learned_heads and self.parameters(self._learned_heads)
+        return (_remake, (self._made_from, learned))
+
+    def parameters(self, heads):
+        """The variant's own learned tensors as `heads` heads use them, {name: float32 array}:
+        linformer's "E" and "F" ([H, k, max_len], share=none), "E" alone (share=kv) or "E"
+        [k, max_len] (share=layer); {} for a variant without any. backward reports their
+        gradients as "d_" + the lower-case name, in the same shapes."""
+        if isinstance(heads, bool) or not isinstance(heads, numbers.Integral) or heads < 1:
+            raise ValueError(f"heads: expected a positive integer, got {heads!r}")
+        return dict(self._backend.parameters(int(heads)))
+
+    def set_parameters(self, values):
+        """Replaces the variant's own learned tensors: a dict {name: array} with every tensor
+        parameters() names, in its shape (copied; the spec then says init=supplied).
+        ValueError names a missing, unknown, mis-shaped or non-finite tensor;
+        NotImplementedError for a variant without learned tensors."""
+        if not isinstance(values, dict):
+            raise TypeError(f"values: expected a dict of name -> array, got "
+                            f"{type(values).__name__}")
+        arrays = {}
+        for name, x in values.items():
+            if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
+                raise TypeError(f"{name}: expected a float numpy.ndarray, got "
+                                f"{getattr(x, 'dtype', type(x).__name__)}")
+            arrays[str(name)] = np.ascontiguousarray(x, dtype=np.float32)
+        self._backend.set_parameters(arrays)
+        self._learned_heads = max((x.shape[0] for x in arrays.values() if x.ndim == 3),
+                                  default=1)
 
     def forward(self, q, k, v, causal=None, key_lengths=None, mask=None, scale=None,
                 log_decay=None, beta=None, save=False):
@@ -160,7 +190,8 @@ class Attention:
         """Gradients of a loss L through out = forward(q, k, v, ...), given d_out = dL/d(out):
         {"dq", "dk", "dv"} shaped like q, k, v; "d_log_decay" and "d_beta" shaped like the
         log_decay and beta given; and "d_" + the lower-case name of each of the variant's own
-        parameters (linformer: "d_e", "d_f", [H, k, max_len]). saved: what forward(...,
+        parameters, shaped as parameters() gives them (linformer: "d_e", and "d_f" under
+        share=none). saved: what forward(...,
         save=True) returned with out, or None to recompute it."""
         rank, q4, k4, v4 = _qkv(q, k, v)
         out, d_out = _floats("out", out), _floats("d_out", d_out)
@@ -180,6 +211,13 @@ class Attention:
             if name in grads:
                 grads[name] = grads[name].reshape(grads[name].shape[4 - rank:])
         return grads
+
+
+def _remake(spec, learned):
+    a = make(spec)
+    if learned:
+        a.set_parameters(learned)
+    return a
 
 
 def make(spec):

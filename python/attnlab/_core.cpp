@@ -11,9 +11,11 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -85,6 +87,14 @@ py::array to_numpy(T&& tensor) {
   py::capsule owner(owned, [](void* p) { delete static_cast<std::decay_t<T>*>(p); });
   std::vector<py::ssize_t> shape(owned->shape().begin(), owned->shape().end());
   return py::array_t<Value>(shape, owned->data(), owner);
+}
+
+// A parameter (or its gradient) to NumPy without a copy: the array owns its values.
+py::array parameter_array(attnlab::ParameterTensor&& p) {
+  auto* values = new std::vector<float>(std::move(p.values));
+  py::capsule owner(values, [](void* v) { delete static_cast<std::vector<float>*>(v); });
+  std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
+  return py::array_t<float>(shape, values->data(), owner);
 }
 
 struct MaskArgs {
@@ -192,15 +202,29 @@ class Backend {
     d["dv"] = to_numpy(std::move(g.qkv.dv));
     if (t.log_decay) d["d_log_decay"] = to_numpy(std::move(g.d_log_decay));
     if (t.beta) d["d_beta"] = to_numpy(std::move(g.d_beta));
-    for (attnlab::ParameterGradient& p : g.parameters) {
+    for (attnlab::ParameterTensor& p : g.parameters) {
       std::string key = "d_";
       for (char c : p.name) key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      auto* values = new std::vector<float>(std::move(p.values));
-      py::capsule owner(values, [](void* v) { delete static_cast<std::vector<float>*>(v); });
-      std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
-      d[key.c_str()] = py::array_t<float>(shape, values->data(), owner);
+      d[key.c_str()] = parameter_array(std::move(p));
     }
     return d;
+  }
+
+  // The variant's own learned tensors for `heads` heads: {name: array} (linformer: "E", ...).
+  py::dict parameters(std::size_t heads) const {
+    py::dict d;
+    for (attnlab::ParameterTensor& p : attention_->parameters(heads))
+      d[p.name.c_str()] = parameter_array(std::move(p));
+    return d;
+  }
+
+  // Replaces them from {name: C-contiguous float32 array} (copied).
+  void set_parameters(const std::map<std::string, Floats>& values) {
+    std::vector<attnlab::ParameterTensor> tensors;
+    for (const auto& [name, a] : values)
+      tensors.push_back({name, {a.shape(), a.shape() + a.ndim()}, {a.data(), a.data() + a.size()}});
+    py::gil_scoped_release release;
+    attention_->set_parameters(tensors);
   }
 
  private:
@@ -276,6 +300,8 @@ PYBIND11_MODULE(_core, m) {
       .def("backward", &Backend::backward, py::arg("q"), py::arg("k"), py::arg("v"),
            py::arg("mask"), py::arg("tokens"), py::arg("out"), py::arg("d_out"),
            py::arg("saved") = py::none())
+      .def("parameters", &Backend::parameters, py::arg("heads"))
+      .def("set_parameters", &Backend::set_parameters, py::arg("values"))
       .def("_time_cpp_forward", &Backend::time_cpp_forward, py::arg("q"), py::arg("k"),
            py::arg("v"), py::arg("mask"), py::arg("calls"));
 

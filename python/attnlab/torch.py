@@ -91,33 +91,38 @@ class _AttentionFunction(torch.autograd.Function):
     """attnlab's forward and backward as one autograd node; saves the output and what the
     forward keeps for its backward (attnlab.Saved: the row log-sum-exp, the scan variants'
     chunk states), so the backward never runs a second forward. log_decay and beta: the linear
-    family's per-token inputs, or None."""
+    family's per-token inputs, or None; names and params: the variant's own learned tensors
+    (linformer's E, F), set on the backend before its forward and its backward (another call
+    may have set others in between) and differentiated like q, k and v."""
 
     @staticmethod
-    def forward(ctx, q, k, v, log_decay, beta, backend, masks, scale):
+    def forward(ctx, q, k, v, log_decay, beta, backend, masks, scale, names, *params):
         arrays = _numpy("q", q), _numpy("k", k), _numpy("v", v)
         tokens = {name: None if t is None else _numpy(name, t)
                   for name, t in (("log_decay", log_decay), ("beta", beta))}
+        if names:
+            backend.set_parameters({n: _numpy(n, p) for n, p in zip(names, params)})
         out, saved = backend.forward(*arrays, scale=scale, save=True, **masks, **tokens)
         out = torch.from_numpy(out)
         ctx.backend, ctx.masks, ctx.scale, ctx.saved = backend, masks, scale, saved
-        ctx.tokens = tokens
-        ctx.save_for_backward(q, k, v, out)
+        ctx.tokens, ctx.names = tokens, names
+        ctx.save_for_backward(q, k, v, out, *params)
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable  # a second derivative raises, not zeros
     def backward(ctx, d_out):
-        q, k, v, out = ctx.saved_tensors
+        q, k, v, out, *params = ctx.saved_tensors
+        if ctx.names:
+            ctx.backend.set_parameters({n: _numpy(n, p) for n, p in zip(ctx.names, params)})
         grads = ctx.backend.backward(_numpy("q", q), _numpy("k", k), _numpy("v", v),
                                      out.numpy(), _numpy("d_out", d_out), scale=ctx.scale,
                                      saved=ctx.saved, **ctx.masks, **ctx.tokens)
-        # A variant's own parameter gradients (linformer's grads["d_e"], "d_f") are not
-        # returned: its parameters are the backend's own fixed matrices here, not torch's.
         tokens = [None if ctx.tokens[name] is None else torch.from_numpy(grads["d_" + name])
                   for name in ("log_decay", "beta")]
+        learned = [torch.from_numpy(grads["d_" + n.lower()]) for n in ctx.names]
         return (torch.from_numpy(grads["dq"]), torch.from_numpy(grads["dk"]),
-                torch.from_numpy(grads["dv"]), *tokens, None, None, None)
+                torch.from_numpy(grads["dv"]), *tokens, None, None, None, None, *learned)
 
 
 def _backend(spec):
@@ -125,7 +130,7 @@ def _backend(spec):
 
 
 def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mask=None,
-              scale=None, log_decay=None, beta=None):
+              scale=None, log_decay=None, beta=None, parameters=None):
     """Differentiable attnlab attention of float32 CPU tensors [B, H, N, D] (or [H, N, D],
     [N, D]): out shaped like q with v's last dimension.
 
@@ -135,8 +140,14 @@ def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mas
     float 0/-inf; key_padding_mask: [B, Nk], bool True = padding (nn.MultiheadAttention's);
     scale: the softmax scale (default 1 / sqrt(D)); log_decay (g <= 0) and beta (in [0, 1]):
     the linear family's per-token inputs, float32 tensors of q's rank minus one ([B, H, N]),
-    differentiable like q, k and v (gla, gated-delta take log_decay; delta, gated-delta beta)."""
+    differentiable like q, k and v (gla, gated-delta take log_decay; delta, gated-delta beta);
+    parameters: the variant's own learned tensors as float32 tensors {name: tensor}, named and
+    shaped as attnlab.make(spec).parameters(H) gives them (linformer's E, F), differentiable too
+    (None: the backend's own, not learned)."""
     backend = _backend(spec)
+    names, params = tuple((parameters or {}).keys()), tuple((parameters or {}).values())
+    for name, p in zip(names, params):
+        _numpy(name, p)
     for name, t in (("q", q), ("k", k), ("v", v), ("log_decay", log_decay), ("beta", beta)):
         if t is not None or name in ("q", "k", "v"):
             _numpy(name, t)  # type, dtype and device checks before anything else
@@ -150,11 +161,12 @@ def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mas
     if key_padding_mask is not None:
         padding = ~_allowed("key_padding_mask", key_padding_mask, False)
     masks = _masks(q4, k4, causal, allowed, padding)
-    inputs = [t for t in (q, k, v, log_decay, beta) if t is not None]
+    inputs = [t for t in (q, k, v, log_decay, beta, *params) if t is not None]
     if any(t.requires_grad for t in inputs) and torch.is_grad_enabled() \
             and not backend.support["backward"]:
         raise NotImplementedError(f"{backend.spec} has no backward pass")
-    return _AttentionFunction.apply(q, k, v, log_decay, beta, backend, masks, scale)
+    return _AttentionFunction.apply(q, k, v, log_decay, beta, backend, masks, scale, names,
+                                    *params)
 
 
 class MultiheadAttention(torch.nn.MultiheadAttention):
@@ -162,6 +174,10 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
     arguments, parameters, state_dict keys, initialisation and call signature, plus spec
     (keyword only). Masks as nn.MultiheadAttention's: attn_mask [L, S] or [B*H, L, S] and
     key_padding_mask [B, S], bool True = may NOT attend / is padding, or float 0/-inf.
+
+    A variant's own learned tensors are parameters of the module beside torch's, named
+    attention_<name> and initialised as the variant draws them (linformer: attention_E and,
+    under share=none, attention_F), so torch's optimizers train them too.
 
     Not supported (NotImplementedError): dropout > 0, add_bias_kv, add_zero_attn. The
     attention weights are never formed: forward returns (output, None) whatever need_weights
@@ -179,6 +195,11 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
                          vdim, batch_first, device, dtype)
         self.__dict__["_attnlab_ready"] = True
         self.backend = _backend(spec)
+        learned = self.backend.parameters(num_heads)
+        self._learned = tuple(learned)
+        for name, values in learned.items():
+            self.register_parameter("attention_" + name,
+                                    torch.nn.Parameter(torch.from_numpy(values)))
 
     # torch's TransformerEncoder(Layer) calls a fused kernel with self_attn's weights instead of
     # self_attn.forward in eval mode without grad when this is True, which would skip attnlab.
@@ -238,7 +259,9 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
         if key_padding_mask is not None:
             padding = ~_allowed("key_padding_mask", key_padding_mask, False)
         masks = _masks(q, k, None, allowed, padding)
-        out = _AttentionFunction.apply(q, k, v, None, None, self.backend, masks, None)
+        learned = tuple(getattr(self, "attention_" + name) for name in self._learned)
+        out = _AttentionFunction.apply(q, k, v, None, None, self.backend, masks, None,
+                                       self._learned, *learned)
         out = self.out_proj(out.transpose(1, 2).reshape(b, nq, e))
         if not batched:
             out = out[0]

@@ -1,5 +1,6 @@
 """attnlab's NumPy API: every variant bitwise equal to the CLI's C++ call, the ranks, the copy
 claims, the GIL, and a clear Python exception for every kind of bad input."""
+import copy
 import os
 import subprocess
 import sys
@@ -136,7 +137,25 @@ check(all(np.allclose(g_saved[n], g_recomputed[n], rtol=1e-5, atol=1e-6)
 lin = attnlab.make("linformer:k=8,max_len=64,share=kv")
 out = lin.forward(q, k, v)
 g = lin.backward(q, k, v, out, d_out)
-check(g["d_e"].shape == (2, 8, 64) and "d_f" in g, "linformer projection gradients")
+check(g["d_e"].shape == (2, 8, 64) and "d_f" not in g, "linformer share=kv: one E, its gradient")
+# The variant's own tensors: what parameters() gives, set_parameters() takes; a deep copy
+# keeps what was set.
+learned = lin.parameters(2)
+check(list(learned) == ["E"] and learned["E"].shape == (2, 8, 64), "linformer parameters")
+lin.set_parameters({"E": learned["E"] * 0.5})
+check("init=supplied" in lin.spec and not np.array_equal(lin.forward(q, k, v), out),
+      "set_parameters changes the output")
+check(np.array_equal(copy.deepcopy(lin).forward(q, k, v), lin.forward(q, k, v)),
+      "a deep copy keeps the parameters set")
+check(attnlab.make("full").parameters(2) == {}, "full has no parameters")
+raises(ValueError, ["no parameter 'F'", "E"], lin.set_parameters, {"E": learned["E"], "F": learned["E"]})
+raises(ValueError, ["E has shape [2, 8, 63]", "[H, 8, 64]"], lin.set_parameters,
+       {"E": learned["E"][:, :, :63]})
+raises(ValueError, ["E", "non-finite"], lin.set_parameters, {"E": np.full((2, 8, 64), np.nan, np.float32)})
+raises(NotImplementedError, ["full", "learned parameters"], attnlab.make("full").set_parameters,
+       {"E": learned["E"]})
+raises(TypeError, ["values", "dict"], lin.set_parameters, [learned["E"]])
+raises(ValueError, ["heads"], lin.parameters, 0)
 check(attnlab.make("linear").forward(q, k, v, save=True)[1].lse is None, "linear saves no lse")
 raises(TypeError, ["saved"], lambda: a.backward(q, k, v, out, d_out, saved=saved.lse))
 # The scan variants' chunk states: the saved backward equals the recomputing one bitwise (the

@@ -120,6 +120,34 @@ grads_case("linformer", lf, linformer_dense([40, 40]))
 grads_case("linformer padding", lf, linformer_dense([40, 25]), key_padding_mask=padding)
 
 
+# Linformer's E and F as torch tensors (parameters=): out and every gradient, E's and F's too,
+# against autograd of the dense definition with the same matrices tied as `share` ties them.
+def learned_linformer_case(share, lengths):
+    spec = f"linformer:k=6,max_len=48,share={share}"
+    drawn = attnlab.make(spec).parameters(H)
+    params = {n: torch.from_numpy(x).clone().requires_grad_() for n, x in drawn.items()}
+    q, k, v = (torch.randn(B, H, 40, D, requires_grad=True) for _ in range(3))
+    d_out = torch.randn(B, H, 40, D)
+    padding = torch.arange(40)[None, :] >= torch.tensor(lengths)[:, None]
+    out = at.attention(q, k, v, spec=spec, key_padding_mask=padding, parameters=params)
+    (out * d_out).sum().backward()
+    x64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    p64 = {n: p.detach().double().requires_grad_() for n, p in params.items()}
+    e = p64["E"] if share != "layer" else p64["E"][None].expand(H, -1, -1)
+    f = p64.get("F", e)
+    ref = torch_grads.linformer(torch, *x64, e[:, :, :40], f[:, :, :40], lengths, 1 / math.sqrt(D))
+    (ref * d_out.double()).sum().backward()
+    errors = [rel(out.detach(), ref.detach())] + [rel(t.grad, r.grad) for t, r in zip((q, k, v), x64)]
+    errors += [rel(params[n].grad, p64[n].grad) for n in params]
+    check(sorted(params) == (["E", "F"] if share == "none" else ["E"]), f"linformer {share}: names")
+    check(max(errors) < TOL, f"linformer share={share} learned: out, dq, dk, dv, dE(, dF) "
+          f"relative errors {errors}")
+
+
+for share in ("none", "kv", "layer"):
+    learned_linformer_case(share, [40, 27])
+
+
 # The linear family's scan variants with their per-token inputs: out and the gradients of q, k,
 # v, log_decay and beta against autograd of the float64 recurrence (torch_grads.scan, the one
 # the C++ tests use), causal and not, with padding.
@@ -228,6 +256,26 @@ mha_case("MHA causal float attn_mask", attn_mask=torch.nn.Transformer.generate_s
 mha_case("MHA [B*H] attn_mask and padding", attn_mask=torch.rand(3 * NH, L, L) < 0.3,
          key_padding_mask=mha_pad)
 mha_case("MHA kdim vdim cross", kdim=24, vdim=12, s=28)
+
+# Linformer inside the drop-in: E and F are the module's parameters (attention_E, attention_F),
+# initialised as the variant draws them; an optimizer step moves them and the output with them;
+# a deep copy keeps them.
+lin_mha = at.MultiheadAttention(E, NH, batch_first=True, spec="linformer:k=4,max_len=32")
+names = [n for n, _ in lin_mha.named_parameters()]
+check("attention_E" in names and "attention_F" in names, f"linformer MHA parameters {names}")
+drawn = attnlab.make("linformer:k=4,max_len=32").parameters(NH)
+check(torch.equal(lin_mha.attention_E.detach(), torch.from_numpy(drawn["E"])), "E as drawn")
+x = torch.randn(2, L, E)
+before, _ = lin_mha(x, x, x)
+before.square().sum().backward()
+check(float(lin_mha.attention_E.grad.abs().sum()) > 0 and
+      float(lin_mha.attention_F.grad.abs().sum()) > 0, "E and F get gradients")
+torch.optim.SGD([lin_mha.attention_E, lin_mha.attention_F], lr=0.1).step()
+after, _ = lin_mha(x, x, x)
+check(not torch.equal(before.detach(), after.detach()), "a step on E and F changes the output")
+twin = copy.deepcopy(lin_mha)
+check(torch.equal(twin(x, x, x)[0], after), "a deep copy computes the same")
+check("attention_E" in lin_mha.state_dict(), "E in the state_dict")
 
 # Inside torch's own encoder layer: spec="full" matches torch's layer; a sliding window differs
 # in eval mode under no_grad too (torch's fused fast path, which would skip self_attn.forward,
