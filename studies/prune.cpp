@@ -146,9 +146,9 @@ std::size_t removable(const Measured& m, double cost) {
 std::string findings(const Measured& m, const std::string& unit) {
   std::string md = "## Findings (computed from the rows)\n\n";
   for (double cost : {0.01, 0.05, 0.1})
-    md += "- removing the " + std::to_string(removable(m, cost)) + " least important of " +
-          std::to_string(m.total) + " heads (in the cumulative order) costs at most " +
-          cell("%.2f", cost) + " " + unit + ".\n";
+    md += "- heads removable in the cumulative order at a cost of at most " + cell("%.2f", cost) +
+          " " + unit + ": " + std::to_string(removable(m, cost)) + " of " +
+          std::to_string(m.total) + ".\n";
   std::size_t harmless = 0;
   for (double d : m.importance) harmless += d <= 0.01 ? 1 : 0;
   md += "- removed alone, " + std::to_string(harmless) + " of " + std::to_string(m.total) +

@@ -127,13 +127,21 @@ StudyResult run_study(const std::string& name, const StudyOptions& options) {
                     if (study_takes_weights(n)) list += (list.empty() ? "" : ", ") + n;
                   return list;
                 }());
+  const bool fresh_out = !fs::exists(options.out_dir);
   fs::create_directories(options.out_dir);
 
   nlohmann::json meta = harness::run_context();
   const auto start = std::chrono::steady_clock::now();
   StudyResult result;
   result.name = name;
-  StudyOutput out = study.run(options, result.plots);
+  StudyOutput out;
+  try {
+    out = study.run(options, result.plots);
+  } catch (...) {  // a study that fails (a bad --weights folder) leaves no folder it created
+    std::error_code ec;
+    if (fresh_out) fs::remove_all(options.out_dir, ec);
+    throw;
+  }
   meta["study"] = name;
   meta["size"] = size_name(options.size);
   meta["seed"] = options.seed;

@@ -5,6 +5,7 @@
 // (Linformer, Figure 1)? Do trained heads specialise?
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -47,6 +48,7 @@ struct Measured {
   std::vector<HeadRow> heads;
   std::vector<LayerRow> layers;
   std::size_t n = 0, sequences = 0, rare_ids = 0;
+  std::vector<std::size_t> rare_list;  // the rare ids, rarest first
   double rare_positions = 0;  // share of the held-out positions with a rare token
 };
 
@@ -70,9 +72,24 @@ std::vector<bool> rare_tokens(const std::vector<training::Batch>& held, std::siz
     taken += count[id];
     rare[id] = true;
     ++m.rare_ids;
+    m.rare_list.push_back(id);
   }
   m.rare_positions = total > 0 ? taken / total : 0;
   return rare;
+}
+
+// The rare ids as text: printable bytes as characters for the text task, other bytes in hex,
+// ids of other tasks as numbers; rarest first.
+std::string rare_text(const Measured& m, bool bytes) {
+  std::string out;
+  for (std::size_t id : m.rare_list) {
+    char text[16];
+    if (bytes && id > 32 && id < 127 && id != '`') std::snprintf(text, sizeof text, "`%c`", char(id));
+    else if (bytes) std::snprintf(text, sizeof text, "0x%02zx", id);
+    else std::snprintf(text, sizeof text, "%zu", id);
+    out += (out.empty() ? "" : " ") + std::string(text);
+  }
+  return out.empty() ? "none" : out;
 }
 
 // Adds one head's measures of sequence b into `row` (divided by the sequences at the end).
@@ -280,9 +297,21 @@ std::string findings(const Measured& m) {
         std::to_string(u.rank(0.9)) + " / " + std::to_string(u.rank(0.99)) + ", share in N/4 " +
         cell("%.3f", u.curve[m.n / 4 - 1]) + ".\n";
   for (const char* w : {"trained", "untrained"}) {
-    md += "- " + std::string(w) + ", positional heads (weight on the previous token >= 0.5): " +
+    const auto previous_argmax = [](const HeadRow& r) { return r.position.previous_argmax; };
+    md += "- " + std::string(w) + ", positional heads by Voita et al.'s criterion (the previous "
+          "token has the largest weight in >= 90% of the rows): " +
+          heads_where(m, w, [](const HeadRow& r) { return r.position.previous_argmax >= 0.9; },
+                      previous_argmax) +
+          "; in >= 50% of the rows: " +
+          heads_where(m, w, [](const HeadRow& r) { return r.position.previous_argmax >= 0.5; },
+                      previous_argmax) +
+          "; weight on the previous token >= 0.5: " +
           heads_where(m, w, [](const HeadRow& r) { return r.position.previous_mass >= 0.5; },
                       [](const HeadRow& r) { return r.position.previous_mass; }) +
+          "; local heads (mean distance attended <= 1/8 of uniform attention's " +
+          cell("%.1f", u.position.distance) + "): " +
+          heads_where(m, w, [&](const HeadRow& r) { return r.position.distance <= u.position.distance / 8; },
+                      [](const HeadRow& r) { return r.position.distance; }) +
           "; heads on the token itself (weight >= 0.5): " +
           heads_where(m, w, [](const HeadRow& r) { return r.stats.self_mass >= 0.5; },
                       [](const HeadRow& r) { return r.stats.self_mass; }) +
@@ -367,7 +396,8 @@ StudyOutput trained_study(const StudyOptions& o, harness::PlotFiles& plots) {
       "weight is there (a positional head); the weight on rare tokens: the least frequent token "
       "ids of the whole held-out set, taken while their positions stay within " +
       cell("%.0f%%", 100 * kRareShare) + " of it (here " + std::to_string(m.rare_ids) +
-      " ids, " + cell("%.1f%%", 100 * m.rare_positions) + " of the positions).\n"
+      " ids, " + cell("%.1f%%", 100 * m.rare_positions) + " of the positions: " +
+      rare_text(m, c.task == "text") + ").\n"
       "- rank collapse (as the study rank-collapse): the residuals of each layer's output to "
       "rank one (table below).\n\n"
       "Uniform attention under the same mask (zero scores through the same softmax) is the "
