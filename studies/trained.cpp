@@ -220,7 +220,8 @@ Table table(const Measured& m) {
                std::to_string(m.n) + ")",
            "share in the first N/4", "weight on itself", "row entropy (nats)",
            "mean distance attended (tokens)", "weight on the previous token (rows peaking there)",
-           "weight on rare tokens", "score asymmetry ||S - S^T|| / ||S||"},
+           "weight on rare tokens",
+           "score asymmetry (Frobenius norm of S - S^T over that of S)"},
           {}};
   for (const HeadRow& r : m.heads) {
     std::vector<std::string> row = {r.layer ? std::to_string(r.layer) : "—",
