@@ -203,7 +203,13 @@ const Activations& forward(const MultiHeadAttention& mha, const Activations& que
   trace.gates = mha.gates(memory);
   mha.attention().forward(trace.in.q, trace.in.k, trace.in.v, mask, trace.gates.inputs(),
                           trace.heads, trace.saved);
-  merge_heads(trace.heads, trace.merged);
+  if (mha.head_mask.empty()) {
+    merge_heads(trace.heads, trace.merged);
+  } else {  // trace.heads stays the core's own output, which its backward needs
+    Tensor masked = trace.heads;
+    mha.apply_head_mask(masked);
+    merge_heads(masked, trace.merged);
+  }
   mha.out_proj.forward(trace.merged, trace.output);
   return trace.output;
 }
@@ -215,6 +221,7 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
   require_shape(dy, batch, nq, d, "multi-head attention backward");
   backward(mha.out_proj, trace.merged, dy, grad.out_proj, trace.d_merged);
   split_heads(trace.d_merged.data(), batch, nq, mha.heads(), mha.head_dim(), trace.d_heads);
+  mha.apply_head_mask(trace.d_heads);  // d(heads · m) / d(heads) = m
   AllGradients& all = trace.core_grads;
   mha.attention().backward(trace.in.q, trace.in.k, trace.in.v, trace.mask, trace.gates.inputs(),
                            trace.heads, trace.d_heads, trace.saved, all);

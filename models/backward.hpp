@@ -94,7 +94,7 @@ struct AttentionTrace {
   Tensor heads;        ///< the core's output [B, H, Nq, dk]
   Gates gates;         ///< the core's per-token inputs (empty without)
   Saved saved;         ///< what the core's forward saved (a softmax's row log-sum-exp, ...)
-  Activations merged;  ///< the heads concatenated, out_proj's input
+  Activations merged;  ///< the heads concatenated (times head_mask), out_proj's input
   Mask mask;           ///< the mask the core saw
   Matrix projected;    ///< the forward's projection rows (MultiHeadAttention::project)
   Activations output;  ///< the forward's result

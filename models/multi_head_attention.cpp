@@ -170,7 +170,21 @@ Activations MultiHeadAttention::forward(const Activations& query, const Activati
     Saved saved;
     core_->forward(in.q, in.k, in.v, mask, g.inputs(), heads, saved);
   }
+  apply_head_mask(heads);
   return out_proj.forward(merge_heads(heads));
+}
+
+void MultiHeadAttention::apply_head_mask(Tensor& heads) const {
+  if (head_mask.empty()) return;
+  if (head_mask.size() != heads_)
+    throw Error("multi-head attention: head_mask has " + std::to_string(head_mask.size()) +
+                " entries, expected one per head (" + std::to_string(heads_) + ")");
+  const std::size_t batch = heads.shape()[0], block = heads.shape()[2] * heads.shape()[3];
+  for (std::size_t b = 0; b < batch; ++b)
+    for (std::size_t h = 0; h < heads_; ++h) {
+      float* x = heads.data() + (b * heads_ + h) * block;
+      for (std::size_t i = 0; i < block; ++i) x[i] *= head_mask[h];
+    }
 }
 
 Tensor MultiHeadAttention::attention_probabilities(const Activations& query,

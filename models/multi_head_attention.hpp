@@ -24,6 +24,10 @@
 // projection gate_proj, [H, d_model]) and beta = sigmoid(memory W_beta^T + b_beta) (beta_proj).
 // They exist only for such a core (parameters "gate_proj.*", "beta_proj.*"); a core that takes
 // neither leaves the layer exactly torch.nn.MultiheadAttention.
+// Head mask (Michel et al. 2019, "Are Sixteen Heads Really Better than One?"): head_mask[h]
+// multiplies head h's output before the heads are merged and projected by W_O, in the forward
+// (and the traced forward and backward of models/backward.hpp); 0 removes the head, so the layer
+// returns b_O from it. Empty (the default) keeps every head; all ones is bitwise the same.
 // Cost: 2·B·(Nq + 2·Nk)·d_model² + 2·B·Nq·d_model² FLOPs of GEMMs plus the core's own.
 #pragma once
 
@@ -32,6 +36,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "attnlab/attention.hpp"
 #include "attnlab/inputs.hpp"
@@ -65,6 +70,13 @@ class MultiHeadAttention {
   std::optional<Linear> beta_proj;  ///< W_beta [H, d_model], b_beta: when the core takes beta
   /// g's temperature: logsigmoid(x) / 16 keeps a fresh gate near 0.96 per token (GLA's choice).
   static constexpr double kGateTau = 16.0;
+  /// Per-head factor on the heads' outputs before W_O (see the header comment): empty keeps
+  /// every head, else one entry per head (0 removes it). Not a parameter: not saved or learned.
+  std::vector<float> head_mask;
+
+  /// Multiplies head h of the core's output heads [B, H, Nq, dk] by head_mask[h] (nothing when
+  /// head_mask is empty). Throws Error when head_mask has other than H entries.
+  void apply_head_mask(Tensor& heads) const;
 
   /// The core's per-token inputs from `memory` [B, Nk, d_model] (empty for a core without).
   Gates gates(const Activations& memory) const;

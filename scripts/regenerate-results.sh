@@ -5,7 +5,11 @@
 #   results/full-sweep/  benchmarks/configs/full-sweep.toml (N = 256 ... 65536, ~15 min)
 #   results/microbench/  benchmarks/bench_variants (Google Benchmark JSON)
 #   results/studies/     attnlab study NAME, every study at its documented size (~10 min)
-# Usage: scripts/regenerate-results.sh [build-dir] [default|full|micro|studies|report ...]
+#   results/studies/trained/, prune/   the studies of trained checkpoints: trains the text LM with
+#                        seeds 1-3 and an MQAR model into runs/trained/ (~20 min; a rerun resumes
+#                        or reuses them), then runs trained and prune on each (part `trained`, not
+#                        a default part)
+# Usage: scripts/regenerate-results.sh [build-dir] [default|full|micro|studies|trained|report ...]
 #   (default build dir: build; default parts: default full micro studies). `report` only re-renders the
 #   reports of the existing rows. Set KEEP=1 to resume a sweep that was interrupted instead of
 #   starting it afresh (done points are skipped; see docs/sweep.md).
@@ -36,14 +40,34 @@ studies() {  # every study into results/studies/NAME (report.md, rows.csv, meta.
   done
 }
 
+# The trained models of results/studies/trained and prune, and both studies on each.
+trained_studies() {
+  local seed run name
+  export OMP_NUM_THREADS=1
+  for seed in 1 2 3; do
+    "$attnlab" train --task text --spec full --causal --n 256 --layers 2 --d-model 64 --heads 4 \
+      --ffn 256 --batch 8 --warmup 30 --lr 3e-3 --steps 2000 --eval-every 500 \
+      --checkpoint-every 500 --seed "$seed" --out "runs/trained/text-s$seed"
+  done
+  "$attnlab" train --task mqar:pairs=4,vocab=64 --spec full --n 64 --steps 16000 --eval-every 1000 \
+    --checkpoint-every 1000 --seed 1 --out runs/trained/mqar-s1
+  for run in text-s1 text-s2 text-s3 mqar-s1; do
+    for name in trained prune; do
+      rm -rf "results/studies/$name/$run"
+      "$attnlab" study "$name" --weights "runs/trained/$run/checkpoint" --out "results/studies/$name/$run"
+    done
+  done
+}
+
 for part in "${parts[@]}"; do
   case $part in
     default) sweep results/default --peers ;;
     full) sweep results/full-sweep --config benchmarks/configs/full-sweep.toml ;;
     micro) benchmarks/run_microbench.sh "$build" ;;
     studies) studies ;;
+    trained) trained_studies ;;
     report) for d in results/default results/full-sweep; do
               [ -f "$d/rows.csv" ] && "$attnlab" report "$d"; done ;;
-    *) echo "unknown part '$part' (default|full|micro|studies|report)" >&2; exit 2 ;;
+    *) echo "unknown part '$part' (default|full|micro|studies|trained|report)" >&2; exit 2 ;;
   esac
 done

@@ -286,7 +286,7 @@ StudyOutput capacity_study(const StudyOptions& o, harness::PlotFiles& plots) {
 }
 
 namespace {
-const Registrar<StudyMaker> kRegistrar(study_registry(), "capacity", capacity_study, 30);
+const Registrar<StudyMaker> kRegistrar(study_registry(), "capacity", {capacity_study, false}, 30);
 }  // namespace
 
 }  // namespace attnlab::studies

@@ -3,11 +3,13 @@
 // (attnlab/factory.hpp's Registry, as the variants and the training tasks do).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "attnlab/factory.hpp"
 #include "studies/study.hpp"
+#include "training/trainer.hpp"
 
 namespace attnlab::studies {
 
@@ -32,15 +34,42 @@ struct StudyOutput {
   Report report;  ///< the text around the table
 };
 
-/// A study (studies/study.hpp): draws its plots into `plots` through a harness::Plotter on
-/// <out_dir>/plots and returns its table, rows and report.
-using StudyMaker = StudyOutput (*)(const StudyOptions& o, harness::PlotFiles& plots);
+/// A study's entry in study_registry().
+struct StudyMaker {
+  /// The study (studies/study.hpp): draws its plots into `plots` through a harness::Plotter on
+  /// <out_dir>/plots and returns its table, rows and report.
+  StudyOutput (*run)(const StudyOptions& o, harness::PlotFiles& plots);
+  /// Whether it analyses a trained checkpoint (requires StudyOptions::weights) or seeded weights
+  /// (refuses it).
+  bool takes_weights = false;
+};
 
 /// The studies' registry: each study's .cpp adds itself with one Registrar, e.g.
-/// `const Registrar<StudyMaker> kRegistrar(study_registry(), "swap", swap_study, 60);`.
+/// `const Registrar<StudyMaker> kRegistrar(study_registry(), "swap", {swap_study, false}, 60);`.
 Registry<StudyMaker>& study_registry();
 
 /// <out_dir>/plots.
 std::string plots_dir(const StudyOptions& o);
+
+/// A trained checkpoint beside its initialisation, for the studies that take weights: two
+/// Trainers of the checkpoint's config (training::checkpoint_config), one holding the
+/// checkpoint's weights, the other the weights `attnlab train` started from (seeded from the
+/// config's seed, or its init folder). Their held_out() is the run's held-out set.
+struct TrainedPair {
+  std::string checkpoint;                       ///< the checkpoint folder loaded
+  std::unique_ptr<training::Trainer> trained;    ///< at the checkpoint's step
+  std::unique_ptr<training::Trainer> untrained;  ///< at step 0
+
+  /// The model and the run in words, for a report's setup: task, sizes, switches, seed, steps,
+  /// the held-out set and the checkpoint folder.
+  std::string describe() const;
+};
+
+/// Loads options.weights: a checkpoint folder, or a run folder holding one in checkpoint/.
+/// Throws Error naming the folder when it is neither, or what in it does not fit.
+TrainedPair load_trained(const StudyOptions& options);
+
+/// "bits per byte" for the text task, "bits per target" otherwise: what Score::bits() is.
+std::string bits_unit(const training::TrainConfig& config);
 
 }  // namespace attnlab::studies

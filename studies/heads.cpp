@@ -168,7 +168,7 @@ StudyOutput heads_study(const StudyOptions& o, harness::PlotFiles& plots) {
 }
 
 namespace {
-const Registrar<StudyMaker> kRegistrar(study_registry(), "heads", heads_study, 50);
+const Registrar<StudyMaker> kRegistrar(study_registry(), "heads", {heads_study, false}, 50);
 }  // namespace
 
 }  // namespace attnlab::studies

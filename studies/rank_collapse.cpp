@@ -40,35 +40,11 @@ constexpr Arch kArchs[] = {
     {"pure attention, X_0 std 1", "no-skip,no-ffn,no-norm", 1},
 };
 
-// Residuals of X [1, N, d]: to the nearest 1 x^T (Dong et al.'s res, x the mean token) and to
-// the best rank-1 matrix (the singular values after the first), both relative to ||X||_F.
-struct Residuals {
-  double token_mean = 0, rank1 = 0;
-};
-
-Residuals residuals(const models::Activations& x) {
-  const std::size_t n = x.shape()[1], d = x.shape()[2];
-  std::vector<double> mean(d, 0.0);
-  double total = 0, off_mean = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t c = 0; c < d; ++c) mean[c] += x(0, i, c) / double(n);
-  for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t c = 0; c < d; ++c) {
-      total += double(x(0, i, c)) * x(0, i, c);
-      off_mean += (x(0, i, c) - mean[c]) * (x(0, i, c) - mean[c]);
-    }
-  const auto s = singular_values(x.data(), n, d);
-  double tail = 0;
-  for (std::size_t k = 1; k < s.size(); ++k) tail += s[k] * s[k];
-  if (total == 0) return {0, 0};
-  return {std::sqrt(off_mean / total), std::sqrt(tail / total)};
-}
-
 struct Row {
   std::string arch;
   std::uint64_t seed;
   std::size_t layer;  // 0: the input
-  Residuals res;
+  RankResiduals res;
 };
 
 std::vector<Row> measure(const StudyOptions& o, const Sizes& z) {
@@ -85,16 +61,16 @@ std::vector<Row> measure(const StudyOptions& o, const Sizes& z) {
       std::normal_distribution<float> normal(0.0f, a.input_std);
       models::Activations x = models::Activations::from_shape({1, z.n, z.d_model});
       for (float& v : x) v = normal(rng);
-      rows.push_back({a.name, s, 0, residuals(x)});
+      rows.push_back({a.name, s, 0, rank_residuals(x.data(), z.n, z.d_model)});
       encoder.forward(x, {}, [&](std::size_t i, const auto&, const models::Activations& out) {
-        rows.push_back({a.name, s, i + 1, residuals(out)});
+        rows.push_back({a.name, s, i + 1, rank_residuals(out.data(), z.n, z.d_model)});
       });
     }
   return rows;
 }
 
 // Median over seeds of `arch` at `layer`.
-Residuals median_at(const std::vector<Row>& rows, const std::string& arch, std::size_t layer) {
+RankResiduals median_at(const std::vector<Row>& rows, const std::string& arch, std::size_t layer) {
   std::vector<double> mean, rank1;
   for (const Row& r : rows)
     if (r.arch == arch && r.layer == layer) {
@@ -110,7 +86,7 @@ Table table(const std::vector<Row>& rows, std::size_t layers) {
   for (std::size_t l = 0; l <= layers; ++l) {
     std::vector<std::string> cells = {l == 0 ? "input" : std::to_string(l)};
     for (const Arch& a : kArchs) {
-      const Residuals r = median_at(rows, a.name, l);
+      const RankResiduals r = median_at(rows, a.name, l);
       cells.push_back(cell("%.2e", r.rank1) + " / " + cell("%.2e", r.token_mean));
     }
     t.rows.push_back(cells);
@@ -188,7 +164,7 @@ StudyOutput rank_collapse_study(const StudyOptions& o, harness::PlotFiles& plots
 }
 
 namespace {
-const Registrar<StudyMaker> kRegistrar(study_registry(), "rank-collapse", rank_collapse_study, 20);
+const Registrar<StudyMaker> kRegistrar(study_registry(), "rank-collapse", {rank_collapse_study, false}, 20);
 }  // namespace
 
 }  // namespace attnlab::studies

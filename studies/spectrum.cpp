@@ -47,11 +47,6 @@ Spectrum spectrum_of(const Tensor& p, const std::string& source, const std::stri
   return s;
 }
 
-// The smallest k with c_k >= share.
-std::size_t k_for(const std::vector<double>& c, double share) {
-  return std::size_t(std::lower_bound(c.begin(), c.end(), share - 1e-12) - c.begin()) + 1;
-}
-
 std::vector<Spectrum> measure(const StudyOptions& o, const Sizes& z) {
   std::vector<Spectrum> out;
   for (const auto& dist : kInputs) {
@@ -92,8 +87,8 @@ Table table(const std::vector<Spectrum>& spectra, std::size_t quarter) {
     t.rows.push_back({s.source, cell("%.3f", s.mean[quarter - 1]) + " (" +
                                     cell("%.3f", s.min[quarter - 1]) + ".." +
                                     cell("%.3f", s.max[quarter - 1]) + ")",
-                      cell("%.3f", s.mean[few - 1]), std::to_string(k_for(s.mean, 0.9)),
-                      std::to_string(k_for(s.mean, 0.99))});
+                      cell("%.3f", s.mean[few - 1]), std::to_string(rank_for_share(s.mean, 0.9)),
+                      std::to_string(rank_for_share(s.mean, 0.99))});
   t.rows.push_back({"Linformer Fig. 1: pretrained RoBERTa-base, n = 512, mean of 10k sentences",
                     "\"most of P\" (a figure, no number)", "—", "—", "—"});
   return t;
@@ -156,7 +151,7 @@ StudyOutput spectrum_study(const StudyOptions& o, harness::PlotFiles& plots) {
 }
 
 namespace {
-const Registrar<StudyMaker> kRegistrar(study_registry(), "spectrum", spectrum_study, 10);
+const Registrar<StudyMaker> kRegistrar(study_registry(), "spectrum", {spectrum_study, false}, 10);
 }  // namespace
 
 }  // namespace attnlab::studies

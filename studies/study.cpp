@@ -108,19 +108,44 @@ Registry<StudyMaker>& study_registry() {
 
 std::vector<std::string> study_names() { return study_registry().names(); }
 
+bool study_takes_weights(const std::string& name) {
+  return study_registry().at(name, "study name").takes_weights;
+}
+
 StudyResult run_study(const std::string& name, const StudyOptions& options) {
-  const StudyMaker run = study_registry().at(name, "study name");
+  const StudyMaker study = study_registry().at(name, "study name");
   if (options.out_dir.empty()) throw Error("study " + name + ": no output folder given");
+  if (study.takes_weights && options.weights.empty())
+    throw Error("study " + name + " analyses a trained model: give --weights DIR, the "
+                "checkpoint folder of attnlab train (e.g. runs/lm/checkpoint)");
+  if (!study.takes_weights && !options.weights.empty())
+    throw Error("study " + name + " runs on seeded weights and takes no --weights ('" +
+                options.weights + "'); the studies of a trained checkpoint are " +
+                [] {
+                  std::string list;
+                  for (const auto& n : study_names())
+                    if (study_takes_weights(n)) list += (list.empty() ? "" : ", ") + n;
+                  return list;
+                }());
+  const bool fresh_out = !fs::exists(options.out_dir);
   fs::create_directories(options.out_dir);
 
   nlohmann::json meta = harness::run_context();
   const auto start = std::chrono::steady_clock::now();
   StudyResult result;
   result.name = name;
-  StudyOutput out = run(options, result.plots);
+  StudyOutput out;
+  try {
+    out = study.run(options, result.plots);
+  } catch (...) {  // a study that fails (a bad --weights folder) leaves no folder it created
+    std::error_code ec;
+    if (fresh_out) fs::remove_all(options.out_dir, ec);
+    throw;
+  }
   meta["study"] = name;
   meta["size"] = size_name(options.size);
   meta["seed"] = options.seed;
+  if (!options.weights.empty()) meta["weights"] = options.weights;
   meta["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   meta["load_after"] = harness::load_average();
 

@@ -7,7 +7,14 @@
 //   symmetry       W_Q = W_K makes the scores symmetric; what that does to self-attention
 //   heads          at fixed d_model, h = 1..16: attention on the token itself, row entropy
 //   swap           every variant in the same model: error against full by layer and N, time
+//   trained        the measures above per layer and head on a trained checkpoint beside its
+//                  initialisation, plus positional and rare-token heads (Voita et al. 2019)
+//   prune          heads of a trained checkpoint removed one at a time and in order of
+//                  importance: held-out bits against heads removed (Michel et al. 2019)
 //
+// The last two analyse a model trained by `attnlab train` (StudyOptions::weights, --weights DIR:
+// its checkpoint folder, the config read from its state.txt) on the task's held-out set; the
+// others run on seeded, untrained weights and refuse --weights.
 // Each study writes to its folder: report.md (what it asks, the setup, the table, the plots,
 // the paper's figure or claim beside ours, the run's context), rows.csv (the raw rows), meta.json
 // (harness::run_context() at the start, the load average at the end, the options) and plots/
@@ -42,6 +49,10 @@ struct StudyOptions {
   std::uint64_t seed = 1;        ///< every random draw derives from it
   std::string gnuplot = "gnuplot";
   bool progress = true;          ///< one line per step on stderr
+  /// The checkpoint folder of `attnlab train` (DIR/checkpoint) a study of trained weights
+  /// analyses, its config read from its state.txt; "" for the studies of seeded weights. Only
+  /// the studies that take weights accept it, and they require it (run_study throws Error).
+  std::string weights;
 };
 
 /// A markdown table: header cells and rows of cells.
@@ -77,6 +88,10 @@ struct StudyResult {
 
 /// The registered study names, in the order above (each study's .cpp registers itself).
 std::vector<std::string> study_names();
+
+/// Whether study `name` analyses a trained checkpoint (StudyOptions::weights); throws Error
+/// listing the studies when there is none of that name.
+bool study_takes_weights(const std::string& name);
 
 /// Runs one study (a study_names() entry; throws Error listing them otherwise) and writes its
 /// folder.

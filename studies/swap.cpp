@@ -311,7 +311,7 @@ StudyOutput swap_study(const StudyOptions& o, harness::PlotFiles& plots) {
 }
 
 namespace {
-const Registrar<StudyMaker> kRegistrar(study_registry(), "swap", swap_study, 60);
+const Registrar<StudyMaker> kRegistrar(study_registry(), "swap", {swap_study, false}, 60);
 }  // namespace
 
 }  // namespace attnlab::studies

@@ -29,21 +29,6 @@ struct Row {
   HeadStats stats;
 };
 
-double asymmetry(const Tensor& q, const Tensor& k, std::size_t h) {
-  const std::size_t n = q.shape()[2], dk = q.shape()[3];
-  std::vector<double> s(n * n, 0.0);
-  for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = 0; j < n; ++j)
-      for (std::size_t c = 0; c < dk; ++c) s[i * n + j] += double(q(0, h, i, c)) * k(0, h, j, c);
-  double anti = 0, all = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = 0; j < n; ++j) {
-      anti += (s[i * n + j] - s[j * n + i]) * (s[i * n + j] - s[j * n + i]);
-      all += s[i * n + j] * s[i * n + j];
-    }
-  return all > 0 ? std::sqrt(anti / all) : 0.0;
-}
-
 std::vector<Row> measure(const StudyOptions& o, const Sizes& z) {
   std::vector<Row> rows;
   for (const bool tied : {false, true}) {
@@ -59,7 +44,7 @@ std::vector<Row> measure(const StudyOptions& o, const Sizes& z) {
       const QKV in = mha.project(a, a);
       const Tensor p = mha.attention_probabilities(a, a);
       for (std::size_t h = 0; h < z.heads; ++h)
-        rows.push_back({tied, l + 1, h + 1, asymmetry(in.q, in.k, h), head_stats(p, 0, h)});
+        rows.push_back({tied, l + 1, h + 1, score_asymmetry(in.q, in.k, 0, h), head_stats(p, 0, h)});
     });
   }
   return rows;
@@ -160,7 +145,7 @@ StudyOutput symmetry_study(const StudyOptions& o, harness::PlotFiles& plots) {
 }
 
 namespace {
-const Registrar<StudyMaker> kRegistrar(study_registry(), "symmetry", symmetry_study, 40);
+const Registrar<StudyMaker> kRegistrar(study_registry(), "symmetry", {symmetry_study, false}, 40);
 }  // namespace
 
 }  // namespace attnlab::studies

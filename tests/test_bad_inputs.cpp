@@ -432,6 +432,9 @@ std::vector<CliCase> cli_cases() {
       {"model --d-model too big", {}, "model --spec full --d-model 100000000 --heads 1 --save-weights w", {"d_model=100000000", "need at least"}},
       {"demo --rows -3", {}, "demo --rows -3", {"--rows: '-3' is negative"}},
       {"study --seed -1", {}, "study rank --size tiny --seed -1 --out s", {"--seed: '-1' is negative"}},
+      {"study --weights not a checkpoint", [](const TempDir& d) { fs::create_directory(d.file("w")); }, "study prune --size tiny --weights w --out s", {"'w' is not a checkpoint folder of attnlab train", "state.txt"}},
+      {"study --weights on seeded weights", [](const TempDir& d) { fs::create_directory(d.file("w")); }, "study spectrum --size tiny --weights w --out s", {"study spectrum runs on seeded weights and takes no --weights", "trained, prune"}},
+      {"study trained without --weights", {}, "study trained --size tiny --out s", {"study trained analyses a trained model", "--weights DIR"}},
       // merge
       {"merge input missing", {}, "merge out nope", {"nope/rows.csv does not exist"}},
       {"merge foreign rows.csv", [](const TempDir& d) { fs::create_directory(d.file("a")); std::ofstream(d.file("a/rows.csv")) << "a,b\n"; }, "merge out a", {"a/rows.csv:1", "not the rows.csv schema"}},

@@ -3,6 +3,7 @@
 // and bad configurations. PyTorch equality is in test_models_torch.cpp.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <xtensor/xview.hpp>
@@ -10,6 +11,7 @@
 #include "attnlab/npy.hpp"
 #include "helpers.hpp"
 #include "model_helpers.hpp"
+#include "models/backward.hpp"
 #include "models/transformer.hpp"
 #include "npy_helpers.hpp"
 
@@ -115,6 +117,55 @@ TEST_CASE("multi-head attention equals a direct fp64 computation", "[models]") {
     boolean.allow(allowed);
     require_close(m.forward(x, boolean), mha64(to64(x), to64(x), m, boolean), kRtol, kAtol);
   }
+}
+
+TEST_CASE("head mask: all ones is the plain forward, zeros remove heads, traced and backward agree",
+          "[models]") {
+  const LayerConfig c = small_config("pre-ln");
+  EncoderLayer layer = initialised<EncoderLayer>(c, 21);
+  const Activations x = random_activations(2, 7, 16, 22);
+  Mask causal;
+  causal.causal = Causal::top_left;
+  const Activations plain = layer.forward(x, causal);
+
+  // Multiplying by 1.0f changes no bit.
+  layer.self_attn.head_mask.assign(4, 1.0f);
+  const Activations ones = layer.forward(x, causal);
+  CHECK(std::equal(ones.begin(), ones.end(), plain.begin(), plain.end()));
+
+  // Every head removed: the attention sublayer returns b_O, so the layer is x + b_O and the FFN
+  // sublayer, with no attention at all (the same float operations: bitwise).
+  layer.self_attn.head_mask.assign(4, 0.0f);
+  const Activations none = layer.forward(x, causal);
+  Activations h = x;
+  for (std::size_t i = 0; i < h.size(); ++i) h.data()[i] += layer.self_attn.out_proj.bias(i % 16);
+  Activations expected = layer.ffn->forward(layer.norm2->forward(h));
+  for (std::size_t i = 0; i < h.size(); ++i) expected.data()[i] += h.data()[i];
+  CHECK(std::equal(none.begin(), none.end(), expected.begin(), expected.end()));
+  CHECK_FALSE(std::equal(none.begin(), none.end(), plain.begin(), plain.end()));
+
+  // One head removed: the traced forward of the training step is the same; its backward sends
+  // nothing into that head's rows of W_Q, W_K, W_V (rows 4..7 of each block, d_k = 4).
+  layer.self_attn.head_mask = {1.0f, 0.0f, 1.0f, 1.0f};
+  const Activations one = layer.forward(x, causal);
+  EncoderLayerTrace trace;
+  const Activations& traced = forward(layer, x, causal, trace);
+  CHECK(std::equal(traced.begin(), traced.end(), one.begin(), one.end()));
+  EncoderLayer grad = zero_like(layer);
+  backward(layer, trace, random_activations(2, 7, 16, 23), grad);
+  const Matrix& dw = grad.self_attn.in_proj_weight;
+  for (std::size_t block = 0; block < 3; ++block)
+    for (std::size_t r = 0; r < 16; ++r) {
+      const std::size_t row = block * 16 + r;
+      const bool masked = r >= 4 && r < 8;
+      double norm = 0;
+      for (std::size_t col = 0; col < 16; ++col) norm += std::abs(dw(row, col));
+      INFO("in_proj_weight row " << row);
+      CHECK((masked ? norm == 0 : norm > 0));
+    }
+
+  layer.self_attn.head_mask = {1.0f, 0.0f};
+  require_error([&] { layer.forward(x, causal); }, {"head_mask has 2 entries", "one per head (4)"});
 }
 
 TEST_CASE("encoder layers equal a direct fp64 computation under every switch", "[models]") {

@@ -19,7 +19,9 @@
 #include "helpers.hpp"
 #include "models/transformer.hpp"
 #include "npy_helpers.hpp"
+#include "studies/analysis.hpp"
 #include "studies/study.hpp"
+#include "training/trainer.hpp"
 
 using namespace attnlab;
 using namespace attnlab::studies;
@@ -88,6 +90,33 @@ std::string row_with(const Table& t, const std::string& first) {
     if (row[0] == first) return row[1];
   FAIL("no table row " << first);
   return "";
+}
+
+}  // namespace
+
+namespace {
+
+// A checkpoint of a few training steps of a tiny causal byte-level LM of the Bible, in
+// DIR/lm/checkpoint (the layout of attnlab train --out DIR/lm); returns the trainer.
+std::unique_ptr<training::Trainer> tiny_checkpoint(const TempDir& dir) {
+  training::TrainConfig c;
+  c.task = "text";
+  c.causal = true;
+  c.n = 16, c.layers = 2, c.d_model = 16, c.heads = 2, c.ffn = 32;
+  c.batch = 4, c.eval_size = 8, c.adam.warmup = 2;
+  auto trainer = std::make_unique<training::Trainer>(c);
+  for (int i = 0; i < 5; ++i) trainer->step();
+  trainer->save(dir.file("lm/checkpoint"));
+  return trainer;
+}
+
+StudyResult tiny_trained(const std::string& name, const TempDir& dir, const std::string& weights) {
+  StudyOptions o;
+  o.out_dir = dir.file(name);
+  o.size = Size::tiny;
+  o.progress = false;
+  o.weights = weights;
+  return run_study(name, o);
 }
 
 }  // namespace
@@ -335,4 +364,120 @@ TEST_CASE("swap: each variant in the same model, its distance from full and its 
   REQUIRE(gemm.size() == 2);
   const double ratio = (model[0] + model[1]) / (attention[0] + attention[1] + gemm[0] + gemm[1]);
   CHECK(read_text(dir.file("swap/report.md")).find("| " + cell("%.2f", ratio) + " |") != std::string::npos);
+}
+
+TEST_CASE("trained: a checkpoint's heads beside its initialisation's, on held-out text", "[studies]") {
+  const TempDir dir("studies");
+  const auto trainer = tiny_checkpoint(dir);
+  // The run folder is enough: its checkpoint/ is found, its config read from state.txt.
+  const StudyResult r = tiny_trained("trained", dir, dir.file("lm"));
+  check_files(r, dir);
+  CHECK(r.table.rows.size() == 2 * 2 * 2 + 1);  // (trained, untrained) x 2 layers x 2 heads, uniform
+
+  // An independent computation of layer 1's P on the first held-out sequence, for each model.
+  const training::Batch& batch = trainer->held_out().front();
+  const training::Trainer untrained(trainer->config());
+  const training::Trainer* models[] = {trainer.get(), &untrained};
+  for (const training::Trainer* t : models) {
+    const std::string weights = t == trainer.get() ? "trained" : "untrained";
+    const auto& model = t->model();
+    const auto& layer = model.body.encoder.layers[0];
+    const auto a = layer.attention_input(model.body.embed(batch.tokens));
+    const Tensor p = layer.self_attn.attention_probabilities(a, a, model.mask(batch));
+    for (std::size_t h = 0; h < 2; ++h) {
+      INFO(weights << " head " << h + 1);
+      const std::string head = std::to_string(h + 1);
+      const HeadStats s = head_stats(p, 0, h);
+      CHECK(raw_value(r.rows, {{"weights", weights}, {"layer", "1"}, {"head", head}, {"measure", "self_mass"}}, "value") ==
+            Approx(s.self_mass).epsilon(1e-6));
+      CHECK(raw_value(r.rows, {{"weights", weights}, {"layer", "1"}, {"head", head}, {"measure", "entropy"}}, "value") ==
+            Approx(s.entropy).epsilon(1e-6));
+      double previous = 0;
+      for (std::size_t i = 1; i < 16; ++i) previous += p(0, h, i, i - 1) / 15.0;
+      CHECK(raw_value(r.rows, {{"weights", weights}, {"layer", "1"}, {"head", head}, {"measure", "previous_mass"}}, "value") ==
+            Approx(previous).epsilon(1e-5));
+      // Causal: P is lower-triangular, so the 99% rank is at most N and at least 1.
+      const double k99 = raw_value(r.rows, {{"weights", weights}, {"layer", "1"}, {"head", head}, {"measure", "rank99"}}, "value");
+      CHECK(k99 >= 1);
+      CHECK(k99 <= 16);
+    }
+  }
+  // The trained weights are not the untrained ones.
+  CHECK(raw_value(r.rows, {{"weights", "trained"}, {"layer", "1"}, {"head", "1"}, {"measure", "self_mass"}}, "value") !=
+        raw_value(r.rows, {{"weights", "untrained"}, {"layer", "1"}, {"head", "1"}, {"measure", "self_mass"}}, "value"));
+  // Uniform causal attention: row i puts 1/(i+1) on itself and on its previous token.
+  double self = 0, previous = 0;
+  for (std::size_t i = 0; i < 16; ++i) self += 1.0 / double(i + 1) / 16.0;
+  for (std::size_t i = 1; i < 16; ++i) previous += 1.0 / double(i + 1) / 15.0;
+  CHECK(raw_value(r.rows, {{"weights", "uniform"}, {"measure", "self_mass"}}, "value") == Approx(self).epsilon(1e-6));
+  CHECK(raw_value(r.rows, {{"weights", "uniform"}, {"measure", "previous_mass"}}, "value") == Approx(previous).epsilon(1e-6));
+  // Rank collapse rows for the input and both layers of both models.
+  for (const char* weights : {"trained", "untrained"})
+    for (const char* layer : {"0", "1", "2"}) {
+      const double res = raw_value(r.rows, {{"weights", weights}, {"layer", layer}, {"measure", "res_rank1"}}, "value");
+      CHECK(res > 0);
+      CHECK(res < 1);
+    }
+  const std::string report = read_text(dir.file("trained/report.md"));
+  CHECK(report.find("lower-triangular") != std::string::npos);
+  CHECK(report.find("trained 5 steps") != std::string::npos);
+}
+
+TEST_CASE("prune: no head removed is evaluate()'s score, every head of a layer is no attention", "[studies]") {
+  const TempDir dir("studies");
+  const auto trainer = tiny_checkpoint(dir);
+  const StudyResult r = tiny_trained("prune", dir, dir.file("lm/checkpoint"));
+  check_files(r, dir);
+  const training::Score full = trainer->evaluate();
+  // Nothing removed: the head masks are all ones, bitwise the plain forward.
+  CHECK(raw_value(r.rows, {{"kind", "cumulative"}, {"removed", "0"}}, "loss") == std::stod(raw(full.loss)));
+  CHECK(raw_value(r.rows, {{"kind", "unpruned"}}, "loss") == std::stod(raw(full.loss)));
+  CHECK(raw_value(r.rows, {{"kind", "untrained"}}, "loss") ==
+        std::stod(raw(training::Trainer(trainer->config()).evaluate().loss)));
+
+  // Every head of layer 1 removed = layer 1's attention output is b_O alone = W_O zeroed.
+  training::TaskModel no_attention = trainer->model();
+  no_attention.body.encoder.layers[0].self_attn.out_proj.weight.fill(0.0f);
+  const training::Score without = training::evaluate(no_attention, trainer->held_out());
+  CHECK(raw_value(r.rows, {{"kind", "layer"}, {"heads", "L1"}}, "loss") == std::stod(raw(without.loss)));
+  CHECK(without.loss != full.loss);
+
+  // Single removals of the 4 heads, then 0..4 removed cumulatively in increasing importance.
+  std::size_t single = 0, cumulative = 0;
+  std::vector<double> importance;
+  for (const auto& row : r.rows.rows) {
+    single += row[0] == "single";
+    cumulative += row[0] == "cumulative";
+    if (row[0] == "single") importance.push_back(std::stod(row[7]));
+  }
+  CHECK(single == 4);
+  CHECK(cumulative == 5);
+  // The first head removed cumulatively is the least important alone: the same score.
+  CHECK(raw_value(r.rows, {{"kind", "cumulative"}, {"removed", "1"}}, "delta_bits") ==
+        *std::min_element(importance.begin(), importance.end()));
+  // All heads removed: equal to both layers' W_O zeroed.
+  no_attention.body.encoder.layers[1].self_attn.out_proj.weight.fill(0.0f);
+  CHECK(raw_value(r.rows, {{"kind", "cumulative"}, {"removed", "4"}}, "loss") ==
+        std::stod(raw(training::evaluate(no_attention, trainer->held_out()).loss)));
+}
+
+TEST_CASE("studies of trained weights: bad folders and misplaced --weights are refused", "[studies]") {
+  const TempDir dir("studies");
+  std::filesystem::create_directories(dir.file("empty"));
+  test::require_error([&] { tiny_trained("trained", dir, dir.file("empty")); },
+                      {"empty' is not a checkpoint folder of attnlab train", "state.txt"});
+  test::require_error([&] { tiny_trained("prune", dir, dir.file("missing")); },
+                      {"missing' is not a checkpoint folder"});
+  test::require_error([&] { tiny_trained("prune", dir, ""); },
+                      {"study prune analyses a trained model", "--weights DIR"});
+  test::require_error([&] { tiny_trained("spectrum", dir, dir.file("empty")); },
+                      {"study spectrum runs on seeded weights and takes no --weights",
+                       "trained, prune"});
+  // A state.txt whose config lines are not TrainConfig::describe()'s.
+  std::filesystem::create_directories(dir.file("bad"));
+  std::ofstream(dir.file("bad/state.txt")) << "step 3\nseconds 1\ntask text\ncolour blue\nend\n";
+  test::require_error([&] { tiny_trained("trained", dir, dir.file("bad")); },
+                      {"bad/state.txt", "'colour blue'"});
+  CHECK(study_takes_weights("prune"));
+  CHECK_FALSE(study_takes_weights("heads"));
 }

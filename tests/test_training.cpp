@@ -725,3 +725,28 @@ TEST_CASE("dump_batches: each step writes the batch it trained on", "[training]"
   CHECK(replayed == replay.step().loss);
   CHECK(std::filesystem::exists(dir.file("batches/step-1.tokens.npy")));
 }
+
+TEST_CASE("TrainConfig::parse reads back describe(); checkpoint_config reads a checkpoint's",
+          "[training]") {
+  TrainConfig c = tiny_config("copy", 16);
+  c.switches = "";  // describe() writes "switches " with nothing after it
+  c.causal = true;
+  c.init = "some/folder";
+  c.adam.lr = 1.0 / 3.0;  // 17 digits round-trip
+  CHECK(TrainConfig::parse(c.describe(), "here").describe() == c.describe());
+  c.causal = false;
+  c.init.clear();
+  c.switches = "pre-ln,no-ffn";
+  CHECK(TrainConfig::parse(c.describe(), "here").describe() == c.describe());
+  test::require_error([] { TrainConfig::parse("n 16\nlayers two\n", "there"); },
+                      {"there", "'layers two'"});
+  test::require_error([] { TrainConfig::parse("causal 2\n", "there"); }, {"'causal 2'"});
+
+  TempDir dir("train-config");
+  Trainer t(tiny_config("copy", 16));
+  t.step();
+  t.save(dir.file("ck"));
+  CHECK(checkpoint_config(dir.file("ck")).describe() == t.config().describe());
+  test::require_error([&] { checkpoint_config(dir.file("nothing")); },
+                      {"nothing' is not a checkpoint folder", "state.txt"});
+}

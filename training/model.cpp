@@ -237,3 +237,13 @@ Score evaluate(const TaskModel& model, const Batch& batch) {
 }
 
 }  // namespace attnlab::training
+
+namespace attnlab::training {
+
+Score evaluate(const TaskModel& model, const std::vector<Batch>& batches) {
+  Score total;
+  for (const Batch& b : batches) total += evaluate(model, b);
+  return total;
+}
+
+}  // namespace attnlab::training

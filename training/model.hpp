@@ -15,8 +15,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
 #include <numbers>
+#include <string>
+#include <vector>
 
 #include "attnlab/mask.hpp"
 #include "models/backward.hpp"
@@ -114,5 +115,8 @@ Score loss_and_gradients(const TaskModel& model, const Batch& batch, TaskModel& 
 
 /// The batch's score without gradients.
 Score evaluate(const TaskModel& model, const Batch& batch);
+
+/// The score over `batches` (each evaluated alone, the scores added up): a held-out set's.
+Score evaluate(const TaskModel& model, const std::vector<Batch>& batches);
 
 }  // namespace attnlab::training

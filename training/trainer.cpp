@@ -135,6 +135,59 @@ std::string TrainConfig::describe() const {
   return s.str();
 }
 
+TrainConfig TrainConfig::parse(const std::string& lines, const std::string& where) {
+  TrainConfig c;
+  c.switches.clear();  // describe() writes "switches " with nothing after it for none
+  std::istringstream in(lines);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const auto space = line.find(' ');
+    const std::string key = line.substr(0, space);
+    const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
+    const auto fail = [&]() -> Error {
+      return Error(where + ": config line '" + line + "' is not one TrainConfig::describe() writes");
+    };
+    const auto number = [&](auto& field) {
+      std::istringstream v(value);
+      if (!(v >> field) || !v.eof()) throw fail();
+    };
+    if (key == "task") c.task = value;
+    else if (key == "spec") c.spec = value;
+    else if (key == "switches") c.switches = value;
+    else if (key == "init") c.init = value;
+    else if (key == "n") number(c.n);
+    else if (key == "layers") number(c.layers);
+    else if (key == "d_model") number(c.d_model);
+    else if (key == "heads") number(c.heads);
+    else if (key == "ffn") number(c.ffn);
+    else if (key == "batch") number(c.batch);
+    else if (key == "seed") number(c.seed);
+    else if (key == "eval_size") number(c.eval_size);
+    else if (key == "lr") number(c.adam.lr);
+    else if (key == "beta1") number(c.adam.beta1);
+    else if (key == "beta2") number(c.adam.beta2);
+    else if (key == "eps") number(c.adam.eps);
+    else if (key == "weight_decay") number(c.adam.weight_decay);
+    else if (key == "warmup") number(c.adam.warmup);
+    else if (key == "causal") c.causal = value == "1" ? true : throw fail();
+    else throw fail();
+  }
+  return c;
+}
+
+TrainConfig checkpoint_config(const std::string& path) {
+  const bool here = fs::exists(fs::path(path) / "state.txt");
+  if (!here && !fs::exists(fs::path(path + ".old") / "state.txt"))
+    throw Error("'" + path + "' is not a checkpoint folder of attnlab train: it has no "
+                "state.txt (give the run's checkpoint/ folder, e.g. runs/lm/checkpoint)");
+  const std::string dir = here ? path : path + ".old";
+  std::istringstream state(read_text(fs::path(dir) / "state.txt"));
+  std::string line, lines;
+  for (int skip = 0; skip < 2 && std::getline(state, line); ++skip) {}  // step, seconds
+  while (std::getline(state, line) && line != "end") lines += line + "\n";
+  return TrainConfig::parse(lines, "checkpoint file " + dir + "/state.txt");
+}
+
 Trainer::Trainer(const TrainConfig& config)
     : config_((config.validate(), config)),
       task_(make_task(config.task, config.n)),
@@ -161,17 +214,17 @@ Score Trainer::step(StepTimes* times) {
   return score;
 }
 
-Score Trainer::evaluate() {
+const std::vector<Batch>& Trainer::held_out() {
   if (eval_.empty())
     for (std::size_t i = 0, left = config_.eval_size; left > 0; ++i) {
       const std::size_t size = std::min(left, config_.batch);
       eval_.push_back(task_->held_out(size, data_seed(config_.seed, 2, i)));
       left -= size;
     }
-  Score total;
-  for (const Batch& b : eval_) total += training::evaluate(model_, b);
-  return total;
+  return eval_;
 }
+
+Score Trainer::evaluate() { return training::evaluate(model_, held_out()); }
 
 namespace {
 

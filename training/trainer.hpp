@@ -80,7 +80,16 @@ struct TrainConfig {
   /// `init` add their lines ("causal 1", "init DIR") only when set, so that the checkpoints of
   /// earlier runs still resume.
   std::string describe() const;
+
+  /// The config whose describe() the lines are (the inverse of describe(); lines it does not
+  /// write are refused). Throws Error naming `where` and the line that is unknown or malformed.
+  static TrainConfig parse(const std::string& lines, const std::string& where);
 };
+
+/// The config of the checkpoint folder `dir` (Trainer::save; DIR.old when only that is left),
+/// read from its state.txt: what `Trainer(config).load(dir)` needs. Throws Error saying that
+/// `dir` is not a checkpoint folder when it has no state.txt, or naming the bad line.
+TrainConfig checkpoint_config(const std::string& dir);
 
 /// Wall-clock seconds of one step's parts.
 struct StepTimes {
@@ -102,6 +111,10 @@ class Trainer {
 
   /// The score on the held-out set (evaluated in batches of config.batch).
   Score evaluate();
+
+  /// The held-out set: config.eval_size examples of task().held_out() in batches of
+  /// config.batch, generated on first use from the seed alone (what evaluate() scores).
+  const std::vector<Batch>& held_out();
 
   /// Steps taken.
   std::size_t steps() const { return adam_.steps(); }
