@@ -89,6 +89,18 @@ std::vector<float> flat_parameters(TaskModel model) {
   return all;
 }
 
+// A 2-layer pre-LN model of width 16 for `task`: small enough for gradient checks.
+models::ModelConfig tiny_config(const Task& task) {
+  models::ModelConfig m;
+  m.layer.d_model = 16;
+  m.layer.heads = 2;
+  m.layer.ffn = 32;
+  m.layers = 2;
+  m.vocab = task.vocab();
+  m.layer.pre_ln = true;
+  return m;
+}
+
 }  // namespace
 
 TEST_CASE("listops: every answer equals an independent evaluation of its tokens", "[training]") {
@@ -276,13 +288,7 @@ TEST_CASE("task head: the gradient of the loss through mean pooling and padding 
           "directional difference", "[training]") {
   // listops: per-sequence head over padded items, with key padding in every attention call.
   const auto task = make_task("listops:max_len=24,min_len=6", 24);
-  models::ModelConfig m;
-  m.layer.d_model = 16;
-  m.layer.heads = 2;
-  m.layer.ffn = 32;
-  m.layers = 2;
-  m.vocab = task->vocab();
-  m.layer.pre_ln = true;
+  const models::ModelConfig m = tiny_config(*task);
   TaskModel model(m, task->classes(), task->output());
   const Batch batch = task->batch(4, 5);
   REQUIRE(std::any_of(batch.lengths.begin(), batch.lengths.end(), [](auto l) { return l < 24; }));
@@ -324,13 +330,7 @@ TEST_CASE("task head: scoring the query positions alone equals the head at every
           "[training]") {
   // mqar scores a sixteenth of the tokens; training and evaluate run the head on those rows only.
   const auto task = make_task("mqar:pairs=3,vocab=40", 48);
-  models::ModelConfig m;
-  m.layer.d_model = 16;
-  m.layer.heads = 2;
-  m.layer.ffn = 32;
-  m.layers = 2;
-  m.vocab = task->vocab();
-  m.layer.pre_ln = true;
+  const models::ModelConfig m = tiny_config(*task);
   TaskModel model(m, task->classes(), task->output(), true);
   const Batch batch = task->batch(4, 3);
   TaskModel grad = zero_like(model);

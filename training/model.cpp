@@ -236,10 +236,6 @@ Score evaluate(const TaskModel& model, const Batch& batch) {
                        nullptr);
 }
 
-}  // namespace attnlab::training
-
-namespace attnlab::training {
-
 Score evaluate(const TaskModel& model, const std::vector<Batch>& batches) {
   Score total;
   for (const Batch& b : batches) total += evaluate(model, b);
