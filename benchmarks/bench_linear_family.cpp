@@ -41,7 +41,7 @@ struct Problem {
     beta = TokenTensor::from_shape({1, kHeads, n});
     for (float& x : g) x = -std::log1p(std::exp(-normal(rng)));  // logsigmoid
     for (float& x : beta) x = uniform(rng);
-    in = {a.support().log_decay ? &g : nullptr, a.support().beta ? &beta : nullptr};
+    in = TokenInputs::of(a.support().log_decay ? &g : nullptr, a.support().beta ? &beta : nullptr);
   }
 };
 

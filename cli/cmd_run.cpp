@@ -101,11 +101,11 @@ void run(RunOptions& o) {
   TokenInputs tokens;
   if (!o.log_decay.empty()) {
     log_decay = load_tokens(o.log_decay, "--log-decay", q.dimension());
-    tokens.log_decay = &log_decay;
+    tokens.log_decay = log_decay;
   }
   if (!o.beta.empty()) {
     beta = load_tokens(o.beta, "--beta", q.dimension());
-    tokens.beta = &beta;
+    tokens.beta = beta;
   }
 
   for (const RunHook& hook : o.hooks) hook(attention);

@@ -92,7 +92,7 @@ void MultiHeadAttention::set_attention(const std::string& spec) {
 }
 
 TokenInputs Gates::inputs() const {
-  return {g.size() ? &g : nullptr, beta.size() ? &beta : nullptr};
+  return TokenInputs::of(g.size() ? &g : nullptr, beta.size() ? &beta : nullptr);
 }
 
 Gates MultiHeadAttention::gates(const Activations& memory) const {

@@ -180,8 +180,8 @@ TEST_CASE("run passes --log-decay and --beta to the linear family as forward doe
   Mask mask;
   mask.causal = Causal::top_left;
   TokenInputs in;
-  in.log_decay = &g;
-  in.beta = &beta;
+  in.log_decay = g;
+  in.beta = beta;
   Tensor expected, plain;
   Saved saved;
   const auto a = make_attention("gated-delta");

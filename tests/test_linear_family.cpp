@@ -114,10 +114,17 @@ std::unique_ptr<ScanAttention> make_scan(const std::string& spec) {
       static_cast<ScanAttention*>(make_attention(spec).release()));
 }
 
+// A token input's values in float64.
+xt::xarray<double> token64(const TokenRef& t) {
+  TokenTensor copy = TokenTensor::from_shape(t.shape());
+  std::copy_n(t.data(), copy.size(), copy.data());
+  return xt::cast<double>(copy);
+}
+
 Arrays64 inputs64(const Tensor& q, const Tensor& k, const Tensor& v, const TokenInputs& in) {
   Arrays64 x = {xt::cast<double>(q), xt::cast<double>(k), xt::cast<double>(v)};
-  if (in.log_decay) x.push_back(xt::cast<double>(*in.log_decay));
-  if (in.beta) x.push_back(xt::cast<double>(*in.beta));
+  if (in.log_decay) x.push_back(token64(*in.log_decay));
+  if (in.beta) x.push_back(token64(*in.beta));
   return x;
 }
 
@@ -128,7 +135,7 @@ std::pair<std::vector<xt::xarray<double>>, std::vector<std::string>> require_gra
     const ScanAttention& a, const Tensor& q, const Tensor& k, const Tensor& v,
     const Tensor& d_out, const Mask& mask, const TokenInputs& in, const AllGradients& grads,
     const std::string& what) {
-  const bool with_g = in.log_decay != nullptr, with_beta = in.beta != nullptr;
+  const bool with_g = in.log_decay.has_value(), with_beta = in.beta.has_value();
   std::vector<xt::xarray<double>> ours = {xt::cast<double>(grads.qkv.dq),
                                           xt::cast<double>(grads.qkv.dk),
                                           xt::cast<double>(grads.qkv.dv)};
@@ -190,7 +197,7 @@ TEST_CASE("every scan variant equals its float64 recurrence", "[linear-family]")
             Mask mask;
             if (causal) mask.causal = Causal::top_left;
             if (padded) mask.key_lengths = {std::int64_t(n), std::int64_t(n / 2)};
-            const TokenInputs in{with_g ? &g : nullptr, with_beta ? &beta : nullptr};
+            const TokenInputs in = TokenInputs::of(with_g ? &g : nullptr, with_beta ? &beta : nullptr);
             Tensor out;
             Saved saved;
             a->forward(q, k, v, mask, in, out, saved);
@@ -224,8 +231,8 @@ TEST_CASE("scan variants' exact reductions", "[linear-family]") {
     const TokenTensor beta = uniform_tokens(B, H, n, 0, 1, 4);
     Tensor a, b;
     Saved sa, sb;
-    make_attention("gated-delta")->forward(q, k, v, causal, {&zero, &beta}, a, sa);
-    make_attention("delta")->forward(q, k, v, causal, {nullptr, &beta}, b, sb);
+    make_attention("gated-delta")->forward(q, k, v, causal, TokenInputs::of(&zero, &beta), a, sa);
+    make_attention("delta")->forward(q, k, v, causal, TokenInputs::of(nullptr, &beta), b, sb);
     REQUIRE(static_cast<bool>(a == b));  // exp(0) = 1 exactly and the cumulative g stays 0
   }
   SECTION("retnet's default schedule is gamma_h = 1 - 2^(-5-h)") {
@@ -239,8 +246,8 @@ TEST_CASE("scan variants' exact reductions", "[linear-family]") {
       const auto a = make_scan(spec);
       const TokenTensor g = uniform_tokens(B, H, n, -2, 0, 5);
       const TokenTensor beta = uniform_tokens(B, H, n, 0, 1, 6);
-      const TokenInputs in{a->support().log_decay ? &g : nullptr,
-                           a->support().beta ? &beta : nullptr};
+      const TokenInputs in = TokenInputs::of(a->support().log_decay ? &g : nullptr,
+                           a->support().beta ? &beta : nullptr);
       Tensor out;
       Saved saved;
       a->forward(q, k, v, causal, in, out, saved);
@@ -259,8 +266,9 @@ TEST_CASE("scan variants' exact reductions", "[linear-family]") {
           return r;
         };
         const TokenTensor gt = slice(g), bt = slice(beta);
-        const Tensor o = state.step(row(q), row(k), row(v), {in.log_decay ? &gt : nullptr,
-                                                              in.beta ? &bt : nullptr});
+        const Tensor o = state.step(row(q), row(k), row(v),
+                                    TokenInputs::of(in.log_decay ? &gt : nullptr,
+                                                    in.beta ? &bt : nullptr));
         for (std::size_t h = 0; h < H; ++h)
           for (std::size_t c = 0; c < dv; ++c)
             REQUIRE(o(0, h, 0, c) == Approx(out(0, h, t, c)).margin(1e-5).epsilon(1e-4));
@@ -291,7 +299,7 @@ TEST_CASE("scan variants' backward against finite differences and torch", "[line
         const TokenTensor g = uniform_tokens(B, H, n, -1.5, 0, 25);
         const TokenTensor beta = uniform_tokens(B, H, n, 0.05, 1, 26);
         const bool with_g = a->support().log_decay, with_beta = a->support().beta;
-        const TokenInputs in{with_g ? &g : nullptr, with_beta ? &beta : nullptr};
+        const TokenInputs in = TokenInputs::of(with_g ? &g : nullptr, with_beta ? &beta : nullptr);
         Mask mask;
         if (causal) mask.causal = Causal::top_left;
         if (padded) mask.key_lengths = {std::int64_t(n - 5)};
@@ -356,7 +364,7 @@ TEST_CASE("the chunked backward across chunk edges, padding, strong decay and be
         TokenTensor beta = uniform_tokens(B, H, c.n, 0, 1, 46 + c.n);
         for (std::size_t t = 0; t < c.n; t += 5) beta(0, 0, t) = float(t % 10 == 0);
         const bool with_g = a->support().log_decay, with_beta = a->support().beta;
-        const TokenInputs in{with_g ? &g : nullptr, with_beta ? &beta : nullptr};
+        const TokenInputs in = TokenInputs::of(with_g ? &g : nullptr, with_beta ? &beta : nullptr);
         Mask mask;
         if (causal) mask.causal = Causal::top_left;
         mask.key_lengths = {std::int64_t(c.length)};
@@ -388,8 +396,8 @@ TEST_CASE("scan variants stay finite on extreme inputs", "[linear-family][numeri
   for (const char* spec : {"delta", "retnet", "gla", "gated-delta"}) {
     INFO(spec);
     const auto a = make_scan(spec);
-    const TokenInputs in{a->support().log_decay ? &g : nullptr,
-                         a->support().beta ? &beta : nullptr};
+    const TokenInputs in = TokenInputs::of(a->support().log_decay ? &g : nullptr,
+                         a->support().beta ? &beta : nullptr);
     Tensor out;
     Saved saved;
     a->forward(q, k, v, causal, in, out, saved);
@@ -426,24 +434,27 @@ TEST_CASE("token inputs are validated and refused where not taken", "[linear-fam
   Saved saved;
   const auto gla = make_attention("gla");
   const auto delta = make_attention("delta");
-  require_error<Unsupported>([&] { make_attention("linear")->forward(q, k, v, {}, {&good, nullptr}, out, saved); },
+  require_error<Unsupported>([&] { make_attention("linear")->forward(q, k, v, {}, TokenInputs::of(&good, nullptr), out, saved); },
                              {"linear", "log-decay g"});
-  require_error<Unsupported>([&] { gla->forward(q, k, v, {}, {nullptr, &good}, out, saved); },
+  require_error<Unsupported>([&] { gla->forward(q, k, v, {}, TokenInputs::of(nullptr, &good), out, saved); },
                              {"gla", "beta"});
-  require_error<Unsupported>([&] { delta->forward(q, k, v, {}, {&good, nullptr}, out, saved); },
+  require_error<Unsupported>([&] { delta->forward(q, k, v, {}, TokenInputs::of(&good, nullptr), out, saved); },
                              {"delta", "log-decay g"});
-  require_error([&] { gla->forward(q, k, v, {}, {&wrong, nullptr}, out, saved); },
+  require_error([&] { gla->forward(q, k, v, {}, TokenInputs::of(&wrong, nullptr), out, saved); },
                 {"gla", "log-decay g", "[1, 2, 5]", "[B, H, Nk] = [1, 2, 6]"});
-  require_error([&] { gla->forward(q, k, v, {}, {&positive, nullptr}, out, saved); },
+  require_error([&] { gla->forward(q, k, v, {}, TokenInputs::of(&positive, nullptr), out, saved); },
                 {"log-decay g", "[0, 1, 3]", "<= 0"});
-  require_error([&] { gla->forward(q, k, v, {}, {&nan, nullptr}, out, saved); },
+  require_error([&] { gla->forward(q, k, v, {}, TokenInputs::of(&nan, nullptr), out, saved); },
                 {"log-decay g", "nan", "[0, 0, 2]"});
-  require_error([&] { delta->forward(q, k, v, {}, {nullptr, &big}, out, saved); },
+  require_error([&] { delta->forward(q, k, v, {}, TokenInputs::of(nullptr, &big), out, saved); },
                 {"beta", "1.5", "[0, 0, 1]", "[0, 1]"});
+  // A view of a caller's buffer: a null one is refused where the view is made.
+  require_error([] { TokenRef(nullptr, {1, 2, 3}); }, {"[1, 2, 3]", "null pointer"});
+  CHECK(TokenRef(nullptr, {1, 0, 3}).shape()[1] == 0);
   Mask padded;
   padded.key_lengths = {3};
   positive(0, 1, 3) = 0.5f;  // in the padding: never read, so accepted
-  gla->forward(q, k, v, padded, {&positive, nullptr}, out, saved);
+  gla->forward(q, k, v, padded, TokenInputs::of(&positive, nullptr), out, saved);
   require_error([&] { make_attention("retnet:schedule=fixed,gamma=1.5"); }, {"gamma", "(0, 1]"});
   require_error([&] { make_attention("delta:beta=2"); }, {"beta", "[0, 1]"});
   require_error<Unsupported>([&] {

@@ -180,12 +180,26 @@ void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask
   compute_backward(q, k, v, mask, d, out, d_out, lse.size() != 0 ? &lse : nullptr, g);
 }
 
+TokenRef::TokenRef(const float* data, const Shape& shape) : data_(data), shape_(shape) {
+  if (!data && shape[0] * shape[1] * shape[2] != 0)
+    throw Error("token input view [" + std::to_string(shape[0]) + ", " +
+                std::to_string(shape[1]) + ", " + std::to_string(shape[2]) +
+                "]: no data (a null pointer)");
+}
+
+TokenInputs TokenInputs::of(const TokenTensor* g, const TokenTensor* beta) {
+  TokenInputs in;
+  if (g) in.log_decay = *g;
+  if (beta) in.beta = *beta;
+  return in;
+}
+
 void Attention::validate_tokens(const TokenInputs& in, const Dims& d, const Mask& mask) const {
   const Support s = support();
   for (const auto& [t, label, taken, low, high] :
        {std::tuple{in.log_decay, "log-decay g", s.log_decay, -FLT_MAX, 0.0f},
         std::tuple{in.beta, "beta", s.beta, 0.0f, 1.0f}}) {
-    if (t == nullptr) continue;
+    if (!t) continue;
     if (!taken) throw Unsupported(name(), std::string("a per-token ") + label + " input");
     const auto& shape = t->shape();
     if (shape[0] != d.batch || shape[1] != d.heads || shape[2] != d.nk)

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <any>
+#include <array>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,15 +48,42 @@ using RowLogSumExp = xt::xtensor<float, 3>;
 /// One value per (batch item, head, key token): [B, H, Nk].
 using TokenTensor = xt::xtensor<float, 3>;
 
+/// A read-only view of one per-token input [B, H, Nk], row-major, as TensorRef is of q, k, v:
+/// a TokenTensor converts to it, and a buffer of the caller's is read in place.
+class TokenRef {
+ public:
+  using Shape = std::array<std::size_t, 3>;  ///< [batch, heads, key tokens]
+
+  /// A view of t's storage (implicit: every TokenTensor argument reads in place).
+  TokenRef(const TokenTensor& t)  // NOLINT(google-explicit-constructor)
+      : data_(t.data()), shape_{t.shape()[0], t.shape()[1], t.shape()[2]} {}
+  /// A view of `shape`'s product floats at `data`. Throws Error when `data` is null and the
+  /// shape holds a float.
+  TokenRef(const float* data, const Shape& shape);
+
+  const float* data() const { return data_; }    ///< the first float
+  const Shape& shape() const { return shape_; }  ///< [B, H, Nk]
+  /// Element [b, h, j].
+  float operator()(std::size_t b, std::size_t h, std::size_t j) const {
+    return data_[(b * shape_[1] + h) * shape_[2] + j];
+  }
+
+ private:
+  const float* data_;
+  Shape shape_;
+};
+
 /// Per-token, per-head inputs beyond q, k, v, for the variants whose support() takes them
-/// (others throw Unsupported when one is given). Not owned; nullptr: not given.
+/// (others throw Unsupported when one is given). Views, not owned; empty: not given.
 struct TokenInputs {
   /// g [B, H, Nk]: the log of the memory's decay at each key token, <= 0 (finite).
-  const TokenTensor* log_decay = nullptr;
+  std::optional<TokenRef> log_decay;
   /// beta [B, H, Nk]: the delta rule's write strength at each key token, in [0, 1].
-  const TokenTensor* beta = nullptr;
+  std::optional<TokenRef> beta;
   /// Neither is given.
-  bool empty() const { return log_decay == nullptr && beta == nullptr; }
+  bool empty() const { return !log_decay && !beta; }
+  /// The inputs at `g` and `beta`, each null when not given.
+  static TokenInputs of(const TokenTensor* g, const TokenTensor* beta);
 };
 
 /// What a forward saves for its backward, opaque to the caller: the row log-sum-exp of a

@@ -2,9 +2,9 @@
 // API, its argument checks and the rank lifting live in attnlab/__init__.py; this file only moves
 // arrays in and out and releases the GIL while the library runs.
 //
-// Copies: none for q, k, v, out and d_out, which the library reads in place through TensorRef
-// views of NumPy's buffers (the caller hands over C-contiguous float32); the small per-token
-// inputs are copied into per-thread tensors kept between calls. Every result
+// Copies: none for q, k, v, out, d_out and the per-token inputs, which the library reads in place
+// through TensorRef and TokenRef views of NumPy's buffers (the caller hands over C-contiguous
+// float32); a boolean mask is copied (Mask owns it). Every result
 // (output, lse, gradients) is handed to NumPy without a copy: the array's base is a capsule
 // owning the Tensor (python/tests/test_numpy.py checks both).
 #include <cctype>
@@ -53,24 +53,12 @@ attnlab::TensorRef view(const Floats& a) {
                                        static_cast<std::size_t>(a.shape(3))});
 }
 
-// The copy of a token input (g or beta, [B, H, Nk]: 1/D of q's size) into `t`, resized only when
-// its shape differs (the buffer is then reused): TokenInputs holds owning tensors.
-const attnlab::TokenTensor& copy_into(attnlab::TokenTensor& t, const Floats& a) {
+// A C-contiguous float32 array of rank 3 (g or beta, [B, H, Nk]) read in place, as q, k, v are.
+attnlab::TokenRef token_view(const Floats& a) {
   if (a.ndim() != 3) throw attnlab::Error("expected a rank-3 array");
-  t.resize({static_cast<std::size_t>(a.shape(0)), static_cast<std::size_t>(a.shape(1)),
-            static_cast<std::size_t>(a.shape(2))});
-  if (t.size() != 0) std::memcpy(t.data(), a.data(), t.size() * sizeof(float));
-  return t;
-}
-
-// The token inputs' copies, kept per thread from call to call (q, k, v, out and d_out are read in
-// place).
-struct TokenCopies {
-  attnlab::TokenTensor log_decay, beta;
-};
-TokenCopies& token_copies() {
-  thread_local TokenCopies copies;
-  return copies;
+  return attnlab::TokenRef(a.data(), {static_cast<std::size_t>(a.shape(0)),
+                                      static_cast<std::size_t>(a.shape(1)),
+                                      static_cast<std::size_t>(a.shape(2))});
 }
 
 // What a forward saved for its backward (attnlab::Saved: a softmax variant's row log-sum-exp, the
@@ -119,11 +107,11 @@ struct TokenArgs {
   std::optional<Floats> log_decay, beta;
 };
 
-// Copies the given token inputs into `in` and points a TokenInputs at them. GIL released.
-attnlab::TokenInputs copy_tokens(const TokenArgs& t, TokenCopies& in) {
+// The given token inputs as views of NumPy's buffers (the arrays outlive the call).
+attnlab::TokenInputs token_views(const TokenArgs& t) {
   attnlab::TokenInputs tokens;
-  if (t.log_decay) tokens.log_decay = &copy_into(in.log_decay, *t.log_decay);
-  if (t.beta) tokens.beta = &copy_into(in.beta, *t.beta);
+  if (t.log_decay) tokens.log_decay = token_view(*t.log_decay);
+  if (t.beta) tokens.beta = token_view(*t.beta);
   return tokens;
 }
 
@@ -157,7 +145,7 @@ class Backend {
     auto state = std::make_shared<SavedState>();
     {
       py::gil_scoped_release release;
-      const attnlab::TokenInputs tokens = copy_tokens(t, token_copies());
+      const attnlab::TokenInputs tokens = token_views(t);
       if (save)
         attention_->forward(view(q), view(k), view(v), mask, tokens, out, state->saved);
       else
@@ -193,7 +181,7 @@ class Backend {
     {
       py::gil_scoped_release release;
       static const attnlab::Saved recompute;
-      attention_->backward(view(q), view(k), view(v), mask, copy_tokens(t, token_copies()),
+      attention_->backward(view(q), view(k), view(v), mask, token_views(t),
                            view(out), view(d_out), state ? state->saved : recompute, g);
     }
     py::dict d;
@@ -308,7 +296,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("variants", &attnlab::attention_names);
   // For python/tests/test_numpy.py: the address the library reads an argument at.
   m.def("_read_address", [](const Floats& a) {
-    return reinterpret_cast<std::uintptr_t>(view(a).data());
+    return reinterpret_cast<std::uintptr_t>(a.ndim() == 3 ? token_view(a).data() : view(a).data());
   });
   m.def("reference", &reference, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask"));
   m.def("compare", &compare, py::arg("out"), py::arg("ref"));

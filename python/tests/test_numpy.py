@@ -194,6 +194,9 @@ check(attnlab._core._read_address(attnlab._qkv(q2, q2, q2)[1]) == q2.ctypes.data
       "a rank-3 input read in place")
 check(attnlab._core._read_address(attnlab._qkv(np.asfortranarray(q), k, v)[1]) != q.ctypes.data,
       "a Fortran-order input converted")
+g_in = np.full(q.shape[:3], -0.1, np.float32)  # a per-token input [B, H, N], read in place too
+check(attnlab._core._read_address(attnlab._tokens(4, g_in, None).log_decay) == g_in.ctypes.data,
+      "C-contiguous float32 log_decay read in place")
 before = q.copy()
 strided = np.asfortranarray(q)
 check(attnlab.attention(strided, k, v).tobytes() == out.tobytes(), "non-contiguous input")
