@@ -68,10 +68,13 @@ print("\n".join(rows))
 print("""- >= 10x faster than the sequential causal delta rule at N = 16384: not measured here (the
   sequential kernel is gone from the code; compare main's bench_linear in one session).
 
-Caveats: the machine (2 cores) was shared with two other engineers' builds and tests (the load
-above), so absolute times are inflated and noisy and the smallest N is dominated by waiting for
-a core: the N-scaling ratio flatters. Ratios within one run (x sgemm, backward / forward) are less
-affected.""")
+Caveats: the machine has 2 cores and may be shared (the load above; notes.md below says what
+ran beside): under load the smallest N waits for a core and the N-scaling ratio flatters, so
+ratios within one run (x sgemm, backward / forward) are the figures to compare.""")
+
+notes = out / "notes.md"
+if notes.exists():
+    print("\n" + notes.read_text().rstrip())
 
 profile = out / "profile_delta.txt"
 if profile.exists():

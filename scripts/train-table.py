@@ -66,7 +66,7 @@ TABLES = {
     # attention baseline, accuracy against the width. Zoology trains 64 epochs of 20k to 100k
     # examples at 4 rates in [1e-4, 1e-2]; on 2 cores we train 2000 steps of 64 fresh examples at
     # one rate (results/training/zoology/notes.md says what that can and cannot show). The runs
-    # go point by point (every seed of N = 64 first).
+    # go panel by panel (every seed of N = 64 first).
     "zoology": {
         "title": "Zoology's MQAR (vocabulary 8192): held-out accuracy against model width",
         "options": ["--causal", "--layers", "2", "--heads", "1", "--batch", "64", "--warmup",
@@ -258,10 +258,11 @@ def main():
     a = ap.parse_args()
     t = TABLES[a.table]
     if not a.render_only:
-        # point by point, seed-major within a point: the first seed of every cell of a point
-        # finishes before any cell's third
-        jobs = [(p, v, r, s) for p in grid(t) for s in t["seeds"] for v in t["variants"]
-                for r in t["rates"]]
+        # sequence length by sequence length (a grid's panels), seed-major within one: the
+        # first seed of every cell of a panel finishes before any cell's third
+        panels = sorted({p.get("n", 0) for p in grid(t)})
+        jobs = [(p, v, r, s) for n in panels for s in t["seeds"] for p in grid(t)
+                if p.get("n", 0) == n for v in t["variants"] for r in t["rates"]]
         print(f"{len(jobs)} runs, {a.jobs} at a time; load {open('/proc/loadavg').read().strip()}")
         with ThreadPoolExecutor(a.jobs) as pool:
             results = pool.map(lambda j: (j, train(a.build, t, *j, run_dir(a.runs, a.table, *j))),
