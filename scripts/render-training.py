@@ -6,7 +6,9 @@ Reads RUNS/TASK/NAME/{train.csv, eval.csv, summary.json} (attnlab train's output
 into OUT/TASK/raw/NAME/ (a task with no RUNS/TASK keeps the runs committed there) and writes OUT/README.md (per task: held-out accuracy, time per step,
 peak memory and load of every spec, the published figures beside ours) and, with gnuplot,
 OUT/TASK/curves.png (held-out accuracy and smoothed training loss against the step), then
-appends OUT/notes.md (what the tables show, written by hand) when it exists. Renders
+appends OUT/notes.md (what the tables show, written by hand) when it exists, after
+OUT/protocol.md (the tables on the seeds-and-rates protocol and the published findings beside
+them, written by hand) when it exists, which comes first. Renders
 only what the runs measured: nothing here is re-run or estimated.
 """
 import csv
@@ -158,8 +160,12 @@ def main():
         lines += [f"Learning curves: [{task}/curves.png]({task}/curves.png).", ""]
         gnuplot_curves(out / task, runs, task)
     c = context
-    head = ["# Training results", "",
-            "Rendered by scripts/render-training.py from the runs of scripts/train-results.sh "
+    # The tables on the protocol that can rank variants first, then these single-seed ones.
+    protocol = out / "protocol.md"
+    head = ["# Training results", ""]
+    if protocol.exists():
+        head += [protocol.read_text().rstrip(), "", "## The single-seed tables", ""]
+    head += ["Rendered by scripts/render-training.py from the runs of scripts/train-results.sh "
             "(raw logs and summaries under TASK/raw/). Small models and short runs, sized so that "
             "copy, mqar and listops together took 21 minutes on this 2-core VM (mqar-long, "
             "28 minutes more): these are not "
