@@ -1,0 +1,16 @@
+set terminal pngcairo noenhanced size 840,380
+set output 'accuracy.png'
+set multiplot layout 1,2
+set logscale x 2
+set xrange [24.615384615384613:83.2]
+set xtics (32, 64)
+set yrange [0:1.05]
+set xlabel 'd_model'
+set ylabel 'held-out accuracy'
+set key bottom right
+set grid
+set title 'N = 64, 4 pairs'
+plot 'variant-0.dat' index 0 using 1:2:3 with yerrorlines title 'full', 'variant-1.dat' index 0 using 1:2:3 with yerrorlines title 'linear', 'variant-2.dat' index 0 using 1:2:3 with yerrorlines title 'gated-delta'
+set title 'N = 128, 8 pairs'
+plot 'variant-0.dat' index 1 using 1:2:3 with yerrorlines title 'full', 'variant-1.dat' index 1 using 1:2:3 with yerrorlines title 'linear', 'variant-2.dat' index 1 using 1:2:3 with yerrorlines title 'gated-delta'
+unset multiplot
