@@ -181,7 +181,7 @@ def plot_grid(folder, t, means):
               "set output 'accuracy.png'", f"set multiplot layout 1,{len(lengths)}",
               "set logscale x 2", f"set xrange [{widths[0] / 1.3}:{widths[-1] * 1.3}]",
               f"set xtics ({', '.join(str(w) for w in widths)})", "set yrange [0:1.05]",
-              "set xlabel 'd_model'", f"set ylabel 'held-out {t['metric']}'", "set key bottom right",
+              "set xlabel 'd_model'", f"set ylabel 'held-out {t['metric']}'", "set key right center",
               "set grid"]
     for index, n in enumerate(lengths):
         pairs = next(p["pairs"] for p in t["grid"] if p["n"] == n)

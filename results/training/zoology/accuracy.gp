@@ -7,7 +7,7 @@ set xtics (32, 64)
 set yrange [0:1.05]
 set xlabel 'd_model'
 set ylabel 'held-out accuracy'
-set key bottom right
+set key right center
 set grid
 set title 'N = 64, 4 pairs'
 plot 'variant-0.dat' index 0 using 1:2:3 with yerrorlines title 'full', 'variant-1.dat' index 0 using 1:2:3 with yerrorlines title 'linear', 'variant-2.dat' index 0 using 1:2:3 with yerrorlines title 'gated-delta'
