@@ -355,7 +355,7 @@ void LinformerAttention::compute_backward_with(TensorRef q, TensorRef k, TensorR
   backward_impl(q, k, v, mask, d, out, d_out, saved.lse.size() != 0 ? &saved.lse : nullptr,
                 g.qkv, &projections);
   // The distinct matrices of `share`, each gradient summed over the matrix's uses.
-  const auto reported = [&](const char* name, const xt::xtensor<float, 3>& grad) {
+  const auto reported = [&](const char* name, const auto& grad) {
     g.parameters.push_back({name, {grad.shape().begin(), grad.shape().end()},
                             {grad.begin(), grad.end()}});
   };
@@ -365,8 +365,7 @@ void LinformerAttention::compute_backward_with(TensorRef q, TensorRef k, TensorR
   } else if (share_ == Share::kv) {
     reported("E", xt::xtensor<float, 3>(projections.d_e + projections.d_f));
   } else {
-    const xt::xtensor<float, 2> total = xt::sum(projections.d_e + projections.d_f, {0});
-    g.parameters.push_back({"E", {k_, max_len_}, {total.begin(), total.end()}});
+    reported("E", xt::xtensor<float, 2>(xt::sum(projections.d_e + projections.d_f, {0})));
   }
 }
 

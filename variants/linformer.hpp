@@ -65,9 +65,10 @@
 namespace attnlab {
 
 /// The gradients of one call with respect to the projection matrices, [H, k, max_len] each:
-/// d_e[h] for the E that head h used, d_f[h] for its F; columns >= Nk are zero. A matrix used
-/// more than once gets the sum of its uses' gradients: d_e[h] + d_f[h] under share=kv, summed
-/// over heads too under share=layer or for matrices supplied as [k, max_len].
+/// d_e[h] through head h's use of its E, d_f[h] through its use of its F; columns >= Nk are
+/// zero. Where share ties matrices, a tied matrix's gradient is the sum over its uses (d_e[h] +
+/// d_f[h] under share=kv, summed over heads too under share=layer), which the interface's
+/// AllGradients::parameters reports.
 struct ProjectionGradients {
   xt::xtensor<float, 3> d_e;  ///< dL/dE per head, [H, k, max_len]
   xt::xtensor<float, 3> d_f;  ///< dL/dF per head, [H, k, max_len]

@@ -111,23 +111,23 @@ Dims Attention::validate(TensorRef q, TensorRef k, TensorRef v,
   return d;
 }
 
-namespace {
-
-}  // namespace
+Dims Attention::prepare_forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                               const TokenInputs& in, Tensor& out) const {
+  refuse_overlap(out, {q, k, v}, "forward's output must not share storage with q, k or v");
+  const Dims d = validate(q, k, v, mask);
+  validate_tokens(in, d, mask);
+  kernels::shape_buffer(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
+  return d;
+}
 
 void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                         Tensor& out) const {
-  refuse_overlap(out, {q, k, v}, "forward's output must not share storage with q, k or v");
-  const Dims d = validate(q, k, v, mask);
-  kernels::shape_buffer(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
-  compute(q, k, v, mask, d, out);
+  compute(q, k, v, mask, prepare_forward(q, k, v, mask, {}, out), out);
 }
 
 void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                         Tensor& out, RowLogSumExp& lse) const {
-  refuse_overlap(out, {q, k, v}, "forward's output must not share storage with q, k or v");
-  const Dims d = validate(q, k, v, mask);
-  kernels::shape_buffer(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
+  const Dims d = prepare_forward(q, k, v, mask, {}, out);
   kernels::shape_buffer(lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
   compute_saving_lse(q, k, v, mask, d, out, lse);
 }
@@ -222,21 +222,14 @@ void Attention::validate_tokens(const TokenInputs& in, const Dims& d, const Mask
 
 void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                         const TokenInputs& in, Tensor& out, Saved& saved) const {
-  refuse_overlap(out, {q, k, v}, "forward's output must not share storage with q, k or v");
-  const Dims d = validate(q, k, v, mask);
-  validate_tokens(in, d, mask);
-  kernels::shape_buffer(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
+  const Dims d = prepare_forward(q, k, v, mask, in, out);
   kernels::shape_buffer(saved.lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
   compute_with(q, k, v, mask, in, d, out, &saved);
 }
 
 void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                         const TokenInputs& in, Tensor& out) const {
-  refuse_overlap(out, {q, k, v}, "forward's output must not share storage with q, k or v");
-  const Dims d = validate(q, k, v, mask);
-  validate_tokens(in, d, mask);
-  kernels::shape_buffer(out, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dv});
-  compute_with(q, k, v, mask, in, d, out, nullptr);
+  compute_with(q, k, v, mask, in, prepare_forward(q, k, v, mask, in, out), out, nullptr);
 }
 
 void Attention::compute_with(TensorRef q, TensorRef k, TensorRef v,

@@ -261,6 +261,10 @@ class Attention {
   Dims validate(TensorRef q, TensorRef k, TensorRef v, const Mask& mask) const;
   /// Shapes, values and support() checks of token inputs.
   void validate_tokens(const TokenInputs& in, const Dims& d, const Mask& mask) const;
+  /// What every forward does before computing: refuses an output that shares storage with an
+  /// input, validates q, k, v, the mask and `in`, and shapes `out` (kept when it fits).
+  Dims prepare_forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                       const TokenInputs& in, Tensor& out) const;
 };
 
 }  // namespace attnlab

@@ -87,6 +87,12 @@ def _masks(q, k, causal, attn_allowed, padding):
     return dict(causal=causal, key_lengths=key_lengths, mask=allowed)
 
 
+def _set_learned(backend, names, params):
+    """The variant's own learned tensors (names, torch tensors) onto the backend."""
+    if names:
+        backend.set_parameters({n: _numpy(n, p) for n, p in zip(names, params)})
+
+
 class _AttentionFunction(torch.autograd.Function):
     """attnlab's forward and backward as one autograd node; saves the output and what the
     forward keeps for its backward (attnlab.Saved: the row log-sum-exp, the scan variants'
@@ -100,8 +106,7 @@ class _AttentionFunction(torch.autograd.Function):
         arrays = _numpy("q", q), _numpy("k", k), _numpy("v", v)
         tokens = {name: None if t is None else _numpy(name, t)
                   for name, t in (("log_decay", log_decay), ("beta", beta))}
-        if names:
-            backend.set_parameters({n: _numpy(n, p) for n, p in zip(names, params)})
+        _set_learned(backend, names, params)
         out, saved = backend.forward(*arrays, scale=scale, save=True, **masks, **tokens)
         out = torch.from_numpy(out)
         ctx.backend, ctx.masks, ctx.scale, ctx.saved = backend, masks, scale, saved
@@ -113,8 +118,7 @@ class _AttentionFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable  # a second derivative raises, not zeros
     def backward(ctx, d_out):
         q, k, v, out, *params = ctx.saved_tensors
-        if ctx.names:
-            ctx.backend.set_parameters({n: _numpy(n, p) for n, p in zip(ctx.names, params)})
+        _set_learned(ctx.backend, ctx.names, params)
         grads = ctx.backend.backward(_numpy("q", q), _numpy("k", k), _numpy("v", v),
                                      out.numpy(), _numpy("d_out", d_out), scale=ctx.scale,
                                      saved=ctx.saved, **ctx.masks, **ctx.tokens)
