@@ -327,6 +327,17 @@ raises(ValueError, ["key_padding_mask", "shape"], at.attention, q, q, q,
 raises(ValueError, ["unknown", "bogus"], at.attention, q, q, q, spec="bogus")
 raises(NotImplementedError, ["linformer", "causal"], at.attention, q, q, q,
        spec="linformer:k=4,max_len=8", causal="top-left")
+# learned tensors: each named in the message when its dtype, name or shape is wrong
+lf_spec = "linformer:k=4,max_len=8"
+lf_e = torch.from_numpy(attnlab.make(lf_spec).parameters(q.shape[1])["E"])
+raises(TypeError, ["E", "float64"], at.attention, q, q, q, spec=lf_spec,
+       parameters={"E": lf_e.double(), "F": lf_e})
+raises(ValueError, ["no parameter 'G'"], at.attention, q, q, q, spec=lf_spec,
+       parameters={"E": lf_e, "F": lf_e, "G": lf_e})
+raises(ValueError, ["E has shape"], at.attention, q, q, q, spec=lf_spec,
+       parameters={"E": lf_e[..., :7].contiguous(), "F": lf_e})
+raises(NotImplementedError, ["full", "learned parameters"], at.attention, q, q, q,
+       parameters={"E": lf_e})
 nan = q.clone()
 nan[0, 1, 2, 3] = math.nan
 raises(ValueError, ["q", "NaN"], at.attention, nan, q, q)
