@@ -23,17 +23,117 @@ void rank1(float* s, const float* x, const float* y, std::size_t dk, std::size_t
   kernels::gemm_tile(dk, dv, 1, x, 1, y, dv, s, dv, true);
 }
 
+// The triangular products of a chunk, in row blocks of kBand that skip the blocks above the
+// diagonal (a quarter of each product at C = 64).
+constexpr std::size_t kBand = 32;
+
+// C[m x n] = A[m x k] · B[k x n] where only the lower triangle of C will be read (j <= i): row
+// block [r0, r1) computes columns [0, r1) alone, the rest of it is left as it was.
+void lower_result(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
+                  const float* b, std::size_t ldb, float* c, std::size_t ldc) {
+  for (std::size_t r0 = 0; r0 < m; r0 += kBand) {
+    const std::size_t r1 = std::min(m, r0 + kBand);
+    kernels::gemm_tile(r1 - r0, std::min(n, r1), k, a + r0 * lda, lda, b, ldb, c + r0 * ldc, ldc,
+                       false);
+  }
+}
+
+// C[m x n] (+)= A[m x k] · B with A lower-triangular (A_ij = 0 for j > i): row block [r0, r1)
+// reads A's first r1 columns.
+void lower_times(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
+                 const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate) {
+  for (std::size_t r0 = 0; r0 < m; r0 += kBand) {
+    const std::size_t r1 = std::min(m, r0 + kBand);
+    kernels::gemm_tile(r1 - r0, n, std::min(k, r1), a + r0 * lda, lda, b, ldb, c + r0 * ldc, ldc,
+                       accumulate);
+  }
+}
+
+// C[m x n] (+)= X^T · B with X [k x m] lower-triangular (X_pi = 0 for i > p), given as X: row
+// block [r0, r1) of C reads X's rows from r0 on.
+void lower_transposed_times(std::size_t m, std::size_t n, std::size_t k, const float* x,
+                            std::size_t ldx, const float* b, std::size_t ldb, float* c,
+                            std::size_t ldc, bool accumulate) {
+  for (std::size_t r0 = 0; r0 < m; r0 += kBand) {
+    const std::size_t r1 = std::min(m, r0 + kBand);
+    if (r0 >= k) {  // no row of X reaches these columns
+      if (!accumulate)
+        for (std::size_t i = r0; i < r1; ++i) std::fill_n(c + i * ldc, n, 0.0f);
+      continue;
+    }
+    kernels::gemm_tile_at(r1 - r0, n, k - r0, x + r0 * ldx + r0, ldx, b + r0 * ldb, ldb,
+                          c + r0 * ldc, ldc, accumulate);
+  }
+}
+
 // Per-thread scratch of one chunk.
 struct Chunk {
   std::size_t dk, dv;
   std::vector<double> b, db;              // cumulative log-decay within the chunk, its gradient
   std::vector<float> eb, tail, e;         // e^{b_i}, e^{b_last - b_j}, E_ij = e^{b_i - b_j}
-  std::vector<float> kt, kk, t, xk, xv, u, a, qd, kdt, vt, st, da, du, dr, pred, m;
+  std::vector<float> qp, kp, qnorm, knorm;  // the chunk's prepared q and k rows, their norms
+  std::vector<float> kt, kk, t, r, x, u, a, qd, kdt, vt, st, da, du, dr, pred, m;
   Chunk(std::size_t dk_, std::size_t dv_)
-      : dk(dk_), dv(dv_), b(C), db(C), eb(C), tail(C), e(C * C), kt(dk * C), kk(C * C),
-        t(C * C), xk(C * dk), xv(C * dv), u(C * dv), a(C * C), qd(C * dk), kdt(dk * C),
-        vt(dv * C), st(dv * dk), da(C * C), du(C * dv), dr(C * dv), pred(C * dv), m(C * C) {}
+      : dk(dk_), dv(dv_), b(C), db(C), eb(C), tail(C), e(C * C), qp(C * dk), kp(C * dk),
+        qnorm(C), knorm(C), kt(dk * C), kk(C * C), t(C * C), r(C * (dv + dk)), x(C * (dv + dk)),
+        u(C * dv), a(C * C), qd(C * dk), kdt(dk * C), vt(dv * C), st(dv * dk), da(C * C),
+        du(C * dv), dr(C * dv), pred(C * dv), m(C * C) {}
 };
+
+constexpr float kNormEps = 1e-6f;
+
+// rows of x [rows x dim] times `scale` into out, each first normalised to x / sqrt(|x|^2 + eps)
+// when `normalise` (norms[i] = sqrt(|x_i|^2 + eps) then).
+void prepare_rows(const float* x, std::size_t rows, std::size_t dim, bool normalise,
+                  float scale, float* out, float* norms) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    const float* row = x + i * dim;
+    float f = scale;
+    if (normalise) {  // float partial sums: a float64 chain cost 15 % of the delta forward
+      norms[i] = std::sqrt(dot(row, row, dim) + kNormEps);
+      f = scale / norms[i];
+    }
+    for (std::size_t c = 0; c < dim; ++c) out[i * dim + c] = f * row[c];
+  }
+}
+
+// d, the gradient of prepare_rows' out, into that of x in place: scale · (d - xhat (xhat·d)) /
+// norm with xhat = x / norm.
+void prepare_rows_backward(const float* x, std::size_t rows, std::size_t dim, bool normalise,
+                           float scale, const float* norms, float* d) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    float* di = d + i * dim;
+    if (!normalise) {
+      for (std::size_t c = 0; c < dim; ++c) di[c] *= scale;
+      continue;
+    }
+    const float* row = x + i * dim;
+    const double n = norms[i];
+    double proj = 0.0;
+    for (std::size_t c = 0; c < dim; ++c) proj += double(row[c]) * di[c];
+    for (std::size_t c = 0; c < dim; ++c)
+      di[c] = static_cast<float>(scale * (di[c] / n - row[c] * proj / (n * n * n)));
+  }
+}
+
+bool queries_as_given(const Head& h) { return !h.normalise && h.q_scale == 1.0f; }
+
+// The chunk's queries (`rows` from t0) as the engine reads them: the head's own rows, or
+// prepared into w.qp (their norms in w.qnorm). Preparing chunk by chunk keeps them in cache.
+const float* chunk_queries(const Head& h, std::size_t t0, std::size_t rows, Chunk& w) {
+  const float* q = h.q + t0 * w.dk;
+  if (queries_as_given(h)) return q;
+  prepare_rows(q, rows, w.dk, h.normalise, h.q_scale, w.qp.data(), w.qnorm.data());
+  return w.qp.data();
+}
+
+// The chunk's keys (`kv` from t0) as chunk_queries: normalised into w.kp when the head asks.
+const float* chunk_keys(const Head& h, std::size_t t0, std::size_t kv, Chunk& w) {
+  const float* k = h.k + t0 * w.dk;
+  if (!h.normalise) return k;
+  prepare_rows(k, kv, w.dk, true, 1.0f, w.kp.data(), w.knorm.data());
+  return w.kp.data();
+}
 
 constexpr double kLog2e = 1.4426950408889634;
 
@@ -60,17 +160,17 @@ void decay_factors(const float* g, std::size_t rows, std::size_t kv, Chunk& w) {
   kernels::exp2_inplace(w.tail.data(), rows);
 }
 
-// m[rows x kv] (row stride C) ∘ E when decaying (E is 0 above the diagonal), else its upper
-// triangle zeroed: what token i of the chunk sees of token j.
+// m[rows x kv] (row stride C) ∘ E when decaying, its upper triangle zeroed (whatever it held:
+// the products leave it unwritten): what token i of the chunk sees of token j.
 void causal_weights(float* m, std::size_t rows, std::size_t kv, bool decays, const Chunk& w) {
   for (std::size_t i = 0; i < rows; ++i) {
     float* row = m + i * C;
+    const std::size_t seen = std::min(i + 1, kv);
     if (decays) {
       const float* e = &w.e[i * C];
-      for (std::size_t j = 0; j < kv; ++j) row[j] *= e[j];
-    } else if (i + 1 < kv) {
-      std::fill(row + i + 1, row + kv, 0.0f);
+      for (std::size_t j = 0; j < seen; ++j) row[j] *= e[j];
     }
+    if (seen < kv) std::fill(row + seen, row + kv, 0.0f);
   }
 }
 
@@ -80,36 +180,41 @@ void scale_rows(const float* x, const float* f, std::size_t rows, std::size_t di
     for (std::size_t c = 0; c < dim; ++c) out[i * dim + c] = f[i] * x[i * dim + c];
 }
 
-// The delta rule's pseudo-values U [kv x dv] of the chunk from t0 (into w.u), from the state
-// s before it; leaves T = (I + L)^{-1} in w.t and K K^T in w.kk. Needs decay_factors (when
-// decaying) and w.kt, the chunk's keys transposed.
-const float* pseudo_values(const Head& h, std::size_t t0, std::size_t kv, const float* s,
-                           Chunk& w) {
+// The delta rule's pseudo-values U [kv x dv] of the chunk from t0 (into w.u), from its keys k
+// (chunk_keys) and the state s before it; leaves T = (I + L)^{-1} in w.t and K K^T in w.kk.
+// Needs decay_factors (when decaying) and w.kt, the chunk's keys transposed.
+const float* pseudo_values(const Head& h, std::size_t t0, std::size_t kv, const float* k,
+                           const float* s, Chunk& w) {
   const std::size_t dk = w.dk, dv = w.dv;
-  const float* k = h.k + t0 * dk;
   const float* v = h.v + t0 * dv;
   const float* beta = h.beta + t0;
   const bool decays = h.g != nullptr;
-  kernels::gemm_tile(kv, kv, dk, k, dk, w.kt.data(), C, w.kk.data(), C, false);
-  // T = (I + L)^{-1}, row by row (T_i = e_i - sum_{j<i} L_ij T_j, rows zero right of the
-  // diagonal), then X = T [diag(beta) V | diag(beta e^b) K] as two products, U = X_V - X_K S.
-  std::fill(w.t.begin(), w.t.end(), 0.0f);
+  lower_result(kv, kv, dk, k, dk, w.kt.data(), C, w.kk.data(), C);  // read below the diagonal
+  // T = (I + L)^{-1} row by row: T_i = e_i - L_i T, one vector-matrix product per row (over
+  // T's rows above i, zero right of their diagonal; a loop of row updates through memory was
+  // bound by store-to-load latency). Then X = T [diag(beta) V | diag(beta e^b) K] as one
+  // product, U = X_V - X_K S.
+  const std::size_t wide = dv + dk;
   for (std::size_t i = 0; i < kv; ++i) {
     float* ti = &w.t[i * C];
-    for (std::size_t j = 0; j < i; ++j) {
-      const float l = beta[i] * (decays ? w.e[i * C + j] : 1.0f) * w.kk[i * C + j];
-      const float* tj = &w.t[j * C];
-      for (std::size_t c = 0; c <= j; ++c) ti[c] -= l * tj[c];
+    std::fill(ti + i + 1, ti + kv, 0.0f);
+    if (i > 0) {
+      float* minus_l = &w.m[i * C];
+      for (std::size_t j = 0; j < i; ++j)
+        minus_l[j] = -beta[i] * (decays ? w.e[i * C + j] : 1.0f) * w.kk[i * C + j];
+      kernels::gemm_tile(1, i, i, minus_l, C, w.t.data(), C, ti, C, false);
     }
     ti[i] = 1.0f;
     const float eb = decays ? w.eb[i] : 1.0f;
-    for (std::size_t c = 0; c < dv; ++c) w.u[i * dv + c] = beta[i] * v[i * dv + c];
-    for (std::size_t r = 0; r < dk; ++r) w.qd[i * dk + r] = beta[i] * eb * k[i * dk + r];
+    float* r = &w.r[i * wide];
+    for (std::size_t c = 0; c < dv; ++c) r[c] = beta[i] * v[i * dv + c];
+    for (std::size_t c = 0; c < dk; ++c) r[dv + c] = beta[i] * eb * k[i * dk + c];
   }
-  kernels::gemm_tile(kv, dv, kv, w.t.data(), C, w.u.data(), dv, w.xv.data(), dv, false);
-  kernels::gemm_tile(kv, dk, kv, w.t.data(), C, w.qd.data(), dk, w.xk.data(), dk, false);
-  kernels::gemm_tile(kv, dv, dk, w.xk.data(), dk, s, dv, w.u.data(), dv, false);
-  for (std::size_t i = 0; i < kv * dv; ++i) w.u[i] = w.xv[i] - w.u[i];
+  lower_times(kv, wide, kv, w.t.data(), C, w.r.data(), wide, w.x.data(), wide, false);
+  // U = X_V - X_K S
+  kernels::gemm_tile(kv, dv, dk, w.x.data() + dv, wide, s, dv, w.u.data(), dv, false);
+  for (std::size_t i = 0; i < kv; ++i)
+    for (std::size_t c = 0; c < dv; ++c) w.u[i * dv + c] = w.x[i * wide + c] - w.u[i * dv + c];
   return w.u.data();
 }
 
@@ -118,14 +223,14 @@ const float* pseudo_values(const Head& h, std::size_t t0, std::size_t kv, const 
 void chunk(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv, float* s, float* z,
            float* out, float* den, Chunk& w) {
   const std::size_t dk = w.dk, dv = w.dv;
-  const float* k = h.k + t0 * dk;
+  const float* k = chunk_keys(h, t0, kv, w);
   const float* v = h.v + t0 * dv;
   const bool decays = h.g != nullptr;
   if (decays) decay_factors(h.g + t0, rows, kv, w);
   kernels::transpose(kv, dk, k, dk, w.kt.data(), C);
-  const float* u = h.beta && kv > 0 ? pseudo_values(h, t0, kv, s, w) : v;
+  const float* u = h.beta && kv > 0 ? pseudo_values(h, t0, kv, k, s, w) : v;
   if (out) {  // O = diag(e^b) Q S_0 + (Q K^T ∘ E) U; den = diag(e^b) Q z_0 + (Q K^T ∘ E) 1
-    const float* q = h.q + t0 * dk;
+    const float* q = chunk_queries(h, t0, rows, w);
     const float* qd = q;
     if (decays) {
       scale_rows(q, w.eb.data(), rows, dk, w.qd.data());
@@ -136,9 +241,9 @@ void chunk(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv, floa
     if (den)
       for (std::size_t i = 0; i < rows; ++i) den[t0 + i] = dot(qd + i * dk, z, dk);
     if (kv > 0) {
-      kernels::gemm_tile(rows, kv, dk, q, dk, w.kt.data(), C, w.a.data(), C, false);
+      lower_result(rows, kv, dk, q, dk, w.kt.data(), C, w.a.data(), C);
       causal_weights(w.a.data(), rows, kv, decays, w);
-      kernels::gemm_tile(rows, dv, kv, w.a.data(), C, u, dv, o, dv, true);
+      lower_times(rows, dv, kv, w.a.data(), C, u, dv, o, dv, true);
       if (den)
         for (std::size_t i = 0; i < rows; ++i) den[t0 + i] += sum(&w.a[i * C], kv);
     }
@@ -165,8 +270,7 @@ void chunk(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv, floa
 // Walks the chunks: positions are the queries' (causal) or the writes (non-causal). s holds
 // state_floats(dk, dv): S, then z (carried when key_sum).
 void run_chunks(const Head& h, std::size_t dk, std::size_t dv, bool key_sum, float* s,
-                float* out, float* den, float* checkpoints) {
-  Chunk w(dk, dv);
+                float* out, float* den, float* checkpoints, Chunk& w) {
   const std::size_t state = state_floats(dk, dv);
   std::fill(s, s + state, 0.0f);
   float* z = key_sum ? s + dk * dv : nullptr;
@@ -192,17 +296,16 @@ struct Grads {
 //   dR = T^T dU, dV = diag(beta) dR, dL = -(dR U^T) below the diagonal, M = dL ∘ diag(beta) E,
 //   dK += (M + M^T) K - diag(beta e^b) dR S_0^T, dS_0 -= (diag(beta e^b) K)^T dR,
 //   dbeta_i = dR_i·(v_i - e^{b_i} S_0^T k_i) + sum_j dL_ij E_ij k_i·k_j, db from E and e^b.
-void delta_backward(const Head& h, std::size_t t0, std::size_t kv, const float* s0, float* ds,
-                    const Grads& gr, Chunk& w) {
+void delta_backward(const Head& h, std::size_t t0, std::size_t kv, const float* k,
+                    const float* s0, float* ds, const Grads& gr, Chunk& w) {
   const std::size_t dk = w.dk, dv = w.dv;
-  const float* k = h.k + t0 * dk;
   const float* v = h.v + t0 * dv;
   const float* beta = h.beta + t0;
   const bool decays = h.g != nullptr;
   float* dkc = gr.dk + t0 * dk;
   float* dvc = gr.dv + t0 * dv;
   float* dr = w.dr.data();
-  kernels::gemm_tile_at(kv, dv, kv, w.t.data(), C, w.du.data(), dv, dr, dv, false);
+  lower_transposed_times(kv, dv, kv, w.t.data(), C, w.du.data(), dv, dr, dv, false);
   // pred = diag(e^b) K S_0, what each key's write subtracts; then w.qd = -diag(beta e^b) K.
   const float* ke = k;
   if (decays) {
@@ -220,17 +323,17 @@ void delta_backward(const Head& h, std::size_t t0, std::size_t kv, const float* 
   kernels::gemm_tile_at(dk, dv, kv, w.qd.data(), dk, dr, dv, ds, dv, true);
   // dK through R: -diag(beta e^b) dR S_0^T; b_i enters R_i through e^{b_i}.
   kernels::transpose(dk, dv, s0, dv, w.st.data(), dk);
-  kernels::gemm_tile(kv, dk, dv, dr, dv, w.st.data(), dk, w.xk.data(), dk, false);
+  kernels::gemm_tile(kv, dk, dv, dr, dv, w.st.data(), dk, w.x.data(), dk, false);
   for (std::size_t i = 0; i < kv; ++i) {
     const float f = -beta[i] * (decays ? w.eb[i] : 1.0f);
-    float* row = &w.xk[i * dk];
+    float* row = &w.x[i * dk];
     for (std::size_t r = 0; r < dk; ++r) row[r] *= f;
     if (gr.dg && decays) w.db[i] += dot(k + i * dk, row, dk);
     for (std::size_t r = 0; r < dk; ++r) dkc[i * dk + r] += row[r];
   }
   // dL = -dR U^T below the diagonal, into M = dL ∘ diag(beta) E.
   kernels::transpose(kv, dv, w.u.data(), dv, w.vt.data(), C);
-  kernels::gemm_tile(kv, kv, dv, dr, dv, w.vt.data(), C, w.m.data(), C, false);
+  lower_result(kv, kv, dv, dr, dv, w.vt.data(), C, w.m.data(), C);
   for (std::size_t i = 0; i < kv; ++i) {
     float* row = &w.m[i * C];
     double along = 0.0;
@@ -248,14 +351,14 @@ void delta_backward(const Head& h, std::size_t t0, std::size_t kv, const float* 
     std::fill(row + i, row + kv, 0.0f);
     if (gr.dbeta) gr.dbeta[t0 + i] += static_cast<float>(along);
   }
-  kernels::gemm_tile(kv, dk, kv, w.m.data(), C, k, dk, dkc, dk, true);
-  kernels::gemm_tile_at(kv, dk, kv, w.m.data(), C, k, dk, dkc, dk, true);
+  lower_times(kv, dk, kv, w.m.data(), C, k, dk, dkc, dk, true);
+  lower_transposed_times(kv, dk, kv, w.m.data(), C, k, dk, dkc, dk, true);
 }
 
 // One chunk's gradients, the forward's products in reverse (matrix products per chunk). s0:
 // the state before the chunk (S_0, then z_0). ds, dz: on entry the gradient of the state after
 // the chunk, on return of the one before it. Writes the chunk's rows of dk, dv, dg, dbeta and
-// (causal) dq. With U the values (sum rule) or pseudo-values (delta rule), A = (Q K^T) ∘ E and
+// (causal) dq, those of q and k as given (back through their preparation). With U the values (sum rule) or pseudo-values (delta rule), A = (Q K^T) ∘ E and
 // dA = (dO U^T + d_den 1^T) ∘ mask:
 //   dU = A^T dO + diag(e^{b_C - b}) K dS,
 //   dK = (dA ∘ E)^T Q + diag(e^{b_C - b}) (U dS^T + 1 dz^T),
@@ -265,7 +368,7 @@ void delta_backward(const Head& h, std::size_t t0, std::size_t kv, const float* 
 void chunk_backward(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv,
                     const float* s0, float* ds, float* dz, const Grads& gr, Chunk& w) {
   const std::size_t dk = w.dk, dv = w.dv;
-  const float* k = h.k + t0 * dk;
+  const float* k = chunk_keys(h, t0, kv, w);
   const float* z0 = s0 + dk * dv;
   const bool decays = h.g != nullptr;
   if (decays) decay_factors(h.g + t0, rows, kv, w);
@@ -277,7 +380,7 @@ void chunk_backward(const Head& h, std::size_t t0, std::size_t rows, std::size_t
   if (gr.dbeta) std::fill(gr.dbeta + t0 + kv, gr.dbeta + t0 + rows, 0.0f);
   kernels::transpose(kv, dk, k, dk, w.kt.data(), C);
   const bool delta = h.beta && kv > 0;
-  const float* u = delta ? pseudo_values(h, t0, kv, s0, w) : h.v + t0 * dv;
+  const float* u = delta ? pseudo_values(h, t0, kv, k, s0, w) : h.v + t0 * dv;
   float* du = delta ? w.du.data() : dvc;
   if (kv > 0) {  // the writes into S_C and z_C
     const float* kd = k;
@@ -314,7 +417,7 @@ void chunk_backward(const Head& h, std::size_t t0, std::size_t rows, std::size_t
     }
   }
   if (h.causal) {  // the reads
-    const float* q = h.q + t0 * dk;
+    const float* q = chunk_queries(h, t0, rows, w);
     const float* d_out = gr.d_out + t0 * dv;
     const float* d_den = gr.d_den ? gr.d_den + t0 : nullptr;
     float* dq = gr.dq + t0 * dk;
@@ -339,10 +442,10 @@ void chunk_backward(const Head& h, std::size_t t0, std::size_t rows, std::size_t
       for (std::size_t i = 0; i < rows; ++i)
         for (std::size_t r = 0; r < dk; ++r) dz[r] += d_den[i] * qd[i * dk + r];
     if (kv > 0) {
-      kernels::gemm_tile(rows, kv, dk, q, dk, w.kt.data(), C, w.a.data(), C, false);
+      lower_result(rows, kv, dk, q, dk, w.kt.data(), C, w.a.data(), C);
       causal_weights(w.a.data(), rows, kv, decays, w);
       kernels::transpose(kv, dv, u, dv, w.vt.data(), C);
-      kernels::gemm_tile(rows, kv, dv, d_out, dv, w.vt.data(), C, w.da.data(), C, false);
+      lower_result(rows, kv, dv, d_out, dv, w.vt.data(), C, w.da.data(), C);
       if (d_den)
         for (std::size_t i = 0; i < rows; ++i)
           for (std::size_t j = 0; j < kv; ++j) w.da[i * C + j] += d_den[i];
@@ -354,12 +457,17 @@ void chunk_backward(const Head& h, std::size_t t0, std::size_t rows, std::size_t
             w.db[j] -= x;
           }
       causal_weights(w.da.data(), rows, kv, decays, w);
-      kernels::gemm_tile_at(kv, dv, rows, w.a.data(), C, d_out, dv, du, dv, true);
-      kernels::gemm_tile(rows, dk, kv, w.da.data(), C, k, dk, dq, dk, true);
-      kernels::gemm_tile_at(kv, dk, rows, w.da.data(), C, q, dk, dkc, dk, true);
+      lower_transposed_times(kv, dv, rows, w.a.data(), C, d_out, dv, du, dv, true);
+      lower_times(rows, dk, kv, w.da.data(), C, k, dk, dq, dk, true);
+      lower_transposed_times(kv, dk, rows, w.da.data(), C, q, dk, dkc, dk, true);
     }
   }
-  if (delta) delta_backward(h, t0, kv, s0, ds, gr, w);
+  if (delta) delta_backward(h, t0, kv, k, s0, ds, gr, w);
+  // back through the preparation of the chunk's q and k rows (complete now)
+  if (h.causal && !queries_as_given(h))
+    prepare_rows_backward(h.q + t0 * dk, rows, dk, h.normalise, h.q_scale, w.qnorm.data(),
+                          gr.dq + t0 * dk);
+  if (h.normalise) prepare_rows_backward(h.k + t0 * dk, kv, dk, true, 1.0f, w.knorm.data(), dkc);
   if (gr.dg) {  // b_i = g_1 + ... + g_min(i, kv): dg_t is the suffix sum of db from t
     double acc = 0.0;
     for (std::size_t i = rows; i-- > 0;) {
@@ -402,11 +510,16 @@ std::size_t checkpoint_floats(std::size_t nk, std::size_t dk, std::size_t dv) {
 void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* den,
              float* checkpoints) {
   std::vector<float> s(state_floats(dk, dv));
-  run_chunks(h, dk, dv, den != nullptr, s.data(), out, den, checkpoints);
-  if (h.causal) return;  // every query reads the last state
-  kernels::gemm_tile(h.nq, dv, dk, h.q, dk, s.data(), dv, out, dv, false);
-  if (den)
-    for (std::size_t i = 0; i < h.nq; ++i) den[i] = dot(h.q + i * dk, s.data() + dk * dv, dk);
+  Chunk w(dk, dv);
+  run_chunks(h, dk, dv, den != nullptr, s.data(), out, den, checkpoints, w);
+  if (h.causal) return;
+  for (std::size_t i0 = 0; i0 < h.nq; i0 += C) {  // every query reads the last state
+    const std::size_t rows = std::min(C, h.nq - i0);
+    const float* q = chunk_queries(h, i0, rows, w);
+    kernels::gemm_tile(rows, dv, dk, q, dk, s.data(), dv, out + i0 * dv, dv, false);
+    if (den)
+      for (std::size_t i = 0; i < rows; ++i) den[i0 + i] = dot(q + i * dk, s.data() + dk * dv, dk);
+  }
 }
 
 void step(float* s, float* z, const float* q, const float* k, const float* v, float g,
@@ -438,31 +551,38 @@ void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
   const std::size_t positions = h.causal ? h.nk : h.valid;
   const std::size_t chunks = (positions + C - 1) / C;
   std::vector<float> saved, s(state);
+  Chunk w(dk, dv);
   if (!checkpoints || !h.causal) {  // non-causal: also the last state
     saved.resize(chunks * state);
-    run_chunks(h, dk, dv, key_sum, s.data(), nullptr, nullptr, saved.data());
+    run_chunks(h, dk, dv, key_sum, s.data(), nullptr, nullptr, saved.data(), w);
     checkpoints = saved.data();
   }
   std::vector<float> ds(state, 0.0f);  // the gradient of S, then of z
   float* dz = key_sum ? ds.data() + pv : nullptr;
-  if (!h.causal) {  // dS = Q^T dO, dz = Q^T d_den, dq = dO S^T + d_den z^T
-    kernels::gemm_tile_at(dk, dv, h.nq, h.q, dk, d_out, dv, ds.data(), dv, false);
-    std::vector<float> st(dv * dk);
-    kernels::transpose(dk, dv, s.data(), dv, st.data(), dk);
-    kernels::gemm_tile(h.nq, dk, dv, d_out, dv, st.data(), dk, dq, dk, false);
-    if (key_sum)
-      for (std::size_t i = 0; i < h.nq; ++i)
-        for (std::size_t r = 0; r < dk; ++r) {
-          dz[r] += d_den[i] * h.q[i * dk + r];
-          dq[i * dk + r] += d_den[i] * s[pv + r];
-        }
+  if (!h.causal) {  // dS = Q^T dO, dz = Q^T d_den, dq = dO S^T + d_den z^T, C queries at a time
+    kernels::transpose(dk, dv, s.data(), dv, w.st.data(), dk);
+    for (std::size_t i0 = 0; i0 < h.nq; i0 += C) {
+      const std::size_t rows = std::min(C, h.nq - i0);
+      const float* q = chunk_queries(h, i0, rows, w);
+      float* dqc = dq + i0 * dk;
+      kernels::gemm_tile_at(dk, dv, rows, q, dk, d_out + i0 * dv, dv, ds.data(), dv, true);
+      kernels::gemm_tile(rows, dk, dv, d_out + i0 * dv, dv, w.st.data(), dk, dqc, dk, false);
+      if (key_sum)
+        for (std::size_t i = 0; i < rows; ++i)
+          for (std::size_t r = 0; r < dk; ++r) {
+            dz[r] += d_den[i0 + i] * q[i * dk + r];
+            dqc[i * dk + r] += d_den[i0 + i] * s[pv + r];
+          }
+      if (!queries_as_given(h))
+        prepare_rows_backward(h.q + i0 * dk, rows, dk, h.normalise, h.q_scale, w.qnorm.data(),
+                              dqc);
+    }
   }
   std::fill(dk_out + positions * dk, dk_out + h.nk * dk, 0.0f);
   std::fill(dv_out + positions * dv, dv_out + h.nk * dv, 0.0f);
   if (dg) std::fill(dg + positions, dg + h.nk, 0.0f);
   if (dbeta) std::fill(dbeta + positions, dbeta + h.nk, 0.0f);
   const Grads gr{d_out, d_den, dq, dk_out, dv_out, dg, dbeta};
-  Chunk w(dk, dv);
   for (std::size_t c = chunks; c-- > 0;) {
     const std::size_t t0 = c * C, rows = std::min(C, positions - t0);
     const std::size_t kv = std::min(rows, h.valid > t0 ? h.valid - t0 : 0);
@@ -475,49 +595,13 @@ void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
 // ---- ScanAttention: preparing a client's inputs for the engine ----
 namespace {
 
-constexpr float kNormEps = 1e-6f;
-
-// Per-thread copies of one head's prepared rows and gates.
+// Per-thread copies of one head's gates where the call gives none.
 struct Prepared {
-  std::vector<float> q, k, g, beta, qnorm, knorm;
+  std::vector<float> g, beta;
 };
 
-// x / sqrt(|x|^2 + eps) per row when `normalise`, times `scale`; norms[i] = sqrt(|x|^2 + eps).
-void prepare_rows(const float* x, std::size_t rows, std::size_t dim, bool normalise,
-                  float scale, std::vector<float>& out, std::vector<float>& norms) {
-  out.resize(rows * dim);
-  norms.resize(rows);
-  for (std::size_t i = 0; i < rows; ++i) {
-    const float* row = x + i * dim;
-    float f = scale;
-    if (normalise) {  // float partial sums: a float64 chain cost 15 % of the delta forward
-      norms[i] = std::sqrt(scan::dot(row, row, dim) + kNormEps);
-      f = scale / norms[i];
-    }
-    for (std::size_t c = 0; c < dim; ++c) out[i * dim + c] = f * row[c];
-  }
-}
-
-// dx from d(prepared) in place: scale · (d - xhat (xhat·d)) / norm with xhat = x / norm.
-void prepare_rows_backward(const float* x, std::size_t rows, std::size_t dim, bool normalise,
-                           float scale, const std::vector<float>& norms, float* d) {
-  for (std::size_t i = 0; i < rows; ++i) {
-    float* di = d + i * dim;
-    if (!normalise) {
-      for (std::size_t c = 0; c < dim; ++c) di[c] *= scale;
-      continue;
-    }
-    const float* row = x + i * dim;
-    const double n = norms[i];
-    double proj = 0.0;
-    for (std::size_t c = 0; c < dim; ++c) proj += double(row[c]) * di[c];
-    for (std::size_t c = 0; c < dim; ++c)
-      di[c] = static_cast<float>(scale * (di[c] / n - row[c] * proj / (n * n * n)));
-  }
-}
-
-// One head of a call prepared for the engine: q scaled (and normalised), k (normalised), g
-// from the input or the head's fixed value, beta from the input or the rule's constant.
+// One head of a call for the engine: q and k to be scaled (and normalised) by it, g from the
+// input or the head's fixed value, beta from the input or the rule's constant.
 scan::Head prepare_head(const ScanRule& rule, double head_g, TensorRef q, TensorRef k,
                         TensorRef v, const Mask& mask, const TokenInputs& in, const Dims& d,
                         std::size_t bh, Prepared& w) {
@@ -526,11 +610,10 @@ scan::Head prepare_head(const ScanRule& rule, double head_g, TensorRef q, Tensor
   h.nk = d.nk;
   h.valid = mask.valid_keys(bh / d.heads, d.nk);
   h.causal = mask.causal != Causal::none;
-  const auto scale = static_cast<float>(mask.softmax_scale(d.dk));
-  prepare_rows(q.data() + bh * d.nq * d.dk, d.nq, d.dk, rule.normalise, scale, w.q, w.qnorm);
-  prepare_rows(k.data() + bh * d.nk * d.dk, d.nk, d.dk, rule.normalise, 1.0f, w.k, w.knorm);
-  h.q = w.q.data();
-  h.k = w.k.data();
+  h.q = q.data() + bh * d.nq * d.dk;
+  h.k = k.data() + bh * d.nk * d.dk;
+  h.q_scale = static_cast<float>(mask.softmax_scale(d.dk));
+  h.normalise = rule.normalise;
   h.v = v.data() + bh * d.nk * d.dv;
   if (in.log_decay) {
     h.g = in.log_decay->data() + bh * d.nk;
@@ -636,6 +719,8 @@ void ScanAttention::compute_with(TensorRef q, TensorRef k, TensorRef v,
     return;
   }
   ScanSaved state{d, valid_keys(mask, d), {}};
+  if (auto* kept = std::any_cast<ScanSaved>(&saved->state))  // a training loop's last step's:
+    state.checkpoints = std::move(kept->checkpoints);         // no fresh pages per call
   run_forward(q, k, v, mask, in, d, out, &state.checkpoints);
   saved->lse = RowLogSumExp();
   saved->state = std::move(state);
@@ -659,7 +744,6 @@ void ScanAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
   if (state && !(state->d == d && state->valid == valid_keys(mask, d) &&
                  mask.causal != Causal::none))
     state = nullptr;  // another call's: recompute
-  const auto scale = static_cast<float>(mask.softmax_scale(d.dk));
   const std::size_t per_head = scan::checkpoint_floats(d.nk, d.dk, d.dv);
   const auto heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
 #pragma omp parallel
@@ -677,10 +761,6 @@ void ScanAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
       scan::backward(h, d.dk, d.dv, d_out.data() + bh * d.nq * d.dv, nullptr,
                      state ? state->checkpoints.data() + bh * per_head : nullptr, dq, dk,
                      grads.qkv.dv.data() + bh * d.nk * d.dv, dg, dbeta);
-      prepare_rows_backward(q.data() + bh * d.nq * d.dk, d.nq, d.dk, rule_.normalise, scale,
-                            w.qnorm, dq);
-      prepare_rows_backward(k.data() + bh * d.nk * d.dk, d.nk, d.dk, rule_.normalise, 1.0f,
-                            w.knorm, dk);
     }
   }
 }
@@ -724,19 +804,19 @@ Tensor ScanState::step(TensorRef q, TensorRef k, TensorRef v, const TokenInputs&
                   std::to_string(heads_) + ", 1]");
   }
   Tensor out = Tensor::from_shape({batch_, heads_, 1, dv_});
-  Prepared w;
-  std::vector<float> tmp(dv_);
+  std::vector<float> qp(dk_), kp(dk_), tmp(dv_);
+  float norm = 0.0f;
   for (std::size_t bh = 0; bh < batch_ * heads_; ++bh) {
-    prepare_rows(q.data() + bh * dk_, 1, dk_, rule_.normalise, static_cast<float>(scale_), w.q,
-                 w.qnorm);
-    prepare_rows(k.data() + bh * dk_, 1, dk_, rule_.normalise, 1.0f, w.k, w.knorm);
+    scan::prepare_rows(q.data() + bh * dk_, 1, dk_, rule_.normalise, static_cast<float>(scale_),
+                       qp.data(), &norm);
+    scan::prepare_rows(k.data() + bh * dk_, 1, dk_, rule_.normalise, 1.0f, kp.data(), &norm);
     float g = static_cast<float>(head_g_[bh % heads_]);
     if (in.log_decay) g = in.log_decay->data()[bh];
     float beta = static_cast<float>(rule_.beta);
     if (in.beta) beta = in.beta->data()[bh];
     if (!(g <= 0.0f) || !(beta >= 0.0f && beta <= 1.0f))
       throw Error(who + ": g must be <= 0 and beta in [0, 1]");
-    scan::step(memory_.data() + bh * dk_ * dv_, nullptr, w.q.data(), w.k.data(),
+    scan::step(memory_.data() + bh * dk_ * dv_, nullptr, qp.data(), kp.data(),
                v.data() + bh * dv_, g, rule_.delta ? &beta : nullptr, dk_, dv_,
                out.data() + bh * dv_, nullptr, tmp.data());
   }

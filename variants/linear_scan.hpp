@@ -23,8 +23,8 @@
 //   O = diag(e^b) Q S_0 + (Q K^T ∘ E) U, E_ij = e^{b_i - b_j} for j <= i, 0 above;
 //   S_C = e^{b_C} S_0 + (diag(e^{b_C - b}) K)^T U.
 // Cost: O(N·C·(Dk + Dv) + N·Dk·Dv) per head, matrix products per chunk (kernels::gemm_tile);
-// memory O(Dk·Dv + C·(C + Dk + Dv)) per thread, and ScanAttention keeps one head's prepared q
-// and k per thread across calls (O(N·Dk)).
+// memory O(Dk·Dv + C·(C + Dk + Dv)) per thread: q and k are prepared (scaled, normalised) chunk
+// by chunk, in cache, not copied per head.
 // The sum rule can carry the key sum z beside S (z_t = a_t z_{t-1} + k_t, den_t = q_t·z_t, in the
 // same chunks: z_C = e^{b_C} z_0 + K^T e^{b_C - b}, den = diag(e^b) Q z_0 + (Q K^T ∘ E) 1), which
 // is linear attention's denominator without a column of ones in V.
@@ -52,10 +52,10 @@ namespace scan {
 /// Tokens per chunk of the causal chunked form.
 inline constexpr std::size_t kChunk = 64;
 
-/// One head's prepared inputs: rows of q [nq x dk], k [nk x dk], v [nk x dv].
+/// One head's inputs: rows of q [nq x dk], k [nk x dk], v [nk x dv].
 struct Head {
-  const float* q = nullptr;     ///< prepared queries (scaled, normalised as the client says)
-  const float* k = nullptr;     ///< prepared keys
+  const float* q = nullptr;     ///< queries, prepared by the engine per q_scale and normalise
+  const float* k = nullptr;     ///< keys, prepared by the engine per normalise
   const float* v = nullptr;     ///< values
   const float* g = nullptr;     ///< log-decay per key token (<= 0), or nullptr: no decay
   const float* beta = nullptr;  ///< delta rule strength per key token, or nullptr: sum rule
@@ -63,6 +63,8 @@ struct Head {
   std::size_t nk = 0;           ///< keys
   std::size_t valid = 0;        ///< keys that write (< valid); the rest are padding
   bool causal = false;          ///< out_t = S_t^T q_t (nq == nk), else every query reads S_nk
+  float q_scale = 1.0f;         ///< queries times this before use (the softmax scale)
+  bool normalise = false;       ///< q, k -> x / sqrt(|x|^2 + 1e-6) before use (DeltaNet)
 };
 
 /// a · b over n floats, in eight independent partial sums (one chain of dependent adds is
@@ -85,9 +87,9 @@ void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* d
              float* checkpoints);
 
 /// One head's gradients from d_out [nq x dv] and, when not null (the sum rule only), d_den
-/// [nq], the gradient of forward's den: dq [nq x dk], dk [nk x dk], dv [nk x dv], and dg,
-/// dbeta [nk] when not null (their inputs must then be given). `checkpoints`: a forward's with
-/// the same den (given or not), or nullptr (recomputed).
+/// [nq], the gradient of forward's den: dq [nq x dk] and dk [nk x dk] (of q and k as given),
+/// dv [nk x dv], and dg, dbeta [nk] when not null (their inputs must then be given).
+/// `checkpoints`: a forward's with the same den (given or not), or nullptr (recomputed).
 void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
               const float* d_den, const float* checkpoints, float* dq, float* dk_out,
               float* dv_out, float* dg, float* dbeta);
