@@ -267,6 +267,16 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
   };
   gate_backward(all.d_log_decay, trace.gates.g_pre, mha.gate_proj, grad.gate_proj, true);
   gate_backward(all.d_beta, trace.gates.beta_pre, mha.beta_proj, grad.beta_proj, false);
+  // The core's learned tensors: its gradients, named and shaped as attention_parameters.
+  for (const ParameterTensor& d_core : all.parameters) {
+    const auto into = std::find_if(
+        grad.attention_parameters.begin(), grad.attention_parameters.end(),
+        [&](const ParameterTensor& p) { return p.name == d_core.name; });
+    if (into == grad.attention_parameters.end() || into->values.size() != d_core.values.size())
+      throw Error("multi-head attention backward: the core's gradient of " + d_core.name +
+                  " has no parameter of its size in the gradients");
+    add(into->values.data(), d_core.values.data(), into->values.data(), into->values.size());
+  }
   if (mha.tied_qk()) {  // one matrix in two places: both blocks get the sum
     for (std::size_t i = 0; i < d * d; ++i) dw.data()[i] = dw.data()[d * d + i] += dw.data()[i];
     for (std::size_t i = 0; i < d; ++i) db.data()[i] = db.data()[d + i] += db.data()[i];

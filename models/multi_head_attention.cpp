@@ -75,9 +75,28 @@ MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
   set_attention(spec);
 }
 
+MultiHeadAttention::Core::Core(const Core& other)
+    : spec(other.spec),
+      own(other.own),
+      backend(other.own ? std::shared_ptr<Attention>(make_attention(other.spec))
+                        : other.backend) {}
+
+MultiHeadAttention::Core& MultiHeadAttention::Core::operator=(const Core& other) {
+  if (this != &other) *this = Core(other);
+  return *this;
+}
+
+const Attention& MultiHeadAttention::attention() const {
+  if (!attention_parameters.empty()) core_.backend->set_parameters(attention_parameters);
+  return *core_.backend;
+}
+
 void MultiHeadAttention::set_attention(const std::string& spec) {
-  core_ = make_attention(spec);
-  const Support s = core_->support();
+  core_.spec = spec;
+  core_.backend = make_attention(spec);
+  attention_parameters = core_.backend->parameters(heads_);
+  core_.own = !attention_parameters.empty();
+  const Support s = core_.backend->support();
   const auto gate = [&](std::optional<Linear>& proj, bool wanted) {
     if (!wanted) {
       proj.reset();
@@ -165,10 +184,10 @@ Activations MultiHeadAttention::forward(const Activations& query, const Activati
   auto heads = uninitialized<Tensor>({in.q.shape()[0], in.q.shape()[1], in.q.shape()[2], in.v.shape()[3]});
   const Gates g = gates(memory);
   if (g.inputs().empty()) {
-    core_->forward(in.q, in.k, in.v, mask, heads);
+    attention().forward(in.q, in.k, in.v, mask, heads);
   } else {
     Saved saved;
-    core_->forward(in.q, in.k, in.v, mask, g.inputs(), heads, saved);
+    attention().forward(in.q, in.k, in.v, mask, g.inputs(), heads, saved);
   }
   apply_head_mask(heads);
   return out_proj.forward(merge_heads(heads));
@@ -229,6 +248,8 @@ void MultiHeadAttention::parameters(const std::string& prefix, Parameters& out) 
   out_proj.parameters(prefix + "out_proj.", out);
   if (gate_proj) gate_proj->parameters(prefix + "gate_proj.", out);
   if (beta_proj) beta_proj->parameters(prefix + "beta_proj.", out);
+  for (ParameterTensor& p : attention_parameters)
+    out.push_back({prefix + "attention_" + p.name, p.shape, p.values.data()});
 }
 
 void MultiHeadAttention::check_tied(const std::string& where) const {

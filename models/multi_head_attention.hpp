@@ -24,6 +24,10 @@
 // projection gate_proj, [H, d_model]) and beta = sigmoid(memory W_beta^T + b_beta) (beta_proj).
 // They exist only for such a core (parameters "gate_proj.*", "beta_proj.*"); a core that takes
 // neither leaves the layer exactly torch.nn.MultiheadAttention.
+// The core's own learned tensors (linformer's E and F, Attention::parameters) are the layer's
+// parameters "attention_<name>" (attnlab.torch's MultiheadAttention's names), learned like every
+// weight: attention() hands their current values to the core before it runs, and the backward
+// adds the core's gradients of them (AllGradients::parameters).
 // Head mask (Michel et al. 2019, "Are Sixteen Heads Really Better than One?"): head_mask[h]
 // multiplies head h's output before the heads are merged and projected by W_O, in the forward
 // (and the traced forward and backward of models/backward.hpp); 0 removes the head, so the layer
@@ -56,7 +60,8 @@ struct Gates {
   TokenInputs inputs() const;
 };
 
-/// See the header comment. Copies share the (immutable) attention core.
+/// See the header comment. Copies share the attention core, unless it has learned tensors: a
+/// copy then makes its own from the spec, so two layers never hand theirs to one core.
 class MultiHeadAttention {
  public:
   /// Throws Error when d_model is not divisible by heads or is 0, or the spec is invalid.
@@ -73,6 +78,9 @@ class MultiHeadAttention {
   /// Per-head factor on the heads' outputs before W_O (see the header comment): empty keeps
   /// every head, else one entry per head (0 removes it). Not a parameter: not saved or learned.
   std::vector<float> head_mask;
+  /// The core's learned tensors (see the header comment), as the core's parameters(heads) names
+  /// and shapes them; empty for a core without.
+  std::vector<ParameterTensor> attention_parameters;
 
   /// Multiplies head h of the core's output heads [B, H, Nq, dk] by head_mask[h] (nothing when
   /// head_mask is empty). Throws Error when head_mask has other than H entries.
@@ -106,18 +114,21 @@ class MultiHeadAttention {
   /// streams from (seed, prefix + name).
   void initialize(std::uint64_t seed, const std::string& prefix);
 
-  /// Appends prefix + "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias".
+  /// Appends prefix + "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias", then
+  /// the gate projections' and "attention_<name>" for each of attention_parameters.
   void parameters(const std::string& prefix, Parameters& out);
 
   /// Throws Error (naming `where`) when tied and the K block differs from the Q block.
   void check_tied(const std::string& where) const;
 
   /// Replaces the core by make_attention(spec), keeping every weight; gate projections the new
-  /// core needs and the old did not have start at zero (g = logsigmoid(0) / 16, beta = 1/2).
+  /// core needs and the old did not have start at zero (g = logsigmoid(0) / 16, beta = 1/2);
+  /// attention_parameters start as the new core's own (linformer's drawn E and F).
   void set_attention(const std::string& spec);
 
-  /// The core backend.
-  const Attention& attention() const { return *core_; }
+  /// The core backend, holding attention_parameters (handed to it here, a copy of their values;
+  /// throws Error naming one that does not fit).
+  const Attention& attention() const;
   /// d_model.
   std::size_t d_model() const { return out_proj.weight.shape()[0]; }
   /// The number of heads h.
@@ -130,9 +141,21 @@ class MultiHeadAttention {
  private:
   void check_input(const Activations& x, const char* what) const;
 
+  // The core: copies share it unless `own` (it has learned tensors: a copy makes its own).
+  struct Core {
+    std::string spec;
+    bool own = false;
+    std::shared_ptr<Attention> backend;
+    Core() = default;
+    Core(const Core& other);
+    Core& operator=(const Core& other);
+    Core(Core&&) = default;
+    Core& operator=(Core&&) = default;
+  };
+
   std::size_t heads_;
   bool tied_qk_;
-  std::shared_ptr<const Attention> core_;
+  Core core_;
 };
 
 /// Projected rows y [B·N, H·dk] (row stride H·dk) as heads [B, H, N, dk]: head h owns dk

@@ -562,6 +562,71 @@ TEST_CASE("embedding + positions + encoder stack: gradients equal PyTorch autogr
   }
 }
 
+TEST_CASE("multi-head attention: a core's own tensors (linformer's E and F) are learned weights",
+          "[models][backward]") {
+  const Activations query = random_activations(2, 5, 8, 13), dy = random_activations(2, 5, 8, 15);
+  Mask padded;
+  padded.key_lengths = {5, 3};
+  for (const std::string share : {"none", "kv", "layer"}) {
+    INFO("share=" << share);
+    MultiHeadAttention mha(8, 2, "linformer:k=3,max_len=6,share=" + share);
+    mha.initialize(11, "");
+    Parameters params;
+    mha.parameters("", params);
+    std::vector<std::string> names;
+    std::size_t first = params.size();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (params[i].name.starts_with("attention_")) {
+        first = std::min(first, i);
+        names.push_back(params[i].name);
+        CHECK(params[i].shape == (share == "layer" ? std::vector<std::size_t>{3, 6}
+                                                   : std::vector<std::size_t>{2, 3, 6}));
+      }
+    CHECK(names == (share == "none" ? std::vector<std::string>{"attention_E", "attention_F"}
+                                    : std::vector<std::string>{"attention_E"}));
+    // Their gradients (summed over uses where share ties them) along a random direction of
+    // every one, against a directional difference of the float32 forward.
+    AttentionTrace trace;
+    forward(mha, query, query, padded, trace);
+    MultiHeadAttention grad = zero_like(mha);
+    backward(mha, trace, dy, grad);
+    Parameters grads;
+    grad.parameters("", grads);
+    std::mt19937_64 rng(19);
+    std::normal_distribution<float> normal;
+    std::vector<std::vector<float>> dirs, base;
+    double analytic = 0;
+    for (std::size_t i = first; i < params.size(); ++i) {
+      dirs.emplace_back(params[i].size());
+      base.emplace_back(params[i].data, params[i].data + params[i].size());
+      for (std::size_t e = 0; e < params[i].size(); ++e) {
+        dirs.back()[e] = normal(rng);
+        analytic += double(dirs.back()[e]) * grads[i].data[e];
+      }
+    }
+    CHECK(std::abs(analytic) > 1e-3);  // the direction meets a gradient that is not zero
+    const auto loss = [&](double t) {
+      for (std::size_t i = first; i < params.size(); ++i)
+        for (std::size_t e = 0; e < params[i].size(); ++e)
+          params[i].data[e] = float(base[i - first][e] + t * dirs[i - first][e]);
+      const double l = xt::sum(xt::cast<double>(mha.forward(query, query, padded)) * to64(dy))();
+      for (std::size_t i = first; i < params.size(); ++i)
+        std::copy(base[i - first].begin(), base[i - first].end(), params[i].data);
+      return l;
+    };
+    CHECK(analytic == Approx(directional_difference(loss)).epsilon(2e-3));
+    // A copy holds its own: changing its E changes its output, not the original's.
+    const Activations before = mha.forward(query, query, padded);
+    MultiHeadAttention copy = mha;
+    for (float& x : copy.attention_parameters[0].values) x *= 2.0f;
+    CHECK_FALSE((copy.forward(query, query, padded) == before));
+    CHECK((mha.forward(query, query, padded) == before));
+    // A tensor that no longer fits the core is refused by name.
+    copy.attention_parameters[0].values.pop_back();
+    CHECK_THROWS_WITH(copy.forward(query, query, padded), Catch::Contains("parameter E"));
+  }
+}
+
 TEST_CASE("gradients accumulate over backward calls", "[models][backward]") {
   LayerConfig config;
   config.d_model = 8;

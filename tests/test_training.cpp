@@ -425,6 +425,33 @@ TEST_CASE("checkpoints: a run saved and resumed equals an uninterrupted one, bit
   CHECK(different.steps() == 0);
 }
 
+TEST_CASE("linformer's E and F are trained: a step moves them, a checkpoint keeps them",
+          "[training]") {
+  TempDir dir("train");
+  const std::string checkpoint = dir.file("checkpoint");
+  TrainConfig c = tiny_config("listops:max_len=32,min_len=8", 32);
+  c.spec = "linformer:k=8,max_len=32";
+  const auto projection = [](TaskModel model) {  // the first layer's E, by its weights name
+    for (const auto& p : model.parameters())
+      if (p.name == "encoder.layers.0.self_attn.attention_E")
+        return std::vector<float>(p.data, p.data + p.size());
+    FAIL("no parameter encoder.layers.0.self_attn.attention_E");
+    return std::vector<float>();
+  };
+  Trainer trainer(c);
+  const std::vector<float> drawn = projection(trainer.model());
+  trainer.step();
+  CHECK(projection(trainer.model()) != drawn);
+  trainer.save(checkpoint);
+  CHECK(std::filesystem::exists(checkpoint + "/encoder.layers.0.self_attn.attention_F.npy"));
+  Trainer resumed(c);
+  resumed.load(checkpoint);
+  CHECK(projection(resumed.model()) == projection(trainer.model()));
+  trainer.step();
+  resumed.step();
+  CHECK(flat_parameters(resumed.model()) == flat_parameters(trainer.model()));
+}
+
 namespace {
 
 std::size_t files_in(const std::string& folder) {
