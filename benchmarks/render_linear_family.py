@@ -65,8 +65,8 @@ for s in ("retnet", "gla", "linear", "linear:rule=delta"):
                 f"({'met' if ratio <= 3 else 'not met'}: <= 3x).")
 print("Targets of issue 19, from this run:\n")
 print("\n".join(rows))
-print("""- >= 10x faster than the sequential causal delta rule at N = 16384: not measured here (the
-  sequential kernel is gone from the code; compare main's bench_linear in one session).
+print("""- >= 10x faster than the sequential causal delta rule at N = 16384: measured apart, against a
+  build of the last commit that had it (`scaling.txt`, benchmarks/run_linear_scaling.sh).
 
 Caveats: the machine has 2 cores and may be shared (the load above; notes.md below says what
 ran beside): under load the smallest N waits for a core and the N-scaling ratio flatters, so
@@ -80,9 +80,10 @@ profile = out / "profile_delta.txt"
 if profile.exists():
     print("\n## Where the causal delta forward goes (`profile_delta.txt`)\n")
     print("Flat perf profiles (benchmarks/profile.sh, software clock, one thread, N = 16384): shares "
-          "of samples, not times. What is left is the chunk products (`block<...>`), the chunk "
-          "loop itself (a third of it the row-by-row solve for T), the input validation "
-          "(`non_finite`) and the q, k normalisation. The 0.4x sgemm target would need the "
-          "products, about 2.3x the useful FLOPs, to run at ~0.9x sgemm on 64 x 64 tiles: not "
-          "reached by anything cheap.\n")
+          "of samples, not times. Before (Intel): the chunk products (`block<...>`), the chunk "
+          "loop (a third of it the row-by-row solve for T), the input validation (`non_finite`) "
+          "and the q, k normalisation. Now (AMD): the products (triangular ones skip their zero "
+          "blocks; `block<false, 1ul, ...>` are T's rows), `scan::dot` (the norms of q and k, "
+          "the first read of each row from memory), the validation scan and the kernel's own "
+          "time (`pvm_irq_enable`, this VM's).\n")
     print("```text\n" + profile.read_text().strip() + "\n```")
