@@ -154,6 +154,40 @@ double directional_difference(const Loss& loss, double h = 1e-2) {
   return (4 * central(h / 2) - central(h)) / 3;
 }
 
+// The layer's gradient of sum(forward() · dy) along a random direction of its parameters from
+// index `first` on (parameters() order; `grads` the gradient layer's) against
+// directional_difference of that float32 loss. Returns the analytic value.
+template <class Layer, class Forward>
+double check_parameter_direction(Layer& layer, Layer& grad, std::size_t first,
+                                 const Forward& forward, const Activations& dy) {
+  Parameters params, grads;
+  layer.parameters("", params);
+  grad.parameters("", grads);
+  std::mt19937_64 rng(19);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> dirs, base;
+  double analytic = 0;
+  for (std::size_t i = first; i < params.size(); ++i) {
+    dirs.emplace_back(params[i].size());
+    base.emplace_back(params[i].data, params[i].data + params[i].size());
+    for (std::size_t e = 0; e < params[i].size(); ++e) {
+      dirs.back()[e] = normal(rng);
+      analytic += double(dirs.back()[e]) * grads[i].data[e];
+    }
+  }
+  const auto loss = [&](double t) {
+    for (std::size_t i = first; i < params.size(); ++i)
+      for (std::size_t e = 0; e < params[i].size(); ++e)
+        params[i].data[e] = float(base[i - first][e] + t * dirs[i - first][e]);
+    const double l = xt::sum(xt::cast<double>(forward()) * to64(dy))();
+    for (std::size_t i = first; i < params.size(); ++i)
+      std::copy(base[i - first].begin(), base[i - first].end(), params[i].data);
+    return l;
+  };
+  CHECK(analytic == Approx(directional_difference(loss)).epsilon(2e-3));
+  return analytic;
+}
+
 // The parameters' values as fp64 arrays, in parameters() order.
 template <class Layer>
 Arrays64 values_of(Layer& layer) {
@@ -269,35 +303,9 @@ TEST_CASE("multi-head attention: gradients equal fp64 finite differences", "[mod
       CHECK(bool(mha.beta_proj) == c.spec.starts_with("gated-delta"));
     }
     if (c.spec.starts_with("linear") || gated) {
-      if (gated) {  // the gate projections' gradients, by a directional difference of the
-                    // float32 forward along a random direction of every gate parameter
-        Parameters params, grads;
-        mha.parameters("", params);
-        grad.parameters("", grads);
-        std::mt19937_64 rng(19);
-        std::normal_distribution<float> normal;
-        std::vector<std::vector<float>> dirs, base;
-        double analytic = 0;
-        for (std::size_t i = 4; i < params.size(); ++i) {
-          const ParameterRef& p = params[i];
-          dirs.emplace_back(p.size());
-          base.emplace_back(p.data, p.data + p.size());
-          for (std::size_t e = 0; e < p.size(); ++e) {
-            dirs.back()[e] = normal(rng);
-            analytic += double(dirs.back()[e]) * grads[i].data[e];
-          }
-        }
-        const auto loss = [&](double t) {
-          for (std::size_t i = 4; i < params.size(); ++i)
-            for (std::size_t e = 0; e < params[i].size(); ++e)
-              params[i].data[e] = float(base[i - 4][e] + t * dirs[i - 4][e]);
-          const double l = xt::sum(xt::cast<double>(mha.forward(query, memory, c.mask)) * to64(dy))();
-          for (std::size_t i = 4; i < params.size(); ++i)
-            std::copy(base[i - 4].begin(), base[i - 4].end(), params[i].data);
-          return l;
-        };
-        CHECK(analytic == Approx(directional_difference(loss)).epsilon(2e-3));
-      }
+      if (gated)  // the gate projections' gradients (the parameters after the first four)
+        check_parameter_direction(
+            mha, grad, 4, [&] { return mha.forward(query, memory, c.mask); }, dy);
       // Directional check of the whole layer through its float32 forward.
       Activations uq = random_activations(2, 4, 8, 17),
                   um = random_activations(2, memory.shape()[1], 8, 18);
@@ -590,31 +598,9 @@ TEST_CASE("multi-head attention: a core's own tensors (linformer's E and F) are 
     forward(mha, query, query, padded, trace);
     MultiHeadAttention grad = zero_like(mha);
     backward(mha, trace, dy, grad);
-    Parameters grads;
-    grad.parameters("", grads);
-    std::mt19937_64 rng(19);
-    std::normal_distribution<float> normal;
-    std::vector<std::vector<float>> dirs, base;
-    double analytic = 0;
-    for (std::size_t i = first; i < params.size(); ++i) {
-      dirs.emplace_back(params[i].size());
-      base.emplace_back(params[i].data, params[i].data + params[i].size());
-      for (std::size_t e = 0; e < params[i].size(); ++e) {
-        dirs.back()[e] = normal(rng);
-        analytic += double(dirs.back()[e]) * grads[i].data[e];
-      }
-    }
+    const double analytic = check_parameter_direction(
+        mha, grad, first, [&] { return mha.forward(query, query, padded); }, dy);
     CHECK(std::abs(analytic) > 1e-3);  // the direction meets a gradient that is not zero
-    const auto loss = [&](double t) {
-      for (std::size_t i = first; i < params.size(); ++i)
-        for (std::size_t e = 0; e < params[i].size(); ++e)
-          params[i].data[e] = float(base[i - first][e] + t * dirs[i - first][e]);
-      const double l = xt::sum(xt::cast<double>(mha.forward(query, query, padded)) * to64(dy))();
-      for (std::size_t i = first; i < params.size(); ++i)
-        std::copy(base[i - first].begin(), base[i - first].end(), params[i].data);
-      return l;
-    };
-    CHECK(analytic == Approx(directional_difference(loss)).epsilon(2e-3));
     // A copy holds its own: changing its E changes its output, not the original's.
     const Activations before = mha.forward(query, query, padded);
     MultiHeadAttention copy = mha;
