@@ -108,11 +108,9 @@ void prepare_rows_backward(const float* x, std::size_t rows, std::size_t dim, bo
       continue;
     }
     const float* row = x + i * dim;
-    const double n = norms[i];
-    double proj = 0.0;
-    for (std::size_t c = 0; c < dim; ++c) proj += double(row[c]) * di[c];
-    for (std::size_t c = 0; c < dim; ++c)
-      di[c] = static_cast<float>(scale * (di[c] / n - row[c] * proj / (n * n * n)));
+    const float along = scale / norms[i];  // in float, vectorised: float64 cost 6 % of a backward
+    const float across = along * dot(row, di, dim) / (norms[i] * norms[i]);
+    for (std::size_t c = 0; c < dim; ++c) di[c] = along * di[c] - across * row[c];
   }
 }
 
@@ -358,8 +356,8 @@ void delta_backward(const Head& h, std::size_t t0, std::size_t kv, const float* 
 // One chunk's gradients, the forward's products in reverse (matrix products per chunk). s0:
 // the state before the chunk (S_0, then z_0). ds, dz: on entry the gradient of the state after
 // the chunk, on return of the one before it. Writes the chunk's rows of dk, dv, dg, dbeta and
-// (causal) dq, those of q and k as given (back through their preparation). With U the values (sum rule) or pseudo-values (delta rule), A = (Q K^T) ∘ E and
-// dA = (dO U^T + d_den 1^T) ∘ mask:
+// (causal) dq, those of q and k as given (back through their preparation). With U the values
+// (sum rule) or pseudo-values (delta rule), A = (Q K^T) ∘ E and dA = (dO U^T + d_den 1^T) ∘ mask:
 //   dU = A^T dO + diag(e^{b_C - b}) K dS,
 //   dK = (dA ∘ E)^T Q + diag(e^{b_C - b}) (U dS^T + 1 dz^T),
 //   dQ = diag(e^b) (dO S_0^T + d_den z_0^T) + (dA ∘ E) K, dS_0 = e^{b_C} dS + (diag(e^b) Q)^T dO,
