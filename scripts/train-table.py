@@ -77,7 +77,8 @@ TABLES = {
                               "--d-model", str(d), "--ffn", str(4 * d)]}
                  for n in (64, 128) for d in (32, 64)],
         "steps": 2000,
-        "variants": ["full", "linear", "gated-delta"],
+        # sliding: a causal window of 16 keys, so a 2-layer model sees 32 tokens back at most
+        "variants": ["full", "linear", "gated-delta", "sliding:left=16,right=0"],
         "rates": [3e-3],
         "seeds": [1, 2, 3],
         "metric": "accuracy",
