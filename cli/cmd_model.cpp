@@ -95,7 +95,7 @@ void run_model(ModelOptions& o) {
   if (!o.save_weights.empty()) model.save(o.save_weights);
   const auto full = model.with_attention("full");
   const auto tokens = models::random_tokens(o.batch, o.n, o.config.vocab, o.config.seed + 1);
-  const std::string spec = model.encoder.layers[0].self_attn.attention().spec();
+  const std::string spec = model.encoder.layers[0].self_attn.spec();
 
   std::printf("attnlab model: %s in a Transformer encoder: %s; %s\n", spec.c_str(),
               describe(o).c_str(), origin.c_str());

@@ -58,7 +58,7 @@ void run_train(TrainOptions& o) {
   keep_freed_memory();
   training::Trainer trainer(o.config);
   o.run.progress = o.quiet ? nullptr : stderr;
-  const std::string spec = trainer.model().body.encoder.layers[0].self_attn.attention().spec();
+  const std::string spec = trainer.model().body.encoder.layers[0].self_attn.spec();
   double load_before = 0;
   std::int64_t live = 0;
   training::RunEvents events;

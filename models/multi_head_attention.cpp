@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "attnlab/error.hpp"
@@ -77,25 +78,46 @@ MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
 
 MultiHeadAttention::Core::Core(const Core& other)
     : spec(other.spec),
+      canonical(other.canonical),
       own(other.own),
       backend(other.own ? std::shared_ptr<Attention>(make_attention(other.spec))
-                        : other.backend) {}
+                        : other.backend) {}  // `held` empty: the first attention() hands all
 
 MultiHeadAttention::Core& MultiHeadAttention::Core::operator=(const Core& other) {
   if (this != &other) *this = Core(other);
   return *this;
 }
 
+namespace {
+
+bool same_values(const std::vector<ParameterTensor>& a, const std::vector<ParameterTensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)  // bitwise: any change is handed over
+    if (a[i].name != b[i].name || a[i].shape != b[i].shape ||
+        a[i].values.size() != b[i].values.size() ||
+        std::memcmp(a[i].values.data(), b[i].values.data(),
+                    a[i].values.size() * sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
+}  // namespace
+
 const Attention& MultiHeadAttention::attention() const {
-  if (!attention_parameters.empty()) core_.backend->set_parameters(attention_parameters);
+  if (!attention_parameters.empty() && !same_values(attention_parameters, core_.held)) {
+    core_.backend->set_parameters(attention_parameters);
+    core_.held = attention_parameters;
+  }
   return *core_.backend;
 }
 
 void MultiHeadAttention::set_attention(const std::string& spec) {
   core_.spec = spec;
   core_.backend = make_attention(spec);
+  core_.canonical = core_.backend->spec();
   attention_parameters = core_.backend->parameters(heads_);
   core_.own = !attention_parameters.empty();
+  core_.held = attention_parameters;  // what the core drew
   const Support s = core_.backend->support();
   const auto gate = [&](std::optional<Linear>& proj, bool wanted) {
     if (!wanted) {

@@ -126,9 +126,13 @@ class MultiHeadAttention {
   /// attention_parameters start as the new core's own (linformer's drawn E and F).
   void set_attention(const std::string& spec);
 
-  /// The core backend, holding attention_parameters (handed to it here, a copy of their values;
-  /// throws Error naming one that does not fit).
+  /// The core backend, holding attention_parameters: handed to it here when they differ from
+  /// what it holds (a comparison per call, a copy when they changed; throws Error naming one
+  /// that does not fit). Not to be called concurrently on one layer.
   const Attention& attention() const;
+  /// The core's spec as the factory made it (canonical): the layer's variant, also once the
+  /// core holds learned tensors (whose own spec() then says init=supplied).
+  const std::string& spec() const { return core_.canonical; }
   /// d_model.
   std::size_t d_model() const { return out_proj.weight.shape()[0]; }
   /// The number of heads h.
@@ -141,11 +145,13 @@ class MultiHeadAttention {
  private:
   void check_input(const Activations& x, const char* what) const;
 
-  // The core: copies share it unless `own` (it has learned tensors: a copy makes its own).
+  // The core: copies share it unless `own` (it has learned tensors: a copy makes its own, and
+  // `held` is what it holds of them).
   struct Core {
-    std::string spec;
+    std::string spec, canonical;
     bool own = false;
     std::shared_ptr<Attention> backend;
+    std::vector<ParameterTensor> held;
     Core() = default;
     Core(const Core& other);
     Core& operator=(const Core& other);
@@ -155,7 +161,7 @@ class MultiHeadAttention {
 
   std::size_t heads_;
   bool tied_qk_;
-  Core core_;
+  mutable Core core_;  // attention() hands the core its tensors: logically const
 };
 
 /// Projected rows y [B·N, H·dk] (row stride H·dk) as heads [B, H, N, dk]: head h owns dk

@@ -66,7 +66,7 @@ void measure_errors(const StudyOptions& o, const Sizes& z, std::vector<Row>& row
       for (const std::string& spec : kSpecs) {
         progress(o, "swap", spec + ", N = " + std::to_string(n) + ", round " + std::to_string(round));
         const models::EncoderModel model = full.with_attention(spec);
-        const std::string canonical = model.encoder.layers[0].self_attn.attention().spec();
+        const std::string canonical = model.encoder.layers[0].self_attn.spec();
         const auto start = Clock::now();
         model.forward(tokens, {}, [&](std::size_t i, const auto&, const models::Activations& out) {
           if (round > 1) return;

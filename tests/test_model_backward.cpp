@@ -607,6 +607,9 @@ TEST_CASE("multi-head attention: a core's own tensors (linformer's E and F) are 
     for (float& x : copy.attention_parameters[0].values) x *= 2.0f;
     CHECK_FALSE((copy.forward(query, query, padded) == before));
     CHECK((mha.forward(query, query, padded) == before));
+    // The layer's variant stays the factory's spec once the core holds changed tensors.
+    CHECK(copy.spec() == mha.spec());
+    CHECK(copy.spec().find("init=gaussian") != std::string::npos);
     // A tensor that no longer fits the core is refused by name.
     copy.attention_parameters[0].values.pop_back();
     CHECK_THROWS_WITH(copy.forward(query, query, padded), Catch::Contains("parameter E"));
