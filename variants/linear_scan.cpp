@@ -49,18 +49,14 @@ void lower_times(std::size_t m, std::size_t n, std::size_t k, const float* a, st
   }
 }
 
-// C[m x n] (+)= X^T · B with X [k x m] lower-triangular (X_pi = 0 for i > p), given as X: row
-// block [r0, r1) of C reads X's rows from r0 on.
+// C[m x n] (+)= X^T · B with X [k x m] lower-triangular (X_pi = 0 for i > p), given as X, and
+// m <= k (a chunk's keys are never more than its rows): row block [r0, r1) of C reads X's rows
+// from r0 on.
 void lower_transposed_times(std::size_t m, std::size_t n, std::size_t k, const float* x,
                             std::size_t ldx, const float* b, std::size_t ldb, float* c,
                             std::size_t ldc, bool accumulate) {
   for (std::size_t r0 = 0; r0 < m; r0 += kBand) {
     const std::size_t r1 = std::min(m, r0 + kBand);
-    if (r0 >= k) {  // no row of X reaches these columns
-      if (!accumulate)
-        for (std::size_t i = r0; i < r1; ++i) std::fill_n(c + i * ldc, n, 0.0f);
-      continue;
-    }
     kernels::gemm_tile_at(r1 - r0, n, k - r0, x + r0 * ldx + r0, ldx, b + r0 * ldb, ldb,
                           c + r0 * ldc, ldc, accumulate);
   }
