@@ -130,8 +130,8 @@ void add_model_command(CLI::App& app) {
                "the same model with full attention, layer by layer");
   cmd->footer(
       "Defaults: the Long Range Arena text model (6 layers, 8 heads, d_model 512, FFN 2048, byte "
-      "tokens, N 4096), post-LN, seeded weights.\nSwitches: pre-ln, no-skip, no-ffn, no-norm, "
-      "tied-qk (comma separated).\nWeights: a folder of <PyTorch state_dict key>.npy files "
+      "tokens, N 4096), post-LN, seeded weights.\nSwitches: " + models::switch_names() +
+      " (comma separated).\nWeights: a folder of <PyTorch state_dict key>.npy files "
       "(embedding.weight, encoder.layers.0.self_attn.in_proj_weight, ...; see --save-weights).\n"
       "Example: attnlab model --spec sliding:left=64,right=64 --n 1024 --layers 2");
   cmd->add_option("--spec", o->spec, "Attention factory string, e.g. linear or bigbird")->required();
@@ -143,7 +143,7 @@ void add_model_command(CLI::App& app) {
   cmd->add_option("--n", o->n, "Sequence length")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--batch", o->batch, "Batch size")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--vocab", o->config.vocab, "Vocabulary (token ids 0..vocab-1)")->check(kNotNegative)->capture_default_str();
-  cmd->add_option("--switches", o->switches, "pre-ln,no-skip,no-ffn,no-norm,tied-qk (any subset)");
+  cmd->add_option("--switches", o->switches, "Any of " + models::switch_names() + ", comma separated");
   cmd->add_option("--seed", o->config.seed, "Weights seed (tokens use seed + 1)")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--weights", o->weights, "Load the weights from this folder of .npy files");
   cmd->add_option("--save-weights", o->save_weights, "Write the model's weights to this folder");

@@ -22,6 +22,7 @@
 #include "attnlab/error.hpp"
 #include "harness/heap.hpp"
 #include "harness/meta.hpp"
+#include "models/transformer.hpp"
 #include "training/run.hpp"
 #include "training/tasks.hpp"
 #include "training/trainer.hpp"
@@ -149,7 +150,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--heads", c.heads, "Attention heads (must divide d_model)")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--ffn", c.ffn, "FFN hidden size")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--switches", c.switches,
-                  "pre-ln,no-skip,no-ffn,no-norm,tied-qk,no-final-norm (any subset)")
+                  "Any of " + models::switch_names() + ", comma separated")
       ->capture_default_str();
   cmd->add_flag("--causal", c.causal,
                 "Decoder-only (GPT-style): every attention call causal, each token predicted "

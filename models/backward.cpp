@@ -238,14 +238,22 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
   shape_buffer(out.memory, trace.memory.shape());
   Activations& dmemory_v = shape_buffer(trace.d_memory_v, trace.memory.shape());
   const float* w = mha.in_proj_weight.data();
-  const std::pair<const Activations*, std::size_t> blocks[] = {
-      {&trace.dq, 0}, {&trace.dk, 1}, {&trace.dv, 2}};
-  for (const auto& [grad_out, which] : blocks) {
+  Activations* blocks[] = {&trace.dq, &trace.dk, &trace.dv};
+  const std::size_t rows = trace.projected.shape()[0] / (mha.short_conv() ? 3 : 1);
+  for (std::size_t which = 0; which < 3; ++which) {
     const Activations& x = which == 0 ? trace.query : trace.memory;
+    const std::size_t n = x.shape()[1];
     float* dx = which == 0 ? out.query.data() : which == 1 ? out.memory.data() : dmemory_v.data();
-    affine_backward(x.data(), batch * x.shape()[1], d, d, w + which * d * d, d, d,
-                    grad_out->data(), d, dx, d, dw.data() + which * d * d, db.data() + which * d,
-                    false);
+    const float* d_projection = blocks[which]->data();
+    if (mha.short_conv()) {  // back through SiLU and the convolution to the projection
+      shape_buffer(trace.d_projection, {batch, n, d});
+      mha.short_conv_backward(which, batch, n, trace.projected.data() + which * rows * d,
+                              blocks[which]->data(), trace.d_projection.data(),
+                              *grad.conv_weight);
+      d_projection = trace.d_projection.data();
+    }
+    affine_backward(x.data(), batch * n, d, d, w + which * d * d, d, d, d_projection, d, dx, d,
+                    dw.data() + which * d * d, db.data() + which * d, false);
   }
   add_into(out.memory, dmemory_v);
   // g = logsigmoid(pre) / tau: dpre = dg sigmoid(-pre) / tau; beta = sigmoid(pre): dpre =

@@ -9,10 +9,11 @@
 // activations [batch, seq, features], W [out, in], y = x W^T + b. Matrix products go through
 // OpenBLAS (cblas_sgemm), the attention core through Attention::backward (every backend).
 // What is not learned gets no gradient: the sinusoidal positional encoding is a constant added
-// to the scaled embedding, and a core's own learned tensors (linformer's E and F) are outside
-// the model's parameters (the core's AllGradients reports them; the model does not learn them
-// yet). The gate projections of a core that takes g or beta are learned: dg and dbeta come back
-// from Attention::backward's AllGradients and pass through logsigmoid / 16 and sigmoid.
+// to the scaled embedding. A core's own learned tensors (linformer's E and F) are the layer's
+// attention_parameters, their gradients Attention::backward's AllGradients::parameters. The gate
+// projections of a core that takes g or beta are learned: dg and dbeta come back from
+// AllGradients and pass through logsigmoid / 16 and sigmoid; the short convolution's filters
+// through SiLU and the convolution.
 // Tied W_Q = W_K: the K block's gradient is added to the Q block's and both blocks hold the sum,
 // so that an update keeps them equal.
 // The traces are also the step's workspace: a forward writes its activations and its output into
@@ -105,6 +106,7 @@ struct AttentionTrace {
   Activations dq;            ///< dL/dq merged from heads [B, N, d_model]
   Activations dk;            ///< dL/dk merged from heads
   Activations dv;            ///< dL/dv merged from heads
+  Activations d_projection;  ///< with the short convolution: dL/d(one block's projection)
   Matrix d_in_proj_weight;   ///< in_proj_weight's gradient of this call
   Vector d_in_proj_bias;     ///< in_proj_bias's gradient of this call
   Activations d_memory_v;    ///< the V block's dL/dmemory

@@ -28,6 +28,18 @@ void masked_softmax(float* scores, std::size_t nk, const Mask& mask, std::size_t
   for (std::size_t j = 0; j < nk; ++j) scores[j] = sum > 0 ? static_cast<float>(scores[j] / sum) : 0;
 }
 
+// The causal convolution of channel c at row i of one sequence's rows u (row stride d), with
+// the channel's filter w (kConvWidth taps, the last on row i itself).
+float causal_conv(const float* w, const float* u, std::size_t i, std::size_t c, std::size_t d) {
+  constexpr std::size_t width = MultiHeadAttention::kConvWidth;
+  float sum = 0;
+  for (std::size_t t = 0; t < width; ++t)
+    if (i + t + 1 >= width) sum += w[t] * u[(i + t + 1 - width) * d + c];
+  return sum;
+}
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
 }  // namespace
 
 Tensor split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t heads,
@@ -62,7 +74,7 @@ void merge_heads(const Tensor& t, Activations& x) {
 }
 
 MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
-                                       const std::string& spec, bool tied_qk)
+                                       const std::string& spec, bool tied_qk, bool short_conv)
     : in_proj_weight(Matrix::from_shape({3 * d_model, d_model})),
       in_proj_bias(Vector::from_shape({3 * d_model})),
       out_proj(d_model, d_model),
@@ -71,8 +83,12 @@ MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
   if (heads == 0 || d_model == 0 || d_model % heads != 0)
     throw Error("multi-head attention: d_model=" + std::to_string(d_model) + ", heads=" +
                 std::to_string(heads) + ": d_model must be a positive multiple of heads");
+  if (short_conv && tied_qk)
+    throw Error("multi-head attention: the short convolution with tied W_Q = W_K: k would no "
+                "longer equal q (use one or the other)");
   in_proj_weight.fill(0);
   in_proj_bias.fill(0);
+  if (short_conv) conv_weight.emplace(Matrix::from_shape({3 * d_model, kConvWidth})).fill(0);
   set_attention(spec);
 }
 
@@ -183,13 +199,26 @@ void MultiHeadAttention::project(const Activations& query, const Activations& me
     throw Error("multi-head attention: query " + shape_text(query) + " and memory " +
                 shape_text(memory) + " have different batch sizes");
   const std::size_t d = d_model(), batch = query.shape()[0];
+  const std::size_t rows = batch * std::max(query.shape()[1], memory.shape()[1]);
   // One product per block (with W_K = W_Q and memory = query, k is then bitwise q), into one
   // buffer reused by the three: a fresh one each costs page faults (milliseconds per MiB here).
-  shape_buffer(y, {batch * std::max(query.shape()[1], memory.shape()[1]), d});
+  // The short convolution's backward needs all three: then each block has its own rows.
+  shape_buffer(y, {short_conv() ? 3 * rows : rows, d});
   auto block = [&](const Activations& x, std::size_t which, Tensor& heads) {
-    affine(x.data(), batch * x.shape()[1], d, d, in_proj_weight.data() + which * d * d, d, d,
-           in_proj_bias.data() + which * d, y.data(), d);
-    split_heads(y.data(), batch, x.shape()[1], heads_, head_dim(), heads);
+    const std::size_t n = x.shape()[1];
+    float* u = y.data() + (short_conv() ? which * rows * d : 0);
+    affine(x.data(), batch * n, d, d, in_proj_weight.data() + which * d * d, d, d,
+           in_proj_bias.data() + which * d, u, d);
+    if (!short_conv()) return split_heads(u, batch, n, heads_, head_dim(), heads);
+    const std::size_t dk = head_dim();
+    const float* w = conv_weight->data() + which * d * kConvWidth;
+    shape_buffer(heads, {batch, heads_, n, dk});
+    for (std::size_t b = 0; b < batch; ++b)
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t c = 0; c < d; ++c) {
+          const float pre = causal_conv(w + c * kConvWidth, u + b * n * d, i, c, d);
+          heads(b, c / dk, i, c % dk) = pre * sigmoid(pre);
+        }
   };
   block(query, 0, out.q);
   block(memory, 1, out.k);
@@ -213,6 +242,37 @@ Activations MultiHeadAttention::forward(const Activations& query, const Activati
   }
   apply_head_mask(heads);
   return out_proj.forward(merge_heads(heads));
+}
+
+void MultiHeadAttention::short_conv_backward(std::size_t which, std::size_t batch, std::size_t n,
+                                             const float* u, float* d_out, float* du,
+                                             Matrix& grad_weight) const {
+  const std::size_t d = d_model(), width = kConvWidth;
+  const float* w = conv_weight->data() + which * d * width;
+  std::vector<double> d_w(d * width, 0.0);  // summed in order over the rows: deterministic
+  for (std::size_t b = 0; b < batch; ++b) {
+    const float* us = u + b * n * d;
+    float* ds = d_out + b * n * d;
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t c = 0; c < d; ++c) {  // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
+        const float pre = causal_conv(w + c * width, us, i, c, d), s = sigmoid(pre);
+        ds[i * d + c] *= s * (1 + pre * (1 - s));
+      }
+    for (std::size_t j = 0; j < n; ++j)  // row j feeds rows j .. j + width - 1
+      for (std::size_t c = 0; c < d; ++c) {
+        float sum = 0;
+        for (std::size_t t = 0; t < width; ++t)
+          if (j + width - 1 - t < n) sum += w[c * width + t] * ds[(j + width - 1 - t) * d + c];
+        du[(b * n + j) * d + c] = sum;
+      }
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t c = 0; c < d; ++c)
+        for (std::size_t t = 0; t < width; ++t)
+          if (i + t + 1 >= width)
+            d_w[c * width + t] += double(ds[i * d + c]) * us[(i + t + 1 - width) * d + c];
+  }
+  float* g = grad_weight.data() + which * d * width;
+  for (std::size_t i = 0; i < d_w.size(); ++i) g[i] += static_cast<float>(d_w[i]);
 }
 
 void MultiHeadAttention::apply_head_mask(Tensor& heads) const {
@@ -260,6 +320,9 @@ void MultiHeadAttention::initialize(std::uint64_t seed, const std::string& prefi
   fill_uniform(parameter(prefix + "out_proj.weight", out_proj.weight), 1.0 / std::sqrt(double(d)),
                seed);
   out_proj.bias.fill(0);
+  if (conv_weight)
+    fill_uniform(parameter(prefix + "conv_weight", *conv_weight),
+                 1.0 / std::sqrt(double(kConvWidth)), seed);
   if (gate_proj) gate_proj->initialize(seed, prefix + "gate_proj.");
   if (beta_proj) beta_proj->initialize(seed, prefix + "beta_proj.");
 }
@@ -268,6 +331,7 @@ void MultiHeadAttention::parameters(const std::string& prefix, Parameters& out) 
   out.push_back(parameter(prefix + "in_proj_weight", in_proj_weight));
   out.push_back(parameter(prefix + "in_proj_bias", in_proj_bias));
   out_proj.parameters(prefix + "out_proj.", out);
+  if (conv_weight) out.push_back(parameter(prefix + "conv_weight", *conv_weight));
   if (gate_proj) gate_proj->parameters(prefix + "gate_proj.", out);
   if (beta_proj) beta_proj->parameters(prefix + "beta_proj.", out);
   for (ParameterTensor& p : attention_parameters)

@@ -28,6 +28,15 @@
 // parameters "attention_<name>" (attnlab.torch's MultiheadAttention's names), learned like every
 // weight: attention() hands their current values to the core before it runs, and the backward
 // adds the core's gradients of them (AllGradients::parameters).
+// Short convolution (short_conv; DeltaNet's and Gated DeltaNet's ShortConvolution, Based's and
+// H3's short filters): each of the projections x W_Q^T + b_Q, x W_K^T + b_K, x W_V^T + b_V goes
+// through a causal depthwise convolution of width kConvWidth over the sequence, then SiLU:
+//   q[i, c] = silu(sum_t conv_weight[c, t] · (x W_Q^T + b_Q)[i - kConvWidth + 1 + t, c])
+// (zero before the first token), the same for k and v with rows d_model.. and 2 d_model.. of
+// conv_weight [3 d_model, kConvWidth]: torch.nn.Conv1d(groups=channels, bias=False,
+// padding=kConvWidth - 1) cut to the first N outputs. A token's q, k and v then see the few tokens
+// before it, which a linear attention cannot look up by position (MQAR's key-value pairs are
+// neighbours). Not with tied_qk (k would no longer equal q).
 // Head mask (Michel et al. 2019, "Are Sixteen Heads Really Better than One?"): head_mask[h]
 // multiplies head h's output before the heads are merged and projected by W_O, in the forward
 // (and the traced forward and backward of models/backward.hpp); 0 removes the head, so the layer
@@ -64,15 +73,21 @@ struct Gates {
 /// copy then makes its own from the spec, so two layers never hand theirs to one core.
 class MultiHeadAttention {
  public:
-  /// Throws Error when d_model is not divisible by heads or is 0, or the spec is invalid.
+  /// Throws Error when d_model is not divisible by heads or is 0, the spec is invalid, or
+  /// short_conv is asked for with tied_qk.
   MultiHeadAttention(std::size_t d_model, std::size_t heads, const std::string& spec = "full",
-                     bool tied_qk = false);
+                     bool tied_qk = false, bool short_conv = false);
 
   Matrix in_proj_weight;  ///< [3 d_model, d_model]: W_Q, W_K, W_V stacked
   Vector in_proj_bias;    ///< [3 d_model]: b_Q, b_K, b_V
   Linear out_proj;        ///< W_O [d_model, d_model], b_O
   std::optional<Linear> gate_proj;  ///< W_g [H, d_model], b_g: when the core takes g
   std::optional<Linear> beta_proj;  ///< W_beta [H, d_model], b_beta: when the core takes beta
+  /// The short convolution's filters [3 d_model, kConvWidth] (see the header comment): when
+  /// built with short_conv.
+  std::optional<Matrix> conv_weight;
+  /// The short convolution's width (DeltaNet's default).
+  static constexpr std::size_t kConvWidth = 4;
   /// g's temperature: logsigmoid(x) / 16 keeps a fresh gate near 0.96 per token (GLA's choice).
   static constexpr double kGateTau = 16.0;
   /// Per-head factor on the heads' outputs before W_O (see the header comment): empty keeps
@@ -98,8 +113,10 @@ class MultiHeadAttention {
 
   /// The heads' inputs: q [B, H, Nq, d_k] from `query`, k and v [B, H, Nk, d_k] from `memory`.
   QKV project(const Activations& query, const Activations& memory) const;
-  /// The same into `out` and the projection rows `scratch` [B·max(Nq, Nk), d_model], both shaped
-  /// by shape_buffer: a training step reuses them.
+  /// The same into `out` and the projection rows `scratch`, both shaped by shape_buffer: a
+  /// training step reuses them. `scratch` is [B·max(Nq, Nk), d_model], or with the short
+  /// convolution [3·B·max(Nq, Nk), d_model] holding the three projections before it (block
+  /// `which` from row which·B·max(Nq, Nk)), which its backward needs.
   void project(const Activations& query, const Activations& memory, QKV& out,
                Matrix& scratch) const;
 
@@ -110,12 +127,13 @@ class MultiHeadAttention {
                                  const Mask& mask = {}) const;
 
   /// PyTorch's initialisation: in_proj_weight Xavier-uniform (the K block copied from the Q block
-  /// when tied), in_proj_bias and out_proj.bias 0, out_proj.weight uniform in +-1/sqrt(d_model);
-  /// streams from (seed, prefix + name).
+  /// when tied), in_proj_bias and out_proj.bias 0, out_proj.weight uniform in +-1/sqrt(d_model),
+  /// conv_weight uniform in +-1/sqrt(kConvWidth) (Conv1d's); streams from (seed, prefix + name).
   void initialize(std::uint64_t seed, const std::string& prefix);
 
   /// Appends prefix + "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias", then
-  /// the gate projections' and "attention_<name>" for each of attention_parameters.
+  /// "conv_weight", the gate projections' and "attention_<name>" for each of
+  /// attention_parameters.
   void parameters(const std::string& prefix, Parameters& out);
 
   /// Throws Error (naming `where`) when tied and the K block differs from the Q block.
@@ -141,6 +159,14 @@ class MultiHeadAttention {
   std::size_t head_dim() const { return d_model() / heads_; }
   /// Whether W_Q = W_K (and b_Q = b_K).
   bool tied_qk() const { return tied_qk_; }
+  /// The short convolution's backward for block `which` (0: q, 1: k, 2: v) of `batch`
+  /// sequences of n rows: u the projection rows it saw [batch·n, d_model], d_out dL/d(its output)
+  /// in the same layout (overwritten with dL/d(before SiLU)); writes dL/du into du and adds the
+  /// filters' gradient into the block's rows of grad_weight [3 d_model, kConvWidth].
+  void short_conv_backward(std::size_t which, std::size_t batch, std::size_t n, const float* u,
+                           float* d_out, float* du, Matrix& grad_weight) const;
+  /// Whether q, k and v pass through the short convolution.
+  bool short_conv() const { return conv_weight.has_value(); }
 
  private:
   void check_input(const Activations& x, const char* what) const;

@@ -23,6 +23,7 @@ constexpr Switch kSwitches[] = {
     {"pre-ln", &LayerConfig::pre_ln, true},         {"no-skip", &LayerConfig::skip, false},
     {"no-ffn", &LayerConfig::feed_forward, false},  {"no-norm", &LayerConfig::layer_norm, false},
     {"tied-qk", &LayerConfig::tied_qk, true},       {"no-final-norm", &LayerConfig::final_norm, false},
+    {"short-conv", &LayerConfig::short_conv, true},
 };
 
 void add_into(Activations& y, const Activations& x) { add(y.data(), x.data(), y.data(), y.size()); }
@@ -67,6 +68,8 @@ void LayerConfig::validate() const {
   if (!(eps > 0) || !std::isfinite(eps)) fail("eps=" + std::to_string(eps) + ": expected > 0");
   if (!final_norm && !pre_ln)
     fail("no-final-norm without pre-ln: only a pre-LN stack ends in a final LayerNorm");
+  if (short_conv && tied_qk)
+    fail("short-conv with tied-qk: the convolution would make k differ from q");
   make_attention(spec);  // throws Error quoting the spec
 }
 
@@ -82,16 +85,19 @@ void apply_switches(LayerConfig& config, const std::string& list) {
         result.*s.field = s.value;
         known = true;
       }
-    if (!known) {
-      std::string names;
-      for (const Switch& s : kSwitches) names += (names.empty() ? "" : ", ") + std::string(s.name);
+    if (!known)
       throw Error("model switches '" + list + "': unknown switch '" + token + "' (known: " +
-                  names + ")");
-    }
+                  switch_names() + ")");
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
   config = result;
+}
+
+std::string switch_names() {
+  std::string names;
+  for (const Switch& s : kSwitches) names += (names.empty() ? "" : ", ") + std::string(s.name);
+  return names;
 }
 
 std::string switches_text(const LayerConfig& config) {
@@ -104,7 +110,8 @@ std::string switches_text(const LayerConfig& config) {
 // ------------------------------------------------------------------------------ EncoderLayer
 
 EncoderLayer::EncoderLayer(const LayerConfig& config)
-    : self_attn(config.d_model, config.heads, config.spec, config.tied_qk),
+    : self_attn(config.d_model, config.heads, config.spec, config.tied_qk,
+                config.short_conv),
       ffn(make_ffn(config)),
       norm1(make_norm(config, true)),
       norm2(make_norm(config, config.feed_forward)),
@@ -150,7 +157,8 @@ void EncoderLayer::set_attention(const std::string& spec) {
 // ------------------------------------------------------------------------------ DecoderLayer
 
 DecoderLayer::DecoderLayer(const LayerConfig& config)
-    : self_attn(config.d_model, config.heads, config.spec, config.tied_qk),
+    : self_attn(config.d_model, config.heads, config.spec, config.tied_qk,
+                config.short_conv),
       multihead_attn(config.d_model, config.heads, config.spec, config.tied_qk),
       ffn(make_ffn(config)),
       norm1(make_norm(config, true)),

@@ -16,6 +16,9 @@
 //   tied-qk  W_Q = W_K (and b_Q = b_K) in every attention (models/multi_head_attention.hpp)
 //   no-final-norm  no final LayerNorm at the end of a pre-LN stack (needs pre-ln): torch's
 //                  nn.TransformerEncoder without norm=
+//   short-conv  q, k and v of every self-attention through a causal depthwise convolution of
+//               width 4 and SiLU (DeltaNet's short convolution, models/multi_head_attention.hpp;
+//               not with tied-qk); the parameters "self_attn.conv_weight"
 // Stacks: Encoder and Decoder run L layers in turn; EncoderModel adds the token embedding scaled
 // by sqrt(d_model) and the sinusoidal positional encoding in front of an Encoder.
 //
@@ -58,17 +61,21 @@ struct LayerConfig {
   bool layer_norm = true;     ///< LayerNorms
   bool final_norm = true;     ///< a pre-LN stack's final LayerNorm (off: no-final-norm)
   bool tied_qk = false;       ///< W_Q = W_K
+  bool short_conv = false;    ///< the self-attentions' short convolution on q, k, v
   double eps = 1e-5;          ///< LayerNorm's epsilon (PyTorch's default)
 
   /// Throws Error naming the first bad field (sizes, divisibility, eps, the spec, no-final-norm
-  /// without pre-ln).
+  /// without pre-ln, short-conv with tied-qk).
   void validate() const;
 };
 
-/// Sets the switches named in `list` ("pre-ln,no-skip,no-ffn,no-norm,tied-qk,no-final-norm", any
-/// subset, comma separated, "" for none). Throws Error naming an unknown switch and listing the
+/// Sets the switches named in `list` ("pre-ln,no-skip,no-ffn,no-norm,tied-qk,no-final-norm,
+/// short-conv", any subset, comma separated, "" for none). Throws Error naming an unknown switch and listing the
 /// known ones.
 void apply_switches(LayerConfig& config, const std::string& list);
+
+/// Every switch's name, in the order above, ", " separated (for help texts and errors).
+std::string switch_names();
 
 /// The switches set in `config`, in the order above, comma separated ("" for none).
 std::string switches_text(const LayerConfig& config);

@@ -3,7 +3,8 @@
 
 Usage: train-table.py TABLE [--build build] [--runs runs/tables] [--out results/training]
                       [--jobs 2] [--render-only]
-Every cell is a variant trained with each of the table's learning rates and seeds (one
+Every cell is a variant (a factory spec, pre-LN; "SPEC+SWITCH+..." adds model switches, e.g.
+"gated-delta+short-conv") trained with each of the table's learning rates and seeds (one
 `attnlab train` run each, single-threaded, --jobs at a time: one per core), at each point of the
 table's grid when it has one (Zoology's sequence lengths and widths). A variant's rate is the one
 with the best mean held-out score over its seeds (the lowest loss, or the highest accuracy where
@@ -77,8 +78,10 @@ TABLES = {
                               "--d-model", str(d), "--ffn", str(4 * d)]}
                  for n in (64, 128) for d in (32, 64)],
         "steps": 2000,
-        # sliding: a causal window of 16 keys, so a 2-layer model sees 32 tokens back at most
-        "variants": ["full", "linear", "gated-delta", "sliding:left=16,right=0"],
+        # sliding: a causal window of 16 keys, so a 2-layer model sees 32 tokens back at most;
+        # +short-conv: the linear family with the short convolution its papers use
+        "variants": ["full", "linear", "gated-delta", "sliding:left=16,right=0",
+                     "linear+short-conv", "gated-delta+short-conv"],
         "rates": [3e-3],
         "seeds": [1, 2, 3],
         "metric": "accuracy",
@@ -110,9 +113,10 @@ def train(build, t, point, variant, rate, seed, folder):
     if finished(folder, t["steps"]):
         return "skipped"
     folder.mkdir(parents=True, exist_ok=True)
+    spec, *switches = variant.split("+")  # "SPEC+switch+...": pre-LN plus those switches
     command = [str(build / "cli" / "attnlab"), "train", "--quiet", *t["options"],
-               *point["options"],
-               "--spec", variant, "--lr", f"{rate:g}", "--seed", str(seed),
+               *point["options"], "--switches", ",".join(["pre-ln", *switches]),
+               "--spec", spec, "--lr", f"{rate:g}", "--seed", str(seed),
                "--steps", str(t["steps"]), "--out", str(folder)]
     lock = os.environ.get("CPU_LOCK", "/work/.cpu.lock")
     if Path(lock).exists():

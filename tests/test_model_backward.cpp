@@ -112,8 +112,9 @@ A64 ffn64(const A64& x, const Arrays64& p) {  // p: linear1.weight, .bias, linea
   return linear64(h, p[2], p[3]);
 }
 
-// Multi-head attention: the three projections, exact attention in fp64 under the mask, the
-// heads merged, the output projection. p: in_proj_weight, in_proj_bias, out_proj.{weight,bias}.
+// Multi-head attention: the three projections (each through the short convolution and SiLU
+// when p has conv_weight), exact attention in fp64 under the mask, the heads merged, the output
+// projection. p: in_proj_weight, in_proj_bias, out_proj.{weight,bias}[, conv_weight].
 A64 mha64(const A64& query, const A64& memory, const Arrays64& p, std::size_t heads,
           const Mask& mask) {
   const std::size_t d = p[2].shape()[0], dk = d / heads, batch = query.shape()[0];
@@ -121,7 +122,19 @@ A64 mha64(const A64& query, const A64& memory, const Arrays64& p, std::size_t he
   const auto block = [&](const A64& x, std::size_t which) {
     A64 w = xt::view(p[0], xt::range(which * d, (which + 1) * d), xt::all());
     A64 b = xt::view(p[1], xt::range(which * d, (which + 1) * d));
-    const A64 y = linear64(x, w, b);
+    A64 y = linear64(x, w, b);
+    if (p.size() > 4) {  // y[i, c] <- silu(sum_t conv[c, t] y[i - width + 1 + t, c])
+      const std::size_t width = p[4].shape()[1];
+      const A64 u = y;
+      for (std::size_t bb = 0; bb < batch; ++bb)
+        for (std::size_t i = 0; i < x.shape()[1]; ++i)
+          for (std::size_t c = 0; c < d; ++c) {
+            double pre = 0;
+            for (std::size_t t = 0; t < width; ++t)
+              if (i + t + 1 >= width) pre += p[4](which * d + c, t) * u(bb, i + t + 1 - width, c);
+            y(bb, i, c) = pre / (1 + std::exp(-pre));
+          }
+    }
     Tensor64 t = xt::zeros<double>({batch, heads, x.shape()[1], dk});
     for (std::size_t bb = 0; bb < batch; ++bb)
       for (std::size_t h = 0; h < heads; ++h)
@@ -261,6 +274,7 @@ TEST_CASE("multi-head attention: gradients equal fp64 finite differences", "[mod
     std::string name, spec;
     bool tied, cross;
     Mask mask;
+    bool conv = false;  // the short convolution
   };
   Mask causal;
   causal.causal = Causal::top_left;
@@ -275,10 +289,15 @@ TEST_CASE("multi-head attention: gradients equal fp64 finite differences", "[mod
                         {"self, gated-delta core (learned g and beta), causal", "gated-delta",
                          false, false, causal},
                         {"cross, gla core (learned g), key padding", "gla", false, true,
-                         padded}};
+                         padded},
+                        {"self, short convolution, causal", "full", false, false, causal, true},
+                        {"cross, short convolution, key padding", "full", false, true, padded,
+                         true},
+                        {"self, gated-delta core, short convolution, causal", "gated-delta",
+                         false, false, causal, true}};
   for (const Case& c : cases) {
     INFO(c.name);
-    MultiHeadAttention mha(8, 2, c.spec, c.tied);
+    MultiHeadAttention mha(8, 2, c.spec, c.tied, c.conv);
     mha.initialize(11, "");
     perturb(mha, 12);
     if (c.tied)  // keep the tie: the K block equals the Q block
@@ -298,12 +317,13 @@ TEST_CASE("multi-head attention: gradients equal fp64 finite differences", "[mod
     if (gated) {  // the gates exist exactly for a core that takes them, named in parameters()
       Parameters names;
       mha.parameters("", names);
-      CHECK(names[4].name == "gate_proj.weight");
-      CHECK(names[4].shape == std::vector<std::size_t>{2, 8});
+      const std::size_t gate = c.conv ? 5 : 4;  // after conv_weight
+      CHECK(names[gate].name == "gate_proj.weight");
+      CHECK(names[gate].shape == std::vector<std::size_t>{2, 8});
       CHECK(bool(mha.beta_proj) == c.spec.starts_with("gated-delta"));
     }
     if (c.spec.starts_with("linear") || gated) {
-      if (gated)  // the gate projections' gradients (the parameters after the first four)
+      if (gated)  // the filters' and gate projections' gradients (after the first four)
         check_parameter_direction(
             mha, grad, 4, [&] { return mha.forward(query, memory, c.mask); }, dy);
       // Directional check of the whole layer through its float32 forward.
@@ -333,6 +353,7 @@ TEST_CASE("multi-head attention: gradients equal fp64 finite differences", "[mod
     const auto f = [&](const Arrays64& a) -> A64 {
       // A tie: the K block is the Q block, so perturbing one moves both.
       Arrays64 p = {a[2], a[3], a[4], a[5]};
+      if (c.conv) p.push_back(a[6]);
       if (c.tied) {
         xt::view(p[0], xt::range(8, 16), xt::all()) = xt::view(p[0], xt::range(0, 8), xt::all());
         xt::view(p[1], xt::range(8, 16)) = xt::view(p[1], xt::range(0, 8));

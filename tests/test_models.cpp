@@ -404,6 +404,15 @@ TEST_CASE("bad configurations and inputs are refused with the name of the proble
   apply_switches(c, "no-final-norm");
   require_error([&] { EncoderLayer l(c); }, {"no-final-norm", "pre-ln"});
   c.final_norm = true;
+  apply_switches(c, "short-conv,tied-qk");
+  CHECK(switches_text(c) == "no-ffn,tied-qk,short-conv");
+  require_error([&] { c.validate(); }, {"short-conv with tied-qk"});
+  require_error([&] { EncoderLayer l(c); }, {"short convolution", "tied"});
+  c.tied_qk = false;
+  const EncoderLayer with_conv(c);
+  CHECK(with_conv.self_attn.conv_weight->shape()[0] == 3 * c.d_model);
+  CHECK(with_conv.self_attn.conv_weight->shape()[1] == MultiHeadAttention::kConvWidth);
+  c.short_conv = false;
   ModelConfig m;
   m.layer = small_config();
   m.layers = 0;
