@@ -203,10 +203,16 @@ const Activations& forward(const MultiHeadAttention& mha, const Activations& que
   trace.gates = mha.gates(memory);
   mha.attention().forward(trace.in.q, trace.in.k, trace.in.v, mask, trace.gates.inputs(),
                           trace.heads, trace.saved);
+  // trace.heads stays the core's own output, which its backward needs
+  const Tensor* heads = &trace.heads;
+  if (mha.head_norm_weight) {
+    mha.normalise_heads(trace.heads, trace.normed_heads);
+    heads = &trace.normed_heads;
+  }
   if (mha.head_mask.empty()) {
-    merge_heads(trace.heads, trace.merged);
-  } else {  // trace.heads stays the core's own output, which its backward needs
-    Tensor masked = trace.heads;
+    merge_heads(*heads, trace.merged);
+  } else {
+    Tensor masked = *heads;
     mha.apply_head_mask(masked);
     merge_heads(masked, trace.merged);
   }
@@ -222,6 +228,8 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
   backward(mha.out_proj, trace.merged, dy, grad.out_proj, trace.d_merged);
   split_heads(trace.d_merged.data(), batch, nq, mha.heads(), mha.head_dim(), trace.d_heads);
   mha.apply_head_mask(trace.d_heads);  // d(heads · m) / d(heads) = m
+  if (mha.head_norm_weight)
+    mha.normalise_heads_backward(trace.heads, trace.d_heads, *grad.head_norm_weight);
   AllGradients& all = trace.core_grads;
   mha.attention().backward(trace.in.q, trace.in.k, trace.in.v, trace.mask, trace.gates.inputs(),
                            trace.heads, trace.d_heads, trace.saved, all);

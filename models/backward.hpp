@@ -13,7 +13,7 @@
 // attention_parameters, their gradients Attention::backward's AllGradients::parameters. The gate
 // projections of a core that takes g or beta are learned: dg and dbeta come back from
 // AllGradients and pass through logsigmoid / 16 and sigmoid; the short convolution's filters
-// through SiLU and the convolution.
+// through SiLU and the convolution; the head norm's gain through the normalisation.
 // Tied W_Q = W_K: the K block's gradient is added to the Q block's and both blocks hold the sum,
 // so that an update keeps them equal.
 // The traces are also the step's workspace: a forward writes its activations and its output into
@@ -93,9 +93,10 @@ struct AttentionTrace {
   Activations memory;  ///< the keys' and values' input [B, Nk, d_model]
   QKV in;              ///< the heads' q, k, v
   Tensor heads;        ///< the core's output [B, H, Nq, dk]
+  Tensor normed_heads; ///< with the head norm: heads normalised
   Gates gates;         ///< the core's per-token inputs (empty without)
   Saved saved;         ///< what the core's forward saved (a softmax's row log-sum-exp, ...)
-  Activations merged;  ///< the heads concatenated (times head_mask), out_proj's input
+  Activations merged;  ///< the heads (normalised, times head_mask) concatenated: out_proj's input
   Mask mask;           ///< the mask the core saw
   Matrix projected;    ///< the forward's projection rows (MultiHeadAttention::project)
   Activations output;  ///< the forward's result

@@ -74,7 +74,8 @@ void merge_heads(const Tensor& t, Activations& x) {
 }
 
 MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
-                                       const std::string& spec, bool tied_qk, bool short_conv)
+                                       const std::string& spec, bool tied_qk, bool short_conv,
+                                       bool head_norm)
     : in_proj_weight(Matrix::from_shape({3 * d_model, d_model})),
       in_proj_bias(Vector::from_shape({3 * d_model})),
       out_proj(d_model, d_model),
@@ -89,6 +90,7 @@ MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
   in_proj_weight.fill(0);
   in_proj_bias.fill(0);
   if (short_conv) conv_weight.emplace(Matrix::from_shape({3 * d_model, kConvWidth})).fill(0);
+  if (head_norm) head_norm_weight.emplace(Vector::from_shape({d_model / heads})).fill(1);
   set_attention(spec);
 }
 
@@ -240,6 +242,11 @@ Activations MultiHeadAttention::forward(const Activations& query, const Activati
     Saved saved;
     attention().forward(in.q, in.k, in.v, mask, g.inputs(), heads, saved);
   }
+  if (head_norm_weight) {
+    Tensor normed;
+    normalise_heads(heads, normed);
+    heads = std::move(normed);
+  }
   apply_head_mask(heads);
   return out_proj.forward(merge_heads(heads));
 }
@@ -273,6 +280,43 @@ void MultiHeadAttention::short_conv_backward(std::size_t which, std::size_t batc
   }
   float* g = grad_weight.data() + which * d * width;
   for (std::size_t i = 0; i < d_w.size(); ++i) g[i] += static_cast<float>(d_w[i]);
+}
+
+void MultiHeadAttention::normalise_heads(const Tensor& heads, Tensor& out) const {
+  shape_buffer(out, heads.shape());
+  const std::size_t dk = head_dim(), rows = heads.size() / dk;
+  const float* w = head_norm_weight->data();
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* x = heads.data() + r * dk;
+    float* y = out.data() + r * dk;
+    double squares = 0;
+    for (std::size_t c = 0; c < dk; ++c) squares += double(x[c]) * x[c];
+    const double inv = 1.0 / std::sqrt(squares / double(dk) + kHeadNormEps);
+    for (std::size_t c = 0; c < dk; ++c) y[c] = static_cast<float>(x[c] * inv * w[c]);
+  }
+}
+
+void MultiHeadAttention::normalise_heads_backward(const Tensor& heads, Tensor& d_out,
+                                                  Vector& grad_weight) const {
+  const std::size_t dk = head_dim(), rows = heads.size() / dk;
+  const float* w = head_norm_weight->data();
+  std::vector<double> d_w(dk, 0.0);  // summed in order over the rows: deterministic
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* x = heads.data() + r * dk;
+    float* g = d_out.data() + r * dk;
+    double squares = 0, dot = 0;  // dot = sum_c g_c w_c x_c
+    for (std::size_t c = 0; c < dk; ++c) {
+      squares += double(x[c]) * x[c];
+      dot += double(g[c]) * w[c] * x[c];
+    }
+    const double inv = 1.0 / std::sqrt(squares / double(dk) + kHeadNormEps);
+    // y_c = w_c x_c inv: dx_j = inv g_j w_j - x_j inv^3 dot / dk
+    for (std::size_t c = 0; c < dk; ++c) {
+      d_w[c] += double(g[c]) * x[c] * inv;
+      g[c] = static_cast<float>(inv * g[c] * w[c] - x[c] * inv * inv * inv * dot / double(dk));
+    }
+  }
+  for (std::size_t c = 0; c < dk; ++c) grad_weight.data()[c] += static_cast<float>(d_w[c]);
 }
 
 void MultiHeadAttention::apply_head_mask(Tensor& heads) const {
@@ -323,6 +367,7 @@ void MultiHeadAttention::initialize(std::uint64_t seed, const std::string& prefi
   if (conv_weight)
     fill_uniform(parameter(prefix + "conv_weight", *conv_weight),
                  1.0 / std::sqrt(double(kConvWidth)), seed);
+  if (head_norm_weight) head_norm_weight->fill(1);
   if (gate_proj) gate_proj->initialize(seed, prefix + "gate_proj.");
   if (beta_proj) beta_proj->initialize(seed, prefix + "beta_proj.");
 }
@@ -332,6 +377,7 @@ void MultiHeadAttention::parameters(const std::string& prefix, Parameters& out) 
   out.push_back(parameter(prefix + "in_proj_bias", in_proj_bias));
   out_proj.parameters(prefix + "out_proj.", out);
   if (conv_weight) out.push_back(parameter(prefix + "conv_weight", *conv_weight));
+  if (head_norm_weight) out.push_back(parameter(prefix + "head_norm.weight", *head_norm_weight));
   if (gate_proj) gate_proj->parameters(prefix + "gate_proj.", out);
   if (beta_proj) beta_proj->parameters(prefix + "beta_proj.", out);
   for (ParameterTensor& p : attention_parameters)

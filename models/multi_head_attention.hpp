@@ -37,6 +37,11 @@
 // padding=kConvWidth - 1) cut to the first N outputs. A token's q, k and v then see the few tokens
 // before it, which a linear attention cannot look up by position (MQAR's key-value pairs are
 // neighbours). Not with tied_qk (k would no longer equal q).
+// Head norm (head_norm; Gated DeltaNet's output normalisation, without its output gate): each
+// row of a head's output [dk] is divided by its root mean square (eps kHeadNormEps) and
+// multiplied by a learned gain head_norm.weight [dk] shared by the heads, before head_mask and
+// W_O. A delta-rule core reads a value back at most 1/sqrt(dk) of its size (unit q and k times the
+// softmax scale), a softmax returns a convex combination of values: this gives both one scale.
 // Head mask (Michel et al. 2019, "Are Sixteen Heads Really Better than One?"): head_mask[h]
 // multiplies head h's output before the heads are merged and projected by W_O, in the forward
 // (and the traced forward and backward of models/backward.hpp); 0 removes the head, so the layer
@@ -76,7 +81,7 @@ class MultiHeadAttention {
   /// Throws Error when d_model is not divisible by heads or is 0, the spec is invalid, or
   /// short_conv is asked for with tied_qk.
   MultiHeadAttention(std::size_t d_model, std::size_t heads, const std::string& spec = "full",
-                     bool tied_qk = false, bool short_conv = false);
+                     bool tied_qk = false, bool short_conv = false, bool head_norm = false);
 
   Matrix in_proj_weight;  ///< [3 d_model, d_model]: W_Q, W_K, W_V stacked
   Vector in_proj_bias;    ///< [3 d_model]: b_Q, b_K, b_V
@@ -88,6 +93,10 @@ class MultiHeadAttention {
   std::optional<Matrix> conv_weight;
   /// The short convolution's width (DeltaNet's default).
   static constexpr std::size_t kConvWidth = 4;
+  /// The head norm's gain [dk] (see the header comment): when built with head_norm.
+  std::optional<Vector> head_norm_weight;
+  /// The head norm's epsilon (fla's RMSNorm default).
+  static constexpr double kHeadNormEps = 1e-5;
   /// g's temperature: logsigmoid(x) / 16 keeps a fresh gate near 0.96 per token (GLA's choice).
   static constexpr double kGateTau = 16.0;
   /// Per-head factor on the heads' outputs before W_O (see the header comment): empty keeps
@@ -100,6 +109,13 @@ class MultiHeadAttention {
   /// Multiplies head h of the core's output heads [B, H, Nq, dk] by head_mask[h] (nothing when
   /// head_mask is empty). Throws Error when head_mask has other than H entries.
   void apply_head_mask(Tensor& heads) const;
+
+  /// The head norm of the core's output `heads` into `out` (shaped by shape_buffer; a copy of
+  /// heads without the head norm).
+  void normalise_heads(const Tensor& heads, Tensor& out) const;
+  /// Its backward: d_out, dL/d(normalise_heads' output), becomes dL/d(heads) in place; adds the
+  /// gain's gradient into grad_weight.
+  void normalise_heads_backward(const Tensor& heads, Tensor& d_out, Vector& grad_weight) const;
 
   /// The core's per-token inputs from `memory` [B, Nk, d_model] (empty for a core without).
   Gates gates(const Activations& memory) const;
@@ -128,12 +144,13 @@ class MultiHeadAttention {
 
   /// PyTorch's initialisation: in_proj_weight Xavier-uniform (the K block copied from the Q block
   /// when tied), in_proj_bias and out_proj.bias 0, out_proj.weight uniform in +-1/sqrt(d_model),
-  /// conv_weight uniform in +-1/sqrt(kConvWidth) (Conv1d's); streams from (seed, prefix + name).
+  /// conv_weight uniform in +-1/sqrt(kConvWidth) (Conv1d's), head_norm.weight 1; streams from
+  /// (seed, prefix + name).
   void initialize(std::uint64_t seed, const std::string& prefix);
 
   /// Appends prefix + "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias", then
-  /// "conv_weight", the gate projections' and "attention_<name>" for each of
-  /// attention_parameters.
+  /// "conv_weight", "head_norm.weight", the gate projections' and "attention_<name>" for each
+  /// of attention_parameters.
   void parameters(const std::string& prefix, Parameters& out);
 
   /// Throws Error (naming `where`) when tied and the K block differs from the Q block.

@@ -23,7 +23,7 @@ constexpr Switch kSwitches[] = {
     {"pre-ln", &LayerConfig::pre_ln, true},         {"no-skip", &LayerConfig::skip, false},
     {"no-ffn", &LayerConfig::feed_forward, false},  {"no-norm", &LayerConfig::layer_norm, false},
     {"tied-qk", &LayerConfig::tied_qk, true},       {"no-final-norm", &LayerConfig::final_norm, false},
-    {"short-conv", &LayerConfig::short_conv, true},
+    {"short-conv", &LayerConfig::short_conv, true}, {"head-norm", &LayerConfig::head_norm, true},
 };
 
 void add_into(Activations& y, const Activations& x) { add(y.data(), x.data(), y.data(), y.size()); }
@@ -110,8 +110,8 @@ std::string switches_text(const LayerConfig& config) {
 // ------------------------------------------------------------------------------ EncoderLayer
 
 EncoderLayer::EncoderLayer(const LayerConfig& config)
-    : self_attn(config.d_model, config.heads, config.spec, config.tied_qk,
-                config.short_conv),
+    : self_attn(config.d_model, config.heads, config.spec, config.tied_qk, config.short_conv,
+                config.head_norm),
       ffn(make_ffn(config)),
       norm1(make_norm(config, true)),
       norm2(make_norm(config, config.feed_forward)),
@@ -157,9 +157,10 @@ void EncoderLayer::set_attention(const std::string& spec) {
 // ------------------------------------------------------------------------------ DecoderLayer
 
 DecoderLayer::DecoderLayer(const LayerConfig& config)
-    : self_attn(config.d_model, config.heads, config.spec, config.tied_qk,
-                config.short_conv),
-      multihead_attn(config.d_model, config.heads, config.spec, config.tied_qk),
+    : self_attn(config.d_model, config.heads, config.spec, config.tied_qk, config.short_conv,
+                config.head_norm),
+      multihead_attn(config.d_model, config.heads, config.spec, config.tied_qk, false,
+                     config.head_norm),
       ffn(make_ffn(config)),
       norm1(make_norm(config, true)),
       norm2(make_norm(config, true)),

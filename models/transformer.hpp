@@ -19,6 +19,8 @@
 //   short-conv  q, k and v of every self-attention through a causal depthwise convolution of
 //               width 4 and SiLU (DeltaNet's short convolution, models/multi_head_attention.hpp;
 //               not with tied-qk); the parameters "self_attn.conv_weight"
+//   head-norm   every attention's heads normalised (RMS) with a learned gain before W_O (Gated
+//               DeltaNet's output norm; models/multi_head_attention.hpp): "*.head_norm.weight"
 // Stacks: Encoder and Decoder run L layers in turn; EncoderModel adds the token embedding scaled
 // by sqrt(d_model) and the sinusoidal positional encoding in front of an Encoder.
 //
@@ -62,6 +64,7 @@ struct LayerConfig {
   bool final_norm = true;     ///< a pre-LN stack's final LayerNorm (off: no-final-norm)
   bool tied_qk = false;       ///< W_Q = W_K
   bool short_conv = false;    ///< the self-attentions' short convolution on q, k, v
+  bool head_norm = false;     ///< every attention's head norm
   double eps = 1e-5;          ///< LayerNorm's epsilon (PyTorch's default)
 
   /// Throws Error naming the first bad field (sizes, divisibility, eps, the spec, no-final-norm
@@ -70,7 +73,7 @@ struct LayerConfig {
 };
 
 /// Sets the switches named in `list` ("pre-ln,no-skip,no-ffn,no-norm,tied-qk,no-final-norm,
-/// short-conv", any subset, comma separated, "" for none). Throws Error naming an unknown switch and listing the
+/// short-conv,head-norm", any subset, comma separated, "" for none). Throws Error naming an unknown switch and listing the
 /// known ones.
 void apply_switches(LayerConfig& config, const std::string& list);
 

@@ -79,9 +79,11 @@ TABLES = {
                  for n in (64, 128) for d in (32, 64)],
         "steps": 2000,
         # sliding: a causal window of 16 keys, so a 2-layer model sees 32 tokens back at most;
-        # +short-conv: the linear family with the short convolution its papers use
+        # +short-conv, +head-norm: the linear family with the short convolution its papers use,
+        # and the delta rule with Gated DeltaNet's output norm as well
         "variants": ["full", "linear", "gated-delta", "sliding:left=16,right=0",
-                     "linear+short-conv", "gated-delta+short-conv"],
+                     "linear+short-conv", "gated-delta+short-conv",
+                     "gated-delta+short-conv+head-norm"],
         "rates": [3e-3],
         "seeds": [1, 2, 3],
         "metric": "accuracy",

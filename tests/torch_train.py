@@ -4,8 +4,8 @@
 Usage: torch_train.py ATTNLAB  (works in a temporary folder)
 
 For the pre-LN encoder (with its final LayerNorm), the post-LN encoder, the causal decoder
-(pre-LN, train --causal) and the causal decoder with the short convolution (short-conv) on MQAR,
-and the causal decoder on ListOps (key padding and mean
+(pre-LN, train --causal), the causal decoder with the short convolution (short-conv) and the
+encoder with the head norm (head-norm) on MQAR, and the causal decoder on ListOps (key padding and mean
 pooling), at a tiny size (N 16, d_model 16, 2 heads, 2 layers, batch 4): builds the PyTorch twin
 (scripts/torch_twin.py: independent layer inits), exports its initial weights, trains
 `attnlab train --init` on them for 1 step and keeps that checkpoint, then trains a fresh run of
@@ -49,6 +49,7 @@ CASES = {  # name: (switches, causal, task)
     "causal": ("pre-ln", True, MQAR),
     "causal-listops": ("pre-ln", True, LISTOPS),
     "causal-short-conv": ("pre-ln,short-conv", True, MQAR),
+    "head-norm": ("pre-ln,head-norm", False, MQAR),
 }
 
 
@@ -89,7 +90,8 @@ def check(attnlab, work, case, switches, causal, task):
     spec, vocab, classes, per_token = task
     model = torch_twin.TaskModel(vocab, classes, D_MODEL, HEADS, FFN, LAYERS,
                                  pre_ln="pre-ln" in switches, causal=causal, per_token=per_token,
-                                 short_conv="short-conv" in switches)
+                                 short_conv="short-conv" in switches,
+                                 head_norm="head-norm" in switches)
     torch_twin.export(model, os.path.join(folder, "init"))
     initial = {k: t.clone() for k, t in model.state_dict().items()}
 
