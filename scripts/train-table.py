@@ -2,7 +2,7 @@
 """One table of trained variants on the protocol of issue 16: seeds x a learning-rate sweep.
 
 Usage: train-table.py TABLE [--build build] [--runs runs/tables] [--out results/training]
-                      [--jobs 2] [--render-only]
+                      [--jobs 2] [--variants V,...] [--render-only]
 Every cell is a variant (a factory spec, pre-LN; "SPEC+SWITCH+..." adds model switches, e.g.
 "gated-delta+short-conv") trained with each of the table's learning rates and seeds (one
 `attnlab train` run each, single-threaded, --jobs at a time: one per core), at each point of the
@@ -261,15 +261,22 @@ def main():
     ap.add_argument("--runs", default="runs/tables", type=Path)
     ap.add_argument("--out", default="results/training", type=Path)
     ap.add_argument("--jobs", default=2, type=int)
+    ap.add_argument("--variants", help="train only these of the table's variants (comma "
+                    "separated), e.g. one added later, beside a driver running the others")
     ap.add_argument("--render-only", action="store_true")
     a = ap.parse_args()
     t = TABLES[a.table]
+    chosen = a.variants.split(",") if a.variants else t["variants"]
+    unknown = sorted(set(chosen) - set(t["variants"]))
+    if unknown:
+        sys.exit(f"train-table.py: {', '.join(unknown)}: not a variant of table {a.table} "
+                 f"({', '.join(t['variants'])})")
     if not a.render_only:
         # sequence length by sequence length (a grid's panels), seed-major within one: the
         # first seed of every cell of a panel finishes before any cell's third
         panels = sorted({p.get("n", 0) for p in grid(t)})
         jobs = [(p, v, r, s) for n in panels for s in t["seeds"] for p in grid(t)
-                if p.get("n", 0) == n for v in t["variants"] for r in t["rates"]]
+                if p.get("n", 0) == n for v in chosen for r in t["rates"]]
         print(f"{len(jobs)} runs, {a.jobs} at a time; load {open('/proc/loadavg').read().strip()}")
         with ThreadPoolExecutor(a.jobs) as pool:
             results = pool.map(lambda j: (j, train(a.build, t, *j, run_dir(a.runs, a.table, *j))),
