@@ -10,7 +10,7 @@ set ylabel 'held-out accuracy'
 set key right center
 set grid
 set title 'N = 64, 4 pairs'
-plot 'variant-0.dat' index 0 using 1:2:3 with yerrorlines title 'full', 'variant-1.dat' index 0 using 1:2:3 with yerrorlines title 'linear', 'variant-2.dat' index 0 using 1:2:3 with yerrorlines title 'gated-delta', 'variant-3.dat' index 0 using 1:2:3 with yerrorlines title 'sliding:left=16,right=0'
+plot 'variant-0.dat' index 0 using 1:2:3 with yerrorlines title 'full', 'variant-1.dat' index 0 using 1:2:3 with yerrorlines title 'linear', 'variant-2.dat' index 0 using 1:2:3 with yerrorlines title 'gated-delta', 'variant-3.dat' index 0 using 1:2:3 with yerrorlines title 'sliding:left=16,right=0', 'variant-4.dat' index 0 using 1:2:3 with yerrorlines title 'linear+short-conv', 'variant-5.dat' index 0 using 1:2:3 with yerrorlines title 'gated-delta+short-conv', 'variant-6.dat' index 0 using 1:2:3 with yerrorlines title 'gated-delta+short-conv+head-norm'
 set title 'N = 128, 8 pairs'
-plot 'variant-0.dat' index 1 using 1:2:3 with yerrorlines title 'full', 'variant-1.dat' index 1 using 1:2:3 with yerrorlines title 'linear', 'variant-2.dat' index 1 using 1:2:3 with yerrorlines title 'gated-delta', 'variant-3.dat' index 1 using 1:2:3 with yerrorlines title 'sliding:left=16,right=0'
+plot 'variant-0.dat' index 1 using 1:2:3 with yerrorlines title 'full', 'variant-1.dat' index 1 using 1:2:3 with yerrorlines title 'linear', 'variant-2.dat' index 1 using 1:2:3 with yerrorlines title 'gated-delta', 'variant-3.dat' index 1 using 1:2:3 with yerrorlines title 'sliding:left=16,right=0', 'variant-4.dat' index 1 using 1:2:3 with yerrorlines title 'linear+short-conv', 'variant-5.dat' index 1 using 1:2:3 with yerrorlines title 'gated-delta+short-conv', 'variant-6.dat' index 1 using 1:2:3 with yerrorlines title 'gated-delta+short-conv+head-norm'
 unset multiplot
