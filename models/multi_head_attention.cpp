@@ -242,11 +242,7 @@ Activations MultiHeadAttention::forward(const Activations& query, const Activati
     Saved saved;
     attention().forward(in.q, in.k, in.v, mask, g.inputs(), heads, saved);
   }
-  if (head_norm_weight) {
-    Tensor normed;
-    normalise_heads(heads, normed);
-    heads = std::move(normed);
-  }
+  if (head_norm_weight) normalise_heads(heads, heads);
   apply_head_mask(heads);
   return out_proj.forward(merge_heads(heads));
 }

@@ -110,8 +110,8 @@ class MultiHeadAttention {
   /// head_mask is empty). Throws Error when head_mask has other than H entries.
   void apply_head_mask(Tensor& heads) const;
 
-  /// The head norm of the core's output `heads` into `out` (shaped by shape_buffer; a copy of
-  /// heads without the head norm).
+  /// The head norm of the core's output `heads` into `out` (shaped by shape_buffer; `out` may
+  /// be `heads`: each row is read whole before it is written).
   void normalise_heads(const Tensor& heads, Tensor& out) const;
   /// Its backward: d_out, dL/d(normalise_heads' output), becomes dL/d(heads) in place; adds the
   /// gain's gradient into grad_weight.
