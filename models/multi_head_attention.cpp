@@ -9,6 +9,7 @@
 
 #include "attnlab/error.hpp"
 #include "attnlab/factory.hpp"
+#include "attnlab/kernels.hpp"
 
 namespace attnlab::models {
 namespace {
@@ -28,17 +29,35 @@ void masked_softmax(float* scores, std::size_t nk, const Mask& mask, std::size_t
   for (std::size_t j = 0; j < nk; ++j) scores[j] = sum > 0 ? static_cast<float>(scores[j] / sum) : 0;
 }
 
-// The causal convolution of channel c at row i of one sequence's rows u (row stride d), with
-// the channel's filter w (kConvWidth taps, the last on row i itself).
-float causal_conv(const float* w, const float* u, std::size_t i, std::size_t c, std::size_t d) {
+// One block's filters tap-major, taps[t * d + c] = w[c * kConvWidth + t], so that the loops
+// below run over the d channels of a row in contiguous memory.
+std::vector<float> conv_taps(const float* w, std::size_t d) {
   constexpr std::size_t width = MultiHeadAttention::kConvWidth;
-  float sum = 0;
-  for (std::size_t t = 0; t < width; ++t)
-    if (i + t + 1 >= width) sum += w[t] * u[(i + t + 1 - width) * d + c];
-  return sum;
+  std::vector<float> taps(width * d);
+  for (std::size_t c = 0; c < d; ++c)
+    for (std::size_t t = 0; t < width; ++t) taps[t * d + c] = w[c * width + t];
+  return taps;
 }
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// Row i of the causal convolution of one sequence's rows u (row stride d) into pre[0, d): the
+// last tap on row i itself.
+void causal_conv_row(const float* taps, const float* u, std::size_t i, std::size_t d, float* pre) {
+  constexpr std::size_t width = MultiHeadAttention::kConvWidth;
+  std::fill_n(pre, d, 0.0f);
+  for (std::size_t t = width - std::min(i + 1, width); t < width; ++t) {
+    const float* w = taps + t * d;
+    const float* row = u + (i + t + 1 - width) * d;
+    for (std::size_t c = 0; c < d; ++c) pre[c] += w[c] * row[c];
+  }
+}
+
+// s[c] = sigmoid(x[c]) = 1 / (1 + 2^(-x log2 e)), on the kernels' vectorised exp2.
+void sigmoid_row(const float* x, std::size_t d, float* s) {
+  constexpr float log2e = 1.44269504088896341f;
+  for (std::size_t c = 0; c < d; ++c) s[c] = -x[c] * log2e;
+  kernels::exp2_inplace(s, d);
+  for (std::size_t c = 0; c < d; ++c) s[c] = 1.0f / (1.0f + s[c]);
+}
 
 }  // namespace
 
@@ -213,14 +232,16 @@ void MultiHeadAttention::project(const Activations& query, const Activations& me
            in_proj_bias.data() + which * d, u, d);
     if (!short_conv()) return split_heads(u, batch, n, heads_, head_dim(), heads);
     const std::size_t dk = head_dim();
-    const float* w = conv_weight->data() + which * d * kConvWidth;
+    const std::vector<float> taps = conv_taps(conv_weight->data() + which * d * kConvWidth, d);
+    std::vector<float> pre(d), s(d);
     shape_buffer(heads, {batch, heads_, n, dk});
     for (std::size_t b = 0; b < batch; ++b)
-      for (std::size_t i = 0; i < n; ++i)
-        for (std::size_t c = 0; c < d; ++c) {
-          const float pre = causal_conv(w + c * kConvWidth, u + b * n * d, i, c, d);
-          heads(b, c / dk, i, c % dk) = pre * sigmoid(pre);
-        }
+      for (std::size_t i = 0; i < n; ++i) {
+        causal_conv_row(taps.data(), u + b * n * d, i, d, pre.data());
+        sigmoid_row(pre.data(), d, s.data());
+        for (std::size_t c = 0; c < d; ++c) s[c] *= pre[c];
+        for (std::size_t h = 0; h < heads_; ++h) std::copy_n(&s[h * dk], dk, &heads(b, h, i, 0));
+      }
   };
   block(query, 0, out.q);
   block(memory, 1, out.k);
@@ -251,31 +272,38 @@ void MultiHeadAttention::short_conv_backward(std::size_t which, std::size_t batc
                                              const float* u, float* d_out, float* du,
                                              Matrix& grad_weight) const {
   const std::size_t d = d_model(), width = kConvWidth;
-  const float* w = conv_weight->data() + which * d * width;
-  std::vector<double> d_w(d * width, 0.0);  // summed in order over the rows: deterministic
+  const std::vector<float> taps = conv_taps(conv_weight->data() + which * d * width, d);
+  std::vector<float> pre(d), s(d);
+  std::vector<double> d_taps(width * d, 0.0);  // summed in order over the rows: deterministic
   for (std::size_t b = 0; b < batch; ++b) {
     const float* us = u + b * n * d;
     float* ds = d_out + b * n * d;
-    for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t c = 0; c < d; ++c) {  // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
-        const float pre = causal_conv(w + c * width, us, i, c, d), s = sigmoid(pre);
-        ds[i * d + c] *= s * (1 + pre * (1 - s));
+    for (std::size_t i = 0; i < n; ++i) {  // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
+      causal_conv_row(taps.data(), us, i, d, pre.data());
+      sigmoid_row(pre.data(), d, s.data());
+      float* row = ds + i * d;
+      for (std::size_t c = 0; c < d; ++c) row[c] *= s[c] * (1 + pre[c] * (1 - s[c]));
+    }
+    for (std::size_t j = 0; j < n; ++j) {  // row j feeds rows j .. j + width - 1
+      float* out = du + (b * n + j) * d;
+      std::fill_n(out, d, 0.0f);
+      for (std::size_t t = j + width > n ? j + width - n : 0; t < width; ++t) {
+        const float* w = taps.data() + t * d;
+        const float* g = ds + (j + width - 1 - t) * d;
+        for (std::size_t c = 0; c < d; ++c) out[c] += w[c] * g[c];
       }
-    for (std::size_t j = 0; j < n; ++j)  // row j feeds rows j .. j + width - 1
-      for (std::size_t c = 0; c < d; ++c) {
-        float sum = 0;
-        for (std::size_t t = 0; t < width; ++t)
-          if (j + width - 1 - t < n) sum += w[c * width + t] * ds[(j + width - 1 - t) * d + c];
-        du[(b * n + j) * d + c] = sum;
-      }
+    }
     for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t c = 0; c < d; ++c)
-        for (std::size_t t = 0; t < width; ++t)
-          if (i + t + 1 >= width)
-            d_w[c * width + t] += double(ds[i * d + c]) * us[(i + t + 1 - width) * d + c];
+      for (std::size_t t = width - std::min(i + 1, width); t < width; ++t) {
+        double* dw = d_taps.data() + t * d;
+        const float* g = ds + i * d;
+        const float* row = us + (i + t + 1 - width) * d;
+        for (std::size_t c = 0; c < d; ++c) dw[c] += double(g[c]) * row[c];
+      }
   }
   float* g = grad_weight.data() + which * d * width;
-  for (std::size_t i = 0; i < d_w.size(); ++i) g[i] += static_cast<float>(d_w[i]);
+  for (std::size_t c = 0; c < d; ++c)
+    for (std::size_t t = 0; t < width; ++t) g[c * width + t] += static_cast<float>(d_taps[t * d + c]);
 }
 
 void MultiHeadAttention::normalise_heads(const Tensor& heads, Tensor& out) const {

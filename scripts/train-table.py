@@ -76,7 +76,7 @@ TABLES = {
         "grid": [{"name": f"n{n}-d{d}", "n": n, "pairs": n // 16, "d_model": d,
                   "options": ["--task", f"mqar:pairs={n // 16},vocab=8192", "--n", str(n),
                               "--d-model", str(d), "--ffn", str(4 * d)]}
-                 for n in (64, 128) for d in (32, 64)],
+                 for n in (64, 128, 256) for d in (32, 64, 128)],
         "steps": 2000,
         # sliding: a causal window of 16 keys, so a 2-layer model sees 32 tokens back at most;
         # +short-conv, +head-norm: the linear family with the short convolution its papers use,
@@ -172,8 +172,9 @@ def cell(t, runs, table, point, variant, raw):
 
 
 def plot_grid(folder, t, means):
-    """accuracy.png: the metric against d_model, one line per variant, one panel per N."""
-    lengths = sorted({p["n"] for p in t["grid"]})
+    """accuracy.png: the metric against d_model, one line per variant, one panel per N that has
+    a finished cell."""
+    lengths = sorted({p["n"] for p in t["grid"] for v in t["variants"] if (p["name"], v) in means})
     for i, variant in enumerate(t["variants"]):
         with open(folder / f"variant-{i}.dat", "w") as f:
             for n in lengths:
@@ -228,14 +229,20 @@ def render(table, t, runs, out):
               f"| variant | best rate | {t['metric']} (mean +/- sd) | seeds | s/step (mean) | "
               "every rate: mean (seeds finished) | load (1-min avg, before/after) |",
               ("|---" if has_grid else "") + "|---|---|---|---|---|---|---|"]
-    means = {}
+    means, not_run = {}, {}
     for point in grid(t):
         for variant in t["variants"]:
             cells, summary = cell(t, runs, table, point, variant, raw)
             if summary:
                 means[(point["name"], variant)] = summary
+            elif has_grid:  # a grid's unrun cells are listed below it, not as rows
+                not_run.setdefault(point["name"], []).append(f"`{variant}`")
+                continue
             lines.append("| " + " | ".join(([f"`{point['name']}`"] if has_grid else []) + cells)
                          + " |")
+    if not_run:
+        lines += ["", "Not run (no seed finished): " + "; ".join(
+            f"`{name}`: {', '.join(variants)}" for name, variants in not_run.items()) + "."]
     folder.mkdir(parents=True, exist_ok=True)
     if has_grid and means:
         plot_grid(folder, t, means)
@@ -263,6 +270,9 @@ def main():
     ap.add_argument("--jobs", default=2, type=int)
     ap.add_argument("--variants", help="train only these of the table's variants (comma "
                     "separated), e.g. one added later, beside a driver running the others")
+    ap.add_argument("--points", help="train only at these of a grid's points (comma separated, "
+                    "e.g. n128-d128): a grid larger than one session's time is run a part at a "
+                    "time")
     ap.add_argument("--render-only", action="store_true")
     a = ap.parse_args()
     t = TABLES[a.table]
@@ -271,11 +281,19 @@ def main():
     if unknown:
         sys.exit(f"train-table.py: {', '.join(unknown)}: not a variant of table {a.table} "
                  f"({', '.join(t['variants'])})")
+    points = grid(t)
+    if a.points:
+        names = a.points.split(",")
+        unknown = sorted(set(names) - {p["name"] for p in points})
+        if unknown:
+            sys.exit(f"train-table.py: {', '.join(unknown)}: not a point of table {a.table} "
+                     f"({', '.join(p['name'] for p in points)})")
+        points = [p for p in points if p["name"] in names]
     if not a.render_only:
         # sequence length by sequence length (a grid's panels), seed-major within one: the
         # first seed of every cell of a panel finishes before any cell's third
-        panels = sorted({p.get("n", 0) for p in grid(t)})
-        jobs = [(p, v, r, s) for n in panels for s in t["seeds"] for p in grid(t)
+        panels = sorted({p.get("n", 0) for p in points})
+        jobs = [(p, v, r, s) for n in panels for s in t["seeds"] for p in points
                 if p.get("n", 0) == n for v in chosen for r in t["rates"]]
         print(f"{len(jobs)} runs, {a.jobs} at a time; load {open('/proc/loadavg').read().strip()}")
         with ThreadPoolExecutor(a.jobs) as pool:
