@@ -136,14 +136,17 @@ void backward(const LayerNorm& layer, const Activations& x, const Activations& d
     for (std::size_t r = 0; r < rows; ++r) {
       const float* in = x.data() + r * d;
       const float* g = dy.data() + r * d;
-      double mean = 0, var = 0;
+      double mean = 0, var = 0;  // each sum in SIMD lanes: a fixed order, whatever the threads
+#pragma omp simd reduction(+ : mean)
       for (std::size_t c = 0; c < d; ++c) mean += in[c];
       mean /= static_cast<double>(d);
+#pragma omp simd reduction(+ : var)
       for (std::size_t c = 0; c < d; ++c) var += (in[c] - mean) * (in[c] - mean);
       const double inv = 1.0 / std::sqrt(var / static_cast<double>(d) + layer.eps);
       row_mean[r] = mean;
       row_inv[r] = inv;
       double sum = 0, dot = 0;
+#pragma omp simd reduction(+ : sum, dot)
       for (std::size_t c = 0; c < d; ++c) {
         xhat[c] = (in[c] - mean) * inv;
         dxhat[c] = double(g[c]) * gamma[c];

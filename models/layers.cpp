@@ -95,9 +95,11 @@ void LayerNorm::forward(const Activations& x, Activations& y) const {
   for (std::size_t r = 0; r < rows; ++r) {
     const float* row = x.data() + r * d;
     float* out = y.data() + r * d;
-    double mean = 0, var = 0;
+    double mean = 0, var = 0;  // each sum in SIMD lanes: a fixed order, whatever the threads
+#pragma omp simd reduction(+ : mean)
     for (std::size_t c = 0; c < d; ++c) mean += row[c];
     mean /= static_cast<double>(d);
+#pragma omp simd reduction(+ : var)
     for (std::size_t c = 0; c < d; ++c) var += (row[c] - mean) * (row[c] - mean);
     const double inv = 1.0 / std::sqrt(var / static_cast<double>(d) + eps);
     for (std::size_t c = 0; c < d; ++c)

@@ -314,6 +314,7 @@ void MultiHeadAttention::normalise_heads(const Tensor& heads, Tensor& out) const
     const float* x = heads.data() + r * dk;
     float* y = out.data() + r * dk;
     double squares = 0;
+#pragma omp simd reduction(+ : squares)
     for (std::size_t c = 0; c < dk; ++c) squares += double(x[c]) * x[c];
     const double inv = 1.0 / std::sqrt(squares / double(dk) + kHeadNormEps);
     for (std::size_t c = 0; c < dk; ++c) y[c] = static_cast<float>(x[c] * inv * w[c]);
@@ -329,6 +330,7 @@ void MultiHeadAttention::normalise_heads_backward(const Tensor& heads, Tensor& d
     const float* x = heads.data() + r * dk;
     float* g = d_out.data() + r * dk;
     double squares = 0, dot = 0;  // dot = sum_c g_c w_c x_c
+#pragma omp simd reduction(+ : squares, dot)
     for (std::size_t c = 0; c < dk; ++c) {
       squares += double(x[c]) * x[c];
       dot += double(g[c]) * w[c] * x[c];

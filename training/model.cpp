@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attnlab/error.hpp"
+#include "attnlab/kernels.hpp"
 #include "models/backward.hpp"
 #include "models/weights.hpp"
 
@@ -109,30 +110,36 @@ Score cross_entropy(const float* logits, const std::int64_t* targets, std::size_
   std::vector<double> row_loss(rows, 0.0);
   std::size_t correct = 0;
   const auto n_rows = static_cast<std::ptrdiff_t>(rows);
-#pragma omp parallel for schedule(static) reduction(+ : correct) \
-    if (rows * classes > models::kParallelFloats)
-  for (std::ptrdiff_t row = 0; row < n_rows; ++row) {
-    const auto r = static_cast<std::size_t>(row);
-    if (targets[r] == kNoTarget) continue;
-    const float* z = logits + r * classes;
-    const auto best = static_cast<std::size_t>(std::max_element(z, z + classes) - z);
-    // Each exp once: kept in dz (when wanted) and scaled by the row's sum after.
-    float* dz = dlogits ? dlogits + r * classes : nullptr;
-    double sum = 0;
-    for (std::size_t c = 0; c < classes; ++c) {
-      const double e = std::exp(double(z[c]) - double(z[best]));
-      sum += e;
-      if (dz) dz[c] = static_cast<float>(e);
+#pragma omp parallel reduction(+ : correct) if (rows * classes > models::kParallelFloats)
+  {
+    // Each exp once, in float on the kernels' vectorised exp2 (as PyTorch's float softmax):
+    // kept in dz when the gradient is wanted (scaled by the row's sum after), else in a row of
+    // this thread's; the sum in double.
+    std::vector<float> scratch(dlogits ? 0 : classes);
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t row = 0; row < n_rows; ++row) {
+      const auto r = static_cast<std::size_t>(row);
+      if (targets[r] == kNoTarget) continue;
+      const float* z = logits + r * classes;
+      const auto best = static_cast<std::size_t>(std::max_element(z, z + classes) - z);
+      float* dz = dlogits ? dlogits + r * classes : nullptr;
+      float* e = dz ? dz : scratch.data();
+      constexpr float log2e = 1.44269504088896341f;
+      for (std::size_t c = 0; c < classes; ++c) e[c] = (z[c] - z[best]) * log2e;
+      kernels::exp2_inplace(e, classes);
+      double sum = 0;
+  #pragma omp simd reduction(+ : sum)
+      for (std::size_t c = 0; c < classes; ++c) sum += e[c];
+      const auto t = static_cast<std::size_t>(targets[r]);
+      row_loss[r] = std::log(sum) + double(z[best]) - double(z[t]);
+      correct += best == t;
+      if (!dz) continue;
+      const double scale = 1.0 / (sum * double(s.count));
+      for (std::size_t c = 0; c < classes; ++c) dz[c] = static_cast<float>(double(dz[c]) * scale);
+      // The target's entry from double, not from its rounded exp: p_t - 1 cancels near p_t = 1.
+      dz[t] = static_cast<float>((std::exp(double(z[t]) - double(z[best])) / sum - 1.0) /
+                                 double(s.count));
     }
-    const auto t = static_cast<std::size_t>(targets[r]);
-    row_loss[r] = std::log(sum) + double(z[best]) - double(z[t]);
-    correct += best == t;
-    if (!dz) continue;
-    const double scale = 1.0 / (sum * double(s.count));
-    for (std::size_t c = 0; c < classes; ++c) dz[c] = static_cast<float>(double(dz[c]) * scale);
-    // The target's entry from double, not from its rounded exp: p_t - 1 cancels near p_t = 1.
-    dz[t] = static_cast<float>((std::exp(double(z[t]) - double(z[best])) / sum - 1.0) /
-                               double(s.count));
   }
   double total = 0;
   for (std::size_t r = 0; r < rows; ++r)
