@@ -17,9 +17,10 @@ Resumable: a run whose summary.json reports the table's steps is skipped; any ot
 again with the same command, which continues from its checkpoint (attnlab train resumes). Runs go
 to RUNS/TABLE[/POINT]/VARIANT/lr-RATE/seed-S (git-ignored); the rendering goes to
 OUT/TABLE/README.md (and, for a grid, OUT/TABLE/accuracy.png: the score against the width, one
-line per variant, one panel per sequence length), with every run's summary.json and eval.csv
-copied to OUT/TABLE/raw/. A run that has not finished
-is shown as not run, never estimated. Each run is niced and takes the shared CPU lock
+line per variant, one panel per sequence length). Every finished run's summary.json and eval.csv
+are copied to OUT/TABLE/raw/, the committed record the table is rendered from: runs recorded
+there by another checkout or machine stay in the table (delete one there by hand to drop it).
+A run that has not finished is shown as not run, never estimated. Each run is niced and takes the shared CPU lock
 (flock -s $CPU_LOCK, default /work/.cpu.lock, when the file exists) like train-results.sh.
 """
 import argparse
@@ -130,21 +131,23 @@ def train(build, t, point, variant, rate, seed, folder):
 
 
 def cell(t, runs, table, point, variant, raw):
-    """The variant's cell at one grid point: (row cells, (mean, sd) or None). Copies every
-    finished run's summary.json and eval.csv to raw/."""
+    """The variant's cell at one grid point: (row cells, (mean, sd) or None), from the runs
+    recorded in raw/. A run that finished in RUNS is copied there first (its summary.json and
+    eval.csv); a recorded run that RUNS lacks (a fresh checkout) is kept, never dropped."""
     metric, by_accuracy = t["metric"], t.get("select") == "accuracy"
     by_rate = {}
     for rate in t["rates"]:
         done = []
         for seed in t["seeds"]:
             d = run_dir(runs, table, point, variant, rate, seed)
-            s = finished(d, t["steps"])
+            kept = raw / d.relative_to(runs / table)
+            if finished(d, t["steps"]):
+                kept.mkdir(parents=True, exist_ok=True)
+                for f in ["summary.json", "eval.csv"]:
+                    shutil.copy(d / f, kept / f)
+            s = finished(kept, t["steps"])
             if s:
                 done.append(s)
-                dest = raw / d.relative_to(runs / table)
-                dest.mkdir(parents=True)
-                for f in ["summary.json", "eval.csv"]:
-                    shutil.copy(d / f, dest / f)
         by_rate[rate] = done
     # Candidates: the rates with the most seeds finished (every seed, once the table is done).
     most = max(len(v) for v in by_rate.values())
@@ -204,11 +207,9 @@ def plot_grid(folder, t, means):
 
 
 def render(table, t, runs, out):
-    """OUT/TABLE/README.md from what finished; raw copies of every finished run."""
+    """OUT/TABLE/README.md from every finished run recorded in OUT/TABLE/raw/."""
     folder = out / table
     raw = folder / "raw"
-    if raw.exists():
-        shutil.rmtree(raw)
     selection = ("highest mean held-out accuracy" if t.get("select") == "accuracy"
                  else "lowest mean held-out loss")
     has_grid = "grid" in t

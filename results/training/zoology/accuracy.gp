@@ -2,8 +2,8 @@ set terminal pngcairo noenhanced size 840,380
 set output 'accuracy.png'
 set multiplot layout 1,2
 set logscale x 2
-set xrange [24.615384615384613:83.2]
-set xtics (32, 64)
+set xrange [24.615384615384613:166.4]
+set xtics (32, 64, 128)
 set yrange [0:1.05]
 set xlabel 'd_model'
 set ylabel 'held-out accuracy'
