@@ -34,6 +34,12 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+# The encoder of the ListOps and copy tables (attnlab train's default model) and one variant of
+# each family LRA's ListOps column compares (softmax, a window, Linformer's projection, a linear
+# kernel), with the gated delta rule.
+SMALL_ENCODER = ["--layers", "2", "--d-model", "64", "--heads", "4", "--ffn", "256", "--batch", "32"]
+FAMILIES = ["full", "linear", "sliding:left=16,right=16", "linformer:k=32", "gated-delta"]
+
 # TABLE: what it trains and its options (every run of a table has the same ones but the spec,
 # the rate and the seed). Sized for a shared 2-core machine: hours, not days.
 TABLES = {
@@ -62,6 +68,34 @@ TABLES = {
         "rates": [1e-3, 3e-3, 1e-2],
         "seeds": [1, 2, 3],
         "metric": "bits",
+    },
+    # LRA's ListOps (Tay et al. 2021) at N = 256: 10-way classification of a nested expression by
+    # the encoder (no causal mask). LRA trains to convergence on sequences up to 2000; 1000 steps
+    # of 32 examples here.
+    "listops": {
+        "title": "ListOps (LRA's generator, N = 256): held-out accuracy",
+        "options": ["--task", "listops", "--n", "256", *SMALL_ENCODER, "--warmup", "100",
+                    "--eval-size", "512", "--eval-every", "100", "--checkpoint-every", "250"],
+        "steps": 1000,
+        "variants": FAMILIES,
+        "rates": [1e-3, 3e-3],
+        "seeds": [1, 2, 3],
+        "metric": "accuracy",
+        "select": "accuracy",
+    },
+    # A table of reach: copy 31 symbols, each read 32 positions back (N = 64). A window of 16
+    # keys a side cannot see that far in one layer; two layers reach exactly 32, through a
+    # token between.
+    "copy": {
+        "title": "Copy (N = 64, each symbol read 32 positions back): held-out accuracy",
+        "options": ["--task", "copy", "--n", "64", *SMALL_ENCODER, "--warmup", "10",
+                    "--eval-size", "512", "--eval-every", "25", "--checkpoint-every", "100"],
+        "steps": 300,
+        "variants": FAMILIES,
+        "rates": [3e-3, 6e-3],
+        "seeds": [1, 2, 3],
+        "metric": "accuracy",
+        "select": "accuracy",
     },
     # Zoology's Figure 2 (Arora et al. 2023): MQAR with vocabulary 8192, (N, pairs) = (64, 4) and
     # (128, 8), a 2-layer causal model with one head and an MLP of 4 d_model as Zoology's
