@@ -76,9 +76,16 @@ void Adam::step(const Parameters& params, const Parameters& grads) {
   ++t_;
   const double lr = learning_rate(t_);
   const double b1 = config_.beta1, b2 = config_.beta2;
-  const double step_size = lr / (1.0 - std::pow(b1, static_cast<double>(t_)));
-  const double root_correction = std::sqrt(1.0 - std::pow(b2, static_cast<double>(t_)));
-  const float decay = static_cast<float>(1.0 - lr * config_.weight_decay);
+  // The scalars in double, the elements in float in torch's order of operations (its CPU
+  // kernels compute float tensors in float): as close to torch's step as two implementations
+  // get, and float's square roots and divisions take half the time of double's.
+  const auto step_size = static_cast<float>(lr / (1.0 - std::pow(b1, static_cast<double>(t_))));
+  const auto root_correction =
+      static_cast<float>(std::sqrt(1.0 - std::pow(b2, static_cast<double>(t_))));
+  const auto decay = static_cast<float>(1.0 - lr * config_.weight_decay);
+  const auto b1f = static_cast<float>(b1), b2f = static_cast<float>(b2);
+  const auto g1 = static_cast<float>(1.0 - b1), g2 = static_cast<float>(1.0 - b2);
+  const auto eps = static_cast<float>(config_.eps);
   for (std::size_t i = 0; i < params.size(); ++i) {
     float* w = params[i].data;
     const float* g = grads[i].data;
@@ -89,10 +96,10 @@ void Adam::step(const Parameters& params, const Parameters& grads) {
 #pragma omp parallel for schedule(static) if (size > std::ptrdiff_t(kParallelFloats))
     for (std::ptrdiff_t j = 0; j < size; ++j) {
       w[j] *= decay;
-      m[j] = static_cast<float>(b1 * m[j] + (1.0 - b1) * g[j]);
-      v[j] = static_cast<float>(b2 * v[j] + (1.0 - b2) * double(g[j]) * g[j]);
-      const double denom = std::sqrt(double(v[j])) / root_correction + config_.eps;
-      w[j] = static_cast<float>(w[j] - step_size * m[j] / denom);
+      m[j] = m[j] * b1f + g1 * g[j];
+      v[j] = v[j] * b2f + g2 * g[j] * g[j];
+      const float denom = std::sqrt(v[j]) / root_correction + eps;
+      w[j] = w[j] + -step_size * m[j] / denom;
     }
   }
 }
