@@ -128,7 +128,7 @@ Score cross_entropy(const float* logits, const std::int64_t* targets, std::size_
       for (std::size_t c = 0; c < classes; ++c) e[c] = (z[c] - z[best]) * log2e;
       kernels::exp2_inplace(e, classes);
       double sum = 0;
-  #pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum)
       for (std::size_t c = 0; c < classes; ++c) sum += e[c];
       const auto t = static_cast<std::size_t>(targets[r]);
       row_loss[r] = std::log(sum) + double(z[best]) - double(z[t]);
