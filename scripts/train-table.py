@@ -222,18 +222,20 @@ def plot_grid(folder, t, means):
                         f.write(f"{p['d_model']} {mean} {0 if math.isnan(sd) else sd}\n")
                 f.write("\n\n")
     widths = sorted({p["d_model"] for p in t["grid"]})
-    script = [f"set terminal pngcairo noenhanced size {420 * len(lengths)},380",
+    script = [f"set terminal pngcairo noenhanced size {420 * len(lengths)},520",
               "set output 'accuracy.png'", f"set multiplot layout 1,{len(lengths)}",
               "set logscale x 2", f"set xrange [{widths[0] / 1.3}:{widths[-1] * 1.3}]",
               f"set xtics ({', '.join(str(w) for w in widths)})", "set yrange [0:1.05]",
-              "set xlabel 'd_model'", f"set ylabel 'held-out {t['metric']}'", "set key right center",
-              "set grid"]
+              "set xlabel 'd_model'", f"set ylabel 'held-out {t['metric']}'", "set grid",
+              # one key for every panel, under them all, where it hides no line
+              "set bmargin 10", "set key at screen 0.5, 0.02 center bottom horizontal maxrows 3"]
     for index, n in enumerate(lengths):
         pairs = next(p["pairs"] for p in t["grid"] if p["n"] == n)
         script.append(f"set title 'N = {n}, {pairs} pairs'")
         script.append("plot " + ", ".join(
             f"'variant-{i}.dat' index {index} using 1:2:3 with yerrorlines title '{v}'"
             for i, v in enumerate(t["variants"])))
+        script.append("unset key")
     script.append("unset multiplot")
     (folder / "accuracy.gp").write_text("\n".join(script) + "\n")
     if shutil.which("gnuplot"):

@@ -1,4 +1,4 @@
-set terminal pngcairo noenhanced size 840,380
+set terminal pngcairo noenhanced size 840,520
 set output 'accuracy.png'
 set multiplot layout 1,2
 set logscale x 2
@@ -7,10 +7,13 @@ set xtics (32, 64, 128)
 set yrange [0:1.05]
 set xlabel 'd_model'
 set ylabel 'held-out accuracy'
-set key right center
 set grid
+set bmargin 10
+set key at screen 0.5, 0.02 center bottom horizontal maxrows 3
 set title 'N = 64, 4 pairs'
 plot 'variant-0.dat' index 0 using 1:2:3 with yerrorlines title 'full', 'variant-1.dat' index 0 using 1:2:3 with yerrorlines title 'linear', 'variant-2.dat' index 0 using 1:2:3 with yerrorlines title 'gated-delta', 'variant-3.dat' index 0 using 1:2:3 with yerrorlines title 'sliding:left=16,right=0', 'variant-4.dat' index 0 using 1:2:3 with yerrorlines title 'linear+short-conv', 'variant-5.dat' index 0 using 1:2:3 with yerrorlines title 'gated-delta+short-conv', 'variant-6.dat' index 0 using 1:2:3 with yerrorlines title 'gated-delta+short-conv+head-norm'
+unset key
 set title 'N = 128, 8 pairs'
 plot 'variant-0.dat' index 1 using 1:2:3 with yerrorlines title 'full', 'variant-1.dat' index 1 using 1:2:3 with yerrorlines title 'linear', 'variant-2.dat' index 1 using 1:2:3 with yerrorlines title 'gated-delta', 'variant-3.dat' index 1 using 1:2:3 with yerrorlines title 'sliding:left=16,right=0', 'variant-4.dat' index 1 using 1:2:3 with yerrorlines title 'linear+short-conv', 'variant-5.dat' index 1 using 1:2:3 with yerrorlines title 'gated-delta+short-conv', 'variant-6.dat' index 1 using 1:2:3 with yerrorlines title 'gated-delta+short-conv+head-norm'
+unset key
 unset multiplot
