@@ -57,7 +57,8 @@ nlohmann::json run_context() {
                {"threads", blas.threads},
                {"core_source", blas::source_name(blas.source)},  // openblas, user or attnlab
                {"detected", blas.detected},
-               {"better_core", blas.better}};
+               {"better_core", blas.better},
+               {"threading", blas.threading}};  // OpenMP, pthreads or sequential
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   j["OPENBLAS_CORETYPE"] = coretype ? nlohmann::json(coretype) : nlohmann::json(nullptr);
   j["kernels"] = kernels::isa_name(kernels::active_isa());  // the path that ran (ATTNLAB_ISA)

@@ -30,7 +30,7 @@ void affine(const float* x, std::size_t rows, std::size_t in, std::size_t ldx, c
     else std::fill_n(y + r * ldy, out, 0.0f);
   }
   if (rows == 0 || out == 0) return;
-  blas::warn_if_weak_core();  // once: every model's forward passes here
+  blas::warn_if_slow();  // once: every model's forward passes here
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
               static_cast<int>(out), static_cast<int>(in), 1.0f, x, static_cast<int>(ldx), w,
               static_cast<int>(ldw), 1.0f, y, static_cast<int>(ldy));

@@ -87,6 +87,8 @@ TEST_CASE("info reports this process's OpenBLAS and who chose its core", "[blas]
   CHECK(i.threads >= 1);
   CHECK(i.config.find("OpenBLAS") != std::string::npos);
   CHECK(i.better == blas::fitting_core(i.corename, blas::cpu_flags()));
+  CHECK((i.threading == "OpenMP" || i.threading == "pthreads" || i.threading == "sequential"));
+  CHECK((i.threading == "OpenMP") == (i.config.find("USE_OPENMP") != std::string::npos));
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   CHECK(i.coretype == (coretype ? coretype : ""));
   if (!coretype || !*coretype) {
@@ -134,4 +136,23 @@ TEST_CASE("describe says who chose the core, and the better one the CPU supports
   i.corename = i.detected = "Prescott";
   CHECK(blas::describe(i) == "OpenBLAS, core Prescott, 1 thread (detected by OpenBLAS, "
                              "OPENBLAS_CORETYPE unset; this CPU supports SkylakeX)");
+  i.threading = "pthreads";
+  CHECK(blas::describe(i) == "OpenBLAS, core Prescott, pthreads, 1 thread (detected by "
+                             "OpenBLAS, OPENBLAS_CORETYPE unset; this CPU supports SkylakeX)");
+}
+
+TEST_CASE("two thread pools compete only for pthreads OpenBLAS and OpenMP, both threaded",
+          "[blas]") {
+  blas::Info i;
+  i.threads = 2;
+  i.threading = "pthreads";
+  CHECK(blas::competing_thread_pools(i, 2));
+  CHECK_FALSE(blas::competing_thread_pools(i, 1));  // OMP_NUM_THREADS=1
+  i.threads = 1;  // OPENBLAS_NUM_THREADS=1
+  CHECK_FALSE(blas::competing_thread_pools(i, 2));
+  i.threads = 2;
+  for (const char* one_pool : {"OpenMP", "sequential"}) {
+    i.threading = one_pool;
+    CHECK_FALSE(blas::competing_thread_pools(i, 2));
+  }
 }

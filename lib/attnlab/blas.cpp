@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -113,6 +114,11 @@ Info info() {
   i.threads = openblas_get_num_threads();
   i.config = openblas_get_config();
   i.better = fitting_core(i.corename, cpu_flags());
+  switch (openblas_get_parallel()) {
+    case 0: i.threading = "sequential"; break;
+    case 1: i.threading = "pthreads"; break;
+    default: i.threading = "OpenMP"; break;
+  }
   const char* coretype = env("OPENBLAS_CORETYPE");
   const char* detected = env(kDetectedVariable);
   i.coretype = coretype ? coretype : "";
@@ -129,7 +135,8 @@ Info info() {
 }
 
 std::string describe(const Info& i) {
-  std::string text = i.config + ", core " + i.corename + ", " + std::to_string(i.threads) +
+  std::string text = i.config + ", core " + i.corename + ", " +
+                     (i.threading.empty() ? "" : i.threading + ", ") + std::to_string(i.threads) +
                      (i.threads == 1 ? " thread (" : " threads (");
   switch (i.source) {
     case CoreSource::attnlab:
@@ -162,18 +169,28 @@ void use_fitting_core(char** argv) {
   unsetenv(kDetectedVariable);
   std::fprintf(stderr, "attnlab: warning: could not re-execute with OPENBLAS_CORETYPE=%s (%s)\n",
                better.c_str(), why.c_str());
-  warn_if_weak_core();
+  warn_if_slow();
 }
 
-void warn_if_weak_core() {
+bool competing_thread_pools(const Info& info, int omp_threads) {
+  return info.threading == "pthreads" && info.threads > 1 && omp_threads > 1;
+}
+
+void warn_if_slow() {
   static std::once_flag once;
   std::call_once(once, [] {
     const Info i = info();
-    if (i.source != CoreSource::openblas || i.better.empty()) return;
-    std::fprintf(stderr,
-                 "attnlab: warning: OpenBLAS runs its %s kernels on a CPU that supports %s; "
-                 "matrix products may run several times slower (set OPENBLAS_CORETYPE=%s)\n",
-                 i.corename.c_str(), i.better.c_str(), i.better.c_str());
+    if (i.source == CoreSource::openblas && !i.better.empty())
+      std::fprintf(stderr,
+                   "attnlab: warning: OpenBLAS runs its %s kernels on a CPU that supports %s; "
+                   "matrix products may run several times slower (set OPENBLAS_CORETYPE=%s)\n",
+                   i.corename.c_str(), i.better.c_str(), i.better.c_str());
+    if (competing_thread_pools(i, omp_get_max_threads()))
+      std::fprintf(stderr,
+                   "attnlab: warning: OpenBLAS's pthreads build runs %d threads of its own "
+                   "beside OpenMP's; the two pools slow each other down (use OpenBLAS's OpenMP "
+                   "build, Debian's libopenblas0-openmp, or set OPENBLAS_NUM_THREADS=1)\n",
+                   i.threads);
   });
 }
 

@@ -7,7 +7,12 @@
 // supports; attnlab's programs call use_fitting_core() first thing in main, which re-executes the
 // program once with OPENBLAS_CORETYPE set (the only moment the variable takes effect). A value
 // the user set is never overridden. Code that links the library without that call (a user's
-// program) gets one warning on stderr, from warn_if_weak_core(), naming the variable to set.
+// program) gets one warning on stderr, from warn_if_slow(), naming the variable to set.
+//
+// OpenBLAS's pthreads build (Debian's default) keeps a pool of threads of its own that spin
+// between calls; beside the OpenMP threads of attnlab's kernels the two pools take turns on the
+// same cores (a 2-layer training step ran up to twice as slow on 2 cores). Its OpenMP build
+// runs on OpenMP's threads; scripts/install-deps.sh selects it, and warn_if_slow() names it.
 #pragma once
 
 #include <string>
@@ -37,12 +42,15 @@ struct Info {
   std::string detected;
   /// fitting_core(corename, this CPU's flags): the better core this CPU supports, "" if none.
   std::string better;
+  /// How OpenBLAS runs its threads (openblas_get_parallel()): "OpenMP", "pthreads" or
+  /// "sequential".
+  std::string threading;
 };
 
 /// This process's BLAS. Reads the environment and /proc/cpuinfo on each call.
 Info info();
 
-/// One line for --version, summaries and logs, e.g. "OpenBLAS 0.3.21 ... core SkylakeX,
+/// One line for --version, summaries and logs, e.g. "OpenBLAS 0.3.21 ... core SkylakeX, OpenMP,
 /// 2 threads (OPENBLAS_CORETYPE=SkylakeX set by attnlab: OpenBLAS detected Prescott)".
 std::string describe(const Info& info);
 
@@ -67,9 +75,13 @@ std::string cpu_model();
 /// returns. The re-executed program finds the variable set and does not loop.
 void use_fitting_core(char** argv);
 
-/// Prints one warning on stderr, once per process, when OpenBLAS's own detection chose a core
-/// weaker than this CPU supports (the library's matrix products call it); silent when the user
-/// or attnlab set OPENBLAS_CORETYPE.
-void warn_if_weak_core();
+/// Whether OpenBLAS's own pool of threads runs beside `omp_threads` OpenMP threads: its
+/// pthreads build with more than one thread while OpenMP has more than one.
+bool competing_thread_pools(const Info& info, int omp_threads);
+
+/// Prints on stderr, once per process (the library's matrix products call it), a warning when
+/// OpenBLAS's own detection chose a core weaker than this CPU supports (silent when the user or
+/// attnlab set OPENBLAS_CORETYPE), and one when competing_thread_pools() with OpenMP's threads.
+void warn_if_slow();
 
 }  // namespace attnlab::blas
