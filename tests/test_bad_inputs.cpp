@@ -484,10 +484,15 @@ TEST_CASE("attnlab run out of memory after the forward names the spec and the sh
   save3(dir, "v.npy", t(1, 2, 16, 8));
   // The address space a tiny run needs (libraries, BLAS buffers), by bisection. One thread:
   // where a limit leaves no room for another thread's stack, OpenBLAS's and OpenMP's start-up
-  // can hang instead of failing (seen at 100 MiB here).
-  const std::string one_thread = "export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1; ";
+  // can hang instead of failing (seen at 100 MiB here). And a time limit: OpenBLAS's OpenMP
+  // build retries its start-up buffer forever under a limit it cannot meet, even on one thread
+  // (64-200 MiB here), so a run that hangs counts as one that does not fit.
+  const auto limited = [](std::size_t kib) {
+    return "export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1; ulimit -v " + std::to_string(kib) +
+           "; timeout 10";
+  };
   const auto runs_within = [&](std::size_t kib) {
-    return attnlab_cli(dir, kRun, one_thread + "ulimit -v " + std::to_string(kib) + ";").code == 0;
+    return attnlab_cli(dir, kRun, limited(kib)).code == 0;
   };
   std::size_t lo = 16 << 10, hi = 16 << 20;  // KiB: 16 MiB fails, 16 GiB runs
   REQUIRE(runs_within(hi));
@@ -502,8 +507,7 @@ TEST_CASE("attnlab run out of memory after the forward names the spec and the sh
   save_npy(dir.file("k.npy"), from_bhnd(t(1, 1, 1, 1), 2));
   save_npy(dir.file("v.npy"), from_bhnd(t(1, 1, 1, 16384), 2));
   const std::size_t limit = hi + (384 << 10);
-  const CliResult r =
-      attnlab_cli(dir, kRun, one_thread + "ulimit -v " + std::to_string(limit) + ";");
+  const CliResult r = attnlab_cli(dir, kRun, limited(limit));
   INFO("baseline " << hi << " KiB, limit " << limit << " KiB, exit " << r.code << ": " << r.err);
   CHECK(r.code == 2);
   CHECK(r.err.find("attnlab: error: out of memory running full") == 0);
