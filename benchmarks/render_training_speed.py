@@ -18,12 +18,19 @@ def main():
     rows = list(csv.DictReader(open(d / "rows.csv")))
     c = json.loads((d / "context.json").read_text())
     blas = c.get("attnlab_blas", {})
+    # The OpenBLAS build's threading, where the context records it (since bb2c59b)
+    our_build = f", {blas['threading']} build" if "threading" in blas else ""
+    torch_build = ""
+    if "torch_openblas_config" in c:
+        torch_build = ", OpenMP build" if "USE_OPENMP" in c["torch_openblas_config"] else \
+            ", pthreads build"
     lines = [
         "# A training step: attnlab against PyTorch",
         "",
         f"`benchmarks/training_speed.py` at {c['git_commit']}, {c['date']}: {c['cpu']}, "
         f"{c['threads']} threads on both sides; OpenBLAS core {blas.get('corename', '?')} for "
-        f"attnlab ({blas.get('core_source', '?')}), {c['torch_openblas_core']} for PyTorch "
+        f"attnlab ({blas.get('core_source', '?')}{our_build}), {c['torch_openblas_core']}"
+        f"{torch_build} for PyTorch "
         f"{c['torch']} (OPENBLAS_CORETYPE {c['OPENBLAS_CORETYPE'] or 'unset'}); kernels "
         f"{c.get('attnlab_kernels', '?')}. {c['rounds']} rounds, attnlab and PyTorch in turn, each "
         f"the median of {c['steps']} steps ({c['big_rounds']} round of {c['big_steps']} for the "

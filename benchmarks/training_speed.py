@@ -108,6 +108,7 @@ def main():
     torch.set_num_threads(a.threads)
     openblas = ctypes.CDLL("libopenblas.so.0")  # the one PyTorch's libblas.so.3 resolves to here
     openblas.openblas_get_corename.restype = ctypes.c_char_p
+    openblas.openblas_get_config.restype = ctypes.c_char_p
     # The environment above reaches attnlab's process; this one's OpenBLAS was loaded with torch,
     # before it, and would run PyTorch's GEMMs on as many threads as there are cores.
     openblas.openblas_set_num_threads(a.threads)
@@ -122,6 +123,7 @@ def main():
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
         "torch": torch.__version__,
         "torch_openblas_core": openblas.openblas_get_corename().decode(),
+        "torch_openblas_config": openblas.openblas_get_config().decode(),  # USE_OPENMP or not
         "torch_threads": torch.get_num_threads(),
         "torch_openblas_threads": openblas.openblas_get_num_threads(),
         "load_before": loadavg(),
