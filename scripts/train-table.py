@@ -102,8 +102,8 @@ TABLES = {
     # (128, 8), a 2-layer causal model with one head and an MLP of 4 d_model as Zoology's
     # attention baseline, accuracy against the width. Zoology trains 64 epochs of 20k to 100k
     # examples at 4 rates in [1e-4, 1e-2]; on 2 cores we train 2000 steps of 64 fresh examples at
-    # one rate (results/training/zoology/notes.md says what that can and cannot show). The runs
-    # go panel by panel (every seed of N = 64 first).
+    # 3e-3, and at 1e-3 too where a cell stays on its plateau (results/training/zoology/notes.md
+    # says what that can and cannot show). The runs go panel by panel (every seed of N = 64 first).
     "zoology": {
         "title": "Zoology's MQAR (vocabulary 8192): held-out accuracy against model width",
         "options": ["--causal", "--layers", "2", "--heads", "1", "--batch", "64", "--warmup",
@@ -120,7 +120,7 @@ TABLES = {
         "variants": ["full", "linear", "gated-delta", "sliding:left=16,right=0",
                      "linear+short-conv", "gated-delta+short-conv",
                      "gated-delta+short-conv+head-norm"],
-        "rates": [3e-3],
+        "rates": [1e-3, 3e-3],
         "seeds": [1, 2, 3],
         "metric": "accuracy",
         "select": "accuracy",
@@ -311,9 +311,24 @@ def main():
     ap.add_argument("--points", help="train only at these of a grid's points (comma separated, "
                     "e.g. n128-d128): a grid larger than one session's time is run a part at a "
                     "time")
+    ap.add_argument("--rates", help="train only at these of the table's learning rates (comma "
+                    "separated, e.g. 0.001): a cell's second rate where its first left it on a "
+                    "plateau")
     ap.add_argument("--render-only", action="store_true")
     a = ap.parse_args()
     t = TABLES[a.table]
+    rates = t["rates"]
+    if a.rates:
+        def known(text):
+            try:
+                return float(text) in t["rates"]
+            except ValueError:
+                return False
+        unknown = [r for r in a.rates.split(",") if not known(r)]
+        if unknown:
+            sys.exit(f"train-table.py: {', '.join(unknown)}: not a rate of table {a.table} "
+                     f"({', '.join(f'{r:g}' for r in t['rates'])})")
+        rates = [float(r) for r in a.rates.split(",")]
     chosen = a.variants.split(",") if a.variants else t["variants"]
     unknown = sorted(set(chosen) - set(t["variants"]))
     if unknown:
@@ -332,7 +347,7 @@ def main():
         # first seed of every cell of a panel finishes before any cell's third
         panels = sorted({p.get("n", 0) for p in points})
         jobs = [(p, v, r, s) for n in panels for s in t["seeds"] for p in points
-                if p.get("n", 0) == n for v in chosen for r in t["rates"]]
+                if p.get("n", 0) == n for v in chosen for r in rates]
         print(f"{len(jobs)} runs, {a.jobs} at a time; load {open('/proc/loadavg').read().strip()}")
         with ThreadPoolExecutor(a.jobs) as pool:
             results = pool.map(lambda j: (j, train(a.build, t, *j, run_dir(a.runs, a.table, *j))),
