@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages attnlab needs, and only those dpkg reports as not installed, so a
 # machine that has everything never calls apt-get. Extra package names may be given as arguments
-# (.ci/run adds cmake for its install check). Non-interactive; uses sudo when not root.
+# (.ci/run adds cmake for its install check). Then selects OpenBLAS's OpenMP build (below).
+# Non-interactive; uses sudo when not root.
 set -euo pipefail
 
 PACKAGES=(
