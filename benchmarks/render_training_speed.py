@@ -18,7 +18,8 @@ def main():
     rows = list(csv.DictReader(open(d / "rows.csv")))
     c = json.loads((d / "context.json").read_text())
     blas = c.get("attnlab_blas", {})
-    # The OpenBLAS build's threading, where the context records it (since bb2c59b)
+    # Each side's OpenBLAS build, where the context records it (attnlab's since bb2c59b,
+    # PyTorch's since e922664)
     our_build = f", {blas['threading']} build" if "threading" in blas else ""
     torch_build = ""
     if "torch_openblas_config" in c:
