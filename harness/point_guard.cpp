@@ -158,6 +158,14 @@ PointGuard::~PointGuard() {
   for (int sig : kFatalSignals) ::sigaction(sig, &g_previous[sig], nullptr);
 }
 
+void PointGuard::discard_if_stored(const std::unordered_set<std::string>& stored) {
+  if (key_.empty() || !stored.count(key_)) return;
+  key_.clear();
+  cause_.clear();
+  faults_ = 0;
+  std::remove(path_.c_str());
+}
+
 void PointGuard::begin(const std::string& key) {
   g_armed = 0;
   std::ostringstream marker;

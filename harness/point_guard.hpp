@@ -14,6 +14,7 @@
 #pragma once
 
 #include <string>
+#include <unordered_set>
 
 namespace attnlab::harness {
 
@@ -28,6 +29,10 @@ class PointGuard {
   /// How often the point `key` killed a process before (0, 1, 2...), and the last cause.
   int faults(const std::string& key) const { return key == key_ ? faults_ : 0; }
   const std::string& cause() const { return cause_; }
+
+  /// A dead process may have stored its point's row and died before removing the marker: such a
+  /// marker (its key among `stored`) is removed, so a finished folder holds no `running`.
+  void discard_if_stored(const std::unordered_set<std::string>& stored);
 
   /// Marks `key` as running (the marker is written atomically before the point starts).
   void begin(const std::string& key);

@@ -160,7 +160,10 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
     undo_start();
   };
   try {
-    if (root) guard = std::make_unique<PointGuard>(summary.dir);
+    if (root) {
+      guard = std::make_unique<PointGuard>(summary.dir);
+      guard->discard_if_stored(done);
+    }
   } catch (...) {
     undo_before_first_row();
     throw;

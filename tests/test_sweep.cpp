@@ -496,6 +496,23 @@ TEST_CASE("points over the memory budget are refused as oom without running", "[
   }
 }
 
+// Runs the sweep driver on `config` into `out`; it SIGKILLs itself right after storing its
+// `rows`-th row, before it removes the `running` marker.
+void sweep_killed_after(const std::string& config, const std::string& out, std::size_t rows) {
+  const std::string count = std::to_string(rows);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    execl(driver().c_str(), driver().c_str(), config.c_str(), out.c_str(), "--kill-after",
+          count.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+}
+
 TEST_CASE("a sweep killed mid-run resumes with no row lost or duplicated", "[harness]") {
   if (driver().empty()) FAIL("SWEEP_DRIVER is not set (meson test sets it)");
   TempDir dir;
@@ -506,18 +523,7 @@ TEST_CASE("a sweep killed mid-run resumes with no row lost or duplicated", "[har
   const auto grid = make_grid(c);
   REQUIRE(grid.size() > 6);
 
-  // The child SIGKILLs itself right after its 4th row.
-  const pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    execl(driver().c_str(), driver().c_str(), config.c_str(), out.c_str(), "--kill-after", "4",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  REQUIRE(waitpid(child, &status, 0) == child);
-  REQUIRE(WIFSIGNALED(status));
-  CHECK(WTERMSIG(status) == SIGKILL);
+  sweep_killed_after(config, out, 4);
   CHECK(read_rows(out + "/rows.csv").size() == 4);
   CHECK(fs::exists(out + "/running"));  // the killed process was between points
 
@@ -541,6 +547,22 @@ TEST_CASE("a sweep killed mid-run resumes with no row lost or duplicated", "[har
   TempDir clean;
   sweep_quietly(c, clean.str());
   require_same_results(rows, read_rows(clean.str("rows.csv")));
+}
+
+TEST_CASE("a sweep killed after storing its last row: the rerun has nothing to do and clears the marker", "[harness]") {
+  if (driver().empty()) FAIL("SWEEP_DRIVER is not set (meson test sets it)");
+  TempDir dir;
+  const std::string config = dir.str("sweep.toml"), out = dir.str("out");
+  std::ofstream(config) << small_config("last");
+  const SweepConfig c = load_config(config);
+  const std::size_t points = make_grid(c).size();
+  sweep_killed_after(config, out, points);
+  CHECK(read_rows(out + "/rows.csv").size() == points);
+  REQUIRE(fs::exists(out + "/running"));  // names the last point, whose row is stored
+  const auto summary = sweep_quietly(c, out);
+  CHECK(summary.done_before == points);
+  CHECK(summary.ran == 0);
+  CHECK_FALSE(fs::exists(out + "/running"));
 }
 
 TEST_CASE("a point that crashes the process twice is an error; --retry-errors runs it again", "[harness]") {
@@ -754,19 +776,33 @@ TEST_CASE("attnlab sweep SIGKILLed at random moments 20 times loses and repeats 
   const char* cli = std::getenv("ATTNLAB_CLI");
   if (!cli) FAIL("ATTNLAB_CLI is not set (meson test sets it)");
   TempDir dir;
-  const std::string config = dir.str("kill.toml"), out = dir.str("out");
+  const std::string config = dir.str("kill.toml");
   std::ofstream(config) << kill_config();
   const SweepConfig c = load_config(config);
-  const auto grid = make_grid(c);
-  REQUIRE(grid.size() == 64);
+  REQUIRE(make_grid(c).size() == 64);
+  TempDir clean;
+  sweep_quietly(c, clean.str());
+  const auto clean_rows = read_rows(clean.str("rows.csv"));
+
+  // A folder the kills left behind: one more run completes it, and it holds exactly the rows of
+  // an uninterrupted run (no loss, no duplicate, every line complete).
+  const auto complete_and_check = [&](const std::string& out) {
+    REQUIRE(run_command(std::string(cli) + " sweep --quiet --config " + config + " --out " + out +
+                        " > /dev/null") == 0);
+    const auto rows = read_rows(out + "/rows.csv");
+    for (const Row& r : rows) CHECK(r[Col::status] == "ok");
+    CHECK_FALSE(fs::exists(out + "/running"));
+    require_same_results(rows, clean_rows);
+  };
 
   // Each round starts `attnlab sweep`, waits until a random number (0 to 2) of new rows is in,
   // then a random 0-10 ms more (during start-up, a point, an append, the marker), and SIGKILLs
-  // it. The outcome does not depend on where the kills land, only the coverage does. About one
-  // row per round leaves room in the 64 for the rows a loaded machine adds before the kill lands
-  // (with 0 to 3 rows and 15 ms, a run under load finished the grid after 19 kills).
+  // it. The outcome does not depend on where the kills land, only the coverage does. A fast
+  // machine may finish the grid between two kills: that folder is checked and the kills go on
+  // in a new one, so every run makes 20 kills whatever the machine's speed.
   std::mt19937 rng(12);
-  int kills = 0;
+  int kills = 0, folders = 0;
+  std::string out = dir.str("out0");
   while (kills < 20) {
     const std::size_t target = complete_rows(out + "/rows.csv") + rng() % 3;
     const pid_t child = fork();
@@ -792,24 +828,17 @@ TEST_CASE("attnlab sweep SIGKILLed at random moments 20 times loses and repeats 
     }
     if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
       ++kills;
-    } else {
-      INFO("exit status " << status);
-      REQUIRE(WIFEXITED(status));
-      REQUIRE(WEXITSTATUS(status) == 0);
-      break;  // the sweep finished between two kills: the grid is too small for this machine
+      continue;
     }
+    INFO("exit status " << status);
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    INFO("folder " << out << " finished after " << kills << " kills in all");
+    complete_and_check(out);
+    out = dir.str("out" + std::to_string(++folders));
   }
-  CHECK(kills == 20);
-  const std::size_t before_last = complete_rows(out + "/rows.csv");
-  INFO(before_last << " of 64 rows after " << kills << " kills");
-  REQUIRE(run_command(std::string(cli) + " sweep --quiet --config " + config + " --out " + out +
-                      " > /dev/null") == 0);
-  const auto rows = read_rows(out + "/rows.csv");  // every line complete, the schema's columns
-  for (const Row& r : rows) CHECK(r[Col::status] == "ok");
-  CHECK_FALSE(fs::exists(out + "/running"));
-  TempDir clean;
-  sweep_quietly(c, clean.str());
-  require_same_results(rows, read_rows(clean.str("rows.csv")));  // no loss, no duplicate
+  INFO(complete_rows(out + "/rows.csv") << " of 64 rows in the last folder after " << kills << " kills");
+  complete_and_check(out);
 }
 
 TEST_CASE("a full disk and a read-only results folder are one clear line; rows stay intact", "[harness]") {
