@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -299,6 +300,37 @@ def render(table, t, runs, out):
     print(f"wrote {folder / 'README.md'}")
 
 
+def split_specs(text):
+    """Comma-separated variant specs; a spec's own commas (sliding:left=16,right=0) stay in it."""
+    specs = []
+    for piece in text.split(","):
+        if specs and not re.match(r"[a-z][a-z0-9+-]*(:|$)", piece):
+            specs[-1] += "," + piece
+        else:
+            specs.append(piece)
+    return specs
+
+
+def choose(given, known, what, table, parse=str, show=str):
+    """The entries of `known` that `given` names (all when it names none); exits on unknown ones."""
+    if not given:
+        return known
+    chosen, unknown = [], []
+    for text in given:
+        try:
+            value = parse(text)
+        except ValueError:
+            value = None
+        if value in known:
+            chosen.append(value)
+        else:
+            unknown.append(text)
+    if unknown:
+        sys.exit(f"train-table.py: {', '.join(unknown)}: not a {what} of table {table} "
+                 f"({', '.join(show(k) for k in known)})")
+    return chosen
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("table", choices=sorted(TABLES))
@@ -317,31 +349,13 @@ def main():
     ap.add_argument("--render-only", action="store_true")
     a = ap.parse_args()
     t = TABLES[a.table]
-    rates = t["rates"]
-    if a.rates:
-        def known(text):
-            try:
-                return float(text) in t["rates"]
-            except ValueError:
-                return False
-        unknown = [r for r in a.rates.split(",") if not known(r)]
-        if unknown:
-            sys.exit(f"train-table.py: {', '.join(unknown)}: not a rate of table {a.table} "
-                     f"({', '.join(f'{r:g}' for r in t['rates'])})")
-        rates = [float(r) for r in a.rates.split(",")]
-    chosen = a.variants.split(",") if a.variants else t["variants"]
-    unknown = sorted(set(chosen) - set(t["variants"]))
-    if unknown:
-        sys.exit(f"train-table.py: {', '.join(unknown)}: not a variant of table {a.table} "
-                 f"({', '.join(t['variants'])})")
+    rates = choose(a.rates and a.rates.split(","), t["rates"], "rate", a.table, float,
+                   lambda r: f"{r:g}")
+    chosen = choose(a.variants and split_specs(a.variants), t["variants"], "variant", a.table)
     points = grid(t)
-    if a.points:
-        names = a.points.split(",")
-        unknown = sorted(set(names) - {p["name"] for p in points})
-        if unknown:
-            sys.exit(f"train-table.py: {', '.join(unknown)}: not a point of table {a.table} "
-                     f"({', '.join(p['name'] for p in points)})")
-        points = [p for p in points if p["name"] in names]
+    names = choose(a.points and a.points.split(","), [p["name"] for p in points], "point",
+                   a.table)
+    points = [p for p in points if p["name"] in names]
     if not a.render_only:
         # sequence length by sequence length (a grid's panels), seed-major within one: the
         # first seed of every cell of a panel finishes before any cell's third
