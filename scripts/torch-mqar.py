@@ -1,18 +1,22 @@
 #!/usr/bin/python3
-"""An independent check of results/training/mqar-long: the same model trained in PyTorch.
+"""An independent check of our MQAR runs: the same model trained in PyTorch.
 
 Usage: torch-mqar.py OUT.csv [--n 64] [--pairs 4] [--vocab 64] [--steps 16000] [--lr 3e-3]
-                     [--no-final-norm] [--seed 1]
+                     [--d-model 64] [--heads 4] [--ffn 256] [--batch 32] [--causal]
+                     [--eval-every 250] [--no-final-norm] [--seed 1]
 Trains exactly the model `attnlab train --task mqar:pairs=P,vocab=V --spec full --n N` trains
-(scripts/torch_twin.py: a 2-layer pre-LN encoder with its final LayerNorm, d_model 64, 4 heads,
-FFN 256, no dropout, each layer initialised on its own; --no-final-norm is our
-`--switches pre-ln,no-final-norm`), AdamW (betas 0.9, 0.98, weight decay 0.01) with a 100-step
-linear warm-up, batch 32, on MQAR drawn as training/tasks/mqar.cpp draws it (its own NumPy generator
-and seed: the batches and the initial weights differ from ours, the distribution does not; for
-the same batches and weights see tests/torch_train.py). Writes step, training loss and held-out
-accuracy (512 examples) every 250 steps to OUT.csv. It answers whether a long plateau at the
-chance of guessing among the context's values, then a sudden rise, is what this model does on
-this task, or something of attnlab's own.
+with the same options (scripts/torch_twin.py: a 2-layer pre-LN encoder with its final LayerNorm,
+no dropout, each layer initialised on its own, every attention call causal with --causal;
+--no-final-norm is our `--switches pre-ln,no-final-norm`), AdamW (betas 0.9, 0.98, weight decay
+0.01) with a 100-step linear warm-up, on MQAR drawn as training/tasks/mqar.cpp draws it (its own
+NumPy generator and seed: the batches and the initial weights differ from ours, the distribution
+does not; for the same batches and weights see tests/torch_train.py). Writes step, training loss
+and held-out accuracy (512 examples; the head runs on the queries only) every --eval-every steps to OUT.csv.
+The defaults are results/training/mqar-long's setting; results/training/zoology's cells are
+`--vocab 8192 --causal --heads 1 --batch 64 --steps 2000 --eval-every 100` with their n, pairs,
+d_model and ffn. It answers whether what our runs show (a plateau at the chance of guessing among
+the context's values, the step at which a run leaves it, the accuracy it ends at) is what this
+model does on this task, or something of attnlab's own.
 """
 import argparse
 import csv
@@ -42,6 +46,12 @@ def mqar_batch(rng, size, n, pairs, vocab):
     return torch.from_numpy(x), torch.from_numpy(y)
 
 
+def query_logits(model, x, y):
+    """The logits at the scored (query) positions only: the vocab-wide head on those rows alone,
+    as attnlab's scored-rows head computes it (the same loss as scoring every row with -100)."""
+    return model.head(model.features(x)[y >= 0])
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out")
@@ -50,29 +60,38 @@ def main():
     p.add_argument("--vocab", type=int, default=64)
     p.add_argument("--steps", type=int, default=16000)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--ffn", type=int, default=256)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--eval-every", type=int, default=250)
     p.add_argument("--no-final-norm", action="store_true")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
     rng = np.random.default_rng(a.seed)
-    model = torch_twin.TaskModel(a.vocab, a.vocab, final_norm=not a.no_final_norm)
+    if a.d_model % a.heads or min(a.n, a.pairs, a.vocab, a.steps, a.batch, a.eval_every) < 1:
+        p.error("--d-model must be a multiple of --heads; sizes and counts at least 1")
+    model = torch_twin.TaskModel(a.vocab, a.vocab, d_model=a.d_model, heads=a.heads, ffn=a.ffn,
+                                 final_norm=not a.no_final_norm, causal=a.causal)
     opt, warmup = torch_twin.adamw(model, a.lr)
     held_x, held_y = mqar_batch(rng, 512, a.n, a.pairs, a.vocab)
     with open(a.out, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["step", "loss", "accuracy"])
         for step in range(1, a.steps + 1):
-            x, y = mqar_batch(rng, 32, a.n, a.pairs, a.vocab)
-            loss = nn.functional.cross_entropy(model(x).reshape(-1, a.vocab), y.reshape(-1))
+            x, y = mqar_batch(rng, a.batch, a.n, a.pairs, a.vocab)
+            loss = nn.functional.cross_entropy(query_logits(model, x, y), y[y >= 0])
             opt.zero_grad()
             loss.backward()
             opt.step()
             warmup.step()
-            if step % 250 == 0:
+            if step % a.eval_every == 0:
                 with torch.no_grad():
-                    scored = held_y >= 0
-                    acc = (model(held_x).argmax(-1)[scored] == held_y[scored]).float().mean()
+                    guess = query_logits(model, held_x, held_y).argmax(-1)
+                    acc = (guess == held_y[held_y >= 0]).float().mean()
                 out.writerow([step, f"{loss.item():.4f}", f"{acc.item():.4f}"])
                 f.flush()
                 print(f"step {step}/{a.steps}  loss {loss.item():.4f}  held-out {acc.item():.1%}",

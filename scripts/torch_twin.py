@@ -101,6 +101,11 @@ class TaskModel(nn.Module):
 
     def forward(self, tokens, lengths=None):
         """tokens [B, N] (int64), lengths [B] (None: no padding) -> logits [B, N or 1, classes]."""
+        return self.head(self.features(tokens, lengths))
+
+    def features(self, tokens, lengths=None):
+        """What the head reads: [B, N or 1, d_model] (the head alone can then run on chosen rows,
+        as attnlab's scored-rows head does)."""
         n = tokens.shape[1]
         x = self.embedding(tokens) * self.scale + positions(n, self.embedding.embedding_dim)
         mask = None
@@ -113,7 +118,7 @@ class TaskModel(nn.Module):
         if not self.per_token:
             keep = (torch.arange(n)[None, :] < lengths[:, None]).float()[:, :, None]
             h = (h * keep).sum(1, keepdim=True) / lengths.float()[:, None, None]
-        return self.head(h)
+        return h
 
 
 def export(model, folder):
