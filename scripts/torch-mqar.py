@@ -14,7 +14,8 @@ does not; for the same batches and weights see tests/torch_train.py). Writes ste
 and held-out accuracy (512 examples; the head runs on the queries only) every --eval-every steps to OUT.csv.
 The defaults are results/training/mqar-long's setting; results/training/zoology's cells are
 `--vocab 8192 --causal --heads 1 --batch 64 --steps 2000 --eval-every 100` with their n, pairs,
-d_model and ffn. It answers whether what our runs show (a plateau at the chance of guessing among
+d_model and ffn, written to results/training/zoology/torch/POINT/full/lr-RATE/seed-S.csv, where
+`scripts/train-table.py zoology` puts them beside ours. It answers whether what our runs show (a plateau at the chance of guessing among
 the context's values, the step at which a run leaves it, the accuracy it ends at) is what this
 model does on this task, or something of attnlab's own.
 """

@@ -25,6 +25,7 @@ the shared CPU lock (flock -s $CPU_LOCK, default /work/.cpu.lock, when the file 
 train-results.sh.
 """
 import argparse
+import csv
 import json
 import math
 import os
@@ -244,6 +245,53 @@ def plot_grid(folder, t, means):
         subprocess.run(["gnuplot", "accuracy.gp"], cwd=folder, check=True)
 
 
+def passes_half(rows):
+    """The first evaluated step at which held-out accuracy reached 0.5 ("-" if none did)."""
+    return next((int(r["step"]) for r in rows if float(r["accuracy"]) >= 0.5), "-")
+
+
+def torch_twin(folder, t, raw):
+    """Lines comparing PyTorch's runs of the same cells (scripts/torch-mqar.py, written to
+    TABLE/torch/POINT/VARIANT/lr-RATE/seed-S.csv) with ours at the same rate."""
+    rows = []
+
+    def summary(values, steps):
+        if not values:
+            return "not run", "-"
+        spread = f" +/- {statistics.stdev(values):.3f}" if len(values) > 1 else ""
+        return f"{statistics.mean(values):.3f}{spread} ({len(values)})", ", ".join(map(str, steps))
+
+    for point in grid(t):
+        for variant in t["variants"]:
+            for rate in t["rates"]:
+                theirs, their_steps, ours, our_steps = [], [], [], []
+                for seed in t["seeds"]:
+                    path = run_dir(folder, "torch", point, variant, rate, seed).with_suffix(".csv")
+                    if path.exists():
+                        log = list(csv.DictReader(path.open()))
+                        if log and int(log[-1]["step"]) >= t["steps"]:
+                            theirs.append(float(log[-1]["accuracy"]))
+                            their_steps.append(passes_half(log))
+                    kept = run_dir(raw, "", point, variant, rate, seed)
+                    if finished(kept, t["steps"]):
+                        ours.append(finished(kept, t["steps"])["eval"]["accuracy"])
+                        our_steps.append(passes_half(csv.DictReader((kept / "eval.csv").open())))
+                if theirs:
+                    rows.append(f"| `{point['name']}` | `{variant}` | {rate:g} | "
+                                + " | ".join(summary(ours, our_steps) + summary(theirs, their_steps))
+                                + " |")
+    if not rows:
+        return []
+    return ["", "## PyTorch beside ours", "",
+            "The same cells trained by `scripts/torch-mqar.py` (PyTorch's nn.TransformerEncoder "
+            "built as our model, `scripts/torch_twin.py`; its own seeds, initial weights and "
+            "batches from the same task distribution), at the same rate, steps and held-out "
+            "size: the final held-out accuracy, mean +/- sd (seeds), and the step at which each "
+            "seed's held-out accuracy first reached 0.5.", "",
+            "| point | variant | rate | ours | ours: step at 0.5 | PyTorch | PyTorch: step at 0.5 |",
+            "|---|---|---|---|---|---|---|", *rows]
+
+
 def render(table, t, runs, out):
     """OUT/TABLE/README.md from every finished run recorded in OUT/TABLE/raw/."""
     folder = out / table
@@ -293,6 +341,7 @@ def render(table, t, runs, out):
                                                       "compiler", "build_type", "date")}
         lines += ["", "Context of the first run (every run's summary.json is in raw/): `" +
                   json.dumps(keep) + "`"]
+    lines += torch_twin(folder, t, raw)
     notes = folder / "notes.md"
     if notes.exists():
         lines += ["", notes.read_text().rstrip()]
