@@ -73,8 +73,11 @@ def main():
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
     rng = np.random.default_rng(a.seed)
-    if a.d_model % a.heads or min(a.n, a.pairs, a.vocab, a.steps, a.batch, a.eval_every) < 1:
-        p.error("--d-model must be a multiple of --heads; sizes and counts at least 1")
+    for name in ("n", "pairs", "vocab", "steps", "d_model", "heads", "ffn", "batch", "eval_every"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} {getattr(a, name)}: expected at least 1")
+    if a.d_model % a.heads:
+        p.error(f"--d-model {a.d_model}: expected a multiple of --heads {a.heads}")
     model = torch_twin.TaskModel(a.vocab, a.vocab, d_model=a.d_model, heads=a.heads, ffn=a.ffn,
                                  final_norm=not a.no_final_norm, causal=a.causal)
     opt, warmup = torch_twin.adamw(model, a.lr)

@@ -273,8 +273,9 @@ def torch_twin(folder, t, raw):
                             theirs.append(float(log[-1]["accuracy"]))
                             their_steps.append(passes_half(log))
                     kept = run_dir(raw, "", point, variant, rate, seed)
-                    if finished(kept, t["steps"]):
-                        ours.append(finished(kept, t["steps"])["eval"]["accuracy"])
+                    s = finished(kept, t["steps"])
+                    if s:
+                        ours.append(s["eval"]["accuracy"])
                         our_steps.append(passes_half(csv.DictReader((kept / "eval.csv").open())))
                 if theirs:
                     rows.append(f"| `{point['name']}` | `{variant}` | {rate:g} | "
