@@ -135,10 +135,14 @@ def grid(t):
     return t.get("grid", [{"name": "", "options": []}])
 
 
+def cell_path(point, variant, rate, seed):
+    """One run's folder below a table's runs, raw/ or torch/."""
+    return Path(point["name"]) / variant.replace(":", "_").replace("=", "-").replace(",", "_") / \
+        f"lr-{rate:g}" / f"seed-{seed}"
+
+
 def run_dir(runs, table, point, variant, rate, seed):
-    return runs / table / point["name"] / \
-        variant.replace(":", "_").replace("=", "-").replace(",", "_") / f"lr-{rate:g}" / \
-        f"seed-{seed}"
+    return runs / table / cell_path(point, variant, rate, seed)
 
 
 def finished(folder, steps):
@@ -177,7 +181,7 @@ def cell(t, runs, table, point, variant, raw):
         done = []
         for seed in t["seeds"]:
             d = run_dir(runs, table, point, variant, rate, seed)
-            kept = raw / d.relative_to(runs / table)
+            kept = raw / cell_path(point, variant, rate, seed)
             if finished(d, t["steps"]):
                 kept.mkdir(parents=True, exist_ok=True)
                 for f in ["summary.json", "eval.csv"]:
@@ -266,13 +270,13 @@ def torch_twin(folder, t, raw):
             for rate in t["rates"]:
                 theirs, their_steps, ours, our_steps = [], [], [], []
                 for seed in t["seeds"]:
-                    path = run_dir(folder, "torch", point, variant, rate, seed).with_suffix(".csv")
+                    path = (folder / "torch" / cell_path(point, variant, rate, seed)).with_suffix(".csv")
                     if path.exists():
                         log = list(csv.DictReader(path.open()))
                         if log and int(log[-1]["step"]) >= t["steps"]:
                             theirs.append(float(log[-1]["accuracy"]))
                             their_steps.append(passes_half(log))
-                    kept = run_dir(raw, "", point, variant, rate, seed)
+                    kept = raw / cell_path(point, variant, rate, seed)
                     s = finished(kept, t["steps"])
                     if s:
                         ours.append(s["eval"]["accuracy"])
