@@ -12,7 +12,8 @@ no dropout, each layer initialised on its own, every attention call causal with 
 NumPy generator and seed: the batches and the initial weights differ from ours, the distribution
 does not; for the same batches and weights see tests/torch_train.py). Writes step, training loss
 and held-out accuracy (512 examples; the head runs on the queries only) every --eval-every steps to OUT.csv.
-The defaults are results/training/mqar-long's setting; results/training/zoology's cells are
+The defaults are the setting of results/training's first MQAR runs (one seed, git history);
+results/training/zoology's cells are
 `--vocab 8192 --causal --heads 1 --batch 64 --steps 2000 --eval-every 100` with their n, pairs,
 d_model and ffn, written to results/training/zoology/torch/POINT/full/lr-RATE/seed-S.csv, where
 `scripts/train-table.py zoology` puts them beside ours. It answers whether what our runs show (a plateau at the chance of guessing among

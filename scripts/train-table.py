@@ -21,8 +21,7 @@ line per variant, one panel per sequence length). Every finished run's summary.j
 are copied to OUT/TABLE/raw/, the committed record the table is rendered from: runs recorded
 there by another checkout or machine stay in the table (delete one there by hand to drop it).
 A run that has not finished is shown as not run, never estimated. Each run is niced and takes
-the shared CPU lock (flock -s $CPU_LOCK, default /work/.cpu.lock, when the file exists) like
-train-results.sh.
+the shared CPU lock (flock -s $CPU_LOCK, default /work/.cpu.lock, when the file exists).
 """
 import argparse
 import csv
