@@ -117,10 +117,11 @@ TABLES = {
         "steps": 2000,
         # sliding: a causal window of 16 keys, so a 2-layer model sees 32 tokens back at most;
         # +short-conv, +head-norm: the linear family with the short convolution its papers use,
-        # and the delta rule with Gated DeltaNet's output norm as well
+        # and the delta rule with Gated DeltaNet's output norm as well; DPFP (nu = 1): linear
+        # attention with a state twice elu+1's at the same width (Schlag et al. 2021)
         "variants": ["full", "linear", "gated-delta", "sliding:left=16,right=0",
                      "linear+short-conv", "gated-delta+short-conv",
-                     "gated-delta+short-conv+head-norm"],
+                     "gated-delta+short-conv+head-norm", "linear:feature=dpfp"],
         "rates": [1e-3, 3e-3],
         "seeds": [1, 2, 3],
         "metric": "accuracy",
@@ -399,12 +400,15 @@ def main():
     ap.add_argument("--rates", help="train only at these of the table's learning rates (comma "
                     "separated, e.g. 0.001): a cell's second rate where its first left it on a "
                     "plateau")
+    ap.add_argument("--seeds", help="train only these of the table's seeds (comma separated): "
+                    "two drivers side by side, one with a cell's first seeds, one with its last")
     ap.add_argument("--render-only", action="store_true")
     a = ap.parse_args()
     t = TABLES[a.table]
     rates = choose(a.rates and a.rates.split(","), t["rates"], "rate", a.table, float,
                    lambda r: f"{r:g}")
     chosen = choose(a.variants and split_specs(a.variants), t["variants"], "variant", a.table)
+    seeds = choose(a.seeds and a.seeds.split(","), t["seeds"], "seed", a.table, int)
     points = grid(t)
     names = choose(a.points and a.points.split(","), [p["name"] for p in points], "point",
                    a.table)
@@ -413,7 +417,7 @@ def main():
         # sequence length by sequence length (a grid's panels), seed-major within one: the
         # first seed of every cell of a panel finishes before any cell's third
         panels = sorted({p.get("n", 0) for p in points})
-        jobs = [(p, v, r, s) for n in panels for s in t["seeds"] for p in points
+        jobs = [(p, v, r, s) for n in panels for s in seeds for p in points
                 if p.get("n", 0) == n for v in chosen for r in rates]
         print(f"{len(jobs)} runs, {a.jobs} at a time; load {open('/proc/loadavg').read().strip()}")
         with ThreadPoolExecutor(a.jobs) as pool:

@@ -25,6 +25,7 @@ refuses("train-table.py", ["zoology", "--rates", "x"], "x: not a rate of table z
 refuses("train-table.py", ["zoology", "--variants", "sliding:left=16,right=0,bogus"],
         "bogus: not a variant of table zoology")
 refuses("train-table.py", ["zoology", "--points", "n64-d999"], "n64-d999: not a point of table")
+refuses("train-table.py", ["zoology", "--seeds", "4"], "4: not a seed of table zoology")
 if importlib.util.find_spec("torch"):  # torch-mqar.py imports torch before it reads options
     refuses("torch-mqar.py", ["out.csv", "--heads", "3"],
             "--d-model 64: expected a multiple of --heads 3")
