@@ -235,7 +235,7 @@ def plot_grid(folder, t, means):
               f"set xtics ({', '.join(str(w) for w in widths)})", "set yrange [0:1.05]",
               "set xlabel 'd_model'", f"set ylabel 'held-out {t['metric']}'", "set grid",
               # one key for every panel, under them all, where it hides no line
-              "set bmargin 10", "set key at screen 0.5, 0.02 center bottom horizontal maxrows 3"]
+              "set bmargin 10", "set key at screen 0.5, 0.02 center bottom vertical maxrows 3"]
     for index, n in enumerate(lengths):
         pairs = next(p["pairs"] for p in t["grid"] if p["n"] == n)
         script.append(f"set title 'N = {n}, {pairs} pairs'")
