@@ -105,16 +105,36 @@ BENCHMARK(BM_full_backward)
     ->UseRealTime();
 
 BENCHMARK_CAPTURE(BM_variant_backward, sliding, std::string("sliding"))
-    ->ArgName("N")->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->ArgName("N")
+    ->Arg(4096)
+    ->Arg(16384)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_variant_backward, bigbird, std::string("bigbird"))
-    ->ArgName("N")->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->ArgName("N")
+    ->Arg(4096)
+    ->Arg(16384)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_variant_backward, linformer, std::string("linformer"))
-    ->ArgName("N")->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->ArgName("N")
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_variant_backward, linear, std::string("linear"))
-    ->ArgName("N")->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->ArgName("N")
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_variant_backward, linear_favor, std::string("linear:feature=favor"))
-    ->ArgName("N")->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->ArgName("N")
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_variant_backward, linear_delta, std::string("linear:rule=delta"))
-    ->ArgName("N")->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->ArgName("N")
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 ATTNLAB_BENCHMARK_MAIN();

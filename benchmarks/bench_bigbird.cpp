@@ -1,6 +1,7 @@
 // BigBird (defaults: block 64, window 3, global 2, random 3) against our own full attention and
 // the OpenBLAS sgemm yardstick, in one binary so every ratio comes from one run.
-// B = 1, H = 8, D = 64; N = 1024 ... 65536 for bigbird with an O(N) fit, N = 1024 ... 4096 for full.
+// B = 1, H = 8, D = 64; N = 1024 ... 65536 for bigbird with an O(N) fit, N = 1024 ... 4096 for
+// full.
 #include "common.hpp"
 #include "variants/bigbird.hpp"
 
@@ -59,7 +60,12 @@ BENCHMARK(BM_full)
     ->UseRealTime();
 
 // N = 65536 alone in its process (--benchmark_filter=BM_bigbird_long) for its peak memory.
-BENCHMARK(BM_bigbird)->Name("BM_bigbird_long")->Arg(65536)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK(BM_bigbird)
+    ->Name("BM_bigbird_long")
+    ->Arg(65536)
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime();
 
 // sgemm at the shape of full attention's scores and square, in-process and with OpenBLAS's best
 // kernels for the CPU (child processes): the yardsticks for GFLOP/s ratios.

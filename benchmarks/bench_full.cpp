@@ -16,9 +16,8 @@ void BM_full(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const bool causal = state.range(1) != 0;
   const auto dim = static_cast<std::size_t>(state.range(2));
-  const kernels::Isa path = state.range(3) == 0
-                                ? kernels::supported_isas().back()
-                                : static_cast<kernels::Isa>(state.range(3) - 1);
+  const kernels::Isa path = state.range(3) == 0 ? kernels::supported_isas().back()
+                                                : static_cast<kernels::Isa>(state.range(3) - 1);
   if (!kernels::isa_supported(path)) {
     state.SkipWithError("this CPU cannot run the kernel path");
     return;

@@ -167,8 +167,8 @@ void BM_step(benchmark::State& state) {
   LinearState near = linear.start(1, kHeads, kDim, kDim), far = near;
   while (near.position() < 1024) step(near);
   while (far.position() < 65536) step(far);
-  const auto [near_s, far_s] = alternate(state, [&] { return timed([&] { step(near); }); },
-                                         [&] { return timed([&] { step(far); }); });
+  const auto [near_s, far_s] = alternate(
+      state, [&] { return timed([&] { step(near); }); }, [&] { return timed([&] { step(far); }); });
   state.counters["us_at_1024"] = 1e6 * near_s;
   state.counters["us_at_65536"] = 1e6 * far_s;
   state.counters["ratio"] = far_s / near_s;
@@ -207,13 +207,19 @@ BENCHMARK_CAPTURE(BM_linear_spec, dpfp1, std::string("linear:feature=dpfp,nu=1")
 
 // Two iterations: each is 2 x 16 forwards' worth of work (up to ~2 s for favor).
 BENCHMARK_CAPTURE(BM_scaling, elu1, std::string("linear"))
-    ->ArgNames({"causal", "cold"})->ArgsProduct({{0, 1}, {0, 1}})->Iterations(2)
+    ->ArgNames({"causal", "cold"})
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->Iterations(2)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_scaling, delta, std::string("linear:rule=delta"))
-    ->ArgNames({"causal", "cold"})->ArgsProduct({{0, 1}, {0, 1}})->Iterations(2)
+    ->ArgNames({"causal", "cold"})
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->Iterations(2)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_scaling, favor256, std::string("linear:feature=favor,m=256"))
-    ->ArgNames({"causal", "cold"})->ArgsProduct({{0, 1}, {0, 1}})->Iterations(2)
+    ->ArgNames({"causal", "cold"})
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->Iterations(2)
     ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_linear_fresh)

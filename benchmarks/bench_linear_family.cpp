@@ -78,11 +78,20 @@ const int kRegistered = [] {
        {"delta", "gated-delta", "retnet", "gla", "linear", "linear:rule=delta"}) {
     benchmark::RegisterBenchmark((std::string("BM_forward/") + spec).c_str(), BM_forward,
                                  std::string(spec))
-        ->ArgNames({"N"})->Arg(4096)->Arg(16384)->Arg(65536)->Unit(benchmark::kMillisecond)
-        ->UseRealTime()->Complexity(benchmark::oN);
+        ->ArgNames({"N"})
+        ->Arg(4096)
+        ->Arg(16384)
+        ->Arg(65536)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->Complexity(benchmark::oN);
     benchmark::RegisterBenchmark((std::string("BM_backward/") + spec).c_str(), BM_backward,
                                  std::string(spec))
-        ->ArgNames({"N"})->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->ArgNames({"N"})
+        ->Arg(4096)
+        ->Arg(16384)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   }
   return bench::register_sgemm({{4096, 4096, 64}});
 }();

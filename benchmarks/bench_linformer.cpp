@@ -40,7 +40,8 @@ void BM_linformer(benchmark::State& state) {
 void BM_linformer_draw(benchmark::State& state) {
   const auto n = state.range(0), k = state.range(1);
   const Tensor x = bench::random_tensor(1, kHeads, n, kDim, 1);
-  for (auto _ : state) benchmark::DoNotOptimize(make_attention(spec_for(n, k, false))->forward(x, x, x));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(make_attention(spec_for(n, k, false))->forward(x, x, x));
 }
 
 void BM_full(benchmark::State& state) {

@@ -29,8 +29,12 @@ void run(benchmark::State& state, const std::string& spec) {
   state.counters["peak_rss_MiB"] = bench::peak_rss_mib();
 }
 
-void BM_sliding(benchmark::State& state) { run(state, "sliding:left=128,right=128"); }
-void BM_full(benchmark::State& state) { run(state, "full"); }
+void BM_sliding(benchmark::State& state) {
+  run(state, "sliding:left=128,right=128");
+}
+void BM_full(benchmark::State& state) {
+  run(state, "full");
+}
 // The dilated path (residue classes gathered) with global tokens: same number of window keys.
 void BM_sliding_dilated(benchmark::State& state) {
   run(state, "sliding:left=128,right=128,dilation=4,global=16");

@@ -21,10 +21,14 @@ constexpr std::int64_t kMaxN = 65536, kMaxFullN = 8192;
 
 // Settings beside the defaults; those whose variant is not registered are left out.
 const char* const kExtraSpecs[] = {
-    "sliding:left=64,right=64",         "sliding:left=256,right=256",
-    "bigbird:block=32",                 "linformer:k=128,max_len=65536",
-    "linformer:k=512,max_len=65536",    "linear:feature=favor,m=64",
-    "linear:feature=dpfp,nu=2",         "linear:rule=delta",
+    "sliding:left=64,right=64",
+    "sliding:left=256,right=256",
+    "bigbird:block=32",
+    "linformer:k=128,max_len=65536",
+    "linformer:k=512,max_len=65536",
+    "linear:feature=favor,m=64",
+    "linear:feature=dpfp,nu=2",
+    "linear:rule=delta",
 };
 
 // A default spec with max_len (Linformer) raised so that every length of the sweep is accepted.
@@ -57,8 +61,8 @@ void BM_attention(benchmark::State& state, const std::string& spec) {
     std::vector<std::size_t> rows;
     std::mt19937_64 rng(7);
     for (std::size_t r = 0; r < std::min(kErrorRows, n); ++r) rows.push_back(rng() % n);
-    const ErrorMetrics err =
-        compare(pick_rows(attention->forward(q, k, v), rows), reference_attention(q, k, v, Mask{}, rows));
+    const ErrorMetrics err = compare(pick_rows(attention->forward(q, k, v), rows),
+                                     reference_attention(q, k, v, Mask{}, rows));
     for (auto _ : state) benchmark::DoNotOptimize(attention->forward(q, k, v));
     const double flops = attention->flops(check_qkv(q, k, v), Mask{});
     if (std::isfinite(flops)) bench::set_flops(state, flops);
@@ -74,7 +78,8 @@ void BM_attention(benchmark::State& state, const std::string& spec) {
 
 void register_all() {
   std::vector<std::string> specs;
-  for (const auto& name : attention_names()) specs.push_back(long_enough(make_attention(name)->spec()));
+  for (const auto& name : attention_names())
+    specs.push_back(long_enough(make_attention(name)->spec()));
   for (const char* extra : kExtraSpecs) {
     try {
       specs.push_back(make_attention(extra)->spec());
@@ -83,7 +88,8 @@ void register_all() {
   }
   for (const auto& spec : specs) {
     const bool exact = spec == "full";
-    auto* b = benchmark::RegisterBenchmark(("BM_attention<" + spec + ">").c_str(), BM_attention, spec);
+    auto* b =
+        benchmark::RegisterBenchmark(("BM_attention<" + spec + ">").c_str(), BM_attention, spec);
     b->ArgName("N")->Unit(benchmark::kMillisecond)->UseRealTime()->Complexity();
     if (exact) {
       b->RangeMultiplier(2)->Range(256, kMaxFullN);

@@ -31,17 +31,18 @@ extern "C" char* openblas_get_corename(void);
 extern char** environ;
 
 /// BENCHMARK_MAIN with OpenBLAS's best kernels for this CPU (blas::use_fitting_core: a re-execution
-/// with OPENBLAS_CORETYPE set when it is unset and OpenBLAS chose a weaker core), named in the JSON.
-#define ATTNLAB_BENCHMARK_MAIN()                                                              \
-  int main(int argc, char** argv) {                                                           \
-    attnlab::blas::use_fitting_core(argv);                                                    \
-    benchmark::AddCustomContext("blas", attnlab::blas::describe(attnlab::blas::info()));      \
-    benchmark::Initialize(&argc, argv);                                                       \
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;                         \
-    benchmark::RunSpecifiedBenchmarks();                                                      \
-    benchmark::Shutdown();                                                                    \
-    return 0;                                                                                 \
-  }                                                                                           \
+/// with OPENBLAS_CORETYPE set when it is unset and OpenBLAS chose a weaker core), named in the
+/// JSON.
+#define ATTNLAB_BENCHMARK_MAIN()                                                         \
+  int main(int argc, char** argv) {                                                      \
+    attnlab::blas::use_fitting_core(argv);                                               \
+    benchmark::AddCustomContext("blas", attnlab::blas::describe(attnlab::blas::info())); \
+    benchmark::Initialize(&argc, argv);                                                  \
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;                    \
+    benchmark::RunSpecifiedBenchmarks();                                                 \
+    benchmark::Shutdown();                                                               \
+    return 0;                                                                            \
+  }                                                                                      \
   int main(int, char**)
 
 namespace attnlab::bench {
@@ -81,8 +82,8 @@ inline void BM_sgemm(benchmark::State& state) {
   std::vector<float> a(std::size_t(m) * k, 0.5f), b(std::size_t(k) * n, 0.25f),
       c(std::size_t(m) * n);
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(),
-                n, 0.0f, c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n,
+                0.0f, c.data(), n);
     benchmark::DoNotOptimize(c.data());
   }
   set_flops(state, 2.0 * m * n * k);
@@ -133,7 +134,8 @@ inline std::pair<double, std::string> run_sgemm_probe(const std::string& coretyp
   close(out[1]);
   std::string text;
   char buf[256];
-  for (ssize_t got; (got = read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(got));
+  for (ssize_t got; (got = read(out[0], buf, sizeof buf)) > 0;)
+    text.append(buf, static_cast<std::size_t>(got));
   close(out[0]);
   int status = 0;
   if (spawned != 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
@@ -154,7 +156,9 @@ inline void BM_sgemm_coretype(benchmark::State& state, const std::string& corety
              k = static_cast<int>(state.range(2));
   const double flops = 2.0 * m * n * k;
   const int calls = std::max(1, static_cast<int>(40e9 / flops));  // ~0.1-0.4 s per child
-  const std::string set = coretype == "unset" ? "" : coretype == "family" ? family_coretype() : coretype;
+  const std::string set = coretype == "unset"    ? ""
+                          : coretype == "family" ? family_coretype()
+                                                 : coretype;
   std::string chosen;
   for (auto _ : state) {
     try {
@@ -177,11 +181,17 @@ inline int register_sgemm(std::initializer_list<std::array<std::int64_t, 3>> sha
   for (const auto& s : shapes) {
     const std::vector<std::int64_t> args(s.begin(), s.end());
     benchmark::RegisterBenchmark("BM_sgemm", BM_sgemm)
-        ->ArgNames({"m", "n", "k"})->Args(args)->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->ArgNames({"m", "n", "k"})
+        ->Args(args)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
     for (const char* type : {"unset", "family"})
       benchmark::RegisterBenchmark((std::string("BM_sgemm_coretype/") + type).c_str(),
                                    BM_sgemm_coretype, std::string(type))
-          ->ArgNames({"m", "n", "k"})->Args(args)->Unit(benchmark::kMillisecond)->UseManualTime();
+          ->ArgNames({"m", "n", "k"})
+          ->Args(args)
+          ->Unit(benchmark::kMillisecond)
+          ->UseManualTime();
   }
   return 0;
 }

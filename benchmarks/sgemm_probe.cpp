@@ -28,8 +28,8 @@ int main(int argc, char** argv) {
   std::vector<float> a(std::size_t(m) * k, 0.5f), b(std::size_t(k) * n, 0.25f),
       c(std::size_t(m) * n);
   const auto gemm = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(),
-                n, 0.0f, c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n,
+                0.0f, c.data(), n);
   };
   gemm();  // warm-up: OpenBLAS's threads and buffers
   const auto start = std::chrono::steady_clock::now();

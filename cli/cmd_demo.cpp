@@ -43,18 +43,21 @@ Tensor pick_rows(const Tensor& out, const std::vector<std::size_t>& rows) {
 }
 
 void demo(const DemoOptions& o) {
-  if (o.n == 0 || o.heads == 0 || o.dim == 0) throw Error("demo: --n, --heads and --dim must be > 0");
+  if (o.n == 0 || o.heads == 0 || o.dim == 0)
+    throw Error("demo: --n, --heads and --dim must be > 0");
   const Tensor q = random_input(o, o.seed), k = random_input(o, o.seed + 1),
                v = random_input(o, o.seed + 2);
   Mask mask;
   mask.causal = parse_causal(o.causal);
   std::vector<std::size_t> rows;  // evenly spread, always including the first and last query
   const std::size_t count = std::max<std::size_t>(1, std::min(o.rows, o.n));
-  for (std::size_t r = 0; r < count; ++r) rows.push_back(count == 1 ? 0 : r * (o.n - 1) / (count - 1));
+  for (std::size_t r = 0; r < count; ++r)
+    rows.push_back(count == 1 ? 0 : r * (o.n - 1) / (count - 1));
   const Tensor64 ref = reference_attention(q, k, v, mask, rows);
 
-  std::printf("attnlab demo: B=1 H=%zu N=%zu D=%zu causal=%s, error vs fp64 reference on %zu rows\n",
-              o.heads, o.n, o.dim, o.causal.c_str(), rows.size());
+  std::printf(
+      "attnlab demo: B=1 H=%zu N=%zu D=%zu causal=%s, error vs fp64 reference on %zu rows\n",
+      o.heads, o.n, o.dim, o.causal.c_str(), rows.size());
   std::printf("%-48s %10s  %s\n", "spec", "ms (best3)", "error");
   for (const std::string& name : attention_names()) {
     const auto attention = make_attention(name);
@@ -84,7 +87,9 @@ void add_demo_command(CLI::App& app) {
   cmd->add_option("--n", o->n, "Sequence length")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--heads", o->heads, "Heads")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--dim", o->dim, "Head dimension")->check(kNotNegative)->capture_default_str();
-  cmd->add_option("--rows", o->rows, "Query rows checked against the fp64 reference")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--rows", o->rows, "Query rows checked against the fp64 reference")
+      ->check(kNotNegative)
+      ->capture_default_str();
   cmd->add_option("--causal", o->causal, "none, top-left or bottom-right")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Input seed")->check(kNotNegative)->capture_default_str();
   cmd->callback([o] { demo(*o); });

@@ -43,10 +43,14 @@ struct Picture {
 
 Cell cell_kind(const BigBirdLayout& l, std::size_t head, std::size_t i, std::size_t j) {
   switch (l.kind(head, i, j)) {
-    case BlockKind::window: return kWindow;
-    case BlockKind::global: return kGlobal;
-    case BlockKind::random: return kRandom;
-    default: return l.causal && j > i ? kMasked : kNone;
+    case BlockKind::window:
+      return kWindow;
+    case BlockKind::global:
+      return kGlobal;
+    case BlockKind::random:
+      return kRandom;
+    default:
+      return l.causal && j > i ? kMasked : kNone;
   }
 }
 
@@ -80,7 +84,8 @@ void put32(std::vector<std::uint8_t>& out, std::uint32_t v) {
   for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<std::uint8_t>(v >> s));
 }
 
-void chunk(std::vector<std::uint8_t>& out, const char* type, const std::vector<std::uint8_t>& data) {
+void chunk(std::vector<std::uint8_t>& out, const char* type,
+           const std::vector<std::uint8_t>& data) {
   put32(out, static_cast<std::uint32_t>(data.size()));
   const std::size_t start = out.size();
   out.insert(out.end(), type, type + 4);
@@ -134,8 +139,8 @@ std::vector<std::uint8_t> png(const Picture& p) {
 }
 
 std::vector<std::uint8_t> pgm(const Picture& p) {
-  const std::string header = "P5\n" + std::to_string(p.size) + " " + std::to_string(p.size) +
-                             "\n255\n";
+  const std::string header =
+      "P5\n" + std::to_string(p.size) + " " + std::to_string(p.size) + "\n255\n";
   std::vector<std::uint8_t> out(header.begin(), header.end());
   for (std::uint8_t c : p.pixels) out.push_back(kPalette[c].grey);
   return out;
@@ -212,14 +217,16 @@ void mask_command(const MaskOptions& o) {
   std::size_t counts[kCells] = {};
   for (std::size_t i = 0; i < layout.query_blocks; ++i)
     for (std::size_t j = 0; j < layout.key_blocks; ++j) ++counts[cell_kind(layout, head, i, j)];
-  std::printf("%s: %zu x %zu blocks of %zu; attended %zu (window %zu, global %zu, random %zu), "
-              "masked %zu\n",
-              title.c_str(), layout.query_blocks, layout.key_blocks, layout.block,
-              counts[kWindow] + counts[kGlobal] + counts[kRandom], counts[kWindow],
-              counts[kGlobal], counts[kRandom], counts[kMasked]);
-  std::printf("wrote %s (%zu x %zu pixels, %zu per block; colours: window blue, global orange, "
-              "random green, masked grey)\n",
-              o.out.c_str(), picture.size, picture.size, picture.cell);
+  std::printf(
+      "%s: %zu x %zu blocks of %zu; attended %zu (window %zu, global %zu, random %zu), "
+      "masked %zu\n",
+      title.c_str(), layout.query_blocks, layout.key_blocks, layout.block,
+      counts[kWindow] + counts[kGlobal] + counts[kRandom], counts[kWindow], counts[kGlobal],
+      counts[kRandom], counts[kMasked]);
+  std::printf(
+      "wrote %s (%zu x %zu pixels, %zu per block; colours: window blue, global orange, "
+      "random green, masked grey)\n",
+      o.out.c_str(), picture.size, picture.size, picture.cell);
 }
 
 }  // namespace
@@ -227,8 +234,9 @@ void mask_command(const MaskOptions& o) {
 void add_mask_command(CLI::App& app) {
   auto o = std::make_shared<MaskOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "mask", "Draw the block layout of a block-sparse spec (bigbird) as .png, .pgm or .svg: "
-              "query blocks down, key blocks across, coloured by kind.");
+      "mask",
+      "Draw the block layout of a block-sparse spec (bigbird) as .png, .pgm or .svg: "
+      "query blocks down, key blocks across, coloured by kind.");
   cmd->add_option("--spec", o->spec, "factory string, e.g. bigbird:block=64,random=3")->required();
   cmd->add_option("--n", o->n, "sequence length (tokens)")->required();
   cmd->add_option("--out", o->out, "output image: .png, .pgm or .svg")->required();

@@ -8,8 +8,8 @@
 // full's (rel_fro, max_abs, mean_cos over the B·N token vectors), then the totals and the peak
 // extra heap memory of each forward (harness/heap.hpp).
 #include <chrono>
-#include <functional>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,9 +17,9 @@
 #include <CLI/CLI.hpp>
 
 #include "attnlab/attnlab.hpp"
+#include "cli/options.hpp"
 #include "harness/heap.hpp"
 #include "models/transformer.hpp"
-#include "cli/options.hpp"
 
 namespace attnlab::cli {
 namespace {
@@ -62,8 +62,8 @@ Run timed_forward(const models::EncoderModel& model, const models::Tokens& token
 std::string describe(const ModelOptions& o) {
   const auto& l = o.config.layer;
   const std::string switches = models::switches_text(l);
-  return std::to_string(o.config.layers) + " layers, d_model " + std::to_string(l.d_model) +
-         ", " + std::to_string(l.heads) + " heads (d_k " + std::to_string(l.d_model / l.heads) +
+  return std::to_string(o.config.layers) + " layers, d_model " + std::to_string(l.d_model) + ", " +
+         std::to_string(l.heads) + " heads (d_k " + std::to_string(l.d_model / l.heads) +
          "), FFN " + std::to_string(l.ffn) + ", " + (switches.empty() ? "post-LN" : switches) +
          "; batch " + std::to_string(o.batch) + ", N " + std::to_string(o.n) + ", vocab " +
          std::to_string(o.config.vocab);
@@ -102,9 +102,8 @@ void run_model(ModelOptions& o) {
   std::printf("reference: the same model with full attention, run first\n");
   std::fflush(stdout);
   std::vector<models::Activations> reference;
-  const Run base = timed_forward(full, tokens, [&](std::size_t, double, const auto& out) {
-    reference.push_back(out);
-  });
+  const Run base = timed_forward(
+      full, tokens, [&](std::size_t, double, const auto& out) { reference.push_back(out); });
   std::printf("%5s %10s %10s %10s %10s %10s\n", "layer", "full s", "spec s", "rel_fro", "max_abs",
               "mean_cos");
   const std::size_t width = o.config.layer.d_model, rows = o.batch * o.n;
@@ -114,10 +113,11 @@ void run_model(ModelOptions& o) {
                 e.rel_fro, e.max_abs, e.mean_cos);
     std::fflush(stdout);
   });
-  std::printf("total: full %.4f s, spec %.4f s, speed-up over full %.2fx; peak extra heap: full "
-              "%.1f MiB, spec %.1f MiB\n",
-              base.seconds, run.seconds, base.seconds / run.seconds, base.peak_bytes / 1048576.0,
-              run.peak_bytes / 1048576.0);
+  std::printf(
+      "total: full %.4f s, spec %.4f s, speed-up over full %.2fx; peak extra heap: full "
+      "%.1f MiB, spec %.1f MiB\n",
+      base.seconds, run.seconds, base.seconds / run.seconds, base.peak_bytes / 1048576.0,
+      run.peak_bytes / 1048576.0);
   if (!o.save_weights.empty()) std::printf("weights written to %s\n", o.save_weights.c_str());
 }
 
@@ -126,25 +126,40 @@ void run_model(ModelOptions& o) {
 void add_model_command(CLI::App& app) {
   auto o = std::make_shared<ModelOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "model", "One forward pass of a Transformer encoder with SPEC as its attention, against "
-               "the same model with full attention, layer by layer");
+      "model",
+      "One forward pass of a Transformer encoder with SPEC as its attention, against "
+      "the same model with full attention, layer by layer");
   cmd->footer(
       "Defaults: the Long Range Arena text model (6 layers, 8 heads, d_model 512, FFN 2048, byte "
-      "tokens, N 4096), post-LN, seeded weights.\nSwitches: " + models::switch_names() +
+      "tokens, N 4096), post-LN, seeded weights.\nSwitches: " +
+      models::switch_names() +
       " (comma separated).\nWeights: a folder of <PyTorch state_dict key>.npy files "
       "(embedding.weight, encoder.layers.0.self_attn.in_proj_weight, ...; see --save-weights).\n"
       "Example: attnlab model --spec sliding:left=64,right=64 --n 1024 --layers 2");
-  cmd->add_option("--spec", o->spec, "Attention factory string, e.g. linear or bigbird")->required();
-  cmd->add_option("--layers", o->config.layers, "Encoder layers")->check(kNotNegative)->capture_default_str();
-  cmd->add_option("--d-model", o->config.layer.d_model, "Model width")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--spec", o->spec, "Attention factory string, e.g. linear or bigbird")
+      ->required();
+  cmd->add_option("--layers", o->config.layers, "Encoder layers")
+      ->check(kNotNegative)
+      ->capture_default_str();
+  cmd->add_option("--d-model", o->config.layer.d_model, "Model width")
+      ->check(kNotNegative)
+      ->capture_default_str();
   cmd->add_option("--heads", o->config.layer.heads, "Attention heads (must divide d_model)")
-      ->check(kNotNegative)->capture_default_str();
-  cmd->add_option("--ffn", o->config.layer.ffn, "FFN hidden size")->check(kNotNegative)->capture_default_str();
+      ->check(kNotNegative)
+      ->capture_default_str();
+  cmd->add_option("--ffn", o->config.layer.ffn, "FFN hidden size")
+      ->check(kNotNegative)
+      ->capture_default_str();
   cmd->add_option("--n", o->n, "Sequence length")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--batch", o->batch, "Batch size")->check(kNotNegative)->capture_default_str();
-  cmd->add_option("--vocab", o->config.vocab, "Vocabulary (token ids 0..vocab-1)")->check(kNotNegative)->capture_default_str();
-  cmd->add_option("--switches", o->switches, "Any of " + models::switch_names() + ", comma separated");
-  cmd->add_option("--seed", o->config.seed, "Weights seed (tokens use seed + 1)")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--vocab", o->config.vocab, "Vocabulary (token ids 0..vocab-1)")
+      ->check(kNotNegative)
+      ->capture_default_str();
+  cmd->add_option("--switches", o->switches,
+                  "Any of " + models::switch_names() + ", comma separated");
+  cmd->add_option("--seed", o->config.seed, "Weights seed (tokens use seed + 1)")
+      ->check(kNotNegative)
+      ->capture_default_str();
   cmd->add_option("--weights", o->weights, "Load the weights from this folder of .npy files");
   cmd->add_option("--save-weights", o->save_weights, "Write the model's weights to this folder");
   cmd->callback([o] { run_model(*o); });

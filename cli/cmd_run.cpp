@@ -73,7 +73,9 @@ TokenTensor load_tokens(const std::string& path, const char* option, std::size_t
   const auto a = load_npy_float(path, {1, 2, 3});
   if (a.dimension() + 1 != q_rank)
     throw Error(std::string(option) + " " + path + " has shape " + shape_of(a) + ": expected " +
-                (q_rank == 4 ? "[B, H, N]" : q_rank == 3 ? "[H, N]" : "[N]") +
+                (q_rank == 4   ? "[B, H, N]"
+                 : q_rank == 3 ? "[H, N]"
+                               : "[N]") +
                 ", one value per token of rank-" + std::to_string(q_rank) + " q, k and v");
   std::array<std::size_t, 3> shape = {1, 1, 1};
   std::copy(a.shape().begin(), a.shape().end(), shape.end() - a.dimension());
@@ -119,8 +121,8 @@ void run(RunOptions& o) {
     std::printf("%s -> %s, shape %s\n", attention->spec().c_str(), o.out.c_str(),
                 shape_of(result).c_str());
   } catch (const std::bad_alloc&) {
-    throw Error("out of memory running " + attention->spec() + " on q " + shape_of(q) +
-                ", k " + shape_of(k) + ", v " + shape_of(v) +
+    throw Error("out of memory running " + attention->spec() + " on q " + shape_of(q) + ", k " +
+                shape_of(k) + ", v " + shape_of(v) +
                 ": smaller inputs or parameters (k, m, block...) need less");
   }
 }
@@ -129,7 +131,8 @@ void run(RunOptions& o) {
 
 void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
-  CLI::App* cmd = app.add_subcommand("run", "One forward pass on .npy inputs, written to a .npy file");
+  CLI::App* cmd =
+      app.add_subcommand("run", "One forward pass on .npy inputs, written to a .npy file");
   cmd->footer(
       "Inputs: float32 or float64 .npy of shape [B,H,N,D], [H,N,D] or [N,D] (all the same rank); "
       "the output is float32 with the same rank.\nExample: attnlab run --spec full --q q.npy "
@@ -139,7 +142,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--k", o->k, "Keys .npy")->required();
   cmd->add_option("--v", o->v, "Values .npy")->required();
   cmd->add_option("--out", o->out, "Output .npy (float32, written only on success)")->required();
-  cmd->add_option("--causal", o->causal, "none, top-left or bottom-right (FlashAttention alignment)");
+  cmd->add_option("--causal", o->causal,
+                  "none, top-left or bottom-right (FlashAttention alignment)");
   cmd->add_option("--key-lengths", o->key_lengths, "Valid keys per batch item, e.g. 5,7");
   cmd->add_option("--mask", o->mask, "Boolean mask .npy (bool or uint8), true = may attend");
   cmd->add_option("--scale", o->scale, "Softmax scale (default 1/sqrt(Dk))");

@@ -1,6 +1,6 @@
-// attnlab study NAME [--out DIR] [--size tiny|documented] [--seed S] [--weights DIR]: one of the studies of
-// studies/study.hpp, written to DIR (default runs/studies/NAME, which git ignores; the committed
-// ones are in results/studies/NAME, written with --out by scripts/regenerate-results.sh).
+// attnlab study NAME [--out DIR] [--size tiny|documented] [--seed S] [--weights DIR]: one of the
+// studies of studies/study.hpp, written to DIR (default runs/studies/NAME, which git ignores; the
+// committed ones are in results/studies/NAME, written with --out by scripts/regenerate-results.sh).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -8,8 +8,8 @@
 #include <CLI/CLI.hpp>
 
 #include "attnlab/factory.hpp"
-#include "studies/study.hpp"
 #include "cli/options.hpp"
+#include "studies/study.hpp"
 
 namespace attnlab::cli {
 namespace {
@@ -47,7 +47,9 @@ void add_study_command(CLI::App& app) {
   cmd->add_option("--out", c->out, "Output folder (default runs/studies/NAME)");
   cmd->add_option("--size", c->size, "tiny (seconds, for tests) or documented")
       ->capture_default_str();
-  cmd->add_option("--seed", c->options.seed, "Seed of every random draw")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--seed", c->options.seed, "Seed of every random draw")
+      ->check(kNotNegative)
+      ->capture_default_str();
   cmd->add_option("--gnuplot", c->options.gnuplot, "gnuplot program")->capture_default_str();
   cmd->add_option("--weights", c->options.weights,
                   "Checkpoint folder of attnlab train (e.g. runs/lm/checkpoint, or the run "

@@ -107,9 +107,9 @@ void summarise(const SweepConfig& config, const SweepOptions& options, const Swe
   std::string pngs;
   for (const auto& png : out.pngs)
     pngs += (pngs.empty() ? "" : ", ") + fs::path(png).filename().string();
-  std::printf("\nReport: %s\nPlots: %s\n", out.markdown_path.c_str(),
-              out.pngs.empty() ? out.plot_note.c_str()
-                               : (s.dir + "/plots/ (" + pngs + ")").c_str());
+  std::printf(
+      "\nReport: %s\nPlots: %s\n", out.markdown_path.c_str(),
+      out.pngs.empty() ? out.plot_note.c_str() : (s.dir + "/plots/ (" + pngs + ")").c_str());
 }
 
 void sweep(const SweepFlags& f) {
@@ -145,19 +145,24 @@ void sweep(const SweepFlags& f) {
   if (f.mpi) mpi::finalize();
   if (!root) return;
   if (s.repaired_bytes > 0)
-    std::fprintf(stderr, "attnlab: note: %s/rows.csv: dropped a torn last line (%zu bytes, from a "
-                 "crash during a write); its point ran again\n", s.dir.c_str(), s.repaired_bytes);
+    std::fprintf(stderr,
+                 "attnlab: note: %s/rows.csv: dropped a torn last line (%zu bytes, from a "
+                 "crash during a write); its point ran again\n",
+                 s.dir.c_str(), s.repaired_bytes);
   std::string statuses;
   for (const auto& [status, count] : s.by_status)
     statuses += (statuses.empty() ? "" : ", ") + std::to_string(count) + " " + status;
-  std::printf("sweep %s: %zu of %zu grid points in this run, %zu already done, %zu run (%s); "
-              "sgemm %.1f GFLOP/s -> %s/rows.csv\n",
-              config.name.c_str(), s.selected, s.grid, s.done_before, s.ran,
-              statuses.empty() ? "none" : statuses.c_str(), s.sgemm_gflops, s.dir.c_str());
+  std::printf(
+      "sweep %s: %zu of %zu grid points in this run, %zu already done, %zu run (%s); "
+      "sgemm %.1f GFLOP/s -> %s/rows.csv\n",
+      config.name.c_str(), s.selected, s.grid, s.done_before, s.ran,
+      statuses.empty() ? "none" : statuses.c_str(), s.sgemm_gflops, s.dir.c_str());
   if (s.retried > 0) std::printf("%zu error rows were run again (--retry-errors)\n", s.retried);
   if (s.ran == 0 && s.done_before > 0)
-    std::printf("every point was already in %s/rows.csv (a sweep resumes); --restart measures "
-                "them again\n", s.dir.c_str());
+    std::printf(
+        "every point was already in %s/rows.csv (a sweep resumes); --restart measures "
+        "them again\n",
+        s.dir.c_str());
   summarise(config, options, s, !f.no_report);
 }
 
@@ -193,17 +198,21 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--seed", f->seed, "seeds, e.g. 1,2,3");
   cmd->add_option("--reps", f->reps, "exactly R timed calls per point")->check(kPositive);
   cmd->add_option("--warmup", f->warmup, "untimed calls before timing")->check(kNonNegative);
-  cmd->add_option("--target-seconds", f->target_seconds, "timing budget per point")->check(kPositive);
-  cmd->add_option("--error-rows", f->error_rows, "query rows sampled for the error at long N")->check(kPositive);
+  cmd->add_option("--target-seconds", f->target_seconds, "timing budget per point")
+      ->check(kPositive);
+  cmd->add_option("--error-rows", f->error_rows, "query rows sampled for the error at long N")
+      ->check(kPositive);
   cmd->add_option("--memory-budget", f->memory_budget,
-                  "<= 1: fraction of MemAvailable; > 1: bytes. Larger points get status oom")->check(kPositive);
+                  "<= 1: fraction of MemAvailable; > 1: bytes. Larger points get status oom")
+      ->check(kPositive);
   cmd->add_flag("--peers", f->peers, "add NumPy and PyTorch exact-attention rows");
   cmd->add_option("--shard", f->shard, "run the I-th of N disjoint slices of the grid: I/N");
-  cmd->add_flag("--mpi", f->mpi, "split the grid across MPI ranks (mpirun -n P attnlab sweep --mpi)");
+  cmd->add_flag("--mpi", f->mpi,
+                "split the grid across MPI ranks (mpirun -n P attnlab sweep --mpi)");
   cmd->add_flag("--restart", f->restart,
-                 "measure every point again (the old rows.csv is kept as rows.csv.old)");
+                "measure every point again (the old rows.csv is kept as rows.csv.old)");
   cmd->add_flag("--retry-errors", f->retry_errors,
-                 "run the points whose rows have status error again (their rows are replaced)");
+                "run the points whose rows have status error again (their rows are replaced)");
   cmd->add_flag("--no-report", f->no_report,
                 "do not render report.md and plots/ at the end (the summary is still printed)");
   cmd->add_flag("--quiet", f->quiet, "no progress on stderr");

@@ -6,9 +6,9 @@
 // step's batch loss, accuracy and loss in bits; bits per byte for the text task), eval.csv (the
 // held-out score every --eval-every steps and at the end) and checkpoint/; this command parses
 // the options, prints the messages and adds summary.json (the config, final scores, time per
-// step, peak memory, the time split with --profile, and the context: commit, machine, load). Rerunning the same command continues from
-// DIR/checkpoint where a previous run stopped (killed or finished): the result equals an
-// uninterrupted run's (docs/training.md).
+// step, peak memory, the time split with --profile, and the context: commit, machine, load).
+// Rerunning the same command continues from DIR/checkpoint where a previous run stopped (killed or
+// finished): the result equals an uninterrupted run's (docs/training.md).
 #include <malloc.h>
 #include <sys/resource.h>
 
@@ -20,13 +20,13 @@
 #include <nlohmann/json.hpp>
 
 #include "attnlab/error.hpp"
+#include "cli/options.hpp"
 #include "harness/heap.hpp"
 #include "harness/meta.hpp"
 #include "models/transformer.hpp"
 #include "training/run.hpp"
 #include "training/tasks.hpp"
 #include "training/trainer.hpp"
-#include "cli/options.hpp"
 
 namespace attnlab::cli {
 namespace {
@@ -76,8 +76,9 @@ void run_train(TrainOptions& o) {
   // refuses the task's shapes) fails with the error's one line alone.
   if (!o.quiet)
     events.first_step = [&] {
-      std::fprintf(stderr, "attnlab train: %s on %s, N %zu, %zu layers, d_model %zu, %zu heads, "
-                           "batch %zu, %zu steps -> %s\n",
+      std::fprintf(stderr,
+                   "attnlab train: %s on %s, N %zu, %zu layers, d_model %zu, %zu heads, "
+                   "batch %zu, %zu steps -> %s\n",
                    spec.c_str(), trainer.task().spec().c_str(), o.config.n, o.config.layers,
                    o.config.d_model, o.config.heads, o.config.batch, o.run.steps,
                    o.run.out.c_str());
@@ -95,8 +96,8 @@ void run_train(TrainOptions& o) {
   summary["eval"] = score_json(eval);
   summary["train_seconds"] = trainer.seconds;
   summary["seconds_per_step"] = run.trained ? run.session_seconds / double(run.trained) : 0.0;
-  summary["step_parts_seconds"] = {{"data", times.data}, {"gradients", times.gradients},
-                                   {"update", times.update}};
+  summary["step_parts_seconds"] = {
+      {"data", times.data}, {"gradients", times.gradients}, {"update", times.update}};
   summary["peak_heap_bytes"] = peak_heap;
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -106,27 +107,31 @@ void run_train(TrainOptions& o) {
   summary["resumed_at_step"] = run.resumed_at;
   if (o.profile > 0) {
     const training::StepSplit s = training::measure_split(trainer, o.profile);
-    summary["split"] = {{"step_seconds", s.step}, {"attention_seconds", s.attention},
-                        {"gemm_seconds", s.gemm}, {"rest_seconds", s.step - s.attention - s.gemm},
+    summary["split"] = {{"step_seconds", s.step},
+                        {"attention_seconds", s.attention},
+                        {"gemm_seconds", s.gemm},
+                        {"rest_seconds", s.step - s.attention - s.gemm},
                         {"rounds", s.rounds}};
   }
   harness::write_atomically(o.run.out + "/summary.json", summary.dump(2) + "\n");
 
-  std::printf("%s on %s: %zu steps, eval loss %.4f (%.4f bits per target), accuracy %.2f%% (%zu "
-              "targets); %.3f s/step, "
-              "peak extra heap %.1f MiB\n",
-              summary["spec"].get<std::string>().c_str(), trainer.task().spec().c_str(),
-              trainer.steps(), eval.loss, eval.bits(), 100 * eval.accuracy(), eval.count,
-              summary["seconds_per_step"].get<double>(), double(peak_heap) / 1048576.0);
+  std::printf(
+      "%s on %s: %zu steps, eval loss %.4f (%.4f bits per target), accuracy %.2f%% (%zu "
+      "targets); %.3f s/step, "
+      "peak extra heap %.1f MiB\n",
+      summary["spec"].get<std::string>().c_str(), trainer.task().spec().c_str(), trainer.steps(),
+      eval.loss, eval.bits(), 100 * eval.accuracy(), eval.count,
+      summary["seconds_per_step"].get<double>(), double(peak_heap) / 1048576.0);
   if (summary.contains("split")) {
     const auto& s = summary["split"];
     const double step = s["step_seconds"];
-    std::printf("time split of a step (%zu rounds, medians): step %.4f s = attention %.4f s "
-                "(%.0f%%) + GEMMs %.4f s (%.0f%%) + everything else %.4f s (%.0f%%)\n",
-                o.profile, step, s["attention_seconds"].get<double>(),
-                100 * s["attention_seconds"].get<double>() / step, s["gemm_seconds"].get<double>(),
-                100 * s["gemm_seconds"].get<double>() / step, s["rest_seconds"].get<double>(),
-                100 * s["rest_seconds"].get<double>() / step);
+    std::printf(
+        "time split of a step (%zu rounds, medians): step %.4f s = attention %.4f s "
+        "(%.0f%%) + GEMMs %.4f s (%.0f%%) + everything else %.4f s (%.0f%%)\n",
+        o.profile, step, s["attention_seconds"].get<double>(),
+        100 * s["attention_seconds"].get<double>() / step, s["gemm_seconds"].get<double>(),
+        100 * s["gemm_seconds"].get<double>() / step, s["rest_seconds"].get<double>(),
+        100 * s["rest_seconds"].get<double>() / step);
   }
 }
 
@@ -145,9 +150,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--task", c.task, "Task factory string")->capture_default_str();
   cmd->add_option("--spec", c.spec, "Attention factory string, e.g. full or linear")->required();
   cmd->add_option("--n", c.n, "Sequence length")->check(kNotNegative)->capture_default_str();
-  cmd->add_option("--layers", c.layers, "Encoder layers")->check(kNotNegative)->capture_default_str();
-  cmd->add_option("--d-model", c.d_model, "Model width")->check(kNotNegative)->capture_default_str();
-  cmd->add_option("--heads", c.heads, "Attention heads (must divide d_model)")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--layers", c.layers, "Encoder layers")
+      ->check(kNotNegative)
+      ->capture_default_str();
+  cmd->add_option("--d-model", c.d_model, "Model width")
+      ->check(kNotNegative)
+      ->capture_default_str();
+  cmd->add_option("--heads", c.heads, "Attention heads (must divide d_model)")
+      ->check(kNotNegative)
+      ->capture_default_str();
   cmd->add_option("--ffn", c.ffn, "FFN hidden size")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--switches", c.switches,
                   "Any of " + models::switch_names() + ", comma separated")
@@ -160,21 +171,34 @@ void add_train_command(CLI::App& app) {
                   "the seeded ones");
   cmd->add_option("--dump-batches", c.dump_batches,
                   "Write each step's batch to this folder as step-T.{tokens,targets,lengths}.npy");
-  cmd->add_option("--batch", c.batch, "Examples per step")->check(kNotNegative)->capture_default_str();
-  cmd->add_option("--steps", o->run.steps, "Train until this step")->check(kNotNegative)->capture_default_str();
-  cmd->add_option("--seed", c.seed, "Weights and data seed")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--batch", c.batch, "Examples per step")
+      ->check(kNotNegative)
+      ->capture_default_str();
+  cmd->add_option("--steps", o->run.steps, "Train until this step")
+      ->check(kNotNegative)
+      ->capture_default_str();
+  cmd->add_option("--seed", c.seed, "Weights and data seed")
+      ->check(kNotNegative)
+      ->capture_default_str();
   cmd->add_option("--lr", c.adam.lr, "Adam's peak learning rate")->capture_default_str();
-  cmd->add_option("--warmup", c.adam.warmup, "Learning-rate warm-up steps")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--warmup", c.adam.warmup, "Learning-rate warm-up steps")
+      ->check(kNotNegative)
+      ->capture_default_str();
   cmd->add_option("--weight-decay", c.adam.weight_decay, "Decoupled weight decay")
       ->capture_default_str();
-  cmd->add_option("--eval-size", c.eval_size, "Held-out examples")->check(kNotNegative)->capture_default_str();
+  cmd->add_option("--eval-size", c.eval_size, "Held-out examples")
+      ->check(kNotNegative)
+      ->capture_default_str();
   cmd->add_option("--eval-every", o->run.eval_every, "Score the held-out set every this many steps")
-      ->check(kNotNegative)->capture_default_str();
+      ->check(kNotNegative)
+      ->capture_default_str();
   cmd->add_option("--checkpoint-every", o->run.checkpoint_every, "Checkpoint every this many steps")
-      ->check(kNotNegative)->capture_default_str();
+      ->check(kNotNegative)
+      ->capture_default_str();
   cmd->add_option("--profile", o->profile,
                   "After training, measure ROUNDS steps split into attention, GEMMs and the rest")
-      ->check(kNotNegative)->capture_default_str();
+      ->check(kNotNegative)
+      ->capture_default_str();
   cmd->add_option("--out", o->run.out, "Output folder (logs, checkpoint, summary.json)")
       ->capture_default_str();
   cmd->add_flag("--quiet", o->quiet, "No progress on stderr");

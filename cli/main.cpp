@@ -38,14 +38,10 @@ using AddCommand = void (*)(CLI::App&);
 
 // The subcommands, in the order --help lists them.
 constexpr AddCommand kCommands[] = {
-    attnlab::cli::add_run_command,
-    attnlab::cli::add_demo_command,
-    attnlab::cli::add_mask_command,
-    attnlab::cli::add_report_command,
-    attnlab::cli::add_sweep_command,
-    attnlab::cli::add_merge_command,
-    attnlab::cli::add_model_command,
-    attnlab::cli::add_study_command,
+    attnlab::cli::add_run_command,   attnlab::cli::add_demo_command,
+    attnlab::cli::add_mask_command,  attnlab::cli::add_report_command,
+    attnlab::cli::add_sweep_command, attnlab::cli::add_merge_command,
+    attnlab::cli::add_model_command, attnlab::cli::add_study_command,
     attnlab::cli::add_train_command,
 };
 
@@ -77,9 +73,12 @@ std::string command_list(const CLI::App& app) {
 
 int main(int argc, char** argv) {
   attnlab::blas::use_fitting_core(argv);  // may re-execute us once, with OPENBLAS_CORETYPE set
-  CLI::App app("attnlab " ATTNLAB_VERSION ": efficient attention variants behind one interface.\n"
-               "Variants (factory names): " + variant_list() + "\n"
-               "ATTNLAB_ISA=scalar|avx2|avx512 forces a kernel path (default: the fastest).",
+  CLI::App app("attnlab " ATTNLAB_VERSION
+               ": efficient attention variants behind one interface.\n"
+               "Variants (factory names): " +
+                   variant_list() +
+                   "\n"
+                   "ATTNLAB_ISA=scalar|avx2|avx512 forces a kernel path (default: the fastest).",
                "attnlab");
   // A file over `ulimit -f` must fail the write (EFBIG, reported as an error), not kill us.
   std::signal(SIGXFSZ, SIG_IGN);
@@ -89,14 +88,15 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {  // a bad ATTNLAB_ISA
     return fail(attnlab::user_message(e));
   }
-  app.set_version_flag("--version", std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: " +
-                                        kernels + ")\nBLAS: " +
-                                        attnlab::blas::describe(attnlab::blas::info()));
+  app.set_version_flag("--version",
+                       std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: " + kernels +
+                           ")\nBLAS: " + attnlab::blas::describe(attnlab::blas::info()));
   app.require_subcommand(1);
   for (AddCommand add : kCommands) add(app);
   // CLI11 would answer a mistyped command with "a subcommand is required": name it instead.
   if (argc > 1 && argv[1][0] != '-' && !is_command(app, argv[1]))
-    return fail(std::string("unknown command '") + argv[1] + "' (commands: " + command_list(app) + ")");
+    return fail(std::string("unknown command '") + argv[1] + "' (commands: " + command_list(app) +
+                ")");
   try {
     app.parse(argc, argv);  // the chosen subcommand runs inside parse, as its callback
   } catch (const CLI::Success& e) {

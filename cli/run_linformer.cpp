@@ -27,7 +27,8 @@ RunHook add_linformer_run_options(CLI::App& run) {
     if (linformer == nullptr)
       throw Error("--E/--F: learned projections are for linformer specs only, not '" +
                   attention->spec() + "'");
-    if (files->e.empty()) throw Error("--F " + files->f + ": give --E as well (--F alone is ambiguous)");
+    if (files->e.empty())
+      throw Error("--F " + files->f + ": give --E as well (--F alone is ambiguous)");
     const xt::xarray<float> e = load_npy_float(files->e, {2, 3});
     const xt::xarray<float> f = files->f.empty() ? e : load_npy_float(files->f, {2, 3});
     try {

@@ -13,9 +13,9 @@ namespace attnlab::harness::anchors {
 /// One model row of the Long Range Arena efficiency table (Tay et al. 2020, arXiv 2011.04006,
 /// Table 3): training steps/s on 4x4 TPU v3 and peak memory per device in GB, at N = 1K..4K.
 struct LraRow {
-  std::string model;                  // as printed in the paper
-  std::string variant;                // our factory name; "full" for the Transformer
-  std::vector<std::string> setting;   // spec tokens we prefer as "the paper's setting"
+  std::string model;                 // as printed in the paper
+  std::string variant;               // our factory name; "full" for the Transformer
+  std::vector<std::string> setting;  // spec tokens we prefer as "the paper's setting"
   double steps_per_s[4];
   double memory_gb[4];
 };

@@ -91,7 +91,8 @@ std::vector<std::int64_t> int_list(const toml::node& v, const std::string& origi
       fail_at(origin, v.source(), key, e.what());
     }
   }
-  const auto values = list_of<std::int64_t>(v, origin, key, "an integer, a list of integers or \"A..B\"");
+  const auto values =
+      list_of<std::int64_t>(v, origin, key, "an integer, a list of integers or \"A..B\"");
   for (std::int64_t x : values)
     if (x < 1) fail_at(origin, v.source(), key, std::to_string(x) + " is not a positive integer");
   return values;
@@ -133,15 +134,24 @@ void parse_measure(const toml::table& t, const std::string& origin, MeasureOptio
   for (auto&& [k, v] : t) {
     const std::string key = "measure." + std::string(k.str());
     const std::string_view name = k.str();
-    if (name == "warmup") m.warmup = static_cast<int>(integer(v, origin, key));
-    else if (name == "min_reps") m.min_reps = static_cast<int>(integer(v, origin, key));
-    else if (name == "max_reps") m.max_reps = static_cast<int>(integer(v, origin, key));
-    else if (name == "target_seconds") m.target_seconds = number(v, origin, key);
-    else if (name == "long_call_seconds") m.long_call_seconds = number(v, origin, key);
-    else if (name == "error_rows") m.error_rows = integer(v, origin, key);
-    else if (name == "memory_budget") m.memory_budget = number(v, origin, key);
-    else fail_at(origin, k.source(), key, "unknown key (known: warmup, min_reps, max_reps, "
-                 "target_seconds, long_call_seconds, error_rows, memory_budget)");
+    if (name == "warmup")
+      m.warmup = static_cast<int>(integer(v, origin, key));
+    else if (name == "min_reps")
+      m.min_reps = static_cast<int>(integer(v, origin, key));
+    else if (name == "max_reps")
+      m.max_reps = static_cast<int>(integer(v, origin, key));
+    else if (name == "target_seconds")
+      m.target_seconds = number(v, origin, key);
+    else if (name == "long_call_seconds")
+      m.long_call_seconds = number(v, origin, key);
+    else if (name == "error_rows")
+      m.error_rows = integer(v, origin, key);
+    else if (name == "memory_budget")
+      m.memory_budget = number(v, origin, key);
+    else
+      fail_at(origin, k.source(), key,
+              "unknown key (known: warmup, min_reps, max_reps, "
+              "target_seconds, long_call_seconds, error_rows, memory_budget)");
   }
   const auto& src = t.source();
   if (m.warmup < 0) fail_at(origin, src, "measure.warmup", "must be >= 0");
@@ -156,7 +166,8 @@ void parse_measure(const toml::table& t, const std::string& origin, MeasureOptio
 // [[variant]] spec = "linformer", k = [64, 128], max_n = 16384
 void parse_variant_table(const toml::table& t, const std::string& origin, SweepConfig& c) {
   const toml::node* spec = t.get("spec");
-  if (!spec || !spec->is_string()) fail_at(origin, t.source(), "variant.spec", "missing (a string)");
+  if (!spec || !spec->is_string())
+    fail_at(origin, t.source(), "variant.spec", "missing (a string)");
   std::string pattern = *spec->value<std::string>();
   bool first = pattern.find(':') == std::string::npos;
   std::int64_t max_n = 0;
@@ -171,7 +182,8 @@ void parse_variant_table(const toml::table& t, const std::string& origin, SweepC
     std::string value;
     if (const toml::array* a = v.as_array()) {
       if (a->empty()) fail_at(origin, v.source(), where, "the list is empty");
-      for (const toml::node& x : *a) value.append(value.empty() ? "[" : ",").append(scalar_text(x, origin, where));
+      for (const toml::node& x : *a)
+        value.append(value.empty() ? "[" : ",").append(scalar_text(x, origin, where));
       value += "]";
     } else {
       value = scalar_text(v, origin, where);
@@ -249,8 +261,10 @@ std::vector<std::int64_t> parse_int_list(const std::string& flag, const std::str
     if (hi < lo) throw Error(flag + ": range '" + token + "' is empty");
     for (const std::int64_t end : {lo, hi})  // 100..400 would silently mean 100, 200, 400
       if ((end & (end - 1)) != 0)
-        throw Error(flag + ": range '" + token + "': A..B means the powers of two from A to B, "
-                    "and " + std::to_string(end) + " is not one (write a list, e.g. 100,200,400)");
+        throw Error(flag + ": range '" + token +
+                    "': A..B means the powers of two from A to B, "
+                    "and " +
+                    std::to_string(end) + " is not one (write a list, e.g. 100,200,400)");
     for (std::int64_t v = lo;; v *= 2) {  // never past INT64_MAX
       out.push_back(v);
       if (v > hi / 2) break;
@@ -308,7 +322,8 @@ void validate(const SweepConfig& c) {
                                     std::pair{&c.heads, "heads"}, std::pair{&c.dim, "dim"}})
     for (std::int64_t x : *values)
       if (x < 1)
-        throw Error(c.origin + ": " + key + ": " + std::to_string(x) + " is not a positive integer");
+        throw Error(c.origin + ": " + key + ": " + std::to_string(x) +
+                    " is not a positive integer");
   if (c.name.empty() || c.name.find('/') != std::string::npos || c.name == "." || c.name == "..")
     throw Error(c.origin + ": name: '" + c.name + "' is not a plain directory name");
 }
@@ -333,11 +348,16 @@ SweepConfig parse_config(const std::string& text, const std::string& origin) {
       c.name = *s;
     } else if (key == "variants" || key == "variant" || key == "max_n") {
       continue;  // below, in this order, whatever the file order
-    } else if (key == "n") c.n = int_list(v, origin, key);
-    else if (key == "batch") c.batch = int_list(v, origin, key);
-    else if (key == "heads") c.heads = int_list(v, origin, key);
-    else if (key == "dim") c.dim = int_list(v, origin, key);
-    else if (key == "seed") c.seed = list_of<std::int64_t>(v, origin, key, "integers");
+    } else if (key == "n")
+      c.n = int_list(v, origin, key);
+    else if (key == "batch")
+      c.batch = int_list(v, origin, key);
+    else if (key == "heads")
+      c.heads = int_list(v, origin, key);
+    else if (key == "dim")
+      c.dim = int_list(v, origin, key);
+    else if (key == "seed")
+      c.seed = list_of<std::int64_t>(v, origin, key, "integers");
     else if (key == "causal") {
       for (const auto& s : string_list(v, origin, key))
         for (const auto& x : at(origin, v, key, [&] { return parse_causal_list(key, s); }))
@@ -354,7 +374,8 @@ SweepConfig parse_config(const std::string& text, const std::string& origin) {
       if (!v.is_table()) fail_at(origin, v.source(), key, "expected a [measure] table");
       parse_measure(*v.as_table(), origin, c.measure);
     } else {
-      fail_at(origin, k.source(), key, "unknown key (known: name, variants, [[variant]], n, "
+      fail_at(origin, k.source(), key,
+              "unknown key (known: name, variants, [[variant]], n, "
               "batch, heads, dim, causal, input, seed, peers, [measure], [max_n])");
     }
   }

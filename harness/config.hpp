@@ -12,9 +12,9 @@
 namespace attnlab::harness {
 
 struct MeasureOptions {
-  int warmup = 1;                  // untimed calls before the timed ones (the first gives memory and error)
-  int min_reps = 3;                // timed calls at least...
-  int max_reps = 10;               // ...and at most; in between, as many as fit target_seconds
+  int warmup = 1;     // untimed calls before the timed ones (the first gives memory and error)
+  int min_reps = 3;   // timed calls at least...
+  int max_reps = 10;  // ...and at most; in between, as many as fit target_seconds
   double target_seconds = 1.0;     // timing budget per point
   double long_call_seconds = 5.0;  // a warm-up call longer than this is the only timed call
   std::int64_t error_rows = 256;   // query rows sampled for the error when N is larger
@@ -22,15 +22,15 @@ struct MeasureOptions {
 };
 
 struct SweepConfig {
-  std::string name = "default";     // runs/<name>/ (harness/sweep.hpp)
-  std::string origin;               // the file it came from, or "built-in default"
-  std::string text;                 // the TOML text (recorded in meta.json)
-  std::vector<std::string> specs;   // canonical specs (make_attention(s)->spec()), no duplicates
+  std::string name = "default";    // runs/<name>/ (harness/sweep.hpp)
+  std::string origin;              // the file it came from, or "built-in default"
+  std::string text;                // the TOML text (recorded in meta.json)
+  std::vector<std::string> specs;  // canonical specs (make_attention(s)->spec()), no duplicates
   std::vector<std::int64_t> n, batch, heads, dim, seed;
-  std::vector<std::string> causal;  // causal_name() forms: none, top-left, bottom-right
-  std::vector<std::string> input;   // distribution strings as given
+  std::vector<std::string> causal;            // causal_name() forms: none, top-left, bottom-right
+  std::vector<std::string> input;             // distribution strings as given
   std::map<std::string, std::int64_t> max_n;  // per canonical spec: larger n left out of the grid
-  bool peers = false;               // add peer:numpy and peer:torch rows (harness/peers.hpp)
+  bool peers = false;  // add peer:numpy and peer:torch rows (harness/peers.hpp)
   MeasureOptions measure;
 };
 

@@ -19,7 +19,8 @@ std::vector<Shape> shapes_of(const SweepConfig& c, const std::string& input) {
     const std::string path = input.substr(4) + "/q.npy";
     const Tensor q = to_bhnd(load_npy_float(path), path);
     shapes.push_back({static_cast<std::int64_t>(q.shape(2)), static_cast<std::int64_t>(q.shape(0)),
-                      static_cast<std::int64_t>(q.shape(1)), static_cast<std::int64_t>(q.shape(3))});
+                      static_cast<std::int64_t>(q.shape(1)),
+                      static_cast<std::int64_t>(q.shape(3))});
     return shapes;
   }
   for (auto n : c.n)

@@ -24,7 +24,8 @@ void* counted(void* p) {
 }
 
 void uncount(void* p) {
-  if (p) g_live.fetch_sub(static_cast<std::int64_t>(malloc_usable_size(p)), std::memory_order_relaxed);
+  if (p)
+    g_live.fetch_sub(static_cast<std::int64_t>(malloc_usable_size(p)), std::memory_order_relaxed);
 }
 
 void* allocate(std::size_t size) {
@@ -47,9 +48,15 @@ void release(void* p) {
 
 }  // namespace
 
-std::int64_t live_bytes() { return g_live.load(); }
-void reset_peak() { g_peak.store(g_live.load()); }
-std::int64_t peak_bytes() { return g_peak.load(); }
+std::int64_t live_bytes() {
+  return g_live.load();
+}
+void reset_peak() {
+  g_peak.store(g_live.load());
+}
+std::int64_t peak_bytes() {
+  return g_peak.load();
+}
 bool counting() {
   delete new int(0);  // make sure at least one allocation went through the counter
   return g_counting.load();
@@ -61,31 +68,79 @@ using attnlab::harness::heap::allocate;
 using attnlab::harness::heap::allocate_aligned;
 using attnlab::harness::heap::release;
 
-void* operator new(std::size_t n) { return allocate(n); }
-void* operator new[](std::size_t n) { return allocate(n); }
+void* operator new(std::size_t n) {
+  return allocate(n);
+}
+void* operator new[](std::size_t n) {
+  return allocate(n);
+}
 void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try { return allocate(n); } catch (...) { return nullptr; }
+  try {
+    return allocate(n);
+  } catch (...) {
+    return nullptr;
+  }
 }
 void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  try { return allocate(n); } catch (...) { return nullptr; }
+  try {
+    return allocate(n);
+  } catch (...) {
+    return nullptr;
+  }
 }
-void* operator new(std::size_t n, std::align_val_t a) { return allocate_aligned(n, a); }
-void* operator new[](std::size_t n, std::align_val_t a) { return allocate_aligned(n, a); }
+void* operator new(std::size_t n, std::align_val_t a) {
+  return allocate_aligned(n, a);
+}
+void* operator new[](std::size_t n, std::align_val_t a) {
+  return allocate_aligned(n, a);
+}
 void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  try { return allocate_aligned(n, a); } catch (...) { return nullptr; }
+  try {
+    return allocate_aligned(n, a);
+  } catch (...) {
+    return nullptr;
+  }
 }
 void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  try { return allocate_aligned(n, a); } catch (...) { return nullptr; }
+  try {
+    return allocate_aligned(n, a);
+  } catch (...) {
+    return nullptr;
+  }
 }
-void operator delete(void* p) noexcept { release(p); }
-void operator delete[](void* p) noexcept { release(p); }
-void operator delete(void* p, std::size_t) noexcept { release(p); }
-void operator delete[](void* p, std::size_t) noexcept { release(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
-void operator delete(void* p, std::align_val_t) noexcept { release(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { release(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { release(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { release(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
+void operator delete(void* p) noexcept {
+  release(p);
+}
+void operator delete[](void* p) noexcept {
+  release(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  release(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  release(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  release(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  release(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  release(p);
+}
+void operator delete[](void* p, std::align_val_t) noexcept {
+  release(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  release(p);
+}
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  release(p);
+}
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  release(p);
+}
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  release(p);
+}

@@ -36,7 +36,9 @@ std::string one_line(std::string s) {
   return s;
 }
 
-std::string num(double x) { return std::isnan(x) ? "" : format_number(x); }
+std::string num(double x) {
+  return std::isnan(x) ? "" : format_number(x);
+}
 
 Row base_row(const Point& p, const std::string& shard) {
   Row r;
@@ -67,22 +69,24 @@ Tensor gather_rows(const Tensor& out, const std::vector<std::size_t>& rows) {
 
 // The fp64 reference, one (item, head) slice per thread: the reference itself is serial.
 Tensor64 parallel_reference(const QKV& t, const Mask& mask, const std::vector<std::size_t>& rows) {
-  const std::size_t batch = t.q.shape(0), heads = t.q.shape(1), n = t.q.shape(2),
-                    d = t.q.shape(3), dv = t.v.shape(3);
+  const std::size_t batch = t.q.shape(0), heads = t.q.shape(1), n = t.q.shape(2), d = t.q.shape(3),
+                    dv = t.v.shape(3);
   const std::size_t nrows = rows.empty() ? n : rows.size();
   Tensor64 ref = Tensor64::from_shape({batch, heads, nrows, dv});
   const auto slices = static_cast<std::ptrdiff_t>(batch * heads);
   std::string failure;
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::ptrdiff_t s = 0; s < slices; ++s) {
-    const std::size_t b = static_cast<std::size_t>(s) / heads, h = static_cast<std::size_t>(s) % heads;
+    const std::size_t b = static_cast<std::size_t>(s) / heads,
+                      h = static_cast<std::size_t>(s) % heads;
     auto slice = [&](const Tensor& x, std::size_t dim) {
       Tensor one = Tensor::from_shape({1, 1, n, dim});
       std::copy_n(&x(b, h, 0, 0), n * dim, one.data());
       return one;
     };
     try {
-      const Tensor64 part = reference_attention(slice(t.q, d), slice(t.k, d), slice(t.v, dv), mask, rows);
+      const Tensor64 part =
+          reference_attention(slice(t.q, d), slice(t.k, d), slice(t.v, dv), mask, rows);
       std::copy_n(part.data(), nrows * dv, &ref(b, h, 0, 0));
     } catch (const std::exception& e) {
 #pragma omp critical
@@ -110,12 +114,13 @@ std::string gib(double bytes) {
 
 double measure_sgemm_gflops() {
   const int m = 1024;
-  std::vector<float> a(std::size_t(m) * m, 0.5f), b(std::size_t(m) * m, 0.25f), c(std::size_t(m) * m);
+  std::vector<float> a(std::size_t(m) * m, 0.5f), b(std::size_t(m) * m, 0.25f),
+      c(std::size_t(m) * m);
   double best = 1e30;
   for (int rep = 0; rep < 6; ++rep) {
     const auto t0 = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, 1.0f, a.data(), m, b.data(),
-                m, 0.0f, c.data(), m);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, 1.0f, a.data(), m, b.data(), m,
+                0.0f, c.data(), m);
     if (rep > 0) best = std::min(best, seconds_since(t0));  // rep 0 warms up
   }
   return 2.0 * m * m * m / best / 1e9;
@@ -130,7 +135,8 @@ std::vector<std::size_t> error_rows(std::int64_t n, std::int64_t sample, std::in
   if (n <= sample) return {};
   std::vector<std::size_t> all(static_cast<std::size_t>(n));
   std::iota(all.begin(), all.end(), 0);
-  std::mt19937_64 rng(static_cast<std::uint64_t>(seed) * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(n));
+  std::mt19937_64 rng(static_cast<std::uint64_t>(seed) * 0x9e3779b97f4a7c15ull +
+                      static_cast<std::uint64_t>(n));
   for (std::size_t i = 0; i < static_cast<std::size_t>(sample); ++i) {  // partial Fisher-Yates
     std::uniform_int_distribution<std::size_t> pick(i, all.size() - 1);
     std::swap(all[i], all[pick(rng)]);
@@ -160,12 +166,14 @@ Row status_row(const Point& p, const std::string& status, const std::string& mes
 
 PointRunner::PointRunner(const MeasureOptions& options, double sgemm_gflops,
                          std::int64_t memory_budget_bytes, std::string shard)
-    : options_(options), sgemm_gflops_(sgemm_gflops), budget_(memory_budget_bytes),
+    : options_(options),
+      sgemm_gflops_(sgemm_gflops),
+      budget_(memory_budget_bytes),
       shard_(std::move(shard)) {}
 
 const QKV& PointRunner::inputs(const Point& p) {
-  const std::string key = p.input + "|" + std::to_string(p.seed) + "|" + std::to_string(p.n) +
-                          "|" + std::to_string(p.batch) + "|" + std::to_string(p.heads) + "|" +
+  const std::string key = p.input + "|" + std::to_string(p.seed) + "|" + std::to_string(p.n) + "|" +
+                          std::to_string(p.batch) + "|" + std::to_string(p.heads) + "|" +
                           std::to_string(p.dim);
   if (key == inputs_key_) return inputs_;
   inputs_ = QKV{};  // free the previous shape first
@@ -213,7 +221,8 @@ std::int64_t PointRunner::estimate_bytes(const Point& p) const {
                            inputs_.q.shape(1) == std::size_t(p.heads) &&
                            inputs_.q.shape(3) == std::size_t(p.dim);
   const double total = (have_inputs ? 0.0 : 3.0 * tensor) + extra;
-  return total >= 9e18 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(total);
+  return total >= 9e18 ? std::numeric_limits<std::int64_t>::max()
+                       : static_cast<std::int64_t>(total);
 }
 
 void PointRunner::remember(const Row& row) {
@@ -254,8 +263,8 @@ Row PointRunner::run(const Point& p) {
       PeerOptions po;
       po.warmup = options_.warmup;
       po.max_score_bytes = static_cast<std::uint64_t>(budget_);
-      PeerResult pr = run_peer(p.variant, t.q, t.k, t.v, mask.causal != Causal::none,
-                               options_.min_reps, po);
+      PeerResult pr =
+          run_peer(p.variant, t.q, t.k, t.v, mask.causal != Causal::none, options_.min_reps, po);
       if (pr.status != "ok") return status_row(p, pr.status, pr.message, shard_);
       times = pr.times_s;
       r[Col::peak_mem_bytes] = std::to_string(pr.peak_mem_bytes);

@@ -76,7 +76,8 @@ std::string load_average() {
   std::ifstream load("/proc/loadavg");
   std::string l1, l5, l15;
   load >> l1 >> l5 >> l15;
-  return l1.append(" ").append(l5).append(" ").append(l15);  // in place: GCC 12 warns falsely on + chains
+  return l1.append(" ").append(l5).append(" ").append(
+      l15);  // in place: GCC 12 warns falsely on + chains
 }
 
 double load_average_1min() {

@@ -12,7 +12,9 @@ namespace {
 constexpr int kRowTag = 1, kDoneTag = 2;
 }
 
-bool available() { return true; }
+bool available() {
+  return true;
+}
 
 void init() {
   int ready = 0;
@@ -57,13 +59,17 @@ void send_row(const std::string& line) {
   MPI_Send(line.data(), static_cast<int>(line.size()), MPI_CHAR, 0, kRowTag, MPI_COMM_WORLD);
 }
 
-void send_done() { MPI_Send(nullptr, 0, MPI_CHAR, 0, kDoneTag, MPI_COMM_WORLD); }
+void send_done() {
+  MPI_Send(nullptr, 0, MPI_CHAR, 0, kDoneTag, MPI_COMM_WORLD);
+}
 
 bool receive(std::string& line, bool& done, bool block) {
   MPI_Status status;
   int pending = 1;
-  if (block) MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &status);
-  else MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &pending, &status);
+  if (block)
+    MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &status);
+  else
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &pending, &status);
   if (!pending) return false;
   int count = 0;
   MPI_Get_count(&status, MPI_CHAR, &count);
@@ -75,6 +81,8 @@ bool receive(std::string& line, bool& done, bool block) {
   return true;
 }
 
-void barrier() { MPI_Barrier(MPI_COMM_WORLD); }
+void barrier() {
+  MPI_Barrier(MPI_COMM_WORLD);
+}
 
 }  // namespace attnlab::harness::mpi

@@ -9,12 +9,12 @@
 namespace attnlab::harness::mpi {
 
 bool available();
-void init();      // MPI_Init unless already initialised
-void finalize();  // MPI_Finalize unless already finalised
+void init();           // MPI_Init unless already initialised
+void finalize();       // MPI_Finalize unless already finalised
 void abort(int code);  // MPI_Abort: one rank's failure ends every rank instead of a hang
 int rank();
 int size();
-void broadcast(std::string& text);  // rank 0's text to every rank
+void broadcast(std::string& text);           // rank 0's text to every rank
 void send_row(const std::string& csv_line);  // to rank 0
 void send_done();                            // this rank has no more rows
 /// Rank 0: the next message from another rank; `done` tells which kind. With block = false

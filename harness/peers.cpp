@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "attnlab/error.hpp"
-#include "attnlab/stats.hpp"
 #include "attnlab/npy.hpp"
+#include "attnlab/stats.hpp"
 
 namespace attnlab::harness {
 namespace fs = std::filesystem;
@@ -70,7 +70,9 @@ PeerResult skipped(std::string why) {
 
 }  // namespace
 
-std::vector<std::string> peer_names() { return {"numpy", "torch"}; }
+std::vector<std::string> peer_names() {
+  return {"numpy", "torch"};
+}
 
 std::string find_peers_script() {
   if (const char* env = std::getenv("ATTNLAB_PEERS_SCRIPT")) return env;
@@ -107,9 +109,10 @@ PeerResult run_peer(const std::string& which, const Tensor& q, const Tensor& k, 
   attnlab::save_npy((dir.path / "q.npy").string(), q);
   attnlab::save_npy((dir.path / "k.npy").string(), k);
   attnlab::save_npy((dir.path / "v.npy").string(), v);
-  std::vector<std::string> argv = {options.python, script, which, dir.path.string(),
-                                   "--reps", std::to_string(reps),
-                                   "--warmup", std::to_string(options.warmup)};
+  std::vector<std::string> argv = {options.python, script,
+                                   which,          dir.path.string(),
+                                   "--reps",       std::to_string(reps),
+                                   "--warmup",     std::to_string(options.warmup)};
   argv.insert(argv.end(), {"--max-score-bytes", std::to_string(options.max_score_bytes)});
   if (causal) argv.emplace_back("--causal");
   if (options.threads > 0) argv.insert(argv.end(), {"--threads", std::to_string(options.threads)});

@@ -20,9 +20,9 @@ namespace attnlab::harness {
 
 struct PeerOptions {
   std::string python = "/usr/bin/python3";
-  std::string script;                         // empty: find_peers_script()
-  int warmup = 1;                             // untimed calls before the `reps` timed ones
-  int threads = 0;                            // 0: leave the libraries' defaults
+  std::string script;  // empty: find_peers_script()
+  int warmup = 1;      // untimed calls before the `reps` timed ones
+  int threads = 0;     // 0: leave the libraries' defaults
   // Refuse (status skipped) B*H*Nq*Nk*4 bytes of scores above this: NumPy holds about three
   // times that at once, and the machine is shared.
   std::uint64_t max_score_bytes = 1ull << 30;
@@ -34,8 +34,8 @@ struct PeerResult {
   std::string backend;             // what actually ran, e.g. "torch 1.13.0 matmul-softmax"
   std::vector<double> times_s;     // each timed call, seconds
   double time_median_s = 0, time_min_s = 0, time_max_s = 0, time_iqr_s = 0;
-  std::int64_t peak_mem_bytes = 0; // peak extra resident memory of one call
-  Tensor output;                   // [B, H, Nq, Dv] when ok
+  std::int64_t peak_mem_bytes = 0;  // peak extra resident memory of one call
+  Tensor output;                    // [B, H, Nq, Dv] when ok
 };
 
 /// "numpy", "torch": the peers --peers adds.

@@ -35,14 +35,15 @@ std::string gp_quote(const std::string& s) {
 Plotter::Plotter(fs::path dir, std::string gnuplot, PlotFiles& output)
     : dir_(std::move(dir)), gnuplot_(std::move(gnuplot)), output_(output) {
   fs::create_directories(dir_);
-  const std::string probe = shell_quote(gnuplot_) + " -e " + shell_quote("set terminal pngcairo") +
-                            " >/dev/null 2>&1";
+  const std::string probe =
+      shell_quote(gnuplot_) + " -e " + shell_quote("set terminal pngcairo") + " >/dev/null 2>&1";
   const std::string exists = shell_quote(gnuplot_) + " -V >/dev/null 2>&1";
   available_ = std::system(exists.c_str()) == 0;
   terminal_ = available_ && std::system(probe.c_str()) == 0 ? "pngcairo size 1100,800 font ',11'"
                                                             : "png size 1100,800";
   if (!available_)
-    output_.plot_note = "gnuplot ('" + gnuplot_ + "') could not be run: the .dat and .gp files "
+    output_.plot_note = "gnuplot ('" + gnuplot_ +
+                        "') could not be run: the .dat and .gp files "
                         "are written, run `gnuplot NAME.gp` in their folder to draw them";
 }
 
@@ -73,8 +74,9 @@ void Plotter::write_script(const std::string& name, const std::string& body) {
   // `output` may be set from outside (gnuplot -e): render() draws into a temporary name.
   write_atomically((dir_ / (name + ".gp")).string(),
                    "# Restyle freely and rerun: gnuplot " + name + ".gp (data in " + name +
-                       ".dat)\nset terminal " + terminal_ + "\nif (!exists(\"output\")) output = '" +
-                       name + ".png'\nset output output\n" + body);
+                       ".dat)\nset terminal " + terminal_ +
+                       "\nif (!exists(\"output\")) output = '" + name +
+                       ".png'\nset output output\n" + body);
 }
 
 void Plotter::render(const std::string& name) {

@@ -23,7 +23,9 @@ void Progress::draw(const std::string& label) {
   line_.redraw(text + shown);
 }
 
-void Progress::start(const std::string& label) { draw(label); }
+void Progress::start(const std::string& label) {
+  draw(label);
+}
 
 void Progress::done(const std::string& label, const std::string& status, double seconds) {
   ++finished_;

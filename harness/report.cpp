@@ -1,11 +1,11 @@
 #include "harness/report.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -41,21 +41,27 @@ std::string opt_fmt(const char* format, const std::optional<double>& x) {
 std::string md_escape(std::string s) {
   std::string out;
   for (char c : s) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n') out += ' ';
-    else out += c;
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n')
+      out += ' ';
+    else
+      out += c;
   }
   return out;
 }
 
-std::string code(const std::string& s) { return "`" + md_escape(s) + "`"; }
-
+std::string code(const std::string& s) {
+  return "`" + md_escape(s) + "`";
+}
 
 // ---------------------------------------------------------------- grouping
 
 // The problem a row solves apart from its length: batch, heads, dim, causal, input.
 using Context = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::string, std::string>;
-Context context_of(const ReportRow& r) { return {r.batch, r.heads, r.dim, r.causal, r.input}; }
+Context context_of(const ReportRow& r) {
+  return {r.batch, r.heads, r.dim, r.causal, r.input};
+}
 
 std::string describe(const Context& c) {
   return "B=" + std::to_string(std::get<0>(c)) + ", H=" + std::to_string(std::get<1>(c)) +
@@ -75,7 +81,8 @@ std::optional<Context> main_context(const std::vector<ReportRow>& rows, Keep kee
   std::optional<Context> best;
   std::pair<int, std::size_t> best_score{-1, 0};
   for (const auto& [c, s] : count)
-    if (s.first > best_score.first || (s.first == best_score.first && s.second < best_score.second)) {
+    if (s.first > best_score.first ||
+        (s.first == best_score.first && s.second < best_score.second)) {
       best = c;
       best_score = s;
     }
@@ -135,7 +142,9 @@ std::vector<std::string> variants_in_order(const std::vector<ReportRow>& rows) {
     if (std::find(out.begin(), out.end(), r.variant) == out.end()) out.push_back(r.variant);
   // full first, peers last: the reading order of every table and plot.
   std::stable_sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
-    auto rank = [](const std::string& v) { return v == "full" ? 0 : (v == "numpy" || v == "torch") ? 2 : 1; };
+    auto rank = [](const std::string& v) {
+      return v == "full" ? 0 : (v == "numpy" || v == "torch") ? 2 : 1;
+    };
     return rank(a) < rank(b);
   });
   return out;
@@ -155,8 +164,8 @@ ReportRow report_row(const Row& row, const std::string& where) {
     char* end = nullptr;
     const double x = std::strtod(t.c_str(), &end);
     if (end != t.c_str() + t.size())
-      throw Error(where + ": column '" + column_names()[static_cast<std::size_t>(c)] + "': '" +
-                  t + "' is not a number");
+      throw Error(where + ": column '" + column_names()[static_cast<std::size_t>(c)] + "': '" + t +
+                  "' is not a number");
     return x;
   };
   auto integer = [&](Col c) { return static_cast<std::int64_t>(number(c).value_or(0)); };
@@ -325,7 +334,8 @@ std::string lra_table(const std::vector<ReportRow>& rows) {
   };
   std::ostringstream out;
   out << "## Long Range Arena efficiency table\n\n";
-  const auto ctx = main_context(rows, [&](const ReportRow& r) { return r.variant == "full" && in_lra(r); });
+  const auto ctx =
+      main_context(rows, [&](const ReportRow& r) { return r.variant == "full" && in_lra(r); });
   if (!ctx) {
     out << "No ok `full` rows at N = 1K, 2K, 3K or 4K: speed-ups need them. " << kDash << "\n\n";
     return out.str();
@@ -341,9 +351,9 @@ std::string lra_table(const std::vector<ReportRow>& rows) {
   const auto& anchor_rows = anchors::lra_rows();
   const auto& base = anchor_rows.front();
   for (const auto& a : anchor_rows) {
-    std::optional<std::string> spec =
-        a.variant == "full" ? std::optional<std::string>("full")
-                            : representative_spec(rows, a.variant, a.setting, ctx);
+    std::optional<std::string> spec = a.variant == "full"
+                                          ? std::optional<std::string>("full")
+                                          : representative_spec(rows, a.variant, a.setting, ctx);
     // Performer is only "ours" when a favor spec exists; never shown as another linear spec.
     if (spec && !a.setting.empty() && a.setting.front().rfind("feature=", 0) == 0 &&
         !has_token(*spec, a.setting.front()))
@@ -355,7 +365,9 @@ std::string lra_table(const std::vector<ReportRow>& rows) {
       const std::size_t i = r ? std::size_t(r - rows.data()) : 0;
       if (a.variant == "full") {
         out << " | " << (r && r->ok() && r->time_median_s ? time_text(*r->time_median_s) : kDash);
-        mem += " | " + (r && r->ok() && r->peak_mem_bytes ? fmt("%.1f MiB", *r->peak_mem_bytes / 1048576.0) : kDash);
+        mem += " | " + (r && r->ok() && r->peak_mem_bytes
+                            ? fmt("%.1f MiB", *r->peak_mem_bytes / 1048576.0)
+                            : kDash);
       } else {
         out << " | " << (r && rel[i].speedup ? fmt("%.2fx", *rel[i].speedup) : kDash);
         mem += " | " + (r && rel[i].memory_ratio
@@ -396,7 +408,8 @@ std::string linformer_table(const std::vector<ReportRow>& rows) {
   for (int k : anchors::kLinformerK) {
     std::vector<ReportRow> with_k;
     for (const auto& r : rows)
-      if (r.variant == "linformer" && has_token(r.spec, "k=" + std::to_string(k))) with_k.push_back(r);
+      if (r.variant == "linformer" && has_token(r.spec, "k=" + std::to_string(k)))
+        with_k.push_back(r);
     if (auto s = representative_spec(with_k, "linformer", {"share=kv", "init=gaussian"}, ctx))
       spec_for_k[k] = *s;
   }
@@ -444,7 +457,8 @@ std::string error_tables(const std::vector<ReportRow>& rows) {
       << "\n\n";
   for (std::int64_t n : lengths) {
     out << "### N = " << n << "\n\n"
-        << "| spec | input | causal | B,H,D | status | rel_fro | max_abs | mean_cos | p99 | err rows | speed-up | time | GFLOP/s (of sgemm) |\n"
+        << "| spec | input | causal | B,H,D | status | rel_fro | max_abs | mean_cos | p99 | err "
+           "rows | speed-up | time | GFLOP/s (of sgemm) |\n"
         << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& v : variants)
       for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -453,11 +467,13 @@ std::string error_tables(const std::vector<ReportRow>& rows) {
         out << "| " << code(r.spec) << " | " << code(r.input) << " | " << r.causal << " | "
             << r.batch << "," << r.heads << "," << r.dim << " | "
             << (r.ok() ? "ok" : md_escape(r.status + (r.message.empty() ? "" : ": " + r.message)))
-            << " | " << opt_fmt("%.2e", r.rel_fro) << " | " << opt_fmt("%.2e", r.max_abs)
-            << " | " << opt_fmt("%.6f", r.mean_cos) << " | " << opt_fmt("%.2e", r.p99_row)
-            << " | " << opt_fmt("%.0f", r.err_rows) << " | " << opt_fmt("%.2fx", rel[i].speedup)
-            << " | " << (r.ok() && r.time_median_s ? time_text(*r.time_median_s) : kDash)
-            << " | " << (r.ok() && r.gflops ? fmt("%.3g", *r.gflops) + (r.sgemm_fraction ? fmt(" (%.2f)", *r.sgemm_fraction) : "") : kDash)
+            << " | " << opt_fmt("%.2e", r.rel_fro) << " | " << opt_fmt("%.2e", r.max_abs) << " | "
+            << opt_fmt("%.6f", r.mean_cos) << " | " << opt_fmt("%.2e", r.p99_row) << " | "
+            << opt_fmt("%.0f", r.err_rows) << " | " << opt_fmt("%.2fx", rel[i].speedup) << " | "
+            << (r.ok() && r.time_median_s ? time_text(*r.time_median_s) : kDash) << " | "
+            << (r.ok() && r.gflops ? fmt("%.3g", *r.gflops) +
+                                         (r.sgemm_fraction ? fmt(" (%.2f)", *r.sgemm_fraction) : "")
+                                   : kDash)
             << " |\n";
       }
     out << "\n";
@@ -487,7 +503,8 @@ std::string peers_table(const std::vector<ReportRow>& rows) {
       const auto it = cells.find(v);
       if (it == cells.end()) return kDash;
       const ReportRow& r = *it->second;
-      if (!r.ok() || !r.time_median_s) return md_escape(r.status + (r.message.empty() ? "" : ": " + r.message));
+      if (!r.ok() || !r.time_median_s)
+        return md_escape(r.status + (r.message.empty() ? "" : ": " + r.message));
       std::string s = time_text(*r.time_median_s);
       const auto full = cells.find("full");
       if (v != "full" && full != cells.end() && full->second->ok() && full->second->time_median_s)
@@ -544,8 +561,9 @@ std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& di
   const std::string common =
       "set grid\nset key below left Left reverse maxcols 2 noenhanced\nset logscale x 2\n";
   plotter.plot("time_vs_n", times,
-               common + "set logscale y\nset xlabel 'sequence length N'\nset ylabel "
-                        "'seconds per forward call'\nset title " +
+               common +
+                   "set logscale y\nset xlabel 'sequence length N'\nset ylabel "
+                   "'seconds per forward call'\nset title " +
                    gp_quote("Time vs N (" + describe(*ctx) + ")") + " noenhanced\n",
                "using 1:2 with linespoints lw 2 pt 7");
   md << "![time vs N](plots/time_vs_n.png)\n\n";
@@ -571,8 +589,9 @@ std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& di
     if (errors.empty()) continue;
     const std::string name = "error_vs_n_" + slug(input);
     plotter.plot(name, errors,
-                 common + "set logscale y\nset format y '10^{%L}'\nset xlabel 'sequence length N'\n"
-                          "set ylabel 'relative Frobenius error vs fp64 exact'\nset title " +
+                 common +
+                     "set logscale y\nset format y '10^{%L}'\nset xlabel 'sequence length N'\n"
+                     "set ylabel 'relative Frobenius error vs fp64 exact'\nset title " +
                      gp_quote("Error vs N, input " + input) + " noenhanced\n",
                  "using 1:2 with linespoints lw 2 pt 7");
     md << "![error vs N, " << md_escape(input) << "](plots/" << name << ".png)\n\n";
@@ -615,25 +634,28 @@ std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& di
       data += "\n\n";
       const std::size_t color = (blocks / 2) % std::size(kFaint);
       const std::string all = std::to_string(blocks), best = std::to_string(blocks + 1);
-      body += std::string(body.empty() ? "plot " : ", \\\n     ") + "'pareto_n" + std::to_string(n) +
-              ".dat' index " + all + " using 1:2 with points pt 7 ps 1.2 lc rgb '" + kFaint[color] +
-              "' title " + gp_quote("all points, " + input) + ", \\\n     'pareto_n" +
-              std::to_string(n) + ".dat' index " + best +
-              " using 1:2 with linespoints lw 3 pt 7 ps 1.5 lc rgb '" + kBold[color] +
-              "' title " + gp_quote("Pareto frontier, " + input) + ", \\\n     'pareto_n" +
-              std::to_string(n) + ".dat' index " + best +
+      body += std::string(body.empty() ? "plot " : ", \\\n     ") + "'pareto_n" +
+              std::to_string(n) + ".dat' index " + all +
+              " using 1:2 with points pt 7 ps 1.2 lc rgb '" + kFaint[color] + "' title " +
+              gp_quote("all points, " + input) + ", \\\n     'pareto_n" + std::to_string(n) +
+              ".dat' index " + best + " using 1:2 with linespoints lw 3 pt 7 ps 1.5 lc rgb '" +
+              kBold[color] + "' title " + gp_quote("Pareto frontier, " + input) +
+              ", \\\n     'pareto_n" + std::to_string(n) + ".dat' index " + best +
               " using 1:2:3 with labels offset char 1,0.6 left font ',8' tc rgb '" + kBold[color] +
               "' noenhanced notitle";
       blocks += 2;
     }
     if (total < 2) continue;
     const std::string name = "pareto_n" + std::to_string(n);
-    plotter.raw(name, data,
-                "set grid\nset logscale xy\nset format y '10^{%L}'\nset key below left Left reverse "
-                "maxcols 2 noenhanced\nset offsets graph 0.05, graph 0.35, graph 0.1, graph 0.05\n"
-                "set xlabel 'speed-up over full (same run)'\nset ylabel 'relative Frobenius error'\n"
-                "set title " + gp_quote("Error vs speed-up, N = " + std::to_string(n) + " (" +
-                                        describe_plain(*ctx) + ")") + " noenhanced\n" + body + "\n");
+    plotter.raw(
+        name, data,
+        "set grid\nset logscale xy\nset format y '10^{%L}'\nset key below left Left reverse "
+        "maxcols 2 noenhanced\nset offsets graph 0.05, graph 0.35, graph 0.1, graph 0.05\n"
+        "set xlabel 'speed-up over full (same run)'\nset ylabel 'relative Frobenius error'\n"
+        "set title " +
+            gp_quote("Error vs speed-up, N = " + std::to_string(n) + " (" + describe_plain(*ctx) +
+                     ")") +
+            " noenhanced\n" + body + "\n");
     md << "![Pareto N=" << n << "](plots/" << name << ".png)\n\n";
   }
   if (!output.plot_note.empty()) md << "Note: " << md_escape(output.plot_note) << ".\n\n";
@@ -681,8 +703,9 @@ ReportOutput render_report(const std::string& dir, const ReportOptions& options)
   for (const auto& r : rows) ++status_count[r.status];
 
   std::ostringstream md;
-  md << "# attnlab results: " << md_escape(base.filename().empty() ? base.parent_path().filename().string()
-                                                                  : base.filename().string())
+  md << "# attnlab results: "
+     << md_escape(base.filename().empty() ? base.parent_path().filename().string()
+                                          : base.filename().string())
      << "\n\nRendered by `attnlab report` from `rows.csv` (" << rows.size() << " rows:";
   for (const auto& [s, c] : status_count) md << " " << c << " " << s;
   md << "), nothing re-run. \"" << kDash << "\" marks a point that was not measured or not ok.\n\n";

@@ -13,8 +13,7 @@ CsvRecord header_record() {
 }
 
 // Checks the header and turns records into rows; `what` names the file in messages.
-std::vector<Row> to_rows(const std::vector<CsvRecord>& records,
-                         const std::string& what) {
+std::vector<Row> to_rows(const std::vector<CsvRecord>& records, const std::string& what) {
   std::vector<Row> rows;
   if (records.empty()) return rows;
   const auto& names = column_names();
@@ -23,8 +22,7 @@ std::vector<Row> to_rows(const std::vector<CsvRecord>& records,
   for (std::size_t c = 0; same && c < kColumnCount; ++c) same = header[c] == names[c];
   if (!same)
     throw Error(what + ":1: the header is not the rows.csv schema (expected " +
-                csv_line(header_record()).substr(0, 60) +
-                "...)");
+                csv_line(header_record()).substr(0, 60) + "...)");
   for (std::size_t r = 1; r < records.size(); ++r) {
     if (records[r].size() != kColumnCount)
       throw Error(what + ": record " + std::to_string(r + 1) + " has " +
@@ -41,18 +39,28 @@ std::vector<Row> to_rows(const std::vector<CsvRecord>& records,
 
 const std::array<const char*, kColumnCount>& column_names() {
   static const std::array<const char*, kColumnCount> names = {
-      "key", "spec", "variant", "n", "batch", "heads", "dim", "causal", "input", "seed",
-      "status", "message", "reps", "time_median_s", "time_min_s", "time_max_s", "time_iqr_s",
-      "peak_mem_bytes", "flops", "gflops", "sgemm_gflops", "sgemm_fraction", "err_rows",
-      "rel_fro", "max_abs", "mean_cos", "p99_row", "shard"};
+      "key",          "spec",           "variant",    "n",
+      "batch",        "heads",          "dim",        "causal",
+      "input",        "seed",           "status",     "message",
+      "reps",         "time_median_s",  "time_min_s", "time_max_s",
+      "time_iqr_s",   "peak_mem_bytes", "flops",      "gflops",
+      "sgemm_gflops", "sgemm_fraction", "err_rows",   "rel_fro",
+      "max_abs",      "mean_cos",       "p99_row",    "shard"};
   return names;
 }
 
 bool is_timing_column(Col c) {
   switch (c) {
-    case Col::reps: case Col::time_median_s: case Col::time_min_s: case Col::time_max_s:
-    case Col::time_iqr_s: case Col::peak_mem_bytes: case Col::gflops: case Col::sgemm_gflops:
-    case Col::sgemm_fraction: case Col::shard:
+    case Col::reps:
+    case Col::time_median_s:
+    case Col::time_min_s:
+    case Col::time_max_s:
+    case Col::time_iqr_s:
+    case Col::peak_mem_bytes:
+    case Col::gflops:
+    case Col::sgemm_gflops:
+    case Col::sgemm_fraction:
+    case Col::shard:
       return true;
     default:
       return false;

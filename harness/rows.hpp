@@ -18,9 +18,34 @@
 namespace attnlab::harness {
 
 enum class Col : std::size_t {
-  key, spec, variant, n, batch, heads, dim, causal, input, seed, status, message, reps,
-  time_median_s, time_min_s, time_max_s, time_iqr_s, peak_mem_bytes, flops, gflops,
-  sgemm_gflops, sgemm_fraction, err_rows, rel_fro, max_abs, mean_cos, p99_row, shard,
+  key,
+  spec,
+  variant,
+  n,
+  batch,
+  heads,
+  dim,
+  causal,
+  input,
+  seed,
+  status,
+  message,
+  reps,
+  time_median_s,
+  time_min_s,
+  time_max_s,
+  time_iqr_s,
+  peak_mem_bytes,
+  flops,
+  gflops,
+  sgemm_gflops,
+  sgemm_fraction,
+  err_rows,
+  rel_fro,
+  max_abs,
+  mean_cos,
+  p99_row,
+  shard,
   count
 };
 inline constexpr std::size_t kColumnCount = static_cast<std::size_t>(Col::count);

@@ -14,9 +14,13 @@ namespace {
 
 // A speed-up table covers one problem shape and causal setting: B, H, D, causal.
 using Shape = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::string>;
-Shape shape_of(const ReportRow& r) { return {r.batch, r.heads, r.dim, r.causal}; }
+Shape shape_of(const ReportRow& r) {
+  return {r.batch, r.heads, r.dim, r.causal};
+}
 
-bool is_peer(const ReportRow& r) { return r.variant == "numpy" || r.variant == "torch"; }
+bool is_peer(const ReportRow& r) {
+  return r.variant == "numpy" || r.variant == "torch";
+}
 
 // full first, then the variants in the order they first appear, peers last.
 std::vector<std::string> specs_in_order(const std::vector<ReportRow>& rows) {
@@ -73,7 +77,8 @@ class Table {
     for (const auto& r : rows_) {
       std::string line = "  ";
       for (std::size_t c = 0; c < r.size(); ++c)
-        line += c == 0 ? fmt::format("{:<{}}", r[c], width[c]) : fmt::format("  {:>{}}", r[c], width[c]);
+        line += c == 0 ? fmt::format("{:<{}}", r[c], width[c])
+                       : fmt::format("  {:>{}}", r[c], width[c]);
       out += line + "\n";
     }
     return out;
@@ -151,12 +156,15 @@ std::string speedup_tables(const SummaryRun& run, const SummaryRun* reference,
   std::string out;
   for (const Shape& shape : shapes) {
     const auto& [batch, heads, dim, causal] = shape;
-    out += fmt::format("\nSpeed-up over exact full, causal {}, B={} H={} D={} (full's row: its time "
-                       "per call){}:\n", causal, batch, heads, dim,
-                       reference ? ";\n  below each spec: the same points in " + reference->dir : "");
+    out += fmt::format(
+        "\nSpeed-up over exact full, causal {}, B={} H={} D={} (full's row: its time "
+        "per call){}:\n",
+        causal, batch, heads, dim,
+        reference ? ";\n  below each spec: the same points in " + reference->dir : "");
     Table table(header(lengths));
     for (const auto& spec : specs_in_order(run.rows)) {
-      std::vector<std::string> ours{short_spec(spec)}, theirs{"  " + (reference ? reference->dir : "")};
+      std::vector<std::string> ours{short_spec(spec)},
+          theirs{"  " + (reference ? reference->dir : "")};
       bool any = false;
       for (auto n : lengths) {
         std::vector<double> mine, ref;
@@ -213,11 +221,13 @@ std::string yardstick_text(const SummaryRun& run) {
   const ReportRow* best = nullptr;
   for (const auto& r : run.rows) {
     if (r.sgemm_gflops) sgemm = r.sgemm_gflops;
-    if (r.variant == "full" && r.ok() && r.gflops && (!best || *r.gflops > *best->gflops)) best = &r;
+    if (r.variant == "full" && r.ok() && r.gflops && (!best || *r.gflops > *best->gflops))
+      best = &r;
   }
   if (!sgemm) return "";
-  std::string out = fmt::format("\nYardstick: OpenBLAS sgemm 1024^3 at {:.1f} GFLOP/s in this run, {}",
-                                *sgemm, blas_text(run.meta));
+  std::string out =
+      fmt::format("\nYardstick: OpenBLAS sgemm 1024^3 at {:.1f} GFLOP/s in this run, {}", *sgemm,
+                  blas_text(run.meta));
   if (best)
     out += fmt::format(";\n  exact full at best {:.1f} GFLOP/s ({:.2f} of it), at N={}, causal {}",
                        *best->gflops, *best->gflops / *sgemm, best->n, best->causal);
@@ -237,9 +247,9 @@ std::string sweep_summary(const SummaryRun& run, const SummaryRun* reference) {
   std::string statuses;
   for (const auto& [status, count] : by_status)
     statuses += (statuses.empty() ? "" : ", ") + std::to_string(count) + " " + status;
-  std::string out = fmt::format("Summary of {}: {} points ({})\n  measured on {}\n", run.dir,
-                                run.rows.size(), statuses.empty() ? "none" : statuses,
-                                machine_text(run.meta));
+  std::string out =
+      fmt::format("Summary of {}: {} points ({})\n  measured on {}\n", run.dir, run.rows.size(),
+                  statuses.empty() ? "none" : statuses, machine_text(run.meta));
   if (reference)
     out += fmt::format("Reference {}\n  measured on {}\n", reference->dir,
                        machine_text(reference->meta));

@@ -15,9 +15,9 @@ namespace attnlab::harness {
 
 /// A result set as the summary reads it.
 struct SummaryRun {
-  std::string dir;             ///< where it lives, printed in headings
-  std::vector<ReportRow> rows; ///< only the points of the grid being summarised
-  nlohmann::json meta;         ///< its meta.json (null when absent): machine and load
+  std::string dir;              ///< where it lives, printed in headings
+  std::vector<ReportRow> rows;  ///< only the points of the grid being summarised
+  nlohmann::json meta;          ///< its meta.json (null when absent): machine and load
 };
 
 /// Plain text for a terminal, about 100 columns wide: a context line, one speed-up table per

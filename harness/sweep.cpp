@@ -48,9 +48,13 @@ Row parse_row_line(const std::string& line) {
 
 }  // namespace
 
-std::string default_out_dir(const SweepConfig& config) { return "runs/" + config.name; }
+std::string default_out_dir(const SweepConfig& config) {
+  return "runs/" + config.name;
+}
 
-std::string reference_dir(const SweepConfig& config) { return "results/" + config.name; }
+std::string reference_dir(const SweepConfig& config) {
+  return "results/" + config.name;
+}
 
 SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
   validate(config);
@@ -119,9 +123,8 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
 
   summary.sgemm_gflops = measure_sgemm_gflops();
   const std::int64_t budget = budget_bytes(config.measure);
-  const std::string shard =
-      use_mpi ? std::to_string(rank + 1) + "/" + std::to_string(ranks)
-              : (options.shard.active() ? options.shard.str() : "");
+  const std::string shard = use_mpi ? std::to_string(rank + 1) + "/" + std::to_string(ranks)
+                                    : (options.shard.active() ? options.shard.str() : "");
   if (root) {
     nlohmann::json extra = {{"sgemm_gflops", summary.sgemm_gflops},
                             {"memory_budget_bytes", budget},
@@ -131,15 +134,25 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
                             {"selected_points", summary.selected},
                             {"done_before", summary.done_before}};
     const MeasureOptions& m = config.measure;
-    extra["grid"] = {{"name", config.name}, {"specs", config.specs}, {"n", config.n},
-                     {"batch", config.batch}, {"heads", config.heads}, {"dim", config.dim},
-                     {"causal", config.causal}, {"input", config.input}, {"seed", config.seed},
-                     {"peers", config.peers}, {"max_n", config.max_n},
-                     {"measure", {{"warmup", m.warmup}, {"min_reps", m.min_reps},
-                                  {"max_reps", m.max_reps}, {"target_seconds", m.target_seconds},
-                                  {"long_call_seconds", m.long_call_seconds},
-                                  {"error_rows", m.error_rows},
-                                  {"memory_budget", m.memory_budget}}}};
+    extra["grid"] = {{"name", config.name},
+                     {"specs", config.specs},
+                     {"n", config.n},
+                     {"batch", config.batch},
+                     {"heads", config.heads},
+                     {"dim", config.dim},
+                     {"causal", config.causal},
+                     {"input", config.input},
+                     {"seed", config.seed},
+                     {"peers", config.peers},
+                     {"max_n", config.max_n},
+                     {"measure",
+                      {{"warmup", m.warmup},
+                       {"min_reps", m.min_reps},
+                       {"max_reps", m.max_reps},
+                       {"target_seconds", m.target_seconds},
+                       {"long_call_seconds", m.long_call_seconds},
+                       {"error_rows", m.error_rows},
+                       {"memory_budget", m.memory_budget}}}};
     try {
       record_run(summary.dir, config, extra);
     } catch (...) {

@@ -23,24 +23,24 @@
 namespace attnlab::harness {
 
 struct SweepOptions {
-  std::string out_dir;                 // empty: default_out_dir(config)
-  Shard shard;                         // 1/1: the whole grid
-  bool mpi = false;                    // split across MPI ranks, rows gathered on rank 0
-  bool restart = false;                // rows.csv -> rows.csv.old first: every point runs again
-  bool retry_errors = false;           // rows of status "error" are dropped and run again
-  std::FILE* progress = stderr;        // nullptr: silent
+  std::string out_dir;                     // empty: default_out_dir(config)
+  Shard shard;                             // 1/1: the whole grid
+  bool mpi = false;                        // split across MPI ranks, rows gathered on rank 0
+  bool restart = false;                    // rows.csv -> rows.csv.old first: every point runs again
+  bool retry_errors = false;               // rows of status "error" are dropped and run again
+  std::FILE* progress = stderr;            // nullptr: silent
   std::function<void(const Row&)> on_row;  // called after each row is safely appended
   std::function<void(const Point&)> on_point;  // called as a point starts (after its marker)
 };
 
 struct SweepSummary {
   std::string dir;
-  std::size_t grid = 0;      // points in the whole grid
-  std::size_t selected = 0;  // in this shard
-  std::size_t done_before = 0;  // of those, already in rows.csv
-  std::size_t retried = 0;   // "error" rows dropped by retry_errors
+  std::size_t grid = 0;            // points in the whole grid
+  std::size_t selected = 0;        // in this shard
+  std::size_t done_before = 0;     // of those, already in rows.csv
+  std::size_t retried = 0;         // "error" rows dropped by retry_errors
   std::size_t repaired_bytes = 0;  // a torn last line of rows.csv dropped on opening
-  std::size_t ran = 0;       // rows written by this run (all ranks)
+  std::size_t ran = 0;             // rows written by this run (all ranks)
   std::map<std::string, std::size_t> by_status;
   double sgemm_gflops = 0;
 };

@@ -32,14 +32,16 @@ void affine_backward(const float* x, std::size_t rows, std::size_t in, std::size
 }
 
 // y += x, element-wise.
-void add_into(Activations& y, const Activations& x) { add(y.data(), x.data(), y.data(), y.size()); }
+void add_into(Activations& y, const Activations& x) {
+  add(y.data(), x.data(), y.data(), y.size());
+}
 
 void require_shape(const Activations& got, std::size_t batch, std::size_t n, std::size_t features,
                    const char* what) {
   if (got.shape()[0] != batch || got.shape()[1] != n || got.shape()[2] != features)
     throw Error(std::string(what) + ": gradient " + shape_text(got) + ", expected [" +
-                std::to_string(batch) + ", " + std::to_string(n) + ", " +
-                std::to_string(features) + "] (the output's shape)");
+                std::to_string(batch) + ", " + std::to_string(n) + ", " + std::to_string(features) +
+                "] (the output's shape)");
 }
 
 // One residual sublayer forward (x + f(LN(x)) pre-LN, LN(x + f(x)) post-LN, without what is
@@ -114,8 +116,8 @@ Activations backward(const LayerNorm& layer, const Activations& x, const Activat
   return dx;
 }
 
-void backward(const LayerNorm& layer, const Activations& x, const Activations& dy,
-              LayerNorm& grad, Activations& dx) {
+void backward(const LayerNorm& layer, const Activations& x, const Activations& dy, LayerNorm& grad,
+              Activations& dx) {
   const std::size_t d = layer.weight.size();
   if (x.shape()[2] != d) layer.forward(x);  // throws the forward's message
   require_shape(dy, x.shape()[0], x.shape()[1], d, "LayerNorm backward");
@@ -259,8 +261,7 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
     if (mha.short_conv()) {  // back through SiLU and the convolution to the projection
       shape_buffer(trace.d_projection, {batch, n, d});
       mha.short_conv_backward(which, batch, n, trace.projected.data() + which * rows * d,
-                              blocks[which]->data(), trace.d_projection.data(),
-                              *grad.conv_weight);
+                              blocks[which]->data(), trace.d_projection.data(), *grad.conv_weight);
       d_projection = trace.d_projection.data();
     }
     affine_backward(x.data(), batch * n, d, d, w + which * d * d, d, d, d_projection, d, dx, d,
@@ -279,8 +280,8 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
         for (std::size_t h = 0; h < pre.shape()[2]; ++h) {
           const double x = pre(b, j, h), s = 1.0 / (1.0 + std::exp(-x));
           d_pre(b, j, h) = static_cast<float>(
-              d_token(b, h, j) * (log_decay ? (1.0 - s) / MultiHeadAttention::kGateTau
-                                            : s * (1.0 - s)));
+              d_token(b, h, j) *
+              (log_decay ? (1.0 - s) / MultiHeadAttention::kGateTau : s * (1.0 - s)));
         }
     add_into(out.memory, backward(*proj, trace.memory, d_pre, *proj_grad));
   };
@@ -288,9 +289,9 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
   gate_backward(all.d_beta, trace.gates.beta_pre, mha.beta_proj, grad.beta_proj, false);
   // The core's learned tensors: its gradients, named and shaped as attention_parameters.
   for (const ParameterTensor& d_core : all.parameters) {
-    const auto into = std::find_if(
-        grad.attention_parameters.begin(), grad.attention_parameters.end(),
-        [&](const ParameterTensor& p) { return p.name == d_core.name; });
+    const auto into =
+        std::find_if(grad.attention_parameters.begin(), grad.attention_parameters.end(),
+                     [&](const ParameterTensor& p) { return p.name == d_core.name; });
     if (into == grad.attention_parameters.end() || into->values.size() != d_core.values.size())
       throw Error("multi-head attention backward: the core's gradient of " + d_core.name +
                   " has no parameter of its size in the gradients");
@@ -308,12 +309,15 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
 const Activations& forward(const EncoderLayer& layer, const Activations& x, const Mask& mask,
                            EncoderLayerTrace& trace) {
   const LayerConfig& c = layer.config();
-  const Activations& h = sublayer(c, x, layer.norm1, trace.sublayer1, [&](const Activations& a) -> const Activations& {
-    return forward(layer.self_attn, a, a, mask, trace.attention);
-  });
+  const Activations& h =
+      sublayer(c, x, layer.norm1, trace.sublayer1, [&](const Activations& a) -> const Activations& {
+        return forward(layer.self_attn, a, a, mask, trace.attention);
+      });
   if (!layer.ffn) return h;
   return sublayer(c, h, layer.norm2, trace.sublayer2,
-                  [&](const Activations& a) -> const Activations& { return forward(*layer.ffn, a, trace.ffn); });
+                  [&](const Activations& a) -> const Activations& {
+                    return forward(*layer.ffn, a, trace.ffn);
+                  });
 }
 
 namespace {
@@ -338,11 +342,10 @@ Activations& backward(const EncoderLayer& layer, EncoderLayerTrace& trace, const
                             [&](const Activations& d) -> Activations& {
                               return backward(*layer.ffn, trace.ffn, d, *grad.ffn);
                             });
-  return sublayer_backward(c, *dh, layer.norm1, grad.norm1, trace.sublayer1,
-                           [&](const Activations& d) -> Activations& {
-                             return self_attention_backward(layer.self_attn, trace.attention, d,
-                                                            grad.self_attn);
-                           });
+  return sublayer_backward(
+      c, *dh, layer.norm1, grad.norm1, trace.sublayer1, [&](const Activations& d) -> Activations& {
+        return self_attention_backward(layer.self_attn, trace.attention, d, grad.self_attn);
+      });
 }
 
 const Activations& forward(const Encoder& encoder, const Activations& x, const Mask& mask,
@@ -397,15 +400,19 @@ const Activations& forward(const DecoderLayer& layer, const Activations& x,
   const LayerConfig& c = layer.config();
   Mask causal = self_mask;  // as DecoderLayer::forward
   if (causal.causal == Causal::none) causal.causal = Causal::top_left;
-  const Activations& h1 = sublayer(c, x, layer.norm1, trace.sublayer1, [&](const Activations& a) -> const Activations& {
-    return forward(layer.self_attn, a, a, causal, trace.self_attention);
-  });
-  const Activations& h2 = sublayer(c, h1, layer.norm2, trace.sublayer2, [&](const Activations& a) -> const Activations& {
-    return forward(layer.multihead_attn, a, memory, memory_mask, trace.cross_attention);
-  });
+  const Activations& h1 =
+      sublayer(c, x, layer.norm1, trace.sublayer1, [&](const Activations& a) -> const Activations& {
+        return forward(layer.self_attn, a, a, causal, trace.self_attention);
+      });
+  const Activations& h2 = sublayer(
+      c, h1, layer.norm2, trace.sublayer2, [&](const Activations& a) -> const Activations& {
+        return forward(layer.multihead_attn, a, memory, memory_mask, trace.cross_attention);
+      });
   if (!layer.ffn) return h2;
   return sublayer(c, h2, layer.norm3, trace.sublayer3,
-                  [&](const Activations& a) -> const Activations& { return forward(*layer.ffn, a, trace.ffn); });
+                  [&](const Activations& a) -> const Activations& {
+                    return forward(*layer.ffn, a, trace.ffn);
+                  });
 }
 
 DecoderInputGrads backward(const DecoderLayer& layer, DecoderLayerTrace& trace,
@@ -418,20 +425,17 @@ DecoderInputGrads backward(const DecoderLayer& layer, DecoderLayerTrace& trace,
                               return backward(*layer.ffn, trace.ffn, d, *grad.ffn);
                             });
   Activations* dmemory = nullptr;
-  dh = &sublayer_backward(c, *dh, layer.norm2, grad.norm2, trace.sublayer2,
-                          [&](const Activations& d) -> Activations& {
-                            AttentionInputGrads& g = backward(layer.multihead_attn,
-                                                              trace.cross_attention, d,
-                                                              grad.multihead_attn);
-                            dmemory = &g.memory;
-                            return g.query;
-                          });
-  const Activations& dx = sublayer_backward(c, *dh, layer.norm1, grad.norm1, trace.sublayer1,
-                                            [&](const Activations& d) -> Activations& {
-                                              return self_attention_backward(
-                                                  layer.self_attn, trace.self_attention, d,
-                                                  grad.self_attn);
-                                            });
+  dh = &sublayer_backward(
+      c, *dh, layer.norm2, grad.norm2, trace.sublayer2, [&](const Activations& d) -> Activations& {
+        AttentionInputGrads& g =
+            backward(layer.multihead_attn, trace.cross_attention, d, grad.multihead_attn);
+        dmemory = &g.memory;
+        return g.query;
+      });
+  const Activations& dx = sublayer_backward(
+      c, *dh, layer.norm1, grad.norm1, trace.sublayer1, [&](const Activations& d) -> Activations& {
+        return self_attention_backward(layer.self_attn, trace.self_attention, d, grad.self_attn);
+      });
   return {dx, *dmemory};
 }
 
@@ -446,8 +450,8 @@ Activations forward(const Decoder& decoder, const Activations& x, const Activati
   return decoder.norm->forward(*h);
 }
 
-DecoderInputGrads backward(const Decoder& decoder, DecoderTrace& trace,
-                           const Activations& dy, Decoder& grad) {
+DecoderInputGrads backward(const Decoder& decoder, DecoderTrace& trace, const Activations& dy,
+                           Decoder& grad) {
   if (decoder.norm) backward(*decoder.norm, trace.norm_input, dy, *grad.norm, trace.d_norm);
   DecoderInputGrads out{decoder.norm ? trace.d_norm : dy, {}};
   for (std::size_t i = decoder.layers.size(); i-- > 0;) {
@@ -474,7 +478,8 @@ void backward(const EncoderModel& model, ModelTrace& trace, const Activations& d
   const std::size_t dim = model.embedding.weight.shape()[1];
   const float scale = static_cast<float>(std::sqrt(static_cast<double>(dim)));
   for (std::size_t i = 0; i < trace.tokens.size(); ++i) {  // the positions add no parameter
-    float* row = grad.embedding.weight.data() + static_cast<std::size_t>(trace.tokens.data()[i]) * dim;
+    float* row =
+        grad.embedding.weight.data() + static_cast<std::size_t>(trace.tokens.data()[i]) * dim;
     for (std::size_t c = 0; c < dim; ++c) row[c] += scale * dx.data()[i * dim + c];
   }
 }

@@ -58,8 +58,8 @@ Activations backward(const LayerNorm& layer, const Activations& x, const Activat
                      LayerNorm& grad);
 /// The same into dx (shaped by shape_buffer; not x or dy): rows in parallel for dx, columns in
 /// parallel for the gradients (each summed over the rows in order, so bitwise as one thread).
-void backward(const LayerNorm& layer, const Activations& x, const Activations& dy,
-              LayerNorm& grad, Activations& dx);
+void backward(const LayerNorm& layer, const Activations& x, const Activations& dy, LayerNorm& grad,
+              Activations& dx);
 
 /// What FeedForward's backward needs: its input and the hidden activations after the ReLU.
 struct FeedForwardTrace {
@@ -89,28 +89,28 @@ struct AttentionInputGrads {
 /// output [B, H, Nq, dk] and what its forward saved, the merged heads, the mask; then the
 /// buffers of the forward's output and of the backward.
 struct AttentionTrace {
-  Activations query;   ///< the queries' input [B, Nq, d_model]
-  Activations memory;  ///< the keys' and values' input [B, Nk, d_model]
-  QKV in;              ///< the heads' q, k, v
-  Tensor heads;        ///< the core's output [B, H, Nq, dk]
-  Tensor normed_heads; ///< with the head norm: heads normalised
-  Gates gates;         ///< the core's per-token inputs (empty without)
-  Saved saved;         ///< what the core's forward saved (a softmax's row log-sum-exp, ...)
-  Activations merged;  ///< the heads (normalised, times head_mask) concatenated: out_proj's input
-  Mask mask;           ///< the mask the core saw
-  Matrix projected;    ///< the forward's projection rows (MultiHeadAttention::project)
-  Activations output;  ///< the forward's result
+  Activations query;    ///< the queries' input [B, Nq, d_model]
+  Activations memory;   ///< the keys' and values' input [B, Nk, d_model]
+  QKV in;               ///< the heads' q, k, v
+  Tensor heads;         ///< the core's output [B, H, Nq, dk]
+  Tensor normed_heads;  ///< with the head norm: heads normalised
+  Gates gates;          ///< the core's per-token inputs (empty without)
+  Saved saved;          ///< what the core's forward saved (a softmax's row log-sum-exp, ...)
+  Activations merged;   ///< the heads (normalised, times head_mask) concatenated: out_proj's input
+  Mask mask;            ///< the mask the core saw
+  Matrix projected;     ///< the forward's projection rows (MultiHeadAttention::project)
+  Activations output;   ///< the forward's result
   // The backward's buffers, kept from step to step:
-  Activations d_merged;      ///< out_proj's input gradient [B, N, d_model]
-  Tensor d_heads;            ///< d_merged split into heads [B, H, N, head_dim]
-  AllGradients core_grads;   ///< the attention core's gradients
-  Activations dq;            ///< dL/dq merged from heads [B, N, d_model]
-  Activations dk;            ///< dL/dk merged from heads
-  Activations dv;            ///< dL/dv merged from heads
-  Activations d_projection;  ///< with the short convolution: dL/d(one block's projection)
-  Matrix d_in_proj_weight;   ///< in_proj_weight's gradient of this call
-  Vector d_in_proj_bias;     ///< in_proj_bias's gradient of this call
-  Activations d_memory_v;    ///< the V block's dL/dmemory
+  Activations d_merged;       ///< out_proj's input gradient [B, N, d_model]
+  Tensor d_heads;             ///< d_merged split into heads [B, H, N, head_dim]
+  AllGradients core_grads;    ///< the attention core's gradients
+  Activations dq;             ///< dL/dq merged from heads [B, N, d_model]
+  Activations dk;             ///< dL/dk merged from heads
+  Activations dv;             ///< dL/dv merged from heads
+  Activations d_projection;   ///< with the short convolution: dL/d(one block's projection)
+  Matrix d_in_proj_weight;    ///< in_proj_weight's gradient of this call
+  Vector d_in_proj_bias;      ///< in_proj_bias's gradient of this call
+  Activations d_memory_v;     ///< the V block's dL/dmemory
   AttentionInputGrads grads;  ///< the backward's result
 };
 
@@ -205,15 +205,15 @@ Activations forward(const Decoder& decoder, const Activations& x, const Activati
                     const Mask& self_mask, const Mask& memory_mask, DecoderTrace& trace);
 
 /// dL/dx and dL/dmemory (summed over the layers, which all read it) given dy; adds into grad.
-DecoderInputGrads backward(const Decoder& decoder, DecoderTrace& trace,
-                           const Activations& dy, Decoder& grad);
+DecoderInputGrads backward(const Decoder& decoder, DecoderTrace& trace, const Activations& dy,
+                           Decoder& grad);
 
 /// The token ids, the embedded input (and the positions added to it) and the encoder's trace.
 struct ModelTrace {
-  Tokens tokens;          ///< the input ids
-  Activations embedded;   ///< EncoderModel::embed(tokens), the encoder's input
-  Matrix positions;       ///< sinusoidal_positions(N, d_model), kept while N is the same
-  EncoderTrace encoder;   ///< the stack's
+  Tokens tokens;         ///< the input ids
+  Activations embedded;  ///< EncoderModel::embed(tokens), the encoder's input
+  Matrix positions;      ///< sinusoidal_positions(N, d_model), kept while N is the same
+  EncoderTrace encoder;  ///< the stack's
 };
 
 /// EncoderModel::forward(tokens, mask), keeping the trace; returns a buffer of the trace.

@@ -26,8 +26,10 @@ std::string shape_text(const Activations& x) {
 void affine(const float* x, std::size_t rows, std::size_t in, std::size_t ldx, const float* w,
             std::size_t out, std::size_t ldw, const float* b, float* y, std::size_t ldy) {
   for (std::size_t r = 0; r < rows; ++r) {
-    if (b) std::copy_n(b, out, y + r * ldy);
-    else std::fill_n(y + r * ldy, out, 0.0f);
+    if (b)
+      std::copy_n(b, out, y + r * ldy);
+    else
+      std::fill_n(y + r * ldy, out, 0.0f);
   }
   if (rows == 0 || out == 0) return;
   blas::warn_if_slow();  // once: every model's forward passes here
@@ -52,9 +54,9 @@ Activations Linear::forward(const Activations& x) const {
 void Linear::forward(const Activations& x, Activations& y) const {
   const std::size_t in = weight.shape()[1], out = weight.shape()[0];
   if (x.shape()[2] != in)
-    throw Error("linear layer " + std::to_string(in) + " -> " + std::to_string(out) +
-                ": input " + shape_text(x) + " has " + std::to_string(x.shape()[2]) +
-                " features, expected " + std::to_string(in));
+    throw Error("linear layer " + std::to_string(in) + " -> " + std::to_string(out) + ": input " +
+                shape_text(x) + " has " + std::to_string(x.shape()[2]) + " features, expected " +
+                std::to_string(in));
   shape_buffer(y, {x.shape()[0], x.shape()[1], out});
   affine(x.data(), x.shape()[0] * x.shape()[1], in, in, weight.data(), out, in, bias.data(),
          y.data(), out);

@@ -26,7 +26,8 @@ void masked_softmax(float* scores, std::size_t nk, const Mask& mask, std::size_t
     scores[j] = static_cast<float>(e);
     sum += e;
   }
-  for (std::size_t j = 0; j < nk; ++j) scores[j] = sum > 0 ? static_cast<float>(scores[j] / sum) : 0;
+  for (std::size_t j = 0; j < nk; ++j)
+    scores[j] = sum > 0 ? static_cast<float>(scores[j] / sum) : 0;
 }
 
 // One block's filters tap-major, taps[t * d + c] = w[c * kConvWidth + t], so that the loops
@@ -104,8 +105,9 @@ MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
     throw Error("multi-head attention: d_model=" + std::to_string(d_model) + ", heads=" +
                 std::to_string(heads) + ": d_model must be a positive multiple of heads");
   if (short_conv && tied_qk)
-    throw Error("multi-head attention: the short convolution with tied W_Q = W_K: k would no "
-                "longer equal q (use one or the other)");
+    throw Error(
+        "multi-head attention: the short convolution with tied W_Q = W_K: k would no "
+        "longer equal q (use one or the other)");
   in_proj_weight.fill(0);
   in_proj_bias.fill(0);
   if (short_conv) conv_weight.emplace(Matrix::from_shape({3 * d_model, kConvWidth})).fill(0);
@@ -117,8 +119,8 @@ MultiHeadAttention::Core::Core(const Core& other)
     : spec(other.spec),
       canonical(other.canonical),
       own(other.own),
-      backend(other.own ? std::shared_ptr<Attention>(make_attention(other.spec))
-                        : other.backend) {}  // `held` empty: the first attention() hands all
+      backend(other.own ? std::shared_ptr<Attention>(make_attention(other.spec)) : other.backend) {
+}  // `held` empty: the first attention() hands all
 
 MultiHeadAttention::Core& MultiHeadAttention::Core::operator=(const Core& other) {
   if (this != &other) *this = Core(other);
@@ -132,8 +134,8 @@ bool same_values(const std::vector<ParameterTensor>& a, const std::vector<Parame
   for (std::size_t i = 0; i < a.size(); ++i)  // bitwise: any change is handed over
     if (a[i].name != b[i].name || a[i].shape != b[i].shape ||
         a[i].values.size() != b[i].values.size() ||
-        std::memcmp(a[i].values.data(), b[i].values.data(),
-                    a[i].values.size() * sizeof(float)) != 0)
+        std::memcmp(a[i].values.data(), b[i].values.data(), a[i].values.size() * sizeof(float)) !=
+            0)
       return false;
   return true;
 }
@@ -255,7 +257,8 @@ Activations MultiHeadAttention::forward(const Activations& x, const Mask& mask) 
 Activations MultiHeadAttention::forward(const Activations& query, const Activations& memory,
                                         const Mask& mask) const {
   const QKV in = project(query, memory);
-  auto heads = uninitialized<Tensor>({in.q.shape()[0], in.q.shape()[1], in.q.shape()[2], in.v.shape()[3]});
+  auto heads =
+      uninitialized<Tensor>({in.q.shape()[0], in.q.shape()[1], in.q.shape()[2], in.v.shape()[3]});
   const Gates g = gates(memory);
   if (g.inputs().empty()) {
     attention().forward(in.q, in.k, in.v, mask, heads);
@@ -303,7 +306,8 @@ void MultiHeadAttention::short_conv_backward(std::size_t which, std::size_t batc
   }
   float* g = grad_weight.data() + which * d * width;
   for (std::size_t c = 0; c < d; ++c)
-    for (std::size_t t = 0; t < width; ++t) g[c * width + t] += static_cast<float>(d_taps[t * d + c]);
+    for (std::size_t t = 0; t < width; ++t)
+      g[c * width + t] += static_cast<float>(d_taps[t * d + c]);
 }
 
 void MultiHeadAttention::normalise_heads(const Tensor& heads, Tensor& out) const {

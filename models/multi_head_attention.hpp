@@ -66,10 +66,10 @@ namespace attnlab::models {
 /// A core's per-token inputs as the gate projections computed them, with their pre-activations
 /// (for the backward). Empty tensors: not used by the core.
 struct Gates {
-  TokenTensor g;          ///< log-decay [B, H, Nk]
-  TokenTensor beta;       ///< delta rule strength [B, H, Nk]
-  Activations g_pre;      ///< memory W_g^T + b_g [B, Nk, H]
-  Activations beta_pre;   ///< memory W_beta^T + b_beta [B, Nk, H]
+  TokenTensor g;         ///< log-decay [B, H, Nk]
+  TokenTensor beta;      ///< delta rule strength [B, H, Nk]
+  Activations g_pre;     ///< memory W_g^T + b_g [B, Nk, H]
+  Activations beta_pre;  ///< memory W_beta^T + b_beta [B, Nk, H]
   /// Pointers to the ones present, for Attention::forward.
   TokenInputs inputs() const;
 };
@@ -83,9 +83,9 @@ class MultiHeadAttention {
   MultiHeadAttention(std::size_t d_model, std::size_t heads, const std::string& spec = "full",
                      bool tied_qk = false, bool short_conv = false, bool head_norm = false);
 
-  Matrix in_proj_weight;  ///< [3 d_model, d_model]: W_Q, W_K, W_V stacked
-  Vector in_proj_bias;    ///< [3 d_model]: b_Q, b_K, b_V
-  Linear out_proj;        ///< W_O [d_model, d_model], b_O
+  Matrix in_proj_weight;            ///< [3 d_model, d_model]: W_Q, W_K, W_V stacked
+  Vector in_proj_bias;              ///< [3 d_model]: b_Q, b_K, b_V
+  Linear out_proj;                  ///< W_O [d_model, d_model], b_O
   std::optional<Linear> gate_proj;  ///< W_g [H, d_model], b_g: when the core takes g
   std::optional<Linear> beta_proj;  ///< W_beta [H, d_model], b_beta: when the core takes beta
   /// The short convolution's filters [3 d_model, kConvWidth] (see the header comment): when

@@ -19,7 +19,9 @@ void AdamConfig::validate() const {
     fail("weight_decay=" + std::to_string(weight_decay) + ": expected >= 0");
 }
 
-Adam::Adam(const AdamConfig& config) : config_(config) { config_.validate(); }
+Adam::Adam(const AdamConfig& config) : config_(config) {
+  config_.validate();
+}
 
 double Adam::learning_rate(std::size_t t) const {
   if (config_.warmup == 0) return config_.lr;

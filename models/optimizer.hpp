@@ -68,7 +68,7 @@ class Adam {
   void bind(const Parameters& params);  // checks params, allocates the moments on first use
 
   std::size_t t_ = 0;
-  std::vector<std::string> names_;                   // the parameters of the first step
+  std::vector<std::string> names_;  // the parameters of the first step
   std::vector<std::vector<std::size_t>> shapes_;
   std::vector<std::vector<float>> m_, v_;
 };

@@ -20,13 +20,19 @@ struct Switch {
   bool value;  // what the switch sets the field to
 };
 constexpr Switch kSwitches[] = {
-    {"pre-ln", &LayerConfig::pre_ln, true},         {"no-skip", &LayerConfig::skip, false},
-    {"no-ffn", &LayerConfig::feed_forward, false},  {"no-norm", &LayerConfig::layer_norm, false},
-    {"tied-qk", &LayerConfig::tied_qk, true},       {"no-final-norm", &LayerConfig::final_norm, false},
-    {"short-conv", &LayerConfig::short_conv, true}, {"head-norm", &LayerConfig::head_norm, true},
+    {"pre-ln", &LayerConfig::pre_ln, true},
+    {"no-skip", &LayerConfig::skip, false},
+    {"no-ffn", &LayerConfig::feed_forward, false},
+    {"no-norm", &LayerConfig::layer_norm, false},
+    {"tied-qk", &LayerConfig::tied_qk, true},
+    {"no-final-norm", &LayerConfig::final_norm, false},
+    {"short-conv", &LayerConfig::short_conv, true},
+    {"head-norm", &LayerConfig::head_norm, true},
 };
 
-void add_into(Activations& y, const Activations& x) { add(y.data(), x.data(), y.data(), y.size()); }
+void add_into(Activations& y, const Activations& x) {
+  add(y.data(), x.data(), y.data(), y.size());
+}
 
 // One residual sublayer: x + f(LN(x)) under pre-LN, LN(x + f(x)) under post-LN, without the
 // parts that are switched off.
@@ -62,8 +68,8 @@ std::string layer_prefix(const std::string& prefix, std::size_t i) {
 void LayerConfig::validate() const {
   auto fail = [&](const std::string& what) { throw Error("model layer: " + what); };
   if (d_model == 0 || heads == 0 || d_model % heads != 0)
-    fail("d_model=" + std::to_string(d_model) + " is not a positive multiple of heads=" +
-         std::to_string(heads));
+    fail("d_model=" + std::to_string(d_model) +
+         " is not a positive multiple of heads=" + std::to_string(heads));
   if (feed_forward && ffn == 0) fail("ffn=0: the FFN needs a hidden size >= 1 (or no-ffn)");
   if (!(eps > 0) || !std::isfinite(eps)) fail("eps=" + std::to_string(eps) + ": expected > 0");
   if (!final_norm && !pre_ln)
@@ -78,7 +84,8 @@ void apply_switches(LayerConfig& config, const std::string& list) {
   std::size_t start = 0;
   while (start < list.size()) {
     const auto comma = list.find(',', start);
-    const std::string token = list.substr(start, comma == std::string::npos ? comma : comma - start);
+    const std::string token =
+        list.substr(start, comma == std::string::npos ? comma : comma - start);
     bool known = false;
     for (const Switch& s : kSwitches)
       if (token == s.name) {
@@ -86,8 +93,8 @@ void apply_switches(LayerConfig& config, const std::string& list) {
         known = true;
       }
     if (!known)
-      throw Error("model switches '" + list + "': unknown switch '" + token + "' (known: " +
-                  switch_names() + ")");
+      throw Error("model switches '" + list + "': unknown switch '" + token +
+                  "' (known: " + switch_names() + ")");
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -124,9 +131,8 @@ Activations EncoderLayer::attention_input(const Activations& x) const {
 }
 
 Activations EncoderLayer::forward(const Activations& x, const Mask& mask) const {
-  Activations h = sublayer(config_, x, norm1, [&](const Activations& a) {
-    return self_attn.forward(a, mask);
-  });
+  Activations h =
+      sublayer(config_, x, norm1, [&](const Activations& a) { return self_attn.forward(a, mask); });
   if (!ffn) return h;
   return sublayer(config_, h, norm2, [&](const Activations& a) { return ffn->forward(a); });
 }
@@ -173,9 +179,8 @@ Activations DecoderLayer::forward(const Activations& x, const Activations& memor
                                   const Mask& self_mask, const Mask& memory_mask) const {
   Mask causal = self_mask;
   if (causal.causal == Causal::none) causal.causal = Causal::top_left;
-  Activations h = sublayer(config_, x, norm1, [&](const Activations& a) {
-    return self_attn.forward(a, causal);
-  });
+  Activations h = sublayer(config_, x, norm1,
+                           [&](const Activations& a) { return self_attn.forward(a, causal); });
   h = sublayer(config_, h, norm2, [&](const Activations& a) {
     return multihead_attn.forward(a, memory, memory_mask);
   });
@@ -219,13 +224,15 @@ Stack<Layer>::Stack(const LayerConfig& config, std::size_t count)
 
 template <class Layer>
 void Stack<Layer>::initialize(std::uint64_t seed, const std::string& prefix) {
-  for (std::size_t i = 0; i < layers.size(); ++i) layers[i].initialize(seed, layer_prefix(prefix, i));
+  for (std::size_t i = 0; i < layers.size(); ++i)
+    layers[i].initialize(seed, layer_prefix(prefix, i));
   if (norm) norm->initialize();
 }
 
 template <class Layer>
 void Stack<Layer>::parameters(const std::string& prefix, Parameters& out) {
-  for (std::size_t i = 0; i < layers.size(); ++i) layers[i].parameters(layer_prefix(prefix, i), out);
+  for (std::size_t i = 0; i < layers.size(); ++i)
+    layers[i].parameters(layer_prefix(prefix, i), out);
   norm_parameters(norm, prefix + "norm.", out);
 }
 
@@ -267,9 +274,8 @@ Activations Encoder::forward(const Activations& x, const Mask& mask,
   });
 }
 
-Activations Decoder::forward(const Activations& x, const Activations& memory,
-                             const Mask& self_mask, const Mask& memory_mask,
-                             const LayerObserver& observe) const {
+Activations Decoder::forward(const Activations& x, const Activations& memory, const Mask& self_mask,
+                             const Mask& memory_mask, const LayerObserver& observe) const {
   return run_layers(layers, norm, x, observe, [&](const DecoderLayer& layer, const Activations& h) {
     return layer.forward(h, memory, self_mask, memory_mask);
   });
@@ -281,10 +287,10 @@ void ModelConfig::validate() const {
   layer.validate();
   if (layers == 0) throw Error("model: layers=0, expected at least 1");
   if (vocab == 0) throw Error("model: vocab=0, expected at least 1");
-  require_memory(4 * parameter_count(),
-                 "model: the weights of layers=" + std::to_string(layers) + ", d_model=" +
-                     std::to_string(layer.d_model) + ", ffn=" + std::to_string(layer.ffn) +
-                     ", vocab=" + std::to_string(vocab));
+  require_memory(4 * parameter_count(), "model: the weights of layers=" + std::to_string(layers) +
+                                            ", d_model=" + std::to_string(layer.d_model) +
+                                            ", ffn=" + std::to_string(layer.ffn) +
+                                            ", vocab=" + std::to_string(vocab));
 }
 
 double ModelConfig::parameter_count() const {

@@ -73,8 +73,8 @@ struct LayerConfig {
 };
 
 /// Sets the switches named in `list` ("pre-ln,no-skip,no-ffn,no-norm,tied-qk,no-final-norm,
-/// short-conv,head-norm", any subset, comma separated, "" for none). Throws Error naming an unknown switch and listing the
-/// known ones.
+/// short-conv,head-norm", any subset, comma separated, "" for none). Throws Error naming an unknown
+/// switch and listing the known ones.
 void apply_switches(LayerConfig& config, const std::string& list);
 
 /// Every switch's name, in the order above, ", " separated (for help texts and errors).
@@ -93,8 +93,8 @@ class EncoderLayer {
   /// Zero weights (config validated); call initialize or load weights.
   explicit EncoderLayer(const LayerConfig& config);
 
-  MultiHeadAttention self_attn;         ///< self-attention
-  std::optional<FeedForward> ffn;       ///< linear1, linear2 (absent under no-ffn)
+  MultiHeadAttention self_attn;    ///< self-attention
+  std::optional<FeedForward> ffn;  ///< linear1, linear2 (absent under no-ffn)
   std::optional<LayerNorm> norm1;  ///< before or after the self-attention; absent under no-norm
   std::optional<LayerNorm> norm2;  ///< around the FFN; absent under no-norm and no-ffn
 
@@ -132,9 +132,9 @@ class DecoderLayer {
   MultiHeadAttention self_attn;       ///< causal self-attention
   MultiHeadAttention multihead_attn;  ///< cross-attention to the encoder's output
   std::optional<FeedForward> ffn;     ///< absent under no-ffn
-  std::optional<LayerNorm> norm1;  ///< around the self-attention; absent under no-norm
-  std::optional<LayerNorm> norm2;  ///< around the cross-attention; absent under no-norm
-  std::optional<LayerNorm> norm3;  ///< around the FFN; absent under no-norm and no-ffn
+  std::optional<LayerNorm> norm1;     ///< around the self-attention; absent under no-norm
+  std::optional<LayerNorm> norm2;     ///< around the cross-attention; absent under no-norm
+  std::optional<LayerNorm> norm3;     ///< around the FFN; absent under no-norm and no-ffn
 
   /// x [B, Nt, d_model], memory [B, Ns, d_model] -> [B, Nt, d_model]. The self-attention is
   /// causal: `self_mask` with Causal::none becomes top-left (keep bottom-right for decoding
@@ -209,10 +209,10 @@ class Decoder : public Stack<DecoderLayer> {
 /// A token-level encoder's sizes. The defaults are the Long Range Arena text model (Tay et al.
 /// 2020): byte tokens, 6 layers, 8 heads, d_model 512, FFN 2048.
 struct ModelConfig {
-  LayerConfig layer;         ///< every layer's configuration
-  std::size_t layers = 6;    ///< L
-  std::size_t vocab = 256;   ///< token ids 0 .. vocab - 1
-  std::uint64_t seed = 1;    ///< initialisation
+  LayerConfig layer;        ///< every layer's configuration
+  std::size_t layers = 6;   ///< L
+  std::size_t vocab = 256;  ///< token ids 0 .. vocab - 1
+  std::uint64_t seed = 1;   ///< initialisation
 
   /// Throws Error naming the first bad field, or the sizes when the weights alone would not fit
   /// in memory (require_memory).

@@ -101,6 +101,8 @@ void fill_normal(const ParameterRef& p, double stddev, std::uint64_t seed) {
   for (std::size_t i = 0; i < p.size(); ++i) p.data[i] = static_cast<float>(normal(rng));
 }
 
-void fill_constant(const ParameterRef& p, float value) { std::fill(p.data, p.data + p.size(), value); }
+void fill_constant(const ParameterRef& p, float value) {
+  std::fill(p.data, p.data + p.size(), value);
+}
 
 }  // namespace attnlab::models

@@ -11,7 +11,7 @@ PACKAGES=(
   catch2 libbenchmark-dev libcli11-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
   gnuplot-nox openmpi-bin libopenmpi-dev
   python3-numpy python3-torch python3-dev pybind11-dev python3-pybind11
-  clang libomp-dev doxygen
+  clang clang-format libomp-dev doxygen
   bible-kjv  # the text task's corpus (training/tasks/text.cpp)
   "$@"
 )

@@ -98,7 +98,8 @@ PositionStats position_stats(const Tensor& p, std::size_t b, std::size_t h) {
   return s;
 }
 
-double flagged_mass(const Tensor& p, std::size_t b, std::size_t h, const std::vector<bool>& flagged) {
+double flagged_mass(const Tensor& p, std::size_t b, std::size_t h,
+                    const std::vector<bool>& flagged) {
   const std::size_t nq = p.shape()[2], nk = p.shape()[3];
   if (flagged.size() != nk)
     throw Error("flagged_mass: " + std::to_string(flagged.size()) + " flags for " +

@@ -57,6 +57,7 @@ PositionStats position_stats(const Tensor& p, std::size_t b, std::size_t h);
 
 /// sum_j P_ij [flagged[j]] averaged over the rows of head (b, h) of p [B, H, Nq, Nk]: the weight
 /// a head puts on the flagged keys (flagged has Nk entries; throws Error otherwise).
-double flagged_mass(const Tensor& p, std::size_t b, std::size_t h, const std::vector<bool>& flagged);
+double flagged_mass(const Tensor& p, std::size_t b, std::size_t h,
+                    const std::vector<bool>& flagged);
 
 }  // namespace attnlab::studies

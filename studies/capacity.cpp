@@ -21,8 +21,8 @@
 namespace attnlab::studies {
 namespace {
 
-constexpr std::size_t kKeyDim = 64;     // d_key of the paper's experiment (and d_value)
-constexpr double kFailure = 0.1;        // a memory "fails" at the first S with error above this
+constexpr std::size_t kKeyDim = 64;  // d_key of the paper's experiment (and d_value)
+constexpr double kFailure = 0.1;     // a memory "fails" at the first S with error above this
 
 struct Sizes {
   std::vector<std::size_t> stored;
@@ -31,8 +31,8 @@ struct Sizes {
 
 Sizes sizes(Size s) {
   if (s == Size::tiny) return {{16, 48, 64, 96, 128, 160}, 1};
-  return {{8, 16, 32, 48, 56, 64, 72, 96, 120, 128, 136, 192, 248, 256, 264, 320, 376, 384, 392,
-           448, 512, 640, 768},
+  return {{8,   16,  32,  48,  56,  64,  72,  96,  120, 128, 136, 192,
+           248, 256, 264, 320, 376, 384, 392, 448, 512, 640, 768},
           3};
 }
 
@@ -47,9 +47,12 @@ struct Memory {
 constexpr Memory kMemories[] = {
     {"softmax", "full", "softmax", "#000000", "does best", false},
     {"linear elu+1, sum", "linear:feature=elu1,rule=sum", "elu+1", "#d62728", "about 60", true},
-    {"DPFP nu=1, sum", "linear:feature=dpfp,nu=1,rule=sum", "DPFP nu=1", "#1f77b4", "about 128", true},
-    {"DPFP nu=2, sum", "linear:feature=dpfp,nu=2,rule=sum", "DPFP nu=2", "#2ca02c", "about 256", true},
-    {"DPFP nu=3, sum", "linear:feature=dpfp,nu=3,rule=sum", "DPFP nu=3", "#9467bd", "about 384", true},
+    {"DPFP nu=1, sum", "linear:feature=dpfp,nu=1,rule=sum", "DPFP nu=1", "#1f77b4", "about 128",
+     true},
+    {"DPFP nu=2, sum", "linear:feature=dpfp,nu=2,rule=sum", "DPFP nu=2", "#2ca02c", "about 256",
+     true},
+    {"DPFP nu=3, sum", "linear:feature=dpfp,nu=3,rule=sum", "DPFP nu=3", "#9467bd", "about 384",
+     true},
     {"FAVOR+ m=256, sum", "linear:feature=favor,m=256,rule=sum", "FAVOR+ m=256", "#ff7f0e",
      "never reaches zero loss", true},
     {"linear elu+1, delta", "linear:feature=elu1,rule=delta", "elu+1", "#d62728", "—", false},
@@ -155,13 +158,13 @@ std::vector<Row> measure(const StudyOptions& o, const Sizes& z) {
     const auto memory = make_attention(m.spec);
     for (std::size_t s : z.stored)
       for (std::uint64_t seed = 0; seed < z.seeds; ++seed) {
-        const Tensor keys = gaussian(s, o.seed + 2 * seed), values = gaussian(s, o.seed + 2 * seed + 1);
+        const Tensor keys = gaussian(s, o.seed + 2 * seed),
+                     values = gaussian(s, o.seed + 2 * seed + 1);
         const Tensor read = memory->forward(keys, keys, values);
         rows.push_back({m.label, kOnePass, s, seed,
                         scale_free_error(read.data(), values.data(), values.size())});
         if (m.bound)
-          rows.push_back({m.label, kBound, s, seed,
-                          least_squares_error(*memory, keys, values)});
+          rows.push_back({m.label, kBound, s, seed, least_squares_error(*memory, keys, values)});
       }
   }
   return rows;
@@ -193,7 +196,8 @@ Table table(const std::vector<Row>& rows, const Sizes& z) {
   for (const Line& l : lines()) {
     std::vector<std::string> cells = {l.title, failure_point(rows, z, l.memory->label, l.kind),
                                       l.kind == kOnePass ? l.memory->paper : "—"};
-    for (std::size_t s : shown) cells.push_back(cell("%.3f", median_error(rows, l.memory->label, l.kind, s)));
+    for (std::size_t s : shown)
+      cells.push_back(cell("%.3f", median_error(rows, l.memory->label, l.kind, s)));
     t.rows.push_back(cells);
   }
   return t;
@@ -225,14 +229,18 @@ void plot(const StudyOptions& o, const std::vector<Row>& rows, const Sizes& z,
     ++block;
   }
   std::string marks;
-  for (const auto& [s, label] : std::vector<std::pair<int, std::string>>{
-           {60, "paper: elu+1 ~60"}, {128, "DPFP 1: 128"}, {256, "DPFP 2: 256"}, {384, "DPFP 3: 384"}})
+  for (const auto& [s, label] : std::vector<std::pair<int, std::string>>{{60, "paper: elu+1 ~60"},
+                                                                         {128, "DPFP 1: 128"},
+                                                                         {256, "DPFP 2: 256"},
+                                                                         {384, "DPFP 3: 384"}})
     marks += "set arrow from " + std::to_string(s) + ", graph 0 to " + std::to_string(s) +
              ", graph 1 nohead dt 3 lw 2 lc rgb 'grey30'\nset label " + harness::gp_quote(label) +
-             " at " + std::to_string(s) + ", graph 0.03 rotate by 90 offset -0.8,0 font ',9' noenhanced\n";
+             " at " + std::to_string(s) +
+             ", graph 0.03 rotate by 90 offset -0.8,0 font ',9' noenhanced\n";
   harness::Plotter(plots_dir(o), o.gnuplot, files)
       .raw("capacity", data,
-           "set grid\nset key below left Left reverse maxcols 3 noenhanced font ',9'\nset logscale x 2\n"
+           "set grid\nset key below left Left reverse maxcols 3 noenhanced font ',9'\nset logscale "
+           "x 2\n"
            "set yrange [0:1.05]\nset xlabel 'stored pairs S (d_key = 64)' noenhanced\nset ylabel "
            "'retrieval error (scale-free, median over seeds)'\nset title 'Fast-weight memory "
            "capacity: sum rule (solid), delta rule (dash-dot), feature-space bound (dashed); "
@@ -254,11 +262,13 @@ StudyOutput capacity_study(const StudyOptions& o, harness::PlotFiles& plots) {
       "associations from interfering, the keys must be orthogonal, so a memory over a d_dot-"
       "dimensional feature space holds at most d_dot of them. In their synthetic retrieval task "
       "with d_key = 64 (trained models), linear attention (elu+1) starts to fail near 60 stored "
-      "pairs and DPFP with nu = 1, 2, 3 near 128, 256, 384 (feature sizes 2 d_key nu); FAVOR+ never "
+      "pairs and DPFP with nu = 1, 2, 3 near 128, 256, 384 (feature sizes 2 d_key nu); FAVOR+ "
+      "never "
       "reaches zero loss; softmax does best.";
   r.setup =
       "No training: S keys and S values with i.i.d. N(0, 1) entries (d_key = d_value = 64), " +
-      std::to_string(z.seeds) + " seed(s), median shown. One pass: each memory is the attention "
+      std::to_string(z.seeds) +
+      " seed(s), median shown. One pass: each memory is the attention "
       "backend of its spec (`variants/linear.hpp`; softmax = `full`, scale 1/8), called once "
       "non-causally with q = k = keys, v = values, so every query reads the memory after all S "
       "writes. Error: ||c R - V||_F / ||V||_F for the best scalar c (a trained output layer "
@@ -268,7 +278,8 @@ StudyOutput capacity_study(const StudyOptions& o, harness::PlotFiles& plots) {
       "to unit length per key; what the delta rule approaches when the pairs are written again "
       "and again): zero while the S feature vectors are independent, > 0 beyond the feature "
       "rank. A memory fails at the first S "
-      "whose error exceeds " + cell("%.1f", kFailure) + ".";
+      "whose error exceeds " +
+      cell("%.1f", kFailure) + ".";
   r.reading =
       "Random Gaussian keys are far from orthogonal after a positive feature map, so one pass "
       "of the sum or delta rule already interferes at small S; the feature-space bound fails "

@@ -29,16 +29,20 @@ std::string TrainedPair::describe() const {
   const training::TrainConfig& c = trained->config();
   const std::string switches = c.switches.empty() ? "no switches" : "switches " + c.switches;
   return "`attnlab train` checkpoint `" + checkpoint + "`: task " + c.task + ", " +
-         (c.causal ? "causal (decoder-only), " : "") + "attention " + c.spec + ", N = " +
-         std::to_string(c.n) + ", " + std::to_string(c.layers) + " layers, d_model " +
+         (c.causal ? "causal (decoder-only), " : "") + "attention " + c.spec +
+         ", N = " + std::to_string(c.n) + ", " + std::to_string(c.layers) + " layers, d_model " +
          std::to_string(c.d_model) + ", " + std::to_string(c.heads) + " heads, FFN " +
          std::to_string(c.ffn) + ", " + switches + ", seed " + std::to_string(c.seed) +
          ", trained " + std::to_string(trained->steps()) + " steps (batch " +
          std::to_string(c.batch) + ", lr " + cell("%g", c.adam.lr) + ", warm-up " +
-         std::to_string(c.adam.warmup) + "). Untrained: the same config and seed at step 0, "
+         std::to_string(c.adam.warmup) +
+         "). Untrained: the same config and seed at step 0, "
          "the weights the run started from. Held-out set: the run's own, " +
-         std::to_string(c.eval_size) + " examples of the task's held_out() (the validation "
-         "split for text) in batches of " + std::to_string(c.batch) + ", as `attnlab train` "
+         std::to_string(c.eval_size) +
+         " examples of the task's held_out() (the validation "
+         "split for text) in batches of " +
+         std::to_string(c.batch) +
+         ", as `attnlab train` "
          "scores them.";
 }
 

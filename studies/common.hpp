@@ -21,7 +21,7 @@ struct Report {
   std::string reading;   ///< how to read the table (after it)
   std::string paper;     ///< the paper's figure or claim, beside ours
   std::vector<std::pair<std::string, std::string>> figures;  ///< (caption, plots/NAME.png)
-  std::string extra;     ///< further sections, markdown
+  std::string extra;                                         ///< further sections, markdown
 };
 
 /// One line on stderr ("NAME: line") when options.progress (attnlab/progress.hpp's line).
@@ -56,7 +56,7 @@ std::string plots_dir(const StudyOptions& o);
 /// checkpoint's weights, the other the weights `attnlab train` started from (seeded from the
 /// config's seed, or its init folder). Their held_out() is the run's held-out set.
 struct TrainedPair {
-  std::string checkpoint;                       ///< the checkpoint folder loaded
+  std::string checkpoint;                        ///< the checkpoint folder loaded
   std::unique_ptr<training::Trainer> trained;    ///< at the checkpoint's step
   std::unique_ptr<training::Trainer> untrained;  ///< at step 0
 

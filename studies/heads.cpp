@@ -34,7 +34,8 @@ std::vector<Row> measure(const StudyOptions& o, const Sizes& z) {
   std::vector<Row> rows;
   for (const bool tied : {false, true})
     for (std::size_t h : z.heads) {
-      progress(o, "heads", std::string(tied ? "tied" : "separate") + " W_Q, W_K, h = " + std::to_string(h));
+      progress(o, "heads",
+               std::string(tied ? "tied" : "separate") + " W_Q, W_K, h = " + std::to_string(h));
       models::ModelConfig c;
       c.layer.d_model = z.d_model, c.layer.heads = h, c.layer.ffn = 4 * z.d_model;
       c.layer.tied_qk = tied, c.layers = 1, c.seed = o.seed;
@@ -42,7 +43,8 @@ std::vector<Row> measure(const StudyOptions& o, const Sizes& z) {
       const models::EncoderModel model(c);
       const auto x = model.embed(models::random_tokens(1, z.n, c.vocab, o.seed + 1));
       const Tensor p = model.encoder.layers[0].self_attn.attention_probabilities(x, x);
-      for (std::size_t head = 0; head < h; ++head) rows.push_back({tied, h, head + 1, head_stats(p, 0, head)});
+      for (std::size_t head = 0; head < h; ++head)
+        rows.push_back({tied, h, head + 1, head_stats(p, 0, head)});
     }
   return rows;
 }
@@ -65,9 +67,15 @@ Summary summary(const std::vector<Row>& rows, bool tied, std::size_t h, Get get)
   return s;
 }
 
-double self_mass(const HeadStats& s) { return s.self_mass; }
-double entropy(const HeadStats& s) { return s.entropy; }
-double self_argmax(const HeadStats& s) { return s.self_argmax; }
+double self_mass(const HeadStats& s) {
+  return s.self_mass;
+}
+double entropy(const HeadStats& s) {
+  return s.entropy;
+}
+double self_argmax(const HeadStats& s) {
+  return s.self_argmax;
+}
 
 std::string with_range(const Summary& s, const char* format) {
   return cell(format, s.mean) + " (" + cell(format, s.min) + ".." + cell(format, s.max) + ")";
@@ -79,7 +87,8 @@ Table table(const std::vector<Row>& rows, const Sizes& z) {
           {}};
   for (const bool tied : {false, true})
     for (std::size_t h : z.heads)
-      t.rows.push_back({tied ? "tied" : "separate", std::to_string(h), std::to_string(z.d_model / h),
+      t.rows.push_back({tied ? "tied" : "separate", std::to_string(h),
+                        std::to_string(z.d_model / h),
                         with_range(summary(rows, tied, h, self_mass), "%.4f"),
                         cell("%.1f%%", 100 * summary(rows, tied, h, self_argmax).mean),
                         with_range(summary(rows, tied, h, entropy), "%.3f")});
@@ -114,18 +123,19 @@ void plot_stat(harness::Plotter& plotter, const std::string& name, const std::ve
             harness::gp_quote(tied ? "W_Q = W_K (tied)" : "separate W_Q, W_K");
   }
   body += ", \\\n     " + raw(uniform) + " with lines dt 2 lw 2 title 'uniform attention'\n";
-  plotter.raw(name, data,
-              "set grid\nset key below left Left reverse noenhanced\nset logscale x 2\nset xtics (" +
-                  [&] {
-                    std::string t;
-                    for (std::size_t h : z.heads) t += (t.empty() ? "" : ", ") + std::to_string(h);
-                    return t;
-                  }() +
-                  ")\nset xrange [0.8:" + raw(1.25 * double(z.heads.back())) + "]\n" + yscale +
-                  "set xlabel 'heads h (d_model = " + std::to_string(z.d_model) +
-                  ", d_k = d_model / h)' noenhanced\nset ylabel '" + ylabel +
-                  "'\nset title '" + ylabel + " per head (bars: range over heads), N = " +
-                  std::to_string(z.n) + "' noenhanced\n" + body);
+  plotter.raw(
+      name, data,
+      "set grid\nset key below left Left reverse noenhanced\nset logscale x 2\nset xtics (" +
+          [&] {
+            std::string t;
+            for (std::size_t h : z.heads) t += (t.empty() ? "" : ", ") + std::to_string(h);
+            return t;
+          }() +
+          ")\nset xrange [0.8:" + raw(1.25 * double(z.heads.back())) + "]\n" + yscale +
+          "set xlabel 'heads h (d_model = " + std::to_string(z.d_model) +
+          ", d_k = d_model / h)' noenhanced\nset ylabel '" + ylabel + "'\nset title '" + ylabel +
+          " per head (bars: range over heads), N = " + std::to_string(z.n) + "' noenhanced\n" +
+          body);
 }
 
 }  // namespace
@@ -146,10 +156,12 @@ StudyOutput heads_study(const StudyOptions& o, harness::PlotFiles& plots) {
       "h heads of size d_model / h give h different ways to distribute attention, so that at "
       "fixed d_model more heads express more.";
   r.setup =
-      "The first layer's self-attention of the LRA text model (d_model " + std::to_string(z.d_model) +
+      "The first layer's self-attention of the LRA text model (d_model " +
+      std::to_string(z.d_model) +
       ", seeded, untrained) on the embedded random byte tokens (embedding x sqrt(d_model) + "
-      "sinusoidal positions), N = " + std::to_string(z.n) + ", with h = 1 .. " +
-      std::to_string(z.heads.back()) + " heads: the weight matrices do not depend on h, so every "
+      "sinusoidal positions), N = " +
+      std::to_string(z.n) + ", with h = 1 .. " + std::to_string(z.heads.back()) +
+      " heads: the weight matrices do not depend on h, so every "
       "h splits the very same W_Q, W_K into heads of d_k = d_model / h. Separate W_Q, W_K and "
       "tied W_Q = W_K (where a token's score with itself, |q_i|^2 / sqrt(d_k), is the largest "
       "whenever the norms are similar). Per head: the mean weight P_ii a token pays itself, the "

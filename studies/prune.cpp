@@ -44,7 +44,7 @@ struct Row {
 
 struct Measured {
   std::vector<Row> rows;
-  std::vector<Head> order;  // increasing importance
+  std::vector<Head> order;         // increasing importance
   std::vector<double> importance;  // per head of `order`: bits without it - bits with all
   double unpruned = 0, untrained = 0;
   std::size_t total = 0;
@@ -105,8 +105,7 @@ Csv raw_rows(const Measured& m) {
 }
 
 Table table(const Measured& m, const std::string& unit) {
-  Table t{{"heads removed", "last removed (its importance alone)", unit, "change", "accuracy"},
-          {}};
+  Table t{{"heads removed", "last removed (its importance alone)", unit, "change", "accuracy"}, {}};
   for (const Row& r : m.rows) {
     if (r.kind != "cumulative") continue;
     const std::string last =
@@ -138,8 +137,10 @@ std::string single_table(const Measured& m, const std::string& unit) {
 std::size_t removable(const Measured& m, double cost) {
   std::size_t most = 0;
   for (const Row& r : m.rows)
-    if (r.kind == "cumulative" && r.score.bits() - m.unpruned <= cost) most = std::max(most, r.removed);
-    else if (r.kind == "cumulative") break;
+    if (r.kind == "cumulative" && r.score.bits() - m.unpruned <= cost)
+      most = std::max(most, r.removed);
+    else if (r.kind == "cumulative")
+      break;
   return most;
 }
 
@@ -152,8 +153,8 @@ std::string findings(const Measured& m, const std::string& unit) {
   std::size_t harmless = 0;
   for (double d : m.importance) harmless += d <= 0.01 ? 1 : 0;
   md += "- removed alone, " + std::to_string(harmless) + " of " + std::to_string(m.total) +
-        " heads cost at most 0.01 " + unit + "; the most important, " +
-        head_name(m.order.back()) + ", costs " + cell("%+.4f", m.importance.back()) + ".\n";
+        " heads cost at most 0.01 " + unit + "; the most important, " + head_name(m.order.back()) +
+        ", costs " + cell("%+.4f", m.importance.back()) + ".\n";
   md += "- every head removed: " + cell("%.4f", m.rows.back().score.bits()) + " " + unit +
         ", against " + cell("%.4f", m.unpruned) + " unpruned and " + cell("%.4f", m.untrained) +
         " untrained.\n";
@@ -191,25 +192,32 @@ StudyOutput prune_study(const StudyOptions& o, harness::PlotFiles& plots) {
       "falls; Voita et al. (2019) pruned most encoder heads of a translation model for a small "
       "BLEU loss. The same on a model trained by `attnlab train`.";
   r.setup =
-      pair.describe() + " A head is removed by its head mask (models/multi_head_attention.hpp): "
+      pair.describe() +
+      " A head is removed by its head mask (models/multi_head_attention.hpp): "
       "its output is zeroed before the heads are merged and projected by W_O (Michel et al.'s "
       "mask), so the layer keeps b_O and the other heads. Score: the held-out set's mean "
-      "cross-entropy in " + unit + " (loss / ln 2), as `attnlab train` reports it. Importance "
+      "cross-entropy in " +
+      unit +
+      " (loss / ln 2), as `attnlab train` reports it. Importance "
       "of a head: the change when it alone is removed. The cumulative curve removes the heads "
       "in increasing order of that importance (fixed once, not recomputed after each removal). "
-      "The size (" + std::string(size_name(o.size)) + ") changes nothing here: the held-out "
+      "The size (" +
+      std::string(size_name(o.size)) +
+      ") changes nothing here: the held-out "
       "set is the run's.";
   r.reading =
       "Change: against the unpruned model (negative: better without). The untrained row is "
       "the same config at step 0; a uniform guess scores log2(" +
-      std::to_string(pair.trained->task().classes()) + ") = " +
-      cell("%.3f", std::log2(double(pair.trained->task().classes()))) + " " + unit + ".";
+      std::to_string(pair.trained->task().classes()) +
+      ") = " + cell("%.3f", std::log2(double(pair.trained->task().classes()))) + " " + unit + ".";
   r.paper =
       "`../shared/anchors/papers.md`: pruning 38 of 48 encoder heads of a Transformer-base "
       "(WMT EN-RU) costs 0.15 BLEU (Voita et al.); 20% (WMT) to 40% (BERT) of the heads can be "
       "pruned without noticeable loss (Michel et al., who also find most single heads "
       "removable alone at little cost). Their models are trained at scale; ours is a small "
-      "model (" + std::to_string(c.layers * c.heads) + " heads) trained for minutes; with few "
+      "model (" +
+      std::to_string(c.layers * c.heads) +
+      " heads) trained for minutes; with few "
       "heads there is less redundancy to prune.";
   r.figures = {{"held-out score against heads removed", "plots/prune.png"}};
   r.extra = findings(m, unit) + "\n" + single_table(m, unit);

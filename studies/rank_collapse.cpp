@@ -141,10 +141,12 @@ StudyOutput rank_collapse_study(const StudyOptions& o, harness::PlotFiles& plots
       "connections prevent it, MLPs slow it, LayerNorm does not help.";
   r.setup = "A stack of " + std::to_string(z.layers) + " encoder layers (d_model " +
             std::to_string(z.d_model) + ", " + std::to_string(z.heads) + " heads, FFN " +
-            std::to_string(4 * z.d_model) + ", exact attention) with seeded, untrained weights "
+            std::to_string(4 * z.d_model) +
+            ", exact attention) with seeded, untrained weights "
             "(PyTorch's initialisation), on X_0 with i.i.d. N(0, 4^2) entries (N(0, 1) in the last "
             "column), N = " +
-            std::to_string(z.n) + " tokens; " + std::to_string(z.seeds) + " seeds (weights and "
+            std::to_string(z.n) + " tokens; " + std::to_string(z.seeds) +
+            " seeds (weights and "
             "input), median shown. Architectures by switches (`models/transformer.hpp`): pure "
             "attention = no-skip,no-ffn,no-norm; + skip = no-ffn,no-norm; + FFN = "
             "no-skip,no-norm; + LayerNorm = no-skip,no-ffn. Each cell: the residual to the best "
@@ -164,7 +166,8 @@ StudyOutput rank_collapse_study(const StudyOptions& o, harness::PlotFiles& plots
 }
 
 namespace {
-const Registrar<StudyMaker> kRegistrar(study_registry(), "rank-collapse", {rank_collapse_study, false}, 20);
+const Registrar<StudyMaker> kRegistrar(study_registry(), "rank-collapse",
+                                       {rank_collapse_study, false}, 20);
 }  // namespace
 
 }  // namespace attnlab::studies

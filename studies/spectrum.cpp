@@ -73,8 +73,8 @@ Csv raw_rows(const std::vector<Spectrum>& spectra) {
   Csv csv{{"source", "kind", "k", "cumulative_mean", "cumulative_min", "cumulative_max"}, {}};
   for (const auto& s : spectra)
     for (std::size_t k = 0; k < s.mean.size(); ++k)
-      csv.add({s.source, s.kind, std::to_string(k + 1), raw(s.mean[k]), raw(s.min[k]),
-               raw(s.max[k])});
+      csv.add(
+          {s.source, s.kind, std::to_string(k + 1), raw(s.mean[k]), raw(s.min[k]), raw(s.max[k])});
   return csv;
 }
 
@@ -84,9 +84,9 @@ Table table(const std::vector<Spectrum>& spectra, std::size_t quarter) {
            "first " + std::to_string(few), "k for 90%", "k for 99%"},
           {}};
   for (const auto& s : spectra)
-    t.rows.push_back({s.source, cell("%.3f", s.mean[quarter - 1]) + " (" +
-                                    cell("%.3f", s.min[quarter - 1]) + ".." +
-                                    cell("%.3f", s.max[quarter - 1]) + ")",
+    t.rows.push_back({s.source,
+                      cell("%.3f", s.mean[quarter - 1]) + " (" + cell("%.3f", s.min[quarter - 1]) +
+                          ".." + cell("%.3f", s.max[quarter - 1]) + ")",
                       cell("%.3f", s.mean[few - 1]), std::to_string(rank_for_share(s.mean, 0.9)),
                       std::to_string(rank_for_share(s.mean, 0.99))});
   t.rows.push_back({"Linformer Fig. 1: pretrained RoBERTa-base, n = 512, mean of 10k sentences",
@@ -104,14 +104,16 @@ void plot(const StudyOptions& o, const std::vector<Spectrum>& spectra, std::size
   }
   const std::string q = std::to_string(quarter);
   harness::Plotter(plots_dir(o), o.gnuplot, files)
-      .plot("spectrum", series,
-            "set grid\nset key below left Left reverse maxcols 3 noenhanced\nset logscale x 2\nset yrange [0:1.02]\n"
-            "set xlabel 'singular value index k'\nset ylabel 'normalised cumulative singular value'\n"
-            "set title 'Spectrum of P = softmax(QK^T/sqrt(d)), N = " + std::to_string(spectra[0].mean.size()) +
-                "' noenhanced\nset arrow from " + q + ", graph 0 to " + q +
-                ", graph 1 nohead dt 2 lw 2\nset label 'Linformer: k = " + q + "' at " + q +
-                ", graph 0.97 offset 1,0\n",
-            "using 1:2 with lines lw 2");
+      .plot(
+          "spectrum", series,
+          "set grid\nset key below left Left reverse maxcols 3 noenhanced\nset logscale x 2\nset "
+          "yrange [0:1.02]\n"
+          "set xlabel 'singular value index k'\nset ylabel 'normalised cumulative singular value'\n"
+          "set title 'Spectrum of P = softmax(QK^T/sqrt(d)), N = " +
+              std::to_string(spectra[0].mean.size()) + "' noenhanced\nset arrow from " + q +
+              ", graph 0 to " + q + ", graph 1 nohead dt 2 lw 2\nset label 'Linformer: k = " + q +
+              "' at " + q + ", graph 0.97 offset 1,0\n",
+          "using 1:2 with lines lw 2");
 }
 
 }  // namespace
@@ -128,8 +130,10 @@ StudyOutput spectrum_study(const StudyOptions& o, harness::PlotFiles& plots) {
       "the attention matrix P is captured by its first 128 singular values, and that higher "
       "layers are lower rank; insight 5 of the seed `003_*.txt` repeats it. We measure the same "
       "curve for the harness's input distributions and for every layer of our model.";
-  r.setup = "N = " + std::to_string(z.n) + ". Inputs: `make_inputs(dist, B = 1, H = " +
-            std::to_string(z.heads) + ", N, D = " + std::to_string(z.dim) + ", seed)` for each "
+  r.setup = "N = " + std::to_string(z.n) +
+            ". Inputs: `make_inputs(dist, B = 1, H = " + std::to_string(z.heads) +
+            ", N, D = " + std::to_string(z.dim) +
+            ", seed)` for each "
             "distribution (`attnlab/inputs.hpp`). Model: the LRA text encoder (" +
             std::to_string(z.layers) + " layers, d_model " + std::to_string(z.d_model) + ", " +
             std::to_string(z.mheads) + " heads, FFN " + std::to_string(z.ffn) +

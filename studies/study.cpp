@@ -27,14 +27,15 @@ std::string context_section(const nlohmann::json& meta) {
   const auto& threads = meta.value("threads", nlohmann::json::object());
   return "## Context\n\n- commit " + text_of(meta, "git_commit") +
          (meta.value("git_dirty", false) ? " with uncommitted changes" : "") + ", built " +
-         text_of(meta, "build_type") + " with " + text_of(meta, "compiler") + "\n- machine: " +
-         text_of(meta, "cpu_model") + ", " + text_of(threads, "nproc") + " cores, " +
-         text_of(threads, "omp_max_threads") + " OpenMP threads, OpenBLAS core " +
+         text_of(meta, "build_type") + " with " + text_of(meta, "compiler") +
+         "\n- machine: " + text_of(meta, "cpu_model") + ", " + text_of(threads, "nproc") +
+         " cores, " + text_of(threads, "omp_max_threads") + " OpenMP threads, OpenBLAS core " +
          text_of(meta["blas"], "corename") + " (OPENBLAS_CORETYPE " +
          text_of(meta, "OPENBLAS_CORETYPE") + ")\n- run: " + text_of(meta, "date") + ", " +
-         cell("%.1f", meta.value("seconds", 0.0)) + " s, size " + text_of(meta, "size") + ", seed " +
-         text_of(meta, "seed") + "\n- load average (1, 5, 15 min): " +
-         text_of(meta, "load_average") + " at the start, " + text_of(meta, "load_after") +
+         cell("%.1f", meta.value("seconds", 0.0)) + " s, size " + text_of(meta, "size") +
+         ", seed " + text_of(meta, "seed") +
+         "\n- load average (1, 5, 15 min): " + text_of(meta, "load_average") + " at the start, " +
+         text_of(meta, "load_after") +
          " at the end; the machine is shared, so times are noisy and only ratios measured in the "
          "same run are compared\n\nEverything in meta.json; the raw rows in rows.csv.\n";
 }
@@ -53,7 +54,9 @@ std::string report_text(const std::string& name, const StudyOutput& s,
 
 }  // namespace
 
-const char* size_name(Size s) { return s == Size::tiny ? "tiny" : "documented"; }
+const char* size_name(Size s) {
+  return s == Size::tiny ? "tiny" : "documented";
+}
 
 Size parse_size(const std::string& text) {
   if (text == "tiny") return Size::tiny;
@@ -87,7 +90,9 @@ std::string Csv::text() const {
   return text;
 }
 
-std::string raw(double x) { return format_number(x); }
+std::string raw(double x) {
+  return format_number(x);
+}
 
 std::string cell(const char* format, double x) {
   char buf[64];
@@ -99,14 +104,18 @@ void progress(const StudyOptions& options, const std::string& study, const std::
   ProgressLine(options.progress ? stderr : nullptr).print(study + ": " + line);
 }
 
-std::string plots_dir(const StudyOptions& o) { return (fs::path(o.out_dir) / "plots").string(); }
+std::string plots_dir(const StudyOptions& o) {
+  return (fs::path(o.out_dir) / "plots").string();
+}
 
 Registry<StudyMaker>& study_registry() {
   static Registry<StudyMaker> registry("study");
   return registry;
 }
 
-std::vector<std::string> study_names() { return study_registry().names(); }
+std::vector<std::string> study_names() {
+  return study_registry().names();
+}
 
 bool study_takes_weights(const std::string& name) {
   return study_registry().at(name, "study name").takes_weights;
@@ -116,12 +125,12 @@ StudyResult run_study(const std::string& name, const StudyOptions& options) {
   const StudyMaker study = study_registry().at(name, "study name");
   if (options.out_dir.empty()) throw Error("study " + name + ": no output folder given");
   if (study.takes_weights && options.weights.empty())
-    throw Error("study " + name + " analyses a trained model: give --weights DIR, the "
+    throw Error("study " + name +
+                " analyses a trained model: give --weights DIR, the "
                 "checkpoint folder of attnlab train (e.g. runs/lm/checkpoint)");
   if (!study.takes_weights && !options.weights.empty())
     throw Error("study " + name + " runs on seeded weights and takes no --weights ('" +
-                options.weights + "'); the studies of a trained checkpoint are " +
-                [] {
+                options.weights + "'); the studies of a trained checkpoint are " + [] {
                   std::string list;
                   for (const auto& n : study_names())
                     if (study_takes_weights(n)) list += (list.empty() ? "" : ", ") + n;

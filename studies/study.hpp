@@ -48,7 +48,7 @@ struct StudyOptions {
   Size size = Size::documented;  ///< tiny for tests
   std::uint64_t seed = 1;        ///< every random draw derives from it
   std::string gnuplot = "gnuplot";
-  bool progress = true;          ///< one line per step on stderr
+  bool progress = true;  ///< one line per step on stderr
   /// The checkpoint folder of `attnlab train` (DIR/checkpoint) a study of trained weights
   /// analyses, its config read from its state.txt; "" for the studies of seeded weights. Only
   /// the studies that take weights accept it, and they require it (run_study throws Error).
@@ -79,11 +79,11 @@ struct Csv {
 
 /// What a study produced, in memory and on disk.
 struct StudyResult {
-  std::string name;                  ///< the study's name
-  Table table;                       ///< its main table, as printed in report.md
-  Csv rows;                          ///< the raw rows, as written to rows.csv
-  std::string report_path;           ///< <out_dir>/report.md
-  harness::PlotFiles plots;          ///< under <out_dir>/plots/
+  std::string name;          ///< the study's name
+  Table table;               ///< its main table, as printed in report.md
+  Csv rows;                  ///< the raw rows, as written to rows.csv
+  std::string report_path;   ///< <out_dir>/report.md
+  harness::PlotFiles plots;  ///< under <out_dir>/plots/
 };
 
 /// The registered study names, in the order above (each study's .cpp registers itself).

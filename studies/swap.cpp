@@ -31,8 +31,8 @@ Sizes sizes(Size s) {
 }
 
 // The LRA efficiency table's models, in its settings (../shared/anchors/papers.md).
-const std::vector<std::string> kSpecs = {
-    "full", "sliding", "linformer:k=256,share=kv", "bigbird", "linear", "linear:feature=favor"};
+const std::vector<std::string> kSpecs = {"full",    "sliding", "linformer:k=256,share=kv",
+                                         "bigbird", "linear",  "linear:feature=favor"};
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -64,7 +64,8 @@ void measure_errors(const StudyOptions& o, const Sizes& z, std::vector<Row>& row
     std::vector<models::Activations> reference;
     for (std::size_t round = 1; round <= z.rounds; ++round)
       for (const std::string& spec : kSpecs) {
-        progress(o, "swap", spec + ", N = " + std::to_string(n) + ", round " + std::to_string(round));
+        progress(o, "swap",
+                 spec + ", N = " + std::to_string(n) + ", round " + std::to_string(round));
         const models::EncoderModel model = full.with_attention(spec);
         const std::string canonical = model.encoder.layers[0].self_attn.spec();
         const auto start = Clock::now();
@@ -87,9 +88,20 @@ struct LayerGemms {
   std::size_t n, d, ffn;
 
   LayerGemms(std::size_t n_, std::size_t d_, std::size_t ffn_)
-      : x(n_ * d_, 0.5f), h(n_ * ffn_, 0.5f), w_in(d_ * d_, 0.01f), w_out(d_ * d_, 0.01f),
-        w1(ffn_ * d_, 0.01f), w2(d_ * ffn_, 0.01f), q(n_ * d_), o(n_ * d_), f1(n_ * ffn_),
-        f2(n_ * d_), bias(ffn_, 0.0f), n(n_), d(d_), ffn(ffn_) {}
+      : x(n_ * d_, 0.5f),
+        h(n_ * ffn_, 0.5f),
+        w_in(d_ * d_, 0.01f),
+        w_out(d_ * d_, 0.01f),
+        w1(ffn_ * d_, 0.01f),
+        w2(d_ * ffn_, 0.01f),
+        q(n_ * d_),
+        o(n_ * d_),
+        f1(n_ * ffn_),
+        f2(n_ * d_),
+        bias(ffn_, 0.0f),
+        n(n_),
+        d(d_),
+        ffn(ffn_) {}
 
   void run() {
     for (int block = 0; block < 3; ++block)  // W_Q, W_K, W_V
@@ -121,8 +133,9 @@ void measure_split(const StudyOptions& o, const Sizes& z, std::vector<Row>& rows
   Tensor out = Tensor::from_shape(in.q.shape());
   LayerGemms gemms(z.split_n, z.d_model, z.ffn);
   for (std::size_t round = 1; round <= z.rounds; ++round) {
-    progress(o, "swap", "timing split at N = " + std::to_string(z.split_n) + ", round " +
-                            std::to_string(round) + " of " + std::to_string(z.rounds));
+    progress(o, "swap",
+             "timing split at N = " + std::to_string(z.split_n) + ", round " +
+                 std::to_string(round) + " of " + std::to_string(z.rounds));
     auto start = Clock::now();
     model.forward(tokens);
     rows.push_back({"split_model_seconds", "full", z.split_n, 0, round, seconds_since(start)});
@@ -202,11 +215,14 @@ std::string split_section(const std::vector<Row>& rows, const Sizes& z) {
             cell("%.3f s", median_of(rows, "fresh_64mib_seconds"))}}};
   return "## Timing split at the LRA size\n\nThe model with `full` at N = " +
          std::to_string(z.split_n) + ", B = 1, against what it cannot avoid: its " +
-         std::to_string(z.layers) + " exact attention calls (the core's forward on the model's "
-         "own q, k, v [1, " + std::to_string(z.heads) + ", N, " +
-         std::to_string(z.d_model / z.heads) + "], into a reused output) and its GEMMs (per "
+         std::to_string(z.layers) +
+         " exact attention calls (the core's forward on the model's "
+         "own q, k, v [1, " +
+         std::to_string(z.heads) + ", N, " + std::to_string(z.d_model / z.heads) +
+         "], into a reused output) and its GEMMs (per "
          "layer W_Q, W_K, W_V, W_O and the FFN's two, through the same `models::affine` the model "
-         "calls), each measured alone. Medians of " + std::to_string(z.rounds) +
+         "calls), each measured alone. Medians of " +
+         std::to_string(z.rounds) +
          " rounds, each round timing the three in turn, so the shared machine's load hits them "
          "alike (rows.csv has every round). Everything else: embedding, head split and merge, "
          "residual sums, LayerNorms, ReLU, and the page faults of the buffers each layer "
@@ -242,26 +258,33 @@ void plot(const StudyOptions& o, const std::vector<Row>& rows, const Sizes& z,
       t.xy.emplace_back(double(n), value(rows, "model_seconds", spec, n, 0));
     }
     for (std::size_t layer = 1; layer <= z.layers; ++layer)
-      l.xy.emplace_back(double(layer), std::max(value(rows, "rel_fro", spec, n_max, layer), kFloor));
+      l.xy.emplace_back(double(layer),
+                        std::max(value(rows, "rel_fro", spec, n_max, layer), kFloor));
     if (spec != "full") by_n.push_back(std::move(e)), by_layer.push_back(std::move(l));
     times.push_back(std::move(t));
   }
   const std::string common = "set grid\nset key below left Left reverse maxcols 2 noenhanced\n";
-  const std::string model = std::to_string(z.layers) + " layers, d_model " + std::to_string(z.d_model);
+  const std::string model =
+      std::to_string(z.layers) + " layers, d_model " + std::to_string(z.d_model);
   plotter.plot("swap_error_vs_n", by_n,
-               common + "set logscale xy\nset format y '10^{%L}'\nset xlabel 'sequence length N'\n"
-                        "set ylabel 'rel. Frobenius distance from full, last layer'\nset title "
-                        "'Each variant in the same model (" + model + "): output error by N' noenhanced\n",
+               common +
+                   "set logscale xy\nset format y '10^{%L}'\nset xlabel 'sequence length N'\n"
+                   "set ylabel 'rel. Frobenius distance from full, last layer'\nset title "
+                   "'Each variant in the same model (" +
+                   model + "): output error by N' noenhanced\n",
                "using 1:2 with linespoints lw 2 pt 7");
   plotter.plot("swap_error_by_layer", by_layer,
-               common + "set logscale y\nset format y '10^{%L}'\nset xtics 1\nset xlabel 'layer'\n"
-                        "set ylabel 'rel. Frobenius distance from full'\nset title 'Error by "
-                        "layer, N = " + std::to_string(n_max) + "' noenhanced\n",
+               common +
+                   "set logscale y\nset format y '10^{%L}'\nset xtics 1\nset xlabel 'layer'\n"
+                   "set ylabel 'rel. Frobenius distance from full'\nset title 'Error by "
+                   "layer, N = " +
+                   std::to_string(n_max) + "' noenhanced\n",
                "using 1:2 with linespoints lw 2 pt 7");
   plotter.plot("swap_time_vs_n", times,
-               common + "set logscale xy\nset xlabel 'sequence length N'\nset ylabel 'seconds "
-                        "per model forward (B = 1)'\nset title 'Whole-model time (" + model +
-                        ")' noenhanced\n",
+               common +
+                   "set logscale xy\nset xlabel 'sequence length N'\nset ylabel 'seconds "
+                   "per model forward (B = 1)'\nset title 'Whole-model time (" +
+                   model + ")' noenhanced\n",
                "using 1:2 with linespoints lw 2 pt 7");
 }
 
@@ -281,14 +304,17 @@ StudyOutput swap_study(const StudyOptions& o, harness::PlotFiles& plots) {
       "that grows with depth and N, and what it saves in the time of the whole model.";
   r.setup = "The Long Range Arena text encoder (" + std::to_string(z.layers) + " layers, d_model " +
             std::to_string(z.d_model) + ", " + std::to_string(z.heads) + " heads, FFN " +
-            std::to_string(z.ffn) + ", post-LN, byte tokens) with one set of seeded, untrained "
+            std::to_string(z.ffn) +
+            ", post-LN, byte tokens) with one set of seeded, untrained "
             "weights; each spec is the same model with its attention core swapped "
             "(`EncoderModel::with_attention`), run on the same random tokens, B = 1. The specs are "
             "the LRA table's models in its settings (local attention, Linformer k = 256 with "
             "shared key-value projection, BigBird ITC, linear elu+1, Performer FAVOR+). Distance: "
             "rel_fro = ||out - out_full||_F / ||out_full||_F over the N token vectors of a layer's "
             "output, and the mean cosine of the token vectors. Time: one forward of the whole "
-            "model: the median of " + std::to_string(z.rounds) + " rounds, each round running "
+            "model: the median of " +
+            std::to_string(z.rounds) +
+            " rounds, each round running "
             "every spec once in turn, so the shared machine's load hits them alike (speed-up = "
             "full's median / the spec's).";
   r.reading =
@@ -306,7 +332,8 @@ StudyOutput swap_study(const StudyOptions& o, harness::PlotFiles& plots) {
   r.figures = {{"error against N", "plots/swap_error_vs_n.png"},
                {"error by layer", "plots/swap_error_by_layer.png"},
                {"time against N", "plots/swap_time_vs_n.png"}};
-  r.extra = "## Error by layer\n\n" + layer_table(rows, z).markdown() + "\n" + split_section(rows, z);
+  r.extra =
+      "## Error by layer\n\n" + layer_table(rows, z).markdown() + "\n" + split_section(rows, z);
   return {error_table(rows, z), raw_rows(rows), r};
 }
 

@@ -38,13 +38,15 @@ std::vector<Row> measure(const StudyOptions& o, const Sizes& z) {
     const models::EncoderModel model(c);  // same seed: the same W_Q, W_V, W_O, FFN
     const auto tokens = models::random_tokens(1, z.n, c.vocab, o.seed + 1);
     model.forward(tokens, {}, [&](std::size_t l, const models::Activations& x, const auto&) {
-      progress(o, "symmetry", std::string(tied ? "tied" : "untied") + ", layer " + std::to_string(l + 1));
+      progress(o, "symmetry",
+               std::string(tied ? "tied" : "untied") + ", layer " + std::to_string(l + 1));
       const auto& mha = model.encoder.layers[l].self_attn;
       const auto a = model.encoder.layers[l].attention_input(x);
       const QKV in = mha.project(a, a);
       const Tensor p = mha.attention_probabilities(a, a);
       for (std::size_t h = 0; h < z.heads; ++h)
-        rows.push_back({tied, l + 1, h + 1, score_asymmetry(in.q, in.k, 0, h), head_stats(p, 0, h)});
+        rows.push_back(
+            {tied, l + 1, h + 1, score_asymmetry(in.q, in.k, 0, h), head_stats(p, 0, h)});
     });
   }
   return rows;
@@ -100,7 +102,8 @@ void plot(const StudyOptions& o, const std::vector<Row>& rows, const Sizes& z,
       s.xy.emplace_back(double(l), mean_row(rows, tied, l).stats.self_mass);
     series.push_back(std::move(s));
   }
-  series.push_back({"uniform attention (1/N)", {{1.0, 1.0 / double(z.n)}, {double(z.layers), 1.0 / double(z.n)}}});
+  series.push_back({"uniform attention (1/N)",
+                    {{1.0, 1.0 / double(z.n)}, {double(z.layers), 1.0 / double(z.n)}}});
   harness::Plotter(plots_dir(o), o.gnuplot, files)
       .plot("symmetry", series,
             "set grid\nset key below left Left reverse noenhanced\nset logscale y\nset xtics 1\n"
@@ -126,10 +129,13 @@ StudyOutput symmetry_study(const StudyOptions& o, harness::PlotFiles& plots) {
       "attending itself, and self-attention degenerates into a position-wise map.";
   r.setup = "The LRA text encoder (" + std::to_string(z.layers) + " layers, d_model " +
             std::to_string(z.d_model) + ", " + std::to_string(z.heads) + " heads, FFN " +
-            std::to_string(z.ffn) + ", post-LN, exact attention) with seeded, untrained weights, "
+            std::to_string(z.ffn) +
+            ", post-LN, exact attention) with seeded, untrained weights, "
             "once with separate W_Q, W_K and once with W_Q = W_K (switch tied-qk; the same seed "
             "gives both models the same W_Q, W_V, W_O and FFN), on the same random byte tokens, "
-            "N = " + std::to_string(z.n) + ". Per layer and head, from the input its self-"
+            "N = " +
+            std::to_string(z.n) +
+            ". Per layer and head, from the input its self-"
             "attention sees: the scores S = q k^T (before scaling and softmax) and P = "
             "softmax(S / sqrt(d_k)); the table averages over heads (rows.csv has every head).";
   r.reading =

@@ -20,14 +20,16 @@ namespace attnlab::studies {
 namespace {
 
 // Sequences of the held-out set analysed (the first of its first batch).
-std::size_t sequences(Size s) { return s == Size::tiny ? 1 : 8; }
+std::size_t sequences(Size s) {
+  return s == Size::tiny ? 1 : 8;
+}
 
 // The share of held-out positions whose tokens count as rare (the least frequent token ids).
 constexpr double kRareShare = 0.1;
 
 // One head's measures (or the uniform reference's), averaged over the sequences.
 struct HeadRow {
-  std::string weights;  // trained, untrained, uniform
+  std::string weights;              // trained, untrained, uniform
   std::size_t layer = 0, head = 0;  // 1-based; 0 for the uniform reference
   std::vector<double> curve;        // mean normalised cumulative singular values c_k
   HeadStats stats;
@@ -49,7 +51,7 @@ struct Measured {
   std::vector<LayerRow> layers;
   std::size_t n = 0, sequences = 0, rare_ids = 0;
   std::vector<std::size_t> rare_list;  // the rare ids, rarest first
-  double rare_positions = 0;  // share of the held-out positions with a rare token
+  double rare_positions = 0;           // share of the held-out positions with a rare token
 };
 
 // The rare token ids: the least frequent ids of the whole held-out set, added while their
@@ -60,7 +62,8 @@ std::vector<bool> rare_tokens(const std::vector<training::Batch>& held, std::siz
   double total = 0;
   for (const auto& b : held)
     for (std::size_t i = 0; i < b.tokens.shape()[0]; ++i)
-      for (std::size_t j = 0; j < std::size_t(b.lengths[i]); ++j) count[b.tokens(i, j)] += 1, ++total;
+      for (std::size_t j = 0; j < std::size_t(b.lengths[i]); ++j)
+        count[b.tokens(i, j)] += 1, ++total;
   std::vector<std::size_t> ids(vocab);
   for (std::size_t i = 0; i < vocab; ++i) ids[i] = i;
   std::stable_sort(ids.begin(), ids.end(), [&](auto a, auto b) { return count[a] < count[b]; });
@@ -84,9 +87,12 @@ std::string rare_text(const Measured& m, bool bytes) {
   std::string out;
   for (std::size_t id : m.rare_list) {
     char text[16];
-    if (bytes && id > 32 && id < 127 && id != '`') std::snprintf(text, sizeof text, "`%c`", char(id));
-    else if (bytes) std::snprintf(text, sizeof text, "0x%02zx", id);
-    else std::snprintf(text, sizeof text, "%zu", id);
+    if (bytes && id > 32 && id < 127 && id != '`')
+      std::snprintf(text, sizeof text, "`%c`", char(id));
+    else if (bytes)
+      std::snprintf(text, sizeof text, "0x%02zx", id);
+    else
+      std::snprintf(text, sizeof text, "%zu", id);
     out += (out.empty() ? "" : " ") + std::string(text);
   }
   return out.empty() ? "none" : out;
@@ -132,21 +138,22 @@ void measure_model(const training::TaskModel& model, const std::string& weights,
     }
     m.layers.push_back(row);
   };
-  model.body.forward(batch.tokens, mask,
-                     [&](std::size_t l, const models::Activations& x, const models::Activations& out) {
-    if (l == 0) add_layer(0, x);
-    const auto& layer = model.body.encoder.layers[l];
-    const auto a = layer.attention_input(x);
-    const QKV in = layer.self_attn.project(a, a);
-    const Tensor p = models::attention_probabilities(in.q, in.k, mask);
-    for (std::size_t h = 0; h < heads; ++h) {
-      HeadRow row{weights, l + 1, h + 1, {}, {}, {}, 0, 0};
-      for (std::size_t b = 0; b < count; ++b) add_head(row, p, &in, b, h, flags[b]);
-      divide(row, double(count));
-      m.heads.push_back(std::move(row));
-    }
-    add_layer(l + 1, out);
-  });
+  model.body.forward(
+      batch.tokens, mask,
+      [&](std::size_t l, const models::Activations& x, const models::Activations& out) {
+        if (l == 0) add_layer(0, x);
+        const auto& layer = model.body.encoder.layers[l];
+        const auto a = layer.attention_input(x);
+        const QKV in = layer.self_attn.project(a, a);
+        const Tensor p = models::attention_probabilities(in.q, in.k, mask);
+        for (std::size_t h = 0; h < heads; ++h) {
+          HeadRow row{weights, l + 1, h + 1, {}, {}, {}, 0, 0};
+          for (std::size_t b = 0; b < count; ++b) add_head(row, p, &in, b, h, flags[b]);
+          divide(row, double(count));
+          m.heads.push_back(std::move(row));
+        }
+        add_layer(l + 1, out);
+      });
 }
 
 Measured measure(const StudyOptions& o, const TrainedPair& pair) {
@@ -216,12 +223,11 @@ std::vector<std::string> head_cells(const HeadRow& r, std::size_t n) {
 }
 
 Table table(const Measured& m) {
-  Table t{{"layer", "head", "weights", "k for 90% / 99% of P's singular values (of N = " +
-               std::to_string(m.n) + ")",
+  Table t{{"layer", "head", "weights",
+           "k for 90% / 99% of P's singular values (of N = " + std::to_string(m.n) + ")",
            "share in the first N/4", "weight on itself", "row entropy (nats)",
            "mean distance attended (tokens)", "weight on the previous token (rows peaking there)",
-           "weight on rare tokens",
-           "score asymmetry (Frobenius norm of S - S^T over that of S)"},
+           "weight on rare tokens", "score asymmetry (Frobenius norm of S - S^T over that of S)"},
           {}};
   for (const HeadRow& r : m.heads) {
     std::vector<std::string> row = {r.layer ? std::to_string(r.layer) : "—",
@@ -279,48 +285,61 @@ double mean_over_heads(const Measured& m, const std::string& weights, Get get) {
   return count ? sum / count : NAN;
 }
 
-const HeadRow& uniform_row(const Measured& m) { return m.heads.back(); }
+const HeadRow& uniform_row(const Measured& m) {
+  return m.heads.back();
+}
 
 // The answers to the study's questions, in numbers computed from the rows.
 std::string findings(const Measured& m) {
   const HeadRow& u = uniform_row(m);
   std::string md = "## Findings (computed from the rows)\n\n";
   for (const char* w : {"trained", "untrained"}) {
-    md += "- " + std::string(w) + ": k for 90% of P's singular values, mean over heads " +
-          cell("%.1f", mean_over_heads(m, w, [](const HeadRow& r) { return double(r.rank(0.9)); })) +
-          ", for 99% " +
-          cell("%.1f", mean_over_heads(m, w, [](const HeadRow& r) { return double(r.rank(0.99)); })) +
-          " of N = " + std::to_string(m.n) + "; share in the first N/4 " +
-          cell("%.3f", mean_over_heads(m, w, [&](const HeadRow& r) { return r.curve[m.n / 4 - 1]; })) +
-          ".\n";
+    md +=
+        "- " + std::string(w) + ": k for 90% of P's singular values, mean over heads " +
+        cell("%.1f", mean_over_heads(m, w, [](const HeadRow& r) { return double(r.rank(0.9)); })) +
+        ", for 99% " +
+        cell("%.1f", mean_over_heads(m, w, [](const HeadRow& r) { return double(r.rank(0.99)); })) +
+        " of N = " + std::to_string(m.n) + "; share in the first N/4 " +
+        cell("%.3f",
+             mean_over_heads(m, w, [&](const HeadRow& r) { return r.curve[m.n / 4 - 1]; })) +
+        ".\n";
   }
-  md += "- uniform attention under the same mask: k for 90% / 99% = " +
-        std::to_string(u.rank(0.9)) + " / " + std::to_string(u.rank(0.99)) + ", share in N/4 " +
-        cell("%.3f", u.curve[m.n / 4 - 1]) + ".\n";
+  md +=
+      "- uniform attention under the same mask: k for 90% / 99% = " + std::to_string(u.rank(0.9)) +
+      " / " + std::to_string(u.rank(0.99)) + ", share in N/4 " +
+      cell("%.3f", u.curve[m.n / 4 - 1]) + ".\n";
   for (const char* w : {"trained", "untrained"}) {
     const auto previous_argmax = [](const HeadRow& r) { return r.position.previous_argmax; };
-    md += "- " + std::string(w) + ", positional heads by Voita et al.'s criterion (the previous "
-          "token has the largest weight in >= 90% of the rows): " +
-          heads_where(m, w, [](const HeadRow& r) { return r.position.previous_argmax >= 0.9; },
-                      previous_argmax) +
-          "; in >= 50% of the rows: " +
-          heads_where(m, w, [](const HeadRow& r) { return r.position.previous_argmax >= 0.5; },
-                      previous_argmax) +
-          "; weight on the previous token >= 0.5: " +
-          heads_where(m, w, [](const HeadRow& r) { return r.position.previous_mass >= 0.5; },
-                      [](const HeadRow& r) { return r.position.previous_mass; }) +
-          "; local heads (mean distance attended <= 1/8 of uniform attention's " +
-          cell("%.1f", u.position.distance) + "): " +
-          heads_where(m, w, [&](const HeadRow& r) { return r.position.distance <= u.position.distance / 8; },
-                      [](const HeadRow& r) { return r.position.distance; }) +
-          "; heads on the token itself (weight >= 0.5): " +
-          heads_where(m, w, [](const HeadRow& r) { return r.stats.self_mass >= 0.5; },
-                      [](const HeadRow& r) { return r.stats.self_mass; }) +
-          "; rare-token heads (weight on rare tokens >= 2x uniform's " + cell("%.3f", u.rare) +
-          "): " +
-          heads_where(m, w, [&](const HeadRow& r) { return r.rare >= 2 * u.rare; },
-                      [](const HeadRow& r) { return r.rare; }) +
-          ".\n";
+    md +=
+        "- " + std::string(w) +
+        ", positional heads by Voita et al.'s criterion (the previous "
+        "token has the largest weight in >= 90% of the rows): " +
+        heads_where(
+            m, w, [](const HeadRow& r) { return r.position.previous_argmax >= 0.9; },
+            previous_argmax) +
+        "; in >= 50% of the rows: " +
+        heads_where(
+            m, w, [](const HeadRow& r) { return r.position.previous_argmax >= 0.5; },
+            previous_argmax) +
+        "; weight on the previous token >= 0.5: " +
+        heads_where(
+            m, w, [](const HeadRow& r) { return r.position.previous_mass >= 0.5; },
+            [](const HeadRow& r) { return r.position.previous_mass; }) +
+        "; local heads (mean distance attended <= 1/8 of uniform attention's " +
+        cell("%.1f", u.position.distance) + "): " +
+        heads_where(
+            m, w, [&](const HeadRow& r) { return r.position.distance <= u.position.distance / 8; },
+            [](const HeadRow& r) { return r.position.distance; }) +
+        "; heads on the token itself (weight >= 0.5): " +
+        heads_where(
+            m, w, [](const HeadRow& r) { return r.stats.self_mass >= 0.5; },
+            [](const HeadRow& r) { return r.stats.self_mass; }) +
+        "; rare-token heads (weight on rare tokens >= 2x uniform's " + cell("%.3f", u.rare) +
+        "): " +
+        heads_where(
+            m, w, [&](const HeadRow& r) { return r.rare >= 2 * u.rare; },
+            [](const HeadRow& r) { return r.rare; }) +
+        ".\n";
   }
   return md;
 }
@@ -348,7 +367,8 @@ void plot(const StudyOptions& o, const Measured& m, std::size_t layers, harness:
             "set grid\nset key below left Left reverse maxcols 2 noenhanced\nset logscale x 2\n"
             "set yrange [0:1.02]\nset xlabel 'singular value index k'\nset ylabel "
             "'normalised cumulative singular value'\nset title 'Spectrum of P, trained and "
-            "untrained, N = " + std::to_string(m.n) + "' noenhanced\n",
+            "untrained, N = " +
+                std::to_string(m.n) + "' noenhanced\n",
             "using 1:2 with lines lw 2");
 }
 
@@ -357,8 +377,9 @@ void plot(const StudyOptions& o, const Measured& m, std::size_t layers, harness:
 StudyOutput trained_study(const StudyOptions& o, harness::PlotFiles& plots) {
   const TrainedPair pair = load_trained(o);
   const training::TrainConfig& c = pair.trained->config();
-  if (c.n < 4) throw Error("study trained: the checkpoint's N = " + std::to_string(c.n) +
-                           ", the spectrum's N/4 needs N >= 4");
+  if (c.n < 4)
+    throw Error("study trained: the checkpoint's N = " + std::to_string(c.n) +
+                ", the spectrum's N/4 needs N >= 4");
   const Measured m = measure(o, pair);
   plot(o, m, c.layers, plots);
   Report r;
@@ -373,10 +394,13 @@ StudyOutput trained_study(const StudyOptions& o, harness::PlotFiles& plots) {
       "attend themselves, are the scores symmetric, do the layer outputs collapse towards rank "
       "one?";
   r.setup =
-      pair.describe() + " Inputs: the first " + std::to_string(m.sequences) + " sequence(s) of "
+      pair.describe() + " Inputs: the first " + std::to_string(m.sequences) +
+      " sequence(s) of "
       "the held-out set's first batch; every measure is per sequence, then averaged. Per layer "
       "and head, from the input its self-attention sees (norm1(x) under pre-LN), P under the "
-      "model's own mask (" + std::string(c.causal ? "causal" : "key padding only") + "):\n\n"
+      "model's own mask (" +
+      std::string(c.causal ? "causal" : "key padding only") +
+      "):\n\n"
       "- spectrum (as the study spectrum): the singular values s of P (float64 SVD) give c_k = "
       "(s_1 + ... + s_k) / sum(s); c_k is averaged over the sequences, and the table gives the "
       "smallest k with c_k >= 90% and 99%, and c_k at k = N/4 (Linformer's 128 of 512). " +
@@ -396,9 +420,10 @@ StudyOutput trained_study(const StudyOptions& o, harness::PlotFiles& plots) {
       "weight on the previous token P_i,i-1 (rows i >= 1) and the share of rows whose largest "
       "weight is there (a positional head); the weight on rare tokens: the least frequent token "
       "ids of the whole held-out set, taken while their positions stay within " +
-      cell("%.0f%%", 100 * kRareShare) + " of it (here " + std::to_string(m.rare_ids) +
-      " ids, " + cell("%.1f%%", 100 * m.rare_positions) + " of the positions: " +
-      rare_text(m, c.task == "text") + ").\n"
+      cell("%.0f%%", 100 * kRareShare) + " of it (here " + std::to_string(m.rare_ids) + " ids, " +
+      cell("%.1f%%", 100 * m.rare_positions) +
+      " of the positions: " + rare_text(m, c.task == "text") +
+      ").\n"
       "- rank collapse (as the study rank-collapse): the residuals of each layer's output to "
       "rank one (table below).\n\n"
       "Uniform attention under the same mask (zero scores through the same softmax) is the "
@@ -414,7 +439,8 @@ StudyOutput trained_study(const StudyOptions& o, harness::PlotFiles& plots) {
       "encoders a few heads are positional (attend to the previous or next token in at least "
       "90% of the rows), one attends to rare tokens, and these are the heads pruning keeps "
       "longest. Dong et al. (2021): with skip connections and MLPs the outputs do not collapse "
-      "to rank one. Our models are small (d_model " + std::to_string(c.d_model) +
+      "to rank one. Our models are small (d_model " +
+      std::to_string(c.d_model) +
       ") and trained for minutes, not RoBERTa: the table says what this run learned, not what "
       "pretraining at scale learns.";
   r.figures = {{"spectrum of P, trained against untrained", "plots/trained_spectrum.png"}};

@@ -24,8 +24,8 @@ inline CliResult attnlab_cli(const TempDir& dir, const std::string& args,
                              const std::string& prefix = "") {
   const char* exe = std::getenv("ATTNLAB_CLI");
   if (exe == nullptr) FAIL("ATTNLAB_CLI is not set: run this test through `meson test`");
-  const std::string cmd = "cd '" + dir.path().string() + "' && " + prefix + " '" + exe + "' " + args +
-                          " >stdout.txt 2>stderr.txt </dev/null";
+  const std::string cmd = "cd '" + dir.path().string() + "' && " + prefix + " '" + exe + "' " +
+                          args + " >stdout.txt 2>stderr.txt </dev/null";
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(dir.file("stdout.txt")),
           read_text(dir.file("stderr.txt"))};

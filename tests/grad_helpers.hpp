@@ -86,7 +86,7 @@ class TorchGrads {
     const std::string result = read_text(dir_.file("status.json"));
     if (result.empty()) {
       WARN("torch gradients skipped: no result from " << cmd << " (exit " << status
-                                                       << "): " << read_text(log));
+                                                      << "): " << read_text(log));
       return false;
     }
     const nlohmann::json j = nlohmann::json::parse(result);
@@ -101,8 +101,8 @@ class TorchGrads {
 
   /// d(sum(out ∘ d_out))/d(input) of case i, as computed by torch.
   xt::xarray<double> grad(std::size_t i, const std::string& input) const {
-    return xt::cast<double>(
-        load_npy_float(dir_.file("case" + std::to_string(i) + "/d" + input + ".npy"), {1, 2, 3, 4}));
+    return xt::cast<double>(load_npy_float(
+        dir_.file("case" + std::to_string(i) + "/d" + input + ".npy"), {1, 2, 3, 4}));
   }
 
  private:

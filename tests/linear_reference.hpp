@@ -17,7 +17,7 @@ namespace attnlab::test {
 // phi(x) in fp64, written from the definitions (favor: log phi, unstabilised).
 template <class T>
 inline std::vector<double> phi64(const LinearConfig& c, const xt::xtensor<float, 2>& w, const T* x,
-                          std::size_t dk, double scale) {
+                                 std::size_t dk, double scale) {
   std::vector<double> out;
   switch (c.feature) {
     case Feature::elu1:
@@ -43,14 +43,17 @@ inline std::vector<double> phi64(const LinearConfig& c, const xt::xtensor<float,
         xp[dk + a] = std::max<double>(-x[a], 0.0);
       }
       for (std::size_t j = 1; j <= std::size_t(c.nu); ++j)
-        for (std::size_t a = 0; a < 2 * dk; ++a) out.push_back(xp[a] * xp[(a + 2 * dk - j) % (2 * dk)]);
+        for (std::size_t a = 0; a < 2 * dk; ++a)
+          out.push_back(xp[a] * xp[(a + 2 * dk - j) % (2 * dk)]);
       break;
     }
   }
   return out;
 }
 
-inline double max_of(const std::vector<double>& x) { return *std::max_element(x.begin(), x.end()); }
+inline double max_of(const std::vector<double>& x) {
+  return *std::max_element(x.begin(), x.end());
+}
 
 // Stabilised and (delta rule) sum-normalised features of one row, per the header.
 inline std::vector<double> row_phi(const LinearConfig& c, std::vector<double> f, bool normalise) {
@@ -71,8 +74,8 @@ inline std::vector<double> row_phi(const LinearConfig& c, std::vector<double> f,
 // materialised row by row; the delta rule as its definition, W updated key by key.
 template <class T>
 inline Tensor64 linear_reference(const LinearConfig& c, const xt::xtensor<T, 4>& q,
-                          const xt::xtensor<T, 4>& k, const xt::xtensor<T, 4>& v,
-                          const Mask& mask) {
+                                 const xt::xtensor<T, 4>& k, const xt::xtensor<T, 4>& v,
+                                 const Mask& mask) {
   const Dims d{q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3]};
   const double scale = mask.softmax_scale(d.dk);
   const xt::xtensor<float, 2> w =

@@ -49,8 +49,8 @@ inline void require_close(const Activations& out, const Act64& ref, double rtol,
   for (std::size_t i = 0; i < out.size(); ++i) {
     const double o = out.data()[i], r = ref.data()[i];
     if (!(std::abs(o - r) <= atol + rtol * std::abs(r)))
-      FAIL("element " << i << " of " << models::shape_text(out) << ": got " << o
-                      << ", expected " << r << " (rtol " << rtol << ", atol " << atol << ")");
+      FAIL("element " << i << " of " << models::shape_text(out) << ": got " << o << ", expected "
+                      << r << " (rtol " << rtol << ", atol " << atol << ")");
   }
 }
 
@@ -80,7 +80,8 @@ inline Act64 layer_norm64(const Act64& x, const models::LayerNorm& n) {
     for (std::size_t i = 0; i < x.shape()[1]; ++i) {
       double mean = 0, var = 0;
       for (std::size_t c = 0; c < d; ++c) mean += x(b, i, c) / double(d);
-      for (std::size_t c = 0; c < d; ++c) var += (x(b, i, c) - mean) * (x(b, i, c) - mean) / double(d);
+      for (std::size_t c = 0; c < d; ++c)
+        var += (x(b, i, c) - mean) * (x(b, i, c) - mean) / double(d);
       for (std::size_t c = 0; c < d; ++c)
         y(b, i, c) = (x(b, i, c) - mean) / std::sqrt(var + n.eps) * n.weight[c] + n.bias[c];
     }
@@ -139,7 +140,8 @@ Act64 sublayer64(const models::LayerConfig& c, const std::optional<models::Layer
 
 inline Act64 encoder_layer64(const models::EncoderLayer& l, const Act64& x, const Mask& mask) {
   const auto& c = l.config();
-  Act64 h = sublayer64(c, l.norm1, x, [&](const Act64& a) { return mha64(a, a, l.self_attn, mask); });
+  Act64 h =
+      sublayer64(c, l.norm1, x, [&](const Act64& a) { return mha64(a, a, l.self_attn, mask); });
   if (!l.ffn) return h;
   return sublayer64(c, l.norm2, h, [&](const Act64& a) { return ffn64(a, *l.ffn); });
 }
@@ -149,7 +151,8 @@ inline Act64 decoder_layer64(const models::DecoderLayer& l, const Act64& x, cons
   const auto& c = l.config();
   Mask causal;
   causal.causal = Causal::top_left;
-  Act64 h = sublayer64(c, l.norm1, x, [&](const Act64& a) { return mha64(a, a, l.self_attn, causal); });
+  Act64 h =
+      sublayer64(c, l.norm1, x, [&](const Act64& a) { return mha64(a, a, l.self_attn, causal); });
   h = sublayer64(c, l.norm2, h,
                  [&](const Act64& a) { return mha64(a, memory, l.multihead_attn, memory_mask); });
   if (!l.ffn) return h;
@@ -157,6 +160,8 @@ inline Act64 decoder_layer64(const models::DecoderLayer& l, const Act64& x, cons
 }
 
 /// float32 -> float64 activations.
-inline Act64 to64(const Activations& x) { return xt::cast<double>(x); }
+inline Act64 to64(const Activations& x) {
+  return xt::cast<double>(x);
+}
 
 }  // namespace attnlab::test

@@ -48,10 +48,10 @@ std::string raw_bytes(const std::vector<T>& values) {
 /// Writes a .npy file with the given header fields and data bytes, padded as numpy pads it.
 /// `shape` is the tuple text without parentheses, e.g. "2, 3" or "4,".
 inline void write_npy_raw(const std::string& path, const std::string& descr,
-                          const std::string& shape, const std::string& data,
-                          bool fortran = false, int major = 1) {
-  std::string dict = "{'descr': '" + descr + "', 'fortran_order': " +
-                     (fortran ? "True" : "False") + ", 'shape': (" + shape + "), }";
+                          const std::string& shape, const std::string& data, bool fortran = false,
+                          int major = 1) {
+  std::string dict = "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") +
+                     ", 'shape': (" + shape + "), }";
   const std::size_t prefix = major == 1 ? 10 : 12;
   dict.append((64 - (prefix + dict.size() + 1) % 64) % 64, ' ');
   dict += '\n';

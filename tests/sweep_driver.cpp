@@ -16,8 +16,9 @@
 int main(int argc, char** argv) {
   using namespace attnlab::harness;
   if (argc < 3) {
-    std::fprintf(stderr, "usage: sweep_driver CONFIG OUT_DIR [--kill-after K] [--crash-at K] "
-                         "[--retry-errors] [--shard I/N] [--mpi]\n");
+    std::fprintf(stderr,
+                 "usage: sweep_driver CONFIG OUT_DIR [--kill-after K] [--crash-at K] "
+                 "[--retry-errors] [--shard I/N] [--mpi]\n");
     return 2;
   }
   try {
@@ -27,12 +28,18 @@ int main(int argc, char** argv) {
     int kill_after = 0, rows = 0, crash_at = 0, points = 0;
     for (int i = 3; i < argc; ++i) {
       const std::string arg = argv[i];
-      if (arg == "--kill-after" && i + 1 < argc) kill_after = std::atoi(argv[++i]);
-      else if (arg == "--crash-at" && i + 1 < argc) crash_at = std::atoi(argv[++i]);
-      else if (arg == "--retry-errors") options.retry_errors = true;
-      else if (arg == "--shard" && i + 1 < argc) options.shard = parse_shard(argv[++i]);
-      else if (arg == "--mpi") options.mpi = true;
-      else throw std::runtime_error("unknown argument " + arg);
+      if (arg == "--kill-after" && i + 1 < argc)
+        kill_after = std::atoi(argv[++i]);
+      else if (arg == "--crash-at" && i + 1 < argc)
+        crash_at = std::atoi(argv[++i]);
+      else if (arg == "--retry-errors")
+        options.retry_errors = true;
+      else if (arg == "--shard" && i + 1 < argc)
+        options.shard = parse_shard(argv[++i]);
+      else if (arg == "--mpi")
+        options.mpi = true;
+      else
+        throw std::runtime_error("unknown argument " + arg);
     }
     if (kill_after > 0)
       options.on_row = [&](const Row&) {

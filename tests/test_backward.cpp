@@ -41,7 +41,9 @@ constexpr double kRtol = 1e-4, kAtol = 3e-5;
 // ~1e-10 (see central_differences); measured worst 2.7e-10.
 constexpr double kRtol64 = 1e-7, kAtol64 = 1e-8;
 
-Tensor64 to64(const Tensor& t) { return xt::cast<double>(t); }
+Tensor64 to64(const Tensor& t) {
+  return xt::cast<double>(t);
+}
 
 xt::xtensor<bool, 2> random_bool_mask(std::size_t nq, std::size_t nk, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -118,10 +120,11 @@ void require_grads(const Gradients& g, const Arrays64& want, double rtol, double
 
 // The backend's gradients against central differences of the fp64 reference forward with the
 // same pattern (and that reference's own backward against them, tightly).
-void check_finite_differences(const Attention& a, std::size_t nq, std::size_t nk,
-                              const Mask& mask, const Pattern& pattern, std::uint64_t seed) {
+void check_finite_differences(const Attention& a, std::size_t nq, std::size_t nk, const Mask& mask,
+                              const Pattern& pattern, std::uint64_t seed) {
   const std::size_t heads = 2, dk = 3, dv = 4;
-  const Tensor q = random_tensor(2, heads, nq, dk, seed), k = random_tensor(2, heads, nk, dk, seed + 1),
+  const Tensor q = random_tensor(2, heads, nq, dk, seed),
+               k = random_tensor(2, heads, nk, dk, seed + 1),
                v = random_tensor(2, heads, nk, dv, seed + 2);
   const Backward r = run_backward(a, q, k, v, mask, seed + 3);
   const double scale = mask.softmax_scale(dk);
@@ -146,9 +149,8 @@ void check_reference(const Attention& a, std::size_t batch, std::size_t heads, s
                k = random_tensor(batch, heads, nk, dk, seed + 1),
                v = random_tensor(batch, heads, nk, dv, seed + 2);
   const Backward r = run_backward(a, q, k, v, mask, seed + 3);
-  const Gradients64 ref = reference_attention_backward(to64(q), to64(k), to64(v),
-                                                       mask.softmax_scale(dk), pattern,
-                                                       to64(r.d_out));
+  const Gradients64 ref = reference_attention_backward(
+      to64(q), to64(k), to64(v), mask.softmax_scale(dk), pattern, to64(r.d_out));
   require_grads(r.g, {ref.dq, ref.dk, ref.dv}, kRtol, kAtol, a.spec() + " vs fp64 reference");
 }
 
@@ -191,7 +193,8 @@ TEST_CASE("the fp64 reference backward equals central finite differences", "[bac
 TEST_CASE("full: backward equals finite differences under every mask kind", "[backward]") {
   const auto full = make_attention("full");
   check_variant_small(
-      *full, [](const Mask& m, const Dims& d) -> Pattern {
+      *full,
+      [](const Mask& m, const Dims& d) -> Pattern {
         return [&m, d](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
           return m.may_attend(b, h, i, j, d);
         };
@@ -203,8 +206,8 @@ TEST_CASE("full: backward equals the fp64 reference across tile edges", "[backwa
   const auto full = make_attention("full");
   // 96-query (the backward's), 48-query (the forward's) and 128-key tiles; one head (tiles split
   // over private dK/dV sums) and three.
-  const std::pair<std::size_t, std::size_t> lengths[] = {{1, 1},     {47, 49},   {49, 129},
-                                                         {97, 95},   {200, 130}, {130, 300}};
+  const std::pair<std::size_t, std::size_t> lengths[] = {{1, 1},   {47, 49},   {49, 129},
+                                                         {97, 95}, {200, 130}, {130, 300}};
   for (auto [nq, nk] : lengths)
     for (std::size_t heads : {1, 3}) {
       if (heads == 3 && nq * nk > 97 * 95) continue;  // keeps the test short
@@ -212,11 +215,12 @@ TEST_CASE("full: backward equals the fp64 reference across tile edges", "[backwa
         INFO("Nq=" << nq << " Nk=" << nk << " heads=" << heads << " mask: " << c.name);
         const Dims d{2, heads, nq, nk, 16, 24};
         const Mask& m = c.mask;
-        check_reference(*full, 2, heads, nq, nk, 16, 24, m,
-                        [&m, d](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
-                          return m.may_attend(b, h, i, j, d);
-                        },
-                        nq * 7 + nk);
+        check_reference(
+            *full, 2, heads, nq, nk, 16, 24, m,
+            [&m, d](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
+              return m.may_attend(b, h, i, j, d);
+            },
+            nq * 7 + nk);
       }
     }
 }
@@ -249,8 +253,8 @@ TEST_CASE("bigbird: backward equals finite differences and the fp64 reference", 
         [c](const Mask& m, const Dims& d) -> Pattern {
           auto layout = std::make_shared<BigBirdLayout>(
               bigbird_layout(c, d.heads, d.nq, d.nk, m.causal != Causal::none));
-          return [layout, p = test::bigbird_pattern(*layout, m, d)](
-                     std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
+          return [layout, p = test::bigbird_pattern(*layout, m, d)](std::size_t b, std::size_t h,
+                                                                    std::size_t i, std::size_t j) {
             return p(b, h, i, j);
           };
         },
@@ -289,8 +293,10 @@ TEST_CASE("softmax variants: backward equals PyTorch autograd on the same inputs
                                      {"v", v},
                                      {"d_out", r.d_out},
                                      {"allowed", test::dense_pattern(pattern, d)}});
-    expected.push_back({i, a.spec() + " Nq=" + std::to_string(nq) + " Nk=" + std::to_string(nk) +
-                               " mask: " + c.name, r.g});
+    expected.push_back(
+        {i,
+         a.spec() + " Nq=" + std::to_string(nq) + " Nk=" + std::to_string(nk) + " mask: " + c.name,
+         r.g});
   };
   const auto full = make_attention("full");
   const SlidingConfig sc{3, 2, 2, 1};
@@ -302,20 +308,22 @@ TEST_CASE("softmax variants: backward equals PyTorch autograd on the same inputs
     for (const MaskCase& c : mask_cases(2, nq, nk, true, nq * nk)) {
       const Dims d{2, 2, nq, nk, 8, 6};
       const Mask& m = c.mask;
-      add(*full, nq, nk, c,
+      add(
+          *full, nq, nk, c,
           [&m, d](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
             return m.may_attend(b, h, i, j, d);
           },
           nq + nk);
       add(sliding, nq, nk, c, test::sliding_pattern(sc, m, d), nq + 2 * nk);
       if (m.causal != Causal::none && nq != nk) continue;  // bigbird: causal needs Nq == Nk
-      layouts.push_back(std::make_unique<BigBirdLayout>(
-          bigbird_layout(bc, 2, nq, nk, m.causal != Causal::none)));
+      layouts.push_back(
+          std::make_unique<BigBirdLayout>(bigbird_layout(bc, 2, nq, nk, m.causal != Causal::none)));
       add(bigbird, nq, nk, c, test::bigbird_pattern(*layouts.back(), m, d), nq + 3 * nk);
     }
   if (!torch.run()) return;
   for (const Expected& e : expected) {
-    require_grads(e.g, {torch.grad(e.index, "q"), torch.grad(e.index, "k"), torch.grad(e.index, "v")},
+    require_grads(e.g,
+                  {torch.grad(e.index, "q"), torch.grad(e.index, "k"), torch.grad(e.index, "v")},
                   kRtol, kAtol, e.what + " vs torch");
   }
 }
@@ -335,8 +343,10 @@ xt::xarray<double> linformer64(const Tensor64& q, const Tensor64& k, const Tenso
     for (std::size_t h = 0; h < heads; ++h)
       for (std::size_t r = 0; r < rows; ++r)
         for (std::size_t j = 0; j < lengths[b]; ++j) {
-          for (std::size_t c = 0; c < k.shape()[3]; ++c) kp(b, h, r, c) += e(h, r, j) * k(b, h, j, c);
-          for (std::size_t c = 0; c < v.shape()[3]; ++c) vp(b, h, r, c) += f(h, r, j) * v(b, h, j, c);
+          for (std::size_t c = 0; c < k.shape()[3]; ++c)
+            kp(b, h, r, c) += e(h, r, j) * k(b, h, j, c);
+          for (std::size_t c = 0; c < v.shape()[3]; ++c)
+            vp(b, h, r, c) += f(h, r, j) * v(b, h, j, c);
         }
   return reference_attention(q, kp, vp, scale, [](auto...) { return true; });
 }
@@ -457,7 +467,8 @@ TEST_CASE("linformer: backward and the gradients of E and F equal finite differe
     for (std::size_t i = 0; i < params.size(); ++i) {
       CHECK(all.parameters[i].name == params[i].name);
       CHECK(all.parameters[i].shape == params[i].shape);
-      CHECK(all.parameters[i].shape == std::vector<std::size_t>(want[i].shape().begin(), want[i].shape().end()));
+      CHECK(all.parameters[i].shape ==
+            std::vector<std::size_t>(want[i].shape().begin(), want[i].shape().end()));
       const xt::xarray<float> got = xt::adapt(all.parameters[i].values, all.parameters[i].shape);
       CHECK(xt::allclose(got, want[i], 1e-6, 1e-7));
     }
@@ -496,7 +507,8 @@ TEST_CASE("linformer: E and F through parameters() and set_parameters(), by shar
     require_error<Error>([&] { a->set_parameters(unknown); }, {"no parameter 'G'"});
     std::vector<ParameterTensor> short_shape = params;
     short_shape[0].values.pop_back();
-    require_error<Error>([&] { a->set_parameters(short_shape); }, {"parameter E", "values for its shape"});
+    require_error<Error>([&] { a->set_parameters(short_shape); },
+                         {"parameter E", "values for its shape"});
     std::vector<ParameterTensor> not_finite = params;
     not_finite[0].values[1] = NAN;
     require_error<Error>([&] { a->set_parameters(not_finite); }, {"E", "non-finite"});
@@ -513,8 +525,11 @@ TEST_CASE("linformer: E and F through parameters() and set_parameters(), by shar
   const auto full = make_attention("full");
   CHECK(full->parameters(3).empty());
   full->set_parameters({});
-  require_error<Unsupported>([&] { full->set_parameters({{"E", {1}, {0.0f}}}); },
-                             {"full", "learned parameters"});
+  require_error<Unsupported>(
+      [&] {
+        full->set_parameters({{"E", {1}, {0.0f}}});
+      },
+      {"full", "learned parameters"});
 }
 
 TEST_CASE("linformer: backward equals PyTorch autograd, E and F included", "[backward]") {
@@ -550,12 +565,13 @@ TEST_CASE("linformer: backward equals PyTorch autograd, E and F included", "[bac
   }
   if (!torch.run()) return;
   for (const Expected& e : expected) {
-    require_grads(e.g, {torch.grad(e.index, "q"), torch.grad(e.index, "k"), torch.grad(e.index, "v")},
+    require_grads(e.g,
+                  {torch.grad(e.index, "q"), torch.grad(e.index, "k"), torch.grad(e.index, "v")},
                   kRtol, kAtol, e.what + " vs torch");
-    require_close_grad(split_columns(e.pg.d_e, e.nk).first, torch.grad(e.index, "E"), kRtol,
-                       kAtol, e.what + ": dE vs torch");
-    require_close_grad(split_columns(e.pg.d_f, e.nk).first, torch.grad(e.index, "F"), kRtol,
-                       kAtol, e.what + ": dF vs torch");
+    require_close_grad(split_columns(e.pg.d_e, e.nk).first, torch.grad(e.index, "E"), kRtol, kAtol,
+                       e.what + ": dE vs torch");
+    require_close_grad(split_columns(e.pg.d_f, e.nk).first, torch.grad(e.index, "F"), kRtol, kAtol,
+                       e.what + ": dF vs torch");
   }
 }
 
@@ -625,7 +641,8 @@ TEST_CASE("softmax variants: gradients are bitwise equal across runs and thread 
         INFO(spec << " heads=" << heads << " N=" << n << " causal=" << (causal != Causal::none));
         const auto a = make_attention(spec);
         const Tensor q = random_tensor(1, heads, n, 32, 1), k = random_tensor(1, heads, n, 32, 2),
-                     v = random_tensor(1, heads, n, 32, 3), d_out = random_tensor(1, heads, n, 32, 4);
+                     v = random_tensor(1, heads, n, 32, 3),
+                     d_out = random_tensor(1, heads, n, 32, 4);
         Mask mask;
         mask.causal = causal;
         Tensor out1;
@@ -660,8 +677,11 @@ TEST_CASE("backward validates its arguments and names what is wrong", "[backward
   require_error([&] { full->backward(q, k, v, {}, wrong, d_out); },
                 {"full", "out", "[1, 2, 5, 4]", "[1, 2, 5, 3]"});
   require_error([&] { full->backward(q, k, v, {}, out, wrong); }, {"d_out", "[1, 2, 5, 4]"});
-  require_error([&] { full->backward(q, k, v, {}, out, d_out, RowLogSumExp::from_shape({1, 2, 4})); },
-                {"lse", "[1, 2, 4]", "[1, 2, 5]"});
+  require_error(
+      [&] {
+        full->backward(q, k, v, {}, out, d_out, RowLogSumExp::from_shape({1, 2, 4}));
+      },
+      {"lse", "[1, 2, 4]", "[1, 2, 5]"});
   require_error([&] { full->backward(q, q, v, {}, out, d_out); }, {"k and v"});
   Gradients g;
   g.dq = q;

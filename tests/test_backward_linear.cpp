@@ -26,7 +26,9 @@ namespace {
 // 1.6e-5 absolute on gradients below 10; the bounds keep a margin of about 6x.
 constexpr double kRtol = 2e-4, kAtol = 1e-4;
 
-Tensor64 to64(const Tensor& t) { return xt::cast<double>(t); }
+Tensor64 to64(const Tensor& t) {
+  return xt::cast<double>(t);
+}
 
 LinearConfig config_of(const std::string& spec) {
   const auto a = make_attention(spec);
@@ -78,8 +80,9 @@ struct Run {
 
 Run run(const Attention& a, std::size_t nq, std::size_t nk, std::size_t dk, std::size_t dv,
         const Mask& mask, std::uint64_t seed) {
-  Run r{random_tensor(2, 2, nq, dk, seed), random_tensor(2, 2, nk, dk, seed + 1),
-        random_tensor(2, 2, nk, dv, seed + 2), {}, random_tensor(2, 2, nq, dv, seed + 3), {}};
+  Run r{random_tensor(2, 2, nq, dk, seed),     random_tensor(2, 2, nk, dk, seed + 1),
+        random_tensor(2, 2, nk, dv, seed + 2), {},
+        random_tensor(2, 2, nq, dv, seed + 3), {}};
   r.out = a.forward(r.q, r.k, r.v, mask);
   r.g = a.backward(r.q, r.k, r.v, mask, r.out, r.d_out);
   return r;
@@ -115,8 +118,7 @@ TEST_CASE("linear: every form's backward equals finite differences of its fp64 d
   }
 }
 
-TEST_CASE("linear: backward equals PyTorch autograd across chunks and checkpoints",
-          "[backward]") {
+TEST_CASE("linear: backward equals PyTorch autograd across chunks and checkpoints", "[backward]") {
   struct Expected {
     std::size_t index;
     std::string what;
@@ -125,8 +127,9 @@ TEST_CASE("linear: backward equals PyTorch autograd across chunks and checkpoint
   test::TorchGrads torch;
   std::vector<Expected> expected;
   // 100 positions: one full 64-token chunk of the scan engine and a partial one (the backward
-  // restarts from the second chunk's saved state). favor with eps > 0 too (stabilisers held constant on both sides),
-  // and keys whose norms differ widely (the running stabiliser jumps inside a chunk).
+  // restarts from the second chunk's saved state). favor with eps > 0 too (stabilisers held
+  // constant on both sides), and keys whose norms differ widely (the running stabiliser jumps
+  // inside a chunk).
   const char* specs[] = {"linear:eps=0.001",
                          "linear:feature=relu,eps=0.001",
                          "linear:feature=favor,m=32,seed=5",
@@ -164,8 +167,8 @@ TEST_CASE("linear: backward equals PyTorch autograd across chunks and checkpoint
         if (c.feature == Feature::favor)
           inputs.emplace_back("W", favor_projection(c.m, 8, static_cast<std::uint64_t>(c.seed)));
         expected.push_back({torch.add(j, inputs),
-                            std::string(spec) + " Nq=" + std::to_string(nq) + " Nk=" +
-                                std::to_string(nk) + " mask: " + m.name,
+                            std::string(spec) + " Nq=" + std::to_string(nq) +
+                                " Nk=" + std::to_string(nk) + " mask: " + m.name,
                             r.g});
       }
     }

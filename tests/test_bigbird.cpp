@@ -9,9 +9,9 @@
 #include "variants/bigbird.hpp"
 
 using namespace attnlab;
-using attnlab::test::require_error;
 using attnlab::test::random_tensor;
 using attnlab::test::require_close;
+using attnlab::test::require_error;
 
 namespace {
 
@@ -30,7 +30,9 @@ BigBirdConfig config(std::int64_t block, std::int64_t window, std::int64_t globa
   return c;
 }
 
-std::string spec_of(const BigBirdConfig& c) { return BigBirdAttention(c).spec(); }
+std::string spec_of(const BigBirdConfig& c) {
+  return BigBirdAttention(c).spec();
+}
 
 void check_against_reference(const BigBirdConfig& c, std::size_t batch, std::size_t heads,
                              std::size_t nq, std::size_t nk, std::size_t dk, std::size_t dv,
@@ -192,8 +194,8 @@ TEST_CASE("bigbird: exact reductions equal full attention", "[bigbird]") {
     const std::size_t blocks = (n + 15) / 16;
     padded.key_lengths = {std::int64_t(n), std::int64_t(n / 2)};
     const std::string all_global = "bigbird:block=16,global=" + std::to_string(blocks);
-    const std::string wide = "bigbird:block=16,global=0,random=0,window=" +
-                             std::to_string(2 * blocks - 1);
+    const std::string wide =
+        "bigbird:block=16,global=0,random=0,window=" + std::to_string(2 * blocks - 1);
     for (const Mask& m : {Mask{}, causal, padded}) {
       same_as_full(all_global, n, m, n);
       same_as_full(wide, n, m, n + 5);
@@ -218,8 +220,8 @@ TEST_CASE("bigbird equals the dense fp64 reference over many lengths", "[bigbird
 }
 
 TEST_CASE("bigbird honours padding, boolean masks, cross-attention and Dv != Dk", "[bigbird]") {
-  const std::pair<std::size_t, std::size_t> lengths[] = {{1, 7}, {7, 1}, {37, 211}, {211, 37},
-                                                         {100, 100}, {129, 300}};
+  const std::pair<std::size_t, std::size_t> lengths[] = {{1, 7},    {7, 1},     {37, 211},
+                                                         {211, 37}, {100, 100}, {129, 300}};
   for (auto [nq, nk] : lengths) {
     const BigBirdConfig c = config(16, 3, 2, 2, 4);
     for (Causal cm : {Causal::none, Causal::top_left, Causal::bottom_right}) {
@@ -316,8 +318,7 @@ TEST_CASE("bigbird: bad parameters name the parameter", "[bigbird]") {
   require_error<Error>([] { make_attention("bigbird:blocks=8"); }, {"blocks=8", "unknown key"});
   // The same checks guard the C++ API.
   require_error<Error>([] { BigBirdAttention(config(16, 2, 2, 3, 0)); }, {"window=2", "odd"});
-  require_error<Error>([] { bigbird_layout(config(0, 3, 2, 3, 0), 1, 8, 8, false); },
-                       {"block=0"});
+  require_error<Error>([] { bigbird_layout(config(0, 3, 2, 3, 0), 1, 8, 8, false); }, {"block=0"});
   require_error<Error>([] { bigbird_layout(config(4, 3, 2, 3, 0), 1, 8, 9, true); },
                        {"causal", "Nq == Nk"});
 }
@@ -327,6 +328,7 @@ TEST_CASE("bigbird refuses causal cross-attention, saying why", "[bigbird]") {
   const Tensor q = random_tensor(1, 1, 20, 8, 1), k = random_tensor(1, 1, 30, 8, 2);
   Mask mask;
   mask.causal = Causal::bottom_right;
-  require_error<Unsupported>([&] { b->forward(q, k, k, mask); }, {"bigbird", "causal", "Nq != Nk", "block diagonal"});
+  require_error<Unsupported>([&] { b->forward(q, k, k, mask); },
+                             {"bigbird", "causal", "Nq != Nk", "block diagonal"});
   CHECK(make_attention("bigbird")->spec() == "bigbird:block=64,window=3,global=2,random=3,seed=0");
 }

@@ -28,7 +28,8 @@ constexpr const char* kAvx512FOnly = "avx avx2 fma avx512f avx512cd avx512er avx
 
 }  // namespace
 
-TEST_CASE("fitting_core: a weaker core than the CPU supports is raised to the CPU's level", "[blas]") {
+TEST_CASE("fitting_core: a weaker core than the CPU supports is raised to the CPU's level",
+          "[blas]") {
   struct Case {
     const char* core;
     const char* flags;
@@ -54,7 +55,7 @@ TEST_CASE("fitting_core: a weaker core than the CPU supports is raised to the CP
       {"Cooperlake", kAvx512Bf16, ""},
       {"SapphireRapids", kAvx512Bf16, ""},
       {"Sandybridge", kAvx, ""},
-      {"Nehalem", kSse, ""},  // nothing better for an SSE-only CPU
+      {"Nehalem", kSse, ""},        // nothing better for an SSE-only CPU
       {"Haswell", kAvx2NoFma, ""},  // no FMA: the CPU is at the AVX level, below Haswell
       {"Nehalem", kAvx2NoFma, "Sandybridge"},
       {"Haswell", kAvx512FOnly, ""},  // AVX-512 F alone is not SkylakeX's level
@@ -101,14 +102,14 @@ TEST_CASE("info reports this process's OpenBLAS and who chose its core", "[blas]
   const std::string text = blas::describe(i);
   CHECK(text.find("core " + i.corename) != std::string::npos);
   CHECK(text.find(std::to_string(i.threads) + " thread") != std::string::npos);
-  CHECK(text.find(i.source == blas::CoreSource::user      ? "set by the user"
-                  : i.source == blas::CoreSource::attnlab ? "set by attnlab"
-                                                          : "detected by OpenBLAS") !=
-        std::string::npos);
-  CHECK(std::string(blas::source_name(i.source)) ==
-        (i.source == blas::CoreSource::user      ? "user"
-         : i.source == blas::CoreSource::attnlab ? "attnlab"
-                                                 : "openblas"));
+  CHECK(text.find(i.source == blas::CoreSource::user ? "set by the user"
+                  : i.source == blas::CoreSource::attnlab
+                      ? "set by attnlab"
+                      : "detected by OpenBLAS") != std::string::npos);
+  CHECK(std::string(blas::source_name(i.source)) == (i.source == blas::CoreSource::user ? "user"
+                                                     : i.source == blas::CoreSource::attnlab
+                                                         ? "attnlab"
+                                                         : "openblas"));
 }
 
 TEST_CASE("describe says who chose the core, and the better one the CPU supports", "[blas]") {
@@ -129,16 +130,19 @@ TEST_CASE("describe says who chose the core, and the better one the CPU supports
   i.source = blas::CoreSource::user;
   i.coretype = "Haswell";
   i.better = "SkylakeX";
-  CHECK(blas::describe(i) == "OpenBLAS, core Haswell, 1 thread (OPENBLAS_CORETYPE=Haswell set by "
-                             "the user; this CPU supports SkylakeX)");
+  CHECK(blas::describe(i) ==
+        "OpenBLAS, core Haswell, 1 thread (OPENBLAS_CORETYPE=Haswell set by "
+        "the user; this CPU supports SkylakeX)");
   i.source = blas::CoreSource::openblas;
   i.coretype = "";
   i.corename = i.detected = "Prescott";
-  CHECK(blas::describe(i) == "OpenBLAS, core Prescott, 1 thread (detected by OpenBLAS, "
-                             "OPENBLAS_CORETYPE unset; this CPU supports SkylakeX)");
+  CHECK(blas::describe(i) ==
+        "OpenBLAS, core Prescott, 1 thread (detected by OpenBLAS, "
+        "OPENBLAS_CORETYPE unset; this CPU supports SkylakeX)");
   i.threading = "pthreads";
-  CHECK(blas::describe(i) == "OpenBLAS, core Prescott, pthreads, 1 thread (detected by "
-                             "OpenBLAS, OPENBLAS_CORETYPE unset; this CPU supports SkylakeX)");
+  CHECK(blas::describe(i) ==
+        "OpenBLAS, core Prescott, pthreads, 1 thread (detected by "
+        "OpenBLAS, OPENBLAS_CORETYPE unset; this CPU supports SkylakeX)");
 }
 
 TEST_CASE("two thread pools compete only for pthreads OpenBLAS and OpenMP, both threaded",
@@ -148,7 +152,7 @@ TEST_CASE("two thread pools compete only for pthreads OpenBLAS and OpenMP, both 
   i.threading = "pthreads";
   CHECK(blas::competing_thread_pools(i, 2));
   CHECK_FALSE(blas::competing_thread_pools(i, 1));  // OMP_NUM_THREADS=1
-  i.threads = 1;  // OPENBLAS_NUM_THREADS=1
+  i.threads = 1;                                    // OPENBLAS_NUM_THREADS=1
   CHECK_FALSE(blas::competing_thread_pools(i, 2));
   i.threads = 2;
   for (const char* one_pool : {"OpenMP", "sequential"}) {

@@ -7,8 +7,8 @@
 #include "attnlab/blas.hpp"
 #include "attnlab/kernels.hpp"
 #include "attnlab/npy.hpp"
-#include "helpers.hpp"
 #include "cli_helpers.hpp"
+#include "helpers.hpp"
 
 using namespace attnlab;
 using attnlab::test::attnlab_cli;
@@ -47,8 +47,8 @@ void require_same_as_library(const TempDir& dir, const std::string& spec, const 
                              const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                              std::size_t rank) {
   std::filesystem::remove(dir.file("o.npy"));
-  const CliResult r = attnlab_cli(dir, "run --spec '" + spec + "' --q q.npy --k k.npy --v v.npy " +
-                                        flags + " --out o.npy");
+  const CliResult r = attnlab_cli(
+      dir, "run --spec '" + spec + "' --q q.npy --k k.npy --v v.npy " + flags + " --out o.npy");
   INFO("flags: " << flags << "\nstderr: " << r.err);
   REQUIRE(r.code == 0);
   CHECK(r.err.empty());
@@ -82,8 +82,8 @@ TEST_CASE("--help and --version behave as users expect", "[cli]") {
   CHECK(r.code == 0);
   const std::string path = kernels::isa_name(kernels::active_isa());  // same environment
   // Same environment, so the same OpenBLAS core and threads as this test process.
-  CHECK(r.out == std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: " + path + ")\nBLAS: " +
-                     blas::describe(blas::info()) + "\n");
+  CHECK(r.out == std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: " + path +
+                     ")\nBLAS: " + blas::describe(blas::info()) + "\n");
 
   require_failure(dir, "", {"subcommand is required", "--help"});
   require_failure(dir, "frobnicate", {"unknown command 'frobnicate'", "run"});
@@ -94,7 +94,8 @@ TEST_CASE("--version names the kernel path; ATTNLAB_ISA forces one or fails in o
   setenv("ATTNLAB_ISA", "scalar", 1);
   CliResult r = attnlab_cli(dir, "--version");
   CHECK(r.code == 0);
-  CHECK(r.out.rfind(std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: scalar)\nBLAS: ", 0) == 0);
+  CHECK(r.out.rfind(std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: scalar)\nBLAS: ", 0) ==
+        0);
   setenv("ATTNLAB_ISA", "avx1024", 1);
   r = attnlab_cli(dir, "--version");
   unsetenv("ATTNLAB_ISA");
@@ -103,7 +104,8 @@ TEST_CASE("--version names the kernel path; ATTNLAB_ISA forces one or fails in o
   CHECK(r.err.find("scalar, avx2 or avx512") != std::string::npos);
 }
 
-TEST_CASE("run on rank 4, 3 and 2 inputs equals forward in-process, output keeps the rank", "[cli]") {
+TEST_CASE("run on rank 4, 3 and 2 inputs equals forward in-process, output keeps the rank",
+          "[cli]") {
   TempDir dir("cli");
   const Tensor q = random_tensor(2, 3, 7, 5, 1), k = random_tensor(2, 3, 9, 5, 2),
                v = random_tensor(2, 3, 9, 4, 3);
@@ -114,8 +116,8 @@ TEST_CASE("run on rank 4, 3 and 2 inputs equals forward in-process, output keeps
   m.causal = Causal::bottom_right;
   m.key_lengths = {9, 6};
   m.scale = 0.3;
-  require_same_as_library(dir, "full", "--causal bottom-right --key-lengths 9,6 --scale 0.3", q, k, v,
-                          m, 4);
+  require_same_as_library(dir, "full", "--causal bottom-right --key-lengths 9,6 --scale 0.3", q, k,
+                          v, m, 4);
 
   const Tensor q3 = random_tensor(1, 3, 8, 5, 4), k3 = random_tensor(1, 3, 8, 5, 5),
                v3 = random_tensor(1, 3, 8, 5, 6);
@@ -173,8 +175,10 @@ TEST_CASE("run passes --log-decay and --beta to the linear family as forward doe
     }
   save_npy(dir.file("g.npy"), g2);
   save_npy(dir.file("beta.npy"), beta2);
-  const CliResult r = attnlab_cli(dir, "run --spec gated-delta --q q.npy --k k.npy --v v.npy "
-                                       "--causal top-left --log-decay g.npy --beta beta.npy --out o.npy");
+  const CliResult r =
+      attnlab_cli(dir,
+                  "run --spec gated-delta --q q.npy --k k.npy --v v.npy "
+                  "--causal top-left --log-decay g.npy --beta beta.npy --out o.npy");
   INFO("stderr: " << r.err);
   REQUIRE(r.code == 0);
   Mask mask;
@@ -209,7 +213,8 @@ TEST_CASE("bad input exits 2 with one line naming the problem and writes nothing
   std::ofstream(dir.file("trunc.npy"), std::ios::binary) << bytes.substr(0, bytes.size() - 10);
   require_failure(dir, with("--k k.npy", "--k trunc.npy"), {"trunc.npy", "truncated"});
 
-  write_npy_raw(dir.file("i4.npy"), "<i4", "2, 2, 6, 4", raw_bytes(std::vector<std::int32_t>(96, 1)));
+  write_npy_raw(dir.file("i4.npy"), "<i4", "2, 2, 6, 4",
+                raw_bytes(std::vector<std::int32_t>(96, 1)));
   require_failure(dir, with("--v v.npy", "--v i4.npy"), {"i4.npy", "dtype '<i4'", "float32"});
 
   save(dir, "k5.npy", random_tensor(2, 2, 6, 5, 22));

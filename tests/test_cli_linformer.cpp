@@ -4,8 +4,8 @@
 #include <filesystem>
 
 #include "attnlab/npy.hpp"
-#include "helpers.hpp"
 #include "cli_helpers.hpp"
+#include "helpers.hpp"
 #include "variants/linformer.hpp"
 
 using namespace attnlab;
@@ -48,8 +48,8 @@ TEST_CASE("attnlab run --E/--F uses the learned matrices", "[linformer][cli]") {
     const CliResult r = attnlab_cli(dir, kRun + flags);
     INFO("flags: " << flags << "\nstderr: " << r.err);
     REQUIRE(r.code == 0);
-    LinformerAttention a(8, LinformerAttention::Share::none, LinformerAttention::Init::gaussian,
-                         40, 0);
+    LinformerAttention a(8, LinformerAttention::Share::none, LinformerAttention::Init::gaussian, 40,
+                         0);
     a.set_projections(e, f);
     const Tensor expected = a.forward(q, k, v);
     // Same code on the same data: only the OpenMP schedule may differ, so a few ulps.
@@ -86,8 +86,9 @@ TEST_CASE("attnlab run --E/--F misuse is one line, exit 2, no output", "[linform
     for (const auto& part : fragments) CHECK(r.err.find(part) != std::string::npos);
     CHECK_FALSE(std::filesystem::exists(dir.file("o.npy")));
   }
-  const CliResult r = attnlab_cli(dir, "run --spec full --q q.npy --k k.npy --v v.npy --out o.npy "
-                                    "--E e.npy");
+  const CliResult r = attnlab_cli(dir,
+                                  "run --spec full --q q.npy --k k.npy --v v.npy --out o.npy "
+                                  "--E e.npy");
   CHECK(r.code == 2);
   CHECK(r.err.find("linformer specs only, not 'full'") != std::string::npos);
 }

@@ -9,8 +9,8 @@
 #include "helpers.hpp"
 
 using namespace attnlab;
-using attnlab::test::require_error;
 using attnlab::test::random_tensor;
+using attnlab::test::require_error;
 
 namespace {
 
@@ -40,15 +40,26 @@ TEST_CASE("factory strings parse, and errors quote the token", "[core]") {
 
   require_error<Error>([] { Params("demo:a=1.5").integer("a", 0); }, {"a=1.5", "integer"});
   require_error<Error>([] { Params("demo:a=x").number("a", 0); }, {"a=x", "number"});
-  require_error<Error>([] { Params("demo:c=mul").choice("c", "sum", {"sum", "delta"}); },
-                       {"c=mul", "sum|delta"});
+  require_error<Error>(
+      [] {
+        Params("demo:c=mul").choice("c", "sum", {"sum", "delta"});
+      },
+      {"c=mul", "sum|delta"});
   require_error<Error>([] { Params("demo:a"); }, {"'a'", "key=value"});
   require_error<Error>([] { Params("demo:a=1,a=2"); }, {"'a'", "twice"});
   require_error<Error>([] { Params(":a=1"); }, {"missing variant name"});
-  require_error<Error>([] { Params p("demo:zz=1"); p.check_all_used(); }, {"zz=1", "unknown key"});
+  require_error<Error>(
+      [] {
+        Params p("demo:zz=1");
+        p.check_all_used();
+      },
+      {"zz=1", "unknown key"});
   // The messages name what is parsed (SpecKind) and the keys the getters asked for, in order.
-  require_error<Error>([] { Params(":a=1", SpecKind{"widget", "gadget"}); },
-                       {"widget ':a=1'", "missing gadget name"});
+  require_error<Error>(
+      [] {
+        Params(":a=1", SpecKind{"widget", "gadget"});
+      },
+      {"widget ':a=1'", "missing gadget name"});
   require_error<Error>(
       [] {
         Params p("demo:b=1,zz=2", SpecKind{"widget", "gadget"});
@@ -70,7 +81,7 @@ TEST_CASE("the registry lists every variant in its fixed order and refuses dupli
   // list, so the check is that these appear in this order, not that they are all there is.
   const std::vector<std::string> names = attention_names();
   const std::vector<std::string> expected{"full",  "bigbird", "linformer", "sliding",    "linear",
-                                         "delta", "retnet",  "gla",       "gated-delta"};
+                                          "delta", "retnet",  "gla",       "gated-delta"};
   auto at = names.begin();
   for (const std::string& name : expected) {
     at = std::find(at, names.end(), name);
@@ -106,7 +117,8 @@ TEST_CASE("median and quantile: the usual definitions", "[core]") {
 }
 
 TEST_CASE("SpecWriter prints values that parse back exactly", "[core]") {
-  const std::string s = SpecWriter("x").add("a", std::int64_t{7}).add("b", 0.1).add("c", "sum").str();
+  const std::string s =
+      SpecWriter("x").add("a", std::int64_t{7}).add("b", 0.1).add("c", "sum").str();
   CHECK(s == "x:a=7,b=0.1,c=sum");
   Params p(s);
   CHECK(p.number("b", 0) == 0.1);
@@ -218,8 +230,8 @@ TEST_CASE("every registered variant keeps the common contract", "[core]") {
     padded.key_lengths = {64, 40};
     Mask boolean;
     boolean.allow(xt::ones<bool>({64ul, 64ul}));
-    const std::pair<bool, Mask> cases[] = {{s.causal, causal}, {s.key_lengths, padded},
-                                           {s.allowed, boolean}};
+    const std::pair<bool, Mask> cases[] = {
+        {s.causal, causal}, {s.key_lengths, padded}, {s.allowed, boolean}};
     for (const auto& [supported, mask] : cases) {
       if (supported)
         CHECK_NOTHROW(a->forward(q, k, v, mask));
@@ -246,7 +258,8 @@ TEST_CASE("forward into an output reuses its storage and equals the returning fo
     CHECK(out.data() == storage);
     CHECK((out == expected));
     Tensor k_copy = k;
-    require_error([&] { a->forward(q, k_copy, v, {}, k_copy); }, {name, "must not share storage with q, k"});
+    require_error([&] { a->forward(q, k_copy, v, {}, k_copy); },
+                  {name, "must not share storage with q, k"});
     // A caller's own buffer is read in place through a TensorRef: the same bytes as the Tensor.
     const std::vector<float> buffer(q.begin(), q.end());
     CHECK((a->forward(TensorRef(buffer.data(), {1, 2, 48, 16}), k, v) == expected));
@@ -256,7 +269,10 @@ TEST_CASE("forward into an output reuses its storage and equals the returning fo
     // A view into the output's storage is refused before the output is resized (which would
     // free what the view reads), whatever the view's shape.
     Tensor wide = q;  // [1, 2, 48, 16], not the output's [1, 2, 48, 8]
-    require_error([&] { a->forward(TensorRef(wide.data(), {1, 2, 48, 16}), k, v, {}, wide); },
-                  {name, "must not share storage with q, k"});
+    require_error(
+        [&] {
+          a->forward(TensorRef(wide.data(), {1, 2, 48, 16}), k, v, {}, wide);
+        },
+        {name, "must not share storage with q, k"});
   }
 }

@@ -54,8 +54,8 @@ TEST_CASE("full equals the fp64 reference over many lengths", "[exact]") {
 }
 
 TEST_CASE("full handles cross-attention and Dv != Dk under every mask kind", "[exact]") {
-  const std::pair<std::size_t, std::size_t> lengths[] = {{1, 7}, {7, 1}, {37, 211}, {211, 37},
-                                                         {100, 100}, {129, 300}};
+  const std::pair<std::size_t, std::size_t> lengths[] = {{1, 7},    {7, 1},     {37, 211},
+                                                         {211, 37}, {100, 100}, {129, 300}};
   for (auto [nq, nk] : lengths) {
     for (Causal c : {Causal::none, Causal::top_left, Causal::bottom_right}) {
       Mask mask;
@@ -170,9 +170,12 @@ TEST_CASE("scores are symmetric exactly when W_Q = W_K", "[exact]") {
   // sum over (i, j, k) of that difference is scale * the cycle sum of S_ij - S_ji: zero for
   // every triple iff S is symmetric.
   const std::size_t n = 12, d_model = 16, dk = 8;
-  const xt::xtensor<double, 2> x = xt::cast<double>(xt::view(random_tensor(1, 1, n, d_model, 1), 0, 0));
-  const xt::xtensor<double, 2> wq = xt::cast<double>(xt::view(random_tensor(1, 1, d_model, dk, 2, 0.25f), 0, 0));
-  const xt::xtensor<double, 2> wk = xt::cast<double>(xt::view(random_tensor(1, 1, d_model, dk, 3, 0.25f), 0, 0));
+  const xt::xtensor<double, 2> x =
+      xt::cast<double>(xt::view(random_tensor(1, 1, n, d_model, 1), 0, 0));
+  const xt::xtensor<double, 2> wq =
+      xt::cast<double>(xt::view(random_tensor(1, 1, d_model, dk, 2, 0.25f), 0, 0));
+  const xt::xtensor<double, 2> wk =
+      xt::cast<double>(xt::view(random_tensor(1, 1, d_model, dk, 3, 0.25f), 0, 0));
   Tensor eye = xt::zeros<float>({1ul, 1ul, n, n});
   for (std::size_t i = 0; i < n; ++i) eye(0, 0, i, i) = 1.0f;
   auto max_cycle = [&](const xt::xtensor<double, 2>& a, const xt::xtensor<double, 2>& b) {

@@ -53,13 +53,15 @@ void check_gemm(std::size_t m, std::size_t n, std::size_t k, bool accumulate,
   if (accumulate)
     for (std::size_t i = 0; i < m; ++i)
       for (std::size_t j = 0; j < n; ++j) c[i * ldc + j] = c0[i * ldc + j];
-  (a_transposed ? kernels::gemm_tile_at : kernels::gemm_tile)(m, n, k, a.data(), lda, b.data(),
-                                                              ldb, c.data(), ldc, accumulate);
+  (a_transposed ? kernels::gemm_tile_at : kernels::gemm_tile)(m, n, k, a.data(), lda, b.data(), ldb,
+                                                              c.data(), ldc, accumulate);
   for (std::size_t i = 0; i < m; ++i)
     for (std::size_t j = 0; j < ldc; ++j) {
       const float got = c[i * ldc + j];
       if (j >= n) {
-        if (got != guard) FAIL("gemm_tile" << (a_transposed ? "_at " : " ") << m << "x" << n << "x" << k << " wrote C(" << i << ", " << j << ")");
+        if (got != guard)
+          FAIL("gemm_tile" << (a_transposed ? "_at " : " ") << m << "x" << n << "x" << k
+                           << " wrote C(" << i << ", " << j << ")");
         continue;
       }
       double want = accumulate ? c0[i * ldc + j] : 0.0, size = std::abs(want);
@@ -69,8 +71,9 @@ void check_gemm(std::size_t m, std::size_t n, std::size_t k, bool accumulate,
       }
       // float32 sums of k products: rounding below k · 2^-24 of the sum of magnitudes.
       if (!(std::abs(got - want) <= 1e-6 * (1.0 + size) * double(k + 1)))
-        FAIL("gemm_tile" << (a_transposed ? "_at " : " ") << m << "x" << n << "x" << k << " accumulate=" << accumulate << " C("
-                          << i << ", " << j << ") = " << got << ", expected " << want);
+        FAIL("gemm_tile" << (a_transposed ? "_at " : " ") << m << "x" << n << "x" << k
+                         << " accumulate=" << accumulate << " C(" << i << ", " << j << ") = " << got
+                         << ", expected " << want);
     }
   for (std::size_t j = m * ldc; j < c.size(); ++j) REQUIRE(c[j] == guard);
 }
@@ -84,9 +87,11 @@ TEST_CASE("kernel paths: names parse, unsupported ones are refused by name", "[e
   for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
     CHECK(kernels::parse_isa(kernels::isa_name(isa)) == isa);
     if (!kernels::isa_supported(isa))
-      test::require_error([&] { kernels::use_isa(isa); }, {kernels::isa_name(isa), "supported here"});
+      test::require_error([&] { kernels::use_isa(isa); },
+                          {kernels::isa_name(isa), "supported here"});
   }
-  test::require_error([] { kernels::parse_isa("avx1024"); }, {"'avx1024'", "scalar, avx2 or avx512"});
+  test::require_error([] { kernels::parse_isa("avx1024"); },
+                      {"'avx1024'", "scalar, avx2 or avx512"});
   const Isa before = kernels::active_isa();
   for (Isa isa : paths) {
     kernels::use_isa(isa);
@@ -146,8 +151,8 @@ TEST_CASE("row_max and exp2_shifted_sum over every length up to three vectors", 
       INFO("n = " << n);
       std::vector<float> x = normal(n + 1, n);
       for (float& v : x) v = -10.0f - std::abs(v);  // all negative: a zero fill would win a max
-      if (n > 2) x[n / 2] = -kInf;                   // a masked score
-      x[n] = 1e30f;                                  // beyond n: never read as data
+      if (n > 2) x[n / 2] = -kInf;                  // a masked score
+      x[n] = 1e30f;                                 // beyond n: never read as data
       double max = -kInf;
       for (std::size_t i = 0; i < n; ++i) max = std::max(max, double(x[i]));
       CHECK(kernels::row_max(x.data(), n) == static_cast<float>(max));

@@ -12,9 +12,9 @@
 #include "variants/linear.hpp"
 
 using namespace attnlab;
-using attnlab::test::require_error;
 using attnlab::test::random_tensor;
 using attnlab::test::require_close;
+using attnlab::test::require_error;
 
 namespace {
 
@@ -75,7 +75,8 @@ TEST_CASE("linear: every O(N) form equals its O(N^2) fp64 form over many N", "[l
 
 TEST_CASE("linear: cross-attention and Dv != Dk for the non-causal forms", "[linear]") {
   for (const char* spec : kSpecs)
-    for (auto [nq, nk] : {std::pair<std::size_t, std::size_t>{1, 7}, {7, 1}, {37, 130}, {130, 37}}) {
+    for (auto [nq, nk] :
+         {std::pair<std::size_t, std::size_t>{1, 7}, {7, 1}, {37, 130}, {130, 37}}) {
       Mask mask;
       check_spec(spec, nq, nk, 6, 10, mask, nq * 7 + nk);
       mask.key_lengths = {std::int64_t(nk), std::int64_t((nk + 1) / 2)};
@@ -160,8 +161,8 @@ TEST_CASE("linear: FAVOR+ error against softmax falls as m grows", "[linear]") {
   //   causal      m = 16: 0.360   64: 0.230   256: 0.111   1024: 0.058
   // With N(0, 1) inputs the estimator's variance grows like exp(|q'|^2 + |k'|^2) and the error
   // stays above 0.5 even at m = 4096 (measured), as the Performer paper's analysis predicts.
-  const Tensor q = random_tensor(1, 2, 256, 16, 11, 0.5f), k = random_tensor(1, 2, 256, 16, 12, 0.5f),
-               v = random_tensor(1, 2, 256, 16, 13);
+  const Tensor q = random_tensor(1, 2, 256, 16, 11, 0.5f),
+               k = random_tensor(1, 2, 256, 16, 12, 0.5f), v = random_tensor(1, 2, 256, 16, 13);
   for (Causal c : {Causal::none, Causal::top_left}) {
     Mask mask;
     mask.causal = c;
@@ -219,7 +220,8 @@ TEST_CASE("linear: the delta rule stores, retrieves and overwrites exactly", "[l
     causal.causal = Causal::top_left;
     const Tensor out = a->forward(keys, keys, values, causal);
     for (std::size_t t = 0; t < n; ++t)  // query t = key t reads what was written just now
-      for (std::size_t c = 0; c < dv; ++c) CHECK(out(0, 0, t, c) == Approx(beta * values(0, 0, t, c)).margin(1e-7));
+      for (std::size_t c = 0; c < dv; ++c)
+        CHECK(out(0, 0, t, c) == Approx(beta * values(0, 0, t, c)).margin(1e-7));
     // Non-causal: every query reads the final memory, where key 2 holds
     // W e2 = beta v2 + beta (v8 - beta v2) (= v8 for beta = 1: overwritten).
     const Tensor last = a->forward(keys, keys, values);
@@ -251,7 +253,13 @@ TEST_CASE("linear: bad parameters and unsupported masks name the problem", "[lin
   require_error<Error>([&] { make_attention("linear:feature=dpfp,nu=8")->forward(x, x, x); },
                        {"nu=8", "nu < 2·Dk = 8", "Dk = 4"});
   CHECK_NOTHROW(make_attention("linear:feature=dpfp,nu=7")->forward(x, x, x));
-  require_error<Error>([] { LinearConfig c; c.beta = -1; LinearAttention a(c); }, {"beta=-1"});
+  require_error<Error>(
+      [] {
+        LinearConfig c;
+        c.beta = -1;
+        LinearAttention a(c);
+      },
+      {"beta=-1"});
   Mask boolean;
   boolean.allow(xt::ones<bool>({10ul, 10ul}));
   require_error<Unsupported>([&] { make_attention("linear")->forward(x, x, x, boolean); },

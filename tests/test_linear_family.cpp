@@ -132,9 +132,8 @@ Arrays64 inputs64(const Tensor& q, const Tensor& k, const Tensor& v, const Token
 // each required close to central differences of the float64 recurrence: fp32 gradients against
 // fp64 differences (truncation ~1e-10), rounding of up to ~130 terms per entry.
 std::pair<std::vector<xt::xarray<double>>, std::vector<std::string>> require_grads_match(
-    const ScanAttention& a, const Tensor& q, const Tensor& k, const Tensor& v,
-    const Tensor& d_out, const Mask& mask, const TokenInputs& in, const AllGradients& grads,
-    const std::string& what) {
+    const ScanAttention& a, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& d_out,
+    const Mask& mask, const TokenInputs& in, const AllGradients& grads, const std::string& what) {
   const bool with_g = in.log_decay.has_value(), with_beta = in.beta.has_value();
   std::vector<xt::xarray<double>> ours = {xt::cast<double>(grads.qkv.dq),
                                           xt::cast<double>(grads.qkv.dk),
@@ -143,9 +142,9 @@ std::pair<std::vector<xt::xarray<double>>, std::vector<std::string>> require_gra
   if (with_g) ours.push_back(xt::cast<double>(grads.d_log_decay)), names.push_back("g");
   if (with_beta) ours.push_back(xt::cast<double>(grads.d_beta)), names.push_back("beta");
   const Recurrence ref = recurrence_of(a, mask, q.shape()[3], q.shape()[1]);
-  const Arrays64 fd = test::central_differences(
-      [&](const Arrays64& x) { return ref(x, with_g, with_beta); }, inputs64(q, k, v, in),
-      xt::cast<double>(d_out));
+  const Arrays64 fd =
+      test::central_differences([&](const Arrays64& x) { return ref(x, with_g, with_beta); },
+                                inputs64(q, k, v, in), xt::cast<double>(d_out));
   for (std::size_t i = 0; i < ours.size(); ++i)
     require_close_grad(ours[i], fd[i], 1e-4, 2e-5, what + " d" + names[i]);
   return {ours, names};
@@ -173,8 +172,9 @@ const GateCase kGates[] = {
 }  // namespace
 
 TEST_CASE("every scan variant equals its float64 recurrence", "[linear-family]") {
-  const char* specs[] = {"delta", "delta:beta=0.6", "retnet", "retnet:schedule=fixed,gamma=0.9",
-                         "gla", "gated-delta", "gated-delta:beta=0.3"};
+  const char* specs[] = {
+      "delta",       "delta:beta=0.6",      "retnet", "retnet:schedule=fixed,gamma=0.9", "gla",
+      "gated-delta", "gated-delta:beta=0.3"};
   for (const char* spec : specs) {
     const auto a = make_scan(spec);
     const Support s = a->support();
@@ -197,7 +197,8 @@ TEST_CASE("every scan variant equals its float64 recurrence", "[linear-family]")
             Mask mask;
             if (causal) mask.causal = Causal::top_left;
             if (padded) mask.key_lengths = {std::int64_t(n), std::int64_t(n / 2)};
-            const TokenInputs in = TokenInputs::of(with_g ? &g : nullptr, with_beta ? &beta : nullptr);
+            const TokenInputs in =
+                TokenInputs::of(with_g ? &g : nullptr, with_beta ? &beta : nullptr);
             Tensor out;
             Saved saved;
             a->forward(q, k, v, mask, in, out, saved);
@@ -224,7 +225,8 @@ TEST_CASE("scan variants' exact reductions", "[linear-family]") {
   SECTION("retnet with gamma = 1 equals gla without g (unnormalised linear attention)") {
     const Tensor a = make_attention("retnet:schedule=fixed,gamma=1")->forward(q, k, v, causal);
     const Tensor b = make_attention("gla")->forward(q, k, v, causal);
-    REQUIRE(static_cast<bool>(a == b));  // the same engine call: g = log 1 = 0 skips nothing but multiplies by 1
+    REQUIRE(static_cast<bool>(
+        a == b));  // the same engine call: g = log 1 = 0 skips nothing but multiplies by 1
   }
   SECTION("gated-delta with g = 0 equals delta") {
     const TokenTensor zero = xt::zeros<float>({B, H, n});
@@ -247,7 +249,7 @@ TEST_CASE("scan variants' exact reductions", "[linear-family]") {
       const TokenTensor g = uniform_tokens(B, H, n, -2, 0, 5);
       const TokenTensor beta = uniform_tokens(B, H, n, 0, 1, 6);
       const TokenInputs in = TokenInputs::of(a->support().log_decay ? &g : nullptr,
-                           a->support().beta ? &beta : nullptr);
+                                             a->support().beta ? &beta : nullptr);
       Tensor out;
       Saved saved;
       a->forward(q, k, v, causal, in, out, saved);
@@ -266,9 +268,9 @@ TEST_CASE("scan variants' exact reductions", "[linear-family]") {
           return r;
         };
         const TokenTensor gt = slice(g), bt = slice(beta);
-        const Tensor o = state.step(row(q), row(k), row(v),
-                                    TokenInputs::of(in.log_decay ? &gt : nullptr,
-                                                    in.beta ? &bt : nullptr));
+        const Tensor o =
+            state.step(row(q), row(k), row(v),
+                       TokenInputs::of(in.log_decay ? &gt : nullptr, in.beta ? &bt : nullptr));
         for (std::size_t h = 0; h < H; ++h)
           for (std::size_t c = 0; c < dv; ++c)
             REQUIRE(o(0, h, 0, c) == Approx(out(0, h, t, c)).margin(1e-5).epsilon(1e-4));
@@ -309,22 +311,27 @@ TEST_CASE("scan variants' backward against finite differences and torch", "[line
         AllGradients grads, recomputed;
         a->backward(q, k, v, mask, in, out, d_out, saved, grads);
         a->backward(q, k, v, mask, in, out, d_out, Saved(), recomputed);
-        REQUIRE(static_cast<bool>(grads.qkv.dk == recomputed.qkv.dk));  // saved chunk states == recomputed ones
-        const auto [ours, names] =
-            require_grads_match(*a, q, k, v, d_out, mask, in, grads, spec);
+        REQUIRE(static_cast<bool>(grads.qkv.dk ==
+                                  recomputed.qkv.dk));  // saved chunk states == recomputed ones
+        const auto [ours, names] = require_grads_match(*a, q, k, v, d_out, mask, in, grads, spec);
         const Recurrence ref = recurrence_of(*a, mask, dk, H);
-        nlohmann::json j = {{"kind", "scan"}, {"delta", a->rule().delta},
-                            {"normalise", a->rule().normalise}, {"causal", causal},
+        nlohmann::json j = {{"kind", "scan"},
+                            {"delta", a->rule().delta},
+                            {"normalise", a->rule().normalise},
+                            {"causal", causal},
                             {"lengths", std::vector<std::size_t>{padded ? n - 5 : n}},
-                            {"scale", mask.softmax_scale(dk)}, {"g", with_g},
-                            {"beta", with_beta}, {"head_g", ref.head_g},
+                            {"scale", mask.softmax_scale(dk)},
+                            {"g", with_g},
+                            {"beta", with_beta},
+                            {"head_g", ref.head_g},
                             {"beta_value", a->rule().beta}};
         std::vector<std::pair<std::string, xt::xarray<float>>> files = {
             {"q", q}, {"k", k}, {"v", v}, {"d_out", d_out}};
         if (with_g) files.push_back({"g", g});
         if (with_beta) files.push_back({"beta", beta});
-        expected.push_back({torch.add(j, files), ours, names,
-                            std::string(spec) + (causal ? " causal" : "") + (padded ? " padded" : "")});
+        expected.push_back(
+            {torch.add(j, files), ours, names,
+             std::string(spec) + (causal ? " causal" : "") + (padded ? " padded" : "")});
       }
     }
   }
@@ -346,15 +353,15 @@ TEST_CASE("the chunked backward across chunk edges, padding, strong decay and be
     std::size_t n, length;
     double g_lo, g_hi;
   };
-  const Case cases[] = {{1, 1, -1, 0},      {63, 63, -0.5, 0},  {64, 64, -1, 0},
-                        {65, 65, -8, -4},   {129, 129, -2, 0},  {131, 70, -0.3, 0},
-                        {130, 60, -8, -4},  {128, 64, -1e-3, 0}};
+  const Case cases[] = {{1, 1, -1, 0},     {63, 63, -0.5, 0},  {64, 64, -1, 0},
+                        {65, 65, -8, -4},  {129, 129, -2, 0},  {131, 70, -0.3, 0},
+                        {130, 60, -8, -4}, {128, 64, -1e-3, 0}};
   for (const char* spec : {"gla", "retnet", "delta:beta=0.8", "gated-delta"}) {
     for (const Case& c : cases) {
       for (const bool causal : {true, false}) {
         const auto a = make_scan(spec);
-        INFO(spec << " N=" << c.n << " length " << c.length << " g in [" << c.g_lo << ", "
-                  << c.g_hi << "]" << (causal ? " causal" : " non-causal"));
+        INFO(spec << " N=" << c.n << " length " << c.length << " g in [" << c.g_lo << ", " << c.g_hi
+                  << "]" << (causal ? " causal" : " non-causal"));
         const std::size_t B = 1, H = 1, dk = 3, dv = 2, nq = causal ? c.n : 3;
         const Tensor q = random_tensor(B, H, nq, dk, 41 + c.n),
                      k = random_tensor(B, H, c.n, dk, 42 + c.n),
@@ -396,8 +403,8 @@ TEST_CASE("scan variants stay finite on extreme inputs", "[linear-family][numeri
   for (const char* spec : {"delta", "retnet", "gla", "gated-delta"}) {
     INFO(spec);
     const auto a = make_scan(spec);
-    const TokenInputs in = TokenInputs::of(a->support().log_decay ? &g : nullptr,
-                         a->support().beta ? &beta : nullptr);
+    const TokenInputs in =
+        TokenInputs::of(a->support().log_decay ? &g : nullptr, a->support().beta ? &beta : nullptr);
     Tensor out;
     Saved saved;
     a->forward(q, k, v, causal, in, out, saved);
@@ -434,12 +441,17 @@ TEST_CASE("token inputs are validated and refused where not taken", "[linear-fam
   Saved saved;
   const auto gla = make_attention("gla");
   const auto delta = make_attention("delta");
-  require_error<Unsupported>([&] { make_attention("linear")->forward(q, k, v, {}, TokenInputs::of(&good, nullptr), out, saved); },
-                             {"linear", "log-decay g"});
-  require_error<Unsupported>([&] { gla->forward(q, k, v, {}, TokenInputs::of(nullptr, &good), out, saved); },
-                             {"gla", "beta"});
-  require_error<Unsupported>([&] { delta->forward(q, k, v, {}, TokenInputs::of(&good, nullptr), out, saved); },
-                             {"delta", "log-decay g"});
+  require_error<Unsupported>(
+      [&] {
+        make_attention("linear")->forward(q, k, v, {}, TokenInputs::of(&good, nullptr), out, saved);
+      },
+      {"linear", "log-decay g"});
+  require_error<Unsupported>(
+      [&] { gla->forward(q, k, v, {}, TokenInputs::of(nullptr, &good), out, saved); },
+      {"gla", "beta"});
+  require_error<Unsupported>(
+      [&] { delta->forward(q, k, v, {}, TokenInputs::of(&good, nullptr), out, saved); },
+      {"delta", "log-decay g"});
   require_error([&] { gla->forward(q, k, v, {}, TokenInputs::of(&wrong, nullptr), out, saved); },
                 {"gla", "log-decay g", "[1, 2, 5]", "[B, H, Nk] = [1, 2, 6]"});
   require_error([&] { gla->forward(q, k, v, {}, TokenInputs::of(&positive, nullptr), out, saved); },
@@ -457,9 +469,11 @@ TEST_CASE("token inputs are validated and refused where not taken", "[linear-fam
   gla->forward(q, k, v, padded, TokenInputs::of(&positive, nullptr), out, saved);
   require_error([&] { make_attention("retnet:schedule=fixed,gamma=1.5"); }, {"gamma", "(0, 1]"});
   require_error([&] { make_attention("delta:beta=2"); }, {"beta", "[0, 1]"});
-  require_error<Unsupported>([&] {
-    Mask m;
-    m.allowed = xt::ones<bool>({1, 2, 6, 6});
-    gla->forward(q, k, v, m);
-  }, {"gla", "boolean masks"});
+  require_error<Unsupported>(
+      [&] {
+        Mask m;
+        m.allowed = xt::ones<bool>({1, 2, 6, 6});
+        gla->forward(q, k, v, m);
+      },
+      {"gla", "boolean masks"});
 }

@@ -11,9 +11,9 @@
 #include "variants/linformer.hpp"
 
 using namespace attnlab;
-using attnlab::test::require_error;
 using attnlab::test::random_tensor;
 using attnlab::test::require_close;
+using attnlab::test::require_error;
 
 namespace {
 
@@ -121,8 +121,8 @@ TEST_CASE("linformer equals the explicitly projected fp64 reference", "[linforme
   // Primes, the full kernel's tile edges (48 queries, 128 keys) and their neighbours.
   for (std::size_t n : {1, 2, 3, 5, 13, 47, 48, 49, 97, 128, 129, 257, 1009}) {
     for (std::size_t k : {1, 7, 32, 64}) {
-      const std::string spec = "linformer:k=" + std::to_string(k) + ",max_len=1100,seed=" +
-                               std::to_string(n);
+      const std::string spec =
+          "linformer:k=" + std::to_string(k) + ",max_len=1100,seed=" + std::to_string(n);
       check_projected(spec, 1, 2, n, n, 16, 16, {}, n * 7 + k);
     }
   }
@@ -130,13 +130,13 @@ TEST_CASE("linformer equals the explicitly projected fp64 reference", "[linforme
 
 TEST_CASE("linformer: every share and init mode, padding, cross-attention, Dv != Dk",
           "[linformer]") {
-  const std::pair<std::size_t, std::size_t> lengths[] = {{1, 7}, {7, 1}, {37, 211}, {211, 37},
-                                                         {100, 100}, {129, 300}};
+  const std::pair<std::size_t, std::size_t> lengths[] = {{1, 7},    {7, 1},     {37, 211},
+                                                         {211, 37}, {100, 100}, {129, 300}};
   for (const char* share : {"none", "kv", "layer"}) {
     for (const char* init : {"gaussian", "xavier", "identity"}) {
       for (auto [nq, nk] : lengths) {
-        const std::string spec = std::string("linformer:k=24,max_len=300,share=") + share +
-                                 ",init=" + init + ",seed=3";
+        const std::string spec =
+            std::string("linformer:k=24,max_len=300,share=") + share + ",init=" + init + ",seed=3";
         check_projected(spec, 2, 3, nq, nk, 24, 40, {}, nq * 31 + nk);
         Mask padded;
         padded.key_lengths = {static_cast<std::int64_t>(nk), static_cast<std::int64_t>(nk / 2)};
@@ -186,7 +186,7 @@ TEST_CASE("linformer draws E and F from the documented distributions", "[linform
   const auto g = make("linformer:k=64,max_len=4096,init=gaussian,seed=5")->projection('E', 0, m);
   const double n = double(k * m);
   const double mean = xt::sum(g)() / n, var = xt::sum(xt::square(g))() / n - mean * mean;
-  CHECK(std::abs(mean) < 1e-3);  // std of the mean: 0.125 / 512 = 2.4e-4
+  CHECK(std::abs(mean) < 1e-3);                 // std of the mean: 0.125 / 512 = 2.4e-4
   CHECK(var == Approx(1.0 / k).epsilon(0.02));  // N(0, 1/k); relative std of var: 0.3%
 
   const auto x = make("linformer:k=64,max_len=4096,init=xavier,seed=5")->projection('F', 2, m);
@@ -216,9 +216,12 @@ TEST_CASE("linformer uses learned matrices given through the API", "[linformer]"
   m.key_lengths = {33, 20};
   const Tensor64 ref = projected_reference(q, k, v, *a, m);
   require_close(a->forward(q, k, v, m), ref, 1e-4, 3e-5 * xt::amax(xt::abs(ref))());
-  require_error<Error>([&] { a->forward(random_tensor(1, 2, 5, 8, 1), random_tensor(1, 2, 5, 8, 2),
-                                        random_tensor(1, 2, 5, 8, 3)); },
-                       {"3 heads", "input has 2"});
+  require_error<Error>(
+      [&] {
+        a->forward(random_tensor(1, 2, 5, 8, 1), random_tensor(1, 2, 5, 8, 2),
+                   random_tensor(1, 2, 5, 8, 3));
+      },
+      {"3 heads", "input has 2"});
 
   // One [k, max_len] pair is shared by every head.
   const xt::xarray<float> shared = xt::view(e, 0);
@@ -226,12 +229,21 @@ TEST_CASE("linformer uses learned matrices given through the API", "[linformer]"
   CHECK((a->projection('E', 5, 40) == shared));
   CHECK((a->projection('F', 0, 40) == shared));
 
-  require_error<Error>([&] { a->set_projections(xt::zeros<float>({6, 39}), shared); },
-                       {"E has shape [6, 39]", "[6, 40]"});
-  require_error<Error>([&] { a->set_projections(shared, xt::zeros<float>({2, 5, 40})); },
-                       {"F has shape [2, 5, 40]"});
-  require_error<Error>([&] { a->set_projections(shared, xt::zeros<float>({1, 6, 40})); },
-                       {"E has shape [6, 40] but F has shape [1, 6, 40]"});
+  require_error<Error>(
+      [&] {
+        a->set_projections(xt::zeros<float>({6, 39}), shared);
+      },
+      {"E has shape [6, 39]", "[6, 40]"});
+  require_error<Error>(
+      [&] {
+        a->set_projections(shared, xt::zeros<float>({2, 5, 40}));
+      },
+      {"F has shape [2, 5, 40]"});
+  require_error<Error>(
+      [&] {
+        a->set_projections(shared, xt::zeros<float>({1, 6, 40}));
+      },
+      {"E has shape [6, 40] but F has shape [1, 6, 40]"});
   xt::xarray<float> bad = shared;
   bad(1, 1) = NAN;
   require_error<Error>([&] { a->set_projections(shared, bad); }, {"F", "non-finite"});
@@ -264,8 +276,10 @@ TEST_CASE("linformer error does not grow with k on smooth sequences", "[linforme
       CHECK(err <= previous * 1.02);  // 2%: seeds differ per k, allow a hair of noise
       previous = err;
     }
-    if (std::string(init) == "identity") CHECK(previous < 1e-6);
-    else CHECK(previous < 2.0);
+    if (std::string(init) == "identity")
+      CHECK(previous < 1e-6);
+    else
+      CHECK(previous < 2.0);
   }
 }
 
@@ -275,8 +289,7 @@ TEST_CASE("linformer refuses causal and boolean masks, saying why", "[linformer]
   for (Causal c : {Causal::top_left, Causal::bottom_right}) {
     Mask m;
     m.causal = c;
-    require_error<Unsupported>([&] { a->forward(x, x, x, m); },
-                               {"linformer", "causal", "future"});
+    require_error<Unsupported>([&] { a->forward(x, x, x, m); }, {"linformer", "causal", "future"});
     require_error<Unsupported>([&] { a->forward(random_tensor(1, 2, 9, 8, 1), x, x, m); },
                                {"linformer", "causal", "future"});
   }

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "harness/config.hpp"
 #include "harness/report.hpp"
@@ -36,9 +36,12 @@ int shell(const std::string& cmd) {
 // The tracked files of the source tree, as they are now, committed in a new repository.
 void fresh_copy(const fs::path& to) {
   const std::string src = ATTNLAB_SOURCE_DIR, dst = to.string();
-  REQUIRE(shell("mkdir -p '" + dst + "' && cd '" + src + "' && git ls-files -z | "
-                "xargs -0 cp --parents -t '" + dst + "'") == 0);
-  REQUIRE(shell("cd '" + dst + "' && git init -q && git add -A && git -c user.name=t "
+  REQUIRE(shell("mkdir -p '" + dst + "' && cd '" + src +
+                "' && git ls-files -z | "
+                "xargs -0 cp --parents -t '" +
+                dst + "'") == 0);
+  REQUIRE(shell("cd '" + dst +
+                "' && git init -q && git add -A && git -c user.name=t "
                 "-c user.email=t@t commit -qm copy") == 0);
 }
 
@@ -66,7 +69,8 @@ TEST_CASE("./dev run on a fresh copy measures into runs/, reports and summarises
   const fs::path repo = tmp.path() / "repo";
   fresh_copy(repo);
   const std::string build = fs::absolute(ATTNLAB_BUILD_DIR).string();
-  const int code = shell("cd '" + repo.string() + "' && BUILD_DIR='" + build + "' ./dev run "
+  const int code = shell("cd '" + repo.string() + "' && BUILD_DIR='" + build +
+                         "' ./dev run "
                          "sweep --n 64,128 --reps 1 --warmup 0 --quiet >stdout.txt 2>stderr.txt "
                          "</dev/null");
   const std::string out = read_text((repo / "stdout.txt").string());

@@ -68,10 +68,14 @@ std::vector<std::uint8_t> decode_png(const std::string& png, std::uint32_t& widt
 // Palette indices of the command: none, masked, window, global, random, grid.
 int expected_index(const BigBirdLayout& l, std::size_t head, std::size_t i, std::size_t j) {
   switch (l.kind(head, i, j)) {
-    case BlockKind::window: return 2;
-    case BlockKind::global: return 3;
-    case BlockKind::random: return 4;
-    default: return l.causal && j > i ? 1 : 0;
+    case BlockKind::window:
+      return 2;
+    case BlockKind::global:
+      return 3;
+    case BlockKind::random:
+      return 4;
+    default:
+      return l.causal && j > i ? 1 : 0;
   }
 }
 
@@ -81,8 +85,8 @@ TEST_CASE("attnlab mask draws every block of the layout in its colour (png)", "[
   TempDir s("mask");
   for (bool causal : {false, true}) {
     const std::string spec = "bigbird:block=64,window=3,global=2,random=3,seed=5";
-    const CliResult r = mask_cli(s, "--spec '" + spec + "' --n 4000 --head 1 --out l.png" +
-                                  (causal ? " --causal" : ""));
+    const CliResult r = mask_cli(
+        s, "--spec '" + spec + "' --n 4000 --head 1 --out l.png" + (causal ? " --causal" : ""));
     INFO("stderr: " << r.err);
     REQUIRE(r.code == 0);
     CHECK(r.out.find("63 x 63 blocks") != std::string::npos);
@@ -100,7 +104,7 @@ TEST_CASE("attnlab mask draws every block of the layout in its colour (png)", "[
         // The centre pixel of the cell (its last row and column are grid lines).
         REQUIRE(int(pixels[(i * cell + cell / 2) * w + j * cell + cell / 2]) == want);
       }
-    if (!causal) CHECK(seen[4] == 61 * 3);  // 61 non-global query blocks, 3 random each
+    if (!causal) CHECK(seen[4] == 61 * 3);      // 61 non-global query blocks, 3 random each
     if (causal) CHECK(seen[1] == 63 * 62 / 2);  // everything above the diagonal
   }
 }

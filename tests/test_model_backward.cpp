@@ -36,7 +36,9 @@ using A64 = xt::xarray<double>;
 // two-layer model), 5e-6 absolute on gradients below 10; the bounds keep a margin of about 6x.
 constexpr double kRtol = 1e-4, kAtol = 3e-5;
 
-A64 to64(const Activations& a) { return xt::cast<double>(a); }
+A64 to64(const Activations& a) {
+  return xt::cast<double>(a);
+}
 
 A64 array_of(const ParameterRef& p) {
   A64 a = xt::zeros<double>(p.shape);
@@ -101,7 +103,8 @@ A64 layer_norm64(const A64& x, const A64& gamma, const A64& beta, double eps) {
     for (std::size_t c = 0; c < d; ++c) mean += x.data()[r * d + c] / double(d);
     for (std::size_t c = 0; c < d; ++c) var += std::pow(x.data()[r * d + c] - mean, 2) / double(d);
     for (std::size_t c = 0; c < d; ++c)
-      y.data()[r * d + c] = (x.data()[r * d + c] - mean) / std::sqrt(var + eps) * gamma(c) + beta(c);
+      y.data()[r * d + c] =
+          (x.data()[r * d + c] - mean) / std::sqrt(var + eps) * gamma(c) + beta(c);
   }
   return y;
 }
@@ -132,7 +135,8 @@ A64 mha64(const A64& query, const A64& memory, const Arrays64& p, std::size_t he
           for (std::size_t c = 0; c < d; ++c) {
             double pre = 0;
             for (std::size_t t = 0; t < width; ++t)
-              if (i + t + 1 >= width) pre += (*conv)(which * d + c, t) * u(bb, i + t + 1 - width, c);
+              if (i + t + 1 >= width)
+                pre += (*conv)(which * d + c, t) * u(bb, i + t + 1 - width, c);
             y(bb, i, c) = pre / (1 + std::exp(-pre));
           }
     }
@@ -154,7 +158,8 @@ A64 mha64(const A64& query, const A64& memory, const Arrays64& p, std::size_t he
     for (std::size_t h = 0; h < heads; ++h)
       for (std::size_t i = 0; i < nq; ++i) {
         double mean_square = 0;  // the head norm: row / rms(row) times the gain
-        for (std::size_t c = 0; c < dk; ++c) mean_square += std::pow(heads_out(bb, h, i, c), 2) / double(dk);
+        for (std::size_t c = 0; c < dk; ++c)
+          mean_square += std::pow(heads_out(bb, h, i, c), 2) / double(dk);
         const double inv = norm ? 1 / std::sqrt(mean_square + MultiHeadAttention::kHeadNormEps) : 1;
         for (std::size_t c = 0; c < dk; ++c)
           merged(bb, i, h * dk + c) = heads_out(bb, h, i, c) * (norm ? inv * (*norm)(c) : 1.0);
@@ -269,7 +274,10 @@ TEST_CASE("model layers: gradients equal fp64 finite differences", "[models][bac
     Arrays64 in = values_of(ffn);
     in.insert(in.begin(), to64(x));
     const Arrays64 fd = test::central_differences(
-        [](const Arrays64& a) { return ffn64(a[0], {a[1], a[2], a[3], a[4]}); }, in, to64(dy6));
+        [](const Arrays64& a) {
+          return ffn64(a[0], {a[1], a[2], a[3], a[4]});
+        },
+        in, to64(dy6));
     require_close_grad(to64(dx), fd[0], kRtol, kAtol, "dx");
     require_parameter_grads(grad, named(ffn, fd, 1), "FeedForward");
   }
@@ -287,26 +295,23 @@ TEST_CASE("multi-head attention: gradients equal fp64 finite differences", "[mod
   causal.causal = Causal::top_left;
   Mask padded;
   padded.key_lengths = {5, 2};
-  const Case cases[] = {{"self, causal", "full", false, false, causal},
-                        {"self, tied W_Q = W_K", "full", true, false, {}},
-                        {"cross, key padding", "full", false, true, padded},
-                        {"cross, linear core", "linear:eps=0.001", false, true, padded},
-                        {"self, sliding core, causal", "sliding:left=1,right=1", false, false,
-                         causal},
-                        {"self, gated-delta core (learned g and beta), causal", "gated-delta",
-                         false, false, causal},
-                        {"cross, gla core (learned g), key padding", "gla", false, true,
-                         padded},
-                        {"self, short convolution, causal", "full", false, false, causal, true},
-                        {"cross, short convolution, key padding", "full", false, true, padded,
-                         true},
-                        {"self, gated-delta core, short convolution, causal", "gated-delta",
-                         false, false, causal, true},
-                        {"self, head norm, causal", "full", false, false, causal, false, true},
-                        {"cross, short convolution and head norm, key padding", "full", false,
-                         true, padded, true, true},
-                        {"self, gated-delta core, short convolution and head norm, causal",
-                         "gated-delta", false, false, causal, true, true}};
+  const Case cases[] = {
+      {"self, causal", "full", false, false, causal},
+      {"self, tied W_Q = W_K", "full", true, false, {}},
+      {"cross, key padding", "full", false, true, padded},
+      {"cross, linear core", "linear:eps=0.001", false, true, padded},
+      {"self, sliding core, causal", "sliding:left=1,right=1", false, false, causal},
+      {"self, gated-delta core (learned g and beta), causal", "gated-delta", false, false, causal},
+      {"cross, gla core (learned g), key padding", "gla", false, true, padded},
+      {"self, short convolution, causal", "full", false, false, causal, true},
+      {"cross, short convolution, key padding", "full", false, true, padded, true},
+      {"self, gated-delta core, short convolution, causal", "gated-delta", false, false, causal,
+       true},
+      {"self, head norm, causal", "full", false, false, causal, false, true},
+      {"cross, short convolution and head norm, key padding", "full", false, true, padded, true,
+       true},
+      {"self, gated-delta core, short convolution and head norm, causal", "gated-delta", false,
+       false, causal, true, true}};
   for (const Case& c : cases) {
     INFO(c.name);
     MultiHeadAttention mha(8, 2, c.spec, c.tied, c.conv, c.norm);
@@ -352,7 +357,8 @@ TEST_CASE("multi-head attention: gradients equal fp64 finite differences", "[mod
         return double(xt::sum(xt::cast<double>(mha.forward(q2, m2, c.mask)) * to64(dy))());
       };
       const double fd = directional_difference(loss);
-      const double analytic = xt::sum(to64(g.query) * to64(uq))() + xt::sum(to64(g.memory) * to64(um))();
+      const double analytic =
+          xt::sum(to64(g.query) * to64(uq))() + xt::sum(to64(g.memory) * to64(um))();
       CHECK(analytic == Approx(fd).epsilon(2e-3));
       continue;
     }
@@ -415,7 +421,9 @@ const TorchCases& torch_run() {
   return cases;
 }
 
-std::string torch_cases() { return torch_run().dir.path().string(); }
+std::string torch_cases() {
+  return torch_run().dir.path().string();
+}
 
 // True when the cases are there; a missing torch skips (with a warning), any other failure of
 // the script fails the test with its log.
@@ -430,7 +438,9 @@ bool have_torch() {
   return true;
 }
 
-A64 load64(const std::string& path) { return xt::cast<double>(load_npy_float(path, {1, 2, 3})); }
+A64 load64(const std::string& path) {
+  return xt::cast<double>(load_npy_float(path, {1, 2, 3}));
+}
 
 Activations load_activations(const std::string& path) {
   const xt::xarray<float> a = load_npy_float(path, {3});
@@ -491,7 +501,8 @@ TEST_CASE("encoder layers, post- and pre-LN: gradients equal PyTorch autograd",
     // The twin is full attention; a sliding window wider than the sequence is the same.
     for (const std::string spec : {"full", "sliding:left=8,right=8"}) {
       INFO((pre_ln ? "pre-LN " : "post-LN ") << spec);
-      const std::string dir = torch_cases() + (pre_ln ? "/encoder_layer_pre" : "/encoder_layer_post");
+      const std::string dir =
+          torch_cases() + (pre_ln ? "/encoder_layer_pre" : "/encoder_layer_post");
       LayerConfig config;
       config.d_model = 16;
       config.heads = 4;
@@ -503,8 +514,7 @@ TEST_CASE("encoder layers, post- and pre-LN: gradients equal PyTorch autograd",
       layer.parameters("", params);
       load_weights(dir + "/weights", params);
       EncoderLayerTrace trace;
-      const Activations y =
-          forward(layer, load_activations(dir + "/x.npy"), padding(7, 4), trace);
+      const Activations y = forward(layer, load_activations(dir + "/x.npy"), padding(7, 4), trace);
       require_close_grad(to64(y), load64(dir + "/out.npy"), kRtol, kAtol, "out");
       EncoderLayer grad = zero_like(layer);
       const Activations dx = backward(layer, trace, load_activations(dir + "/d_out.npy"), grad);

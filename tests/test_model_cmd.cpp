@@ -54,7 +54,8 @@ void require_failure(const TempDir& dir, const std::string& args,
 
 }  // namespace
 
-TEST_CASE("model: the layer table's distances are those of the same models in-process", "[cli][models]") {
+TEST_CASE("model: the layer table's distances are those of the same models in-process",
+          "[cli][models]") {
   TempDir dir("model-cmd");
   const CliResult r = model_cli(dir, "--spec sliding:left=3,right=3 --switches pre-ln " + kSmall);
   INFO(r.out << r.err);
@@ -71,9 +72,8 @@ TEST_CASE("model: the layer table's distances are those of the same models in-pr
   const models::EncoderModel model(c);
   const auto tokens = models::random_tokens(2, 40, 50, c.seed + 1);
   std::vector<models::Activations> full;
-  model.with_attention("full").forward(tokens, {}, [&](std::size_t, const auto&, const auto& out) {
-    full.push_back(out);
-  });
+  model.with_attention("full").forward(
+      tokens, {}, [&](std::size_t, const auto&, const auto& out) { full.push_back(out); });
   model.forward(tokens, {}, [&](std::size_t i, const auto&, const auto& out) {
     const ErrorMetrics e = compare(out.data(), full[i].data(), 80, 32);
     CHECK(rows[i].layer == int(i) + 1);

@@ -54,7 +54,8 @@ Tokens some_tokens(std::size_t b, std::size_t n, std::size_t vocab) {
 
 }  // namespace
 
-TEST_CASE("Linear, LayerNorm, FeedForward and Embedding equal a direct fp64 computation", "[models]") {
+TEST_CASE("Linear, LayerNorm, FeedForward and Embedding equal a direct fp64 computation",
+          "[models]") {
   const Activations x = random_activations(2, 5, 16, 1);
   FeedForward f(16, 24);
   f.initialize(3, "");
@@ -78,7 +79,8 @@ TEST_CASE("Linear, LayerNorm, FeedForward and Embedding equal a direct fp64 comp
     for (std::size_t i = 0; i < 3; ++i)
       for (std::size_t c = 0; c < 4; ++c) CHECK(y(b, i, c) == e.weight(std::size_t(t(b, i)), c));
   require_error([&] { e.forward(Tokens{{1, 10}}); }, {"token 10", "position 1", "[0, 10)"});
-  require_error([&] { f.forward(random_activations(1, 2, 15, 1)); }, {"15 features", "expected 16"});
+  require_error([&] { f.forward(random_activations(1, 2, 15, 1)); },
+                {"15 features", "expected 16"});
 }
 
 TEST_CASE("sinusoidal positions follow Vaswani et al.'s formula", "[models]") {
@@ -193,7 +195,8 @@ TEST_CASE("decoder layers equal a direct fp64 computation", "[models]") {
   }
 }
 
-TEST_CASE("stacks run their layers in turn; the model embeds, scales and adds positions", "[models]") {
+TEST_CASE("stacks run their layers in turn; the model embeds, scales and adds positions",
+          "[models]") {
   for (const std::string switches : {"", "pre-ln", "pre-ln,no-final-norm"}) {
     INFO("switches '" << switches << "'");
     ModelConfig c;
@@ -207,16 +210,18 @@ TEST_CASE("stacks run their layers in turn; the model embeds, scales and adds po
     const Activations e = model.embed(t);
     const Matrix pe = sinusoidal_positions(8, 16);
     for (std::size_t i = 0; i < 8; ++i)
-      CHECK(e(1, i, 3) == Approx(model.embedding.weight(std::size_t(t(1, i)), 3) * 4.0f + pe(i, 3)));
+      CHECK(e(1, i, 3) ==
+            Approx(model.embedding.weight(std::size_t(t(1, i)), 3) * 4.0f + pe(i, 3)));
 
     Act64 h = to64(e);
     std::vector<std::size_t> seen;
-    const Activations out = model.forward(t, {}, [&](std::size_t i, const Activations& in, const Activations& o) {
-      seen.push_back(i);
-      require_close(in, h, kRtol, kAtol);
-      h = encoder_layer64(model.encoder.layers[i], h, {});
-      require_close(o, h, kRtol, kAtol);
-    });
+    const Activations out =
+        model.forward(t, {}, [&](std::size_t i, const Activations& in, const Activations& o) {
+          seen.push_back(i);
+          require_close(in, h, kRtol, kAtol);
+          h = encoder_layer64(model.encoder.layers[i], h, {});
+          require_close(o, h, kRtol, kAtol);
+        });
     CHECK(seen == std::vector<std::size_t>{0, 1, 2});
     CHECK(model.encoder.norm.has_value() == (switches == "pre-ln"));
     if (model.encoder.norm) h = layer_norm64(h, *model.encoder.norm);
@@ -224,7 +229,8 @@ TEST_CASE("stacks run their layers in turn; the model embeds, scales and adds po
   }
 }
 
-TEST_CASE("a model with full attention equals the same model with sliding wide enough", "[models]") {
+TEST_CASE("a model with full attention equals the same model with sliding wide enough",
+          "[models]") {
   ModelConfig c;
   c.layer = small_config();
   c.layers = 2;
@@ -269,8 +275,10 @@ TEST_CASE("tied W_Q = W_K makes self-attention scores symmetric, untied does not
         }
         CHECK(row == Approx(1.0).epsilon(1e-5));
       }
-    if (tied) CHECK(asymmetry == 0.0);
-    else CHECK(asymmetry > 0.1);  // measured 1.7 with these weights
+    if (tied)
+      CHECK(asymmetry == 0.0);
+    else
+      CHECK(asymmetry > 0.1);  // measured 1.7 with these weights
   }
 }
 
@@ -320,7 +328,9 @@ TEST_CASE("initialisation is seeded per tensor name", "[models]") {
   EncoderModel t(tied);
   const Matrix& w_untied = other.encoder.layers[1].self_attn.in_proj_weight;
   const Matrix& w_tied = t.encoder.layers[1].self_attn.in_proj_weight;
-  auto rows = [](const Matrix& w, std::size_t r0) { return Matrix(xt::view(w, xt::range(r0, r0 + 16), xt::all())); };
+  auto rows = [](const Matrix& w, std::size_t r0) {
+    return Matrix(xt::view(w, xt::range(r0, r0 + 16), xt::all()));
+  };
   CHECK((rows(w_tied, 32) == rows(w_untied, 32)));  // W_V
   CHECK((rows(w_tied, 0) == rows(w_untied, 0)));    // W_Q
   CHECK((rows(w_tied, 16) == rows(w_tied, 0)));     // W_K = W_Q
@@ -352,7 +362,8 @@ TEST_CASE("the weights folder round-trips and names every tensor as PyTorch does
   TempDir dir("weights");
   perturb(model.parameters(), 22);
   model.save(dir.file("w"));
-  CHECK(to_bhnd(load_npy_float(dir.file("w/encoder.layers.0.linear1.weight.npy")), "").shape()[2] == 24);
+  CHECK(to_bhnd(load_npy_float(dir.file("w/encoder.layers.0.linear1.weight.npy")), "").shape()[2] ==
+        24);
 
   c.seed = 5;
   EncoderModel loaded(c);
@@ -385,7 +396,8 @@ TEST_CASE("bad weights folders are refused, naming the file, and change nothing"
   auto tied = load_npy_float(w + "/encoder.layers.0.self_attn.in_proj_weight.npy");
   tied(20, 3) += 1.0f;  // the K block no longer equals the Q block
   save_npy(w + "/encoder.layers.0.self_attn.in_proj_weight.npy", tied);
-  require_error([&] { target.load(w); }, {"layers.0.self_attn.in_proj_weight", "tied", "rows 16..31"});
+  require_error([&] { target.load(w); },
+                {"layers.0.self_attn.in_proj_weight", "tied", "rows 16..31"});
   require_error([&] { target.load(dir.file("nope")); }, {"nope", "not a directory"});
   CHECK((target.forward(t) == before));  // every failure left the model as it was
 }
@@ -394,7 +406,8 @@ TEST_CASE("bad configurations and inputs are refused with the name of the proble
   require_error([] { MultiHeadAttention(30, 4); }, {"d_model=30", "heads=4"});
   require_error([] { MultiHeadAttention(16, 4, "fulll"); }, {"'fulll'", "unknown variant"});
   LayerConfig c = small_config();
-  require_error([&] { apply_switches(c, "pre-ln,no-skipp"); }, {"'no-skipp'", "no-skip", "tied-qk"});
+  require_error([&] { apply_switches(c, "pre-ln,no-skipp"); },
+                {"'no-skipp'", "no-skip", "tied-qk"});
   CHECK(switches_text(c).empty());  // a refused list changes nothing
   c.ffn = 0;
   require_error([&] { EncoderLayer l(c); }, {"ffn=0"});
@@ -420,12 +433,15 @@ TEST_CASE("bad configurations and inputs are refused with the name of the proble
 
   MultiHeadAttention mha(16, 4);
   require_error([&] { mha.forward(random_activations(1, 3, 8, 1)); }, {"query [1, 3, 8]", "16"});
-  require_error([&] { mha.forward(random_activations(1, 3, 16, 1), random_activations(2, 3, 16, 1), {}); },
-                {"batch sizes"});
+  require_error(
+      [&] { mha.forward(random_activations(1, 3, 16, 1), random_activations(2, 3, 16, 1), {}); },
+      {"batch sizes"});
   // A core that cannot honour the mask refuses it: never silently ignored.
   DecoderLayer linformer_decoder(small_config());
   linformer_decoder.set_attention("linformer:k=4");
   require_error<Unsupported>(
-      [&] { linformer_decoder.forward(random_activations(1, 6, 16, 1), random_activations(1, 6, 16, 2)); },
+      [&] {
+        linformer_decoder.forward(random_activations(1, 6, 16, 1), random_activations(1, 6, 16, 2));
+      },
       {"linformer", "causal"});
 }

@@ -30,8 +30,11 @@ const TempDir& torch_cases() {
                             dir.file("log.txt") + "' 2>&1";
     return std::system(cmd.c_str()) == 0;
   }();
-  if (!ran) FAIL("tests/torch_layers.py failed (python3-torch is installed by "
-                 "scripts/install-deps.sh): " << read_text(dir.file("log.txt")));
+  if (!ran)
+    FAIL(
+        "tests/torch_layers.py failed (python3-torch is installed by "
+        "scripts/install-deps.sh): "
+        << read_text(dir.file("log.txt")));
   return dir;
 }
 
@@ -50,7 +53,8 @@ struct Case {
 Case load_case(const std::string& name) {
   const std::string dir = torch_cases().file(name);
   Case c{dir, load_activations(dir + "/x.npy"), {}, load_activations(dir + "/out.npy")};
-  if (std::filesystem::exists(dir + "/memory.npy")) c.memory = load_activations(dir + "/memory.npy");
+  if (std::filesystem::exists(dir + "/memory.npy"))
+    c.memory = load_activations(dir + "/memory.npy");
   return c;
 }
 
@@ -79,7 +83,8 @@ Mask key_padding() {
 
 }  // namespace
 
-TEST_CASE("nn.MultiheadAttention weights load as they are and give torch's output", "[models][torch]") {
+TEST_CASE("nn.MultiheadAttention weights load as they are and give torch's output",
+          "[models][torch]") {
   MultiHeadAttention mha(16, 4);
   const Case self = load_case("mha_self");
   load_into(mha, self);
@@ -100,7 +105,8 @@ TEST_CASE("nn.TransformerEncoderLayer, post- and pre-LN, loads and matches", "[m
   }
 }
 
-TEST_CASE("nn.TransformerDecoderLayer with a causal target mask loads and matches", "[models][torch]") {
+TEST_CASE("nn.TransformerDecoderLayer with a causal target mask loads and matches",
+          "[models][torch]") {
   const Case c = load_case("decoder_post_ln");
   DecoderLayer layer(torch_config(false));
   load_into(layer, c);
@@ -108,7 +114,8 @@ TEST_CASE("nn.TransformerDecoderLayer with a causal target mask loads and matche
                 kTolerance);
 }
 
-TEST_CASE("an nn.TransformerEncoder stack with a final LayerNorm loads and matches", "[models][torch]") {
+TEST_CASE("an nn.TransformerEncoder stack with a final LayerNorm loads and matches",
+          "[models][torch]") {
   const Case c = load_case("encoder_stack_pre_ln");
   Encoder encoder(torch_config(true), 2);
   load_into(encoder, c);

@@ -9,8 +9,8 @@
 #include "npy_helpers.hpp"
 
 using namespace attnlab;
-using attnlab::test::require_error;
 using attnlab::test::raw_bytes;
+using attnlab::test::require_error;
 using attnlab::test::TempDir;
 using attnlab::test::write_npy_raw;
 
@@ -24,15 +24,20 @@ xt::xarray<float> counting(std::vector<std::size_t> shape) {
 }
 
 // xtensor's == returns bool for whole arrays, but Catch's expression capture cannot wrap it.
-bool same(const xt::xarray<float>& a, const xt::xarray<float>& b) { return a == b; }
+bool same(const xt::xarray<float>& a, const xt::xarray<float>& b) {
+  return a == b;
+}
 
-bool have_numpy() { return std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0; }
+bool have_numpy() {
+  return std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0;
+}
 
 }  // namespace
 
 TEST_CASE("float32 arrays of rank 2, 3 and 4 round-trip bitwise", "[npy]") {
   TempDir dir("npy");
-  for (const auto& shape : std::vector<std::vector<std::size_t>>{{3, 5}, {2, 3, 5}, {2, 1, 3, 5}, {1, 1}}) {
+  for (const auto& shape :
+       std::vector<std::vector<std::size_t>>{{3, 5}, {2, 3, 5}, {2, 1, 3, 5}, {1, 1}}) {
     const auto a = counting(shape);
     const std::string path = dir.file("a.npy");
     save_npy(path, a);
@@ -48,7 +53,8 @@ TEST_CASE("float64 is read and rounded to float32; format 2.0 is read", "[npy]")
   write_npy_raw(dir.file("d.npy"), "<f8", "2, 3", raw_bytes(values));
   const auto a = load_npy_float(dir.file("d.npy"));
   REQUIRE(a.shape() == std::vector<std::size_t>{2, 3});
-  for (std::size_t i = 0; i < values.size(); ++i) CHECK(a.data()[i] == static_cast<float>(values[i]));
+  for (std::size_t i = 0; i < values.size(); ++i)
+    CHECK(a.data()[i] == static_cast<float>(values[i]));
 
   const std::vector<float> f = {1, 2, 3, 4, 5, 6, 7, 8};
   write_npy_raw(dir.file("v2.npy"), "<f4", "1, 2, 2, 2", raw_bytes(f), false, 2);
@@ -114,7 +120,8 @@ TEST_CASE("bad files give errors naming the file and the problem", "[npy]") {
   require_error([&] { load_npy_float(p("header.npy")); }, {"header.npy", "truncated .npy header"});
 
   write_npy_raw(p("i4.npy"), "<i4", "2, 3", raw_bytes(std::vector<std::int32_t>(6, 1)));
-  require_error([&] { load_npy_float(p("i4.npy")); }, {"i4.npy", "dtype '<i4'", "float32 '<f4'", "float64 '<f8'"});
+  require_error([&] { load_npy_float(p("i4.npy")); },
+                {"i4.npy", "dtype '<i4'", "float32 '<f4'", "float64 '<f8'"});
 
   write_npy_raw(p("be.npy"), ">f4", "2, 3", raw_bytes(six));
   require_error([&] { load_npy_float(p("be.npy")); }, {"be.npy", "dtype '>f4'"});
@@ -123,13 +130,15 @@ TEST_CASE("bad files give errors naming the file and the problem", "[npy]") {
   require_error([&] { load_npy_float(p("bool.npy")); }, {"bool.npy", "dtype '|b1'", "float32"});
 
   write_npy_raw(p("f4.npy"), "<f4", "2, 3", raw_bytes(six));
-  require_error([&] { load_npy_mask(p("f4.npy")); }, {"f4.npy", "dtype '<f4'", "for a mask", "bool"});
+  require_error([&] { load_npy_mask(p("f4.npy")); },
+                {"f4.npy", "dtype '<f4'", "for a mask", "bool"});
 
   write_npy_raw(p("fortran.npy"), "<f4", "2, 3", raw_bytes(six), true);
   require_error([&] { load_npy_float(p("fortran.npy")); }, {"fortran.npy", "Fortran order"});
 
   write_npy_raw(p("rank1.npy"), "<f4", "6,", raw_bytes(six));
-  require_error([&] { load_npy_float(p("rank1.npy")); }, {"rank1.npy", "rank 1", "(6,)", "expected rank 2 or 3 or 4"});
+  require_error([&] { load_npy_float(p("rank1.npy")); },
+                {"rank1.npy", "rank 1", "(6,)", "expected rank 2 or 3 or 4"});
   write_npy_raw(p("rank5.npy"), "<f4", "1, 1, 1, 2, 3", raw_bytes(six));
   require_error([&] { load_npy_float(p("rank5.npy")); }, {"rank 5"});
 
@@ -140,7 +149,8 @@ TEST_CASE("bad files give errors naming the file and the problem", "[npy]") {
   require_error([&] { load_npy_float(p("v9.npy")); }, {"v9.npy", "format version 9"});
 
   write_npy_raw(p("u8.npy"), "|u1", "2, 2", std::string("\1\0\2\1", 4));
-  require_error([&] { load_npy_mask(p("u8.npy")); }, {"u8.npy", "mask value 2", "[1, 0]", "0 or 1"});
+  require_error([&] { load_npy_mask(p("u8.npy")); },
+                {"u8.npy", "mask value 2", "[1, 0]", "0 or 1"});
 }
 
 TEST_CASE("NaN and Inf in the input are refused, saying where", "[npy]") {
@@ -148,7 +158,8 @@ TEST_CASE("NaN and Inf in the input are refused, saying where", "[npy]") {
   std::vector<float> f(2 * 3 * 4, 1.0f);
   f[1 * 12 + 2 * 4 + 3] = std::numeric_limits<float>::quiet_NaN();
   write_npy_raw(dir.file("nan.npy"), "<f4", "2, 3, 4", raw_bytes(f));
-  require_error([&] { load_npy_float(dir.file("nan.npy")); }, {"nan.npy", "NaN at index [1, 2, 3]", "(2, 3, 4)"});
+  require_error([&] { load_npy_float(dir.file("nan.npy")); },
+                {"nan.npy", "NaN at index [1, 2, 3]", "(2, 3, 4)"});
 
   std::vector<double> d(4, 0.5);
   d[2] = -std::numeric_limits<double>::infinity();

@@ -65,9 +65,9 @@ TEST_CASE("bad rows files are refused with the file, line and column", "[report]
   CHECK_THROWS_WITH(parse_report_rows(no_status, "x.csv"),
                     Catch::Contains("x.csv") && Catch::Contains("'status'"));
   std::istringstream bad_number("spec,variant,n,status,time_median_s\nfull,full,64,ok,fast\n");
-  CHECK_THROWS_WITH(parse_report_rows(bad_number, "y.csv"),
-                    Catch::Contains("y.csv: line 2") && Catch::Contains("time_median_s") &&
-                        Catch::Contains("'fast'"));
+  CHECK_THROWS_WITH(parse_report_rows(bad_number, "y.csv"), Catch::Contains("y.csv: line 2") &&
+                                                                Catch::Contains("time_median_s") &&
+                                                                Catch::Contains("'fast'"));
   CHECK_THROWS_AS(read_report_rows("/nonexistent/rows.csv"), Error);
   // Lines count as in an editor (a quoted line break is one); a last line without '\n' is read.
   std::istringstream two_lines(
@@ -108,13 +108,16 @@ TEST_CASE("LRA table: ours beside the paper's, missing points as a dash", "[repo
                         "0.25x (1.0 MiB) |"));
   CHECK_FALSE(contains(t, "left=64"));
   // Paper: 9.2 / 8.1 steps/s = 1.14x and 0.42 / 0.85 GB = 0.49x at 1K.
-  CHECK(contains(t, "| | paper (TPU v3) | 9.2 steps/s (1.14x) | 8.4 steps/s (1.71x) | "
-                    "7.4 steps/s (3.22x) | 7.4 steps/s (5.29x) | 0.49x (0.42 GB)"));
-  CHECK(contains(t, "| Linformer | ours `linformer:k=256,share=kv,init=gaussian,max_len=65536,"
-                    "seed=0` | 2.50x | — | — | 8.00x |"));
+  CHECK(contains(t,
+                 "| | paper (TPU v3) | 9.2 steps/s (1.14x) | 8.4 steps/s (1.71x) | "
+                 "7.4 steps/s (3.22x) | 7.4 steps/s (5.29x) | 0.49x (0.42 GB)"));
+  CHECK(contains(t,
+                 "| Linformer | ours `linformer:k=256,share=kv,init=gaussian,max_len=65536,"
+                 "seed=0` | 2.50x | — | — | 8.00x |"));
   CHECK(contains(t, "| BigBird | ours — | — | — | — | — | — | — | — | — |"));
-  CHECK(contains(t, "| Linear Transformer | ours `linear:feature=elu1,m=64,nu=1,rule=sum,beta=1,"
-                    "eps=1e-06,seed=0` | 5.00x |"));
+  CHECK(contains(t,
+                 "| Linear Transformer | ours `linear:feature=elu1,m=64,nu=1,rule=sum,beta=1,"
+                 "eps=1e-06,seed=0` | 5.00x |"));
   // No favor spec in the rows: the Performer row has no "ours" (never another linear spec).
   CHECK(contains(t, "| Performer | ours — | — |"));
   CHECK(contains(t, "| Transformer | ours `full` | 10 ms | 40 ms | — | 160 ms | 1.0 MiB |"));
@@ -136,13 +139,16 @@ TEST_CASE("error tables list every row per length, failures with their status", 
   const std::string t = error_tables(read_report_rows(kRows));
   CHECK(contains(t, "### N = 1024"));
   CHECK(contains(t, "### N = 3072"));
-  CHECK(contains(t, "| `" + kSliding + "` | `gaussian:temp=1` | none | 1,8,64 | ok | 3.10e-01 | "
-                    "5.00e-02 | 0.930000 | 5.20e-01 | 1024 | 2.00x | 5 ms | — |"));
+  CHECK(contains(t, "| `" + kSliding +
+                        "` | `gaussian:temp=1` | none | 1,8,64 | ok | 3.10e-01 | "
+                        "5.00e-02 | 0.930000 | 5.20e-01 | 1024 | 2.00x | 5 ms | — |"));
   CHECK(contains(t, "| error: boom, \"bad\" input | — | — | — | — | — | — |"));
-  CHECK(contains(t, "| `peer:torch` | `gaussian:temp=1` | none | 1,8,64 | skipped: torch not "
-                    "importable | — |"));
-  CHECK(contains(t, "| `full` | `gaussian:temp=1` | none | 1,8,64 | ok | 1.50e-07 | 2.00e-06 | "
-                    "1.000000 | 3.00e-07 | 1024 | 1.00x | 10 ms | 107 (0.54) |"));
+  CHECK(contains(t,
+                 "| `peer:torch` | `gaussian:temp=1` | none | 1,8,64 | skipped: torch not "
+                 "importable | — |"));
+  CHECK(contains(t,
+                 "| `full` | `gaussian:temp=1` | none | 1,8,64 | ok | 1.50e-07 | 2.00e-06 | "
+                 "1.000000 | 3.00e-07 | 1024 | 1.00x | 10 ms | 107 (0.54) |"));
   // Full comes first in each length's table.
   const auto n1024 = t.find("### N = 1024");
   CHECK(t.find("| `full` |", n1024) < t.find("| `sliding:", n1024));
@@ -150,8 +156,9 @@ TEST_CASE("error tables list every row per length, failures with their status", 
 
 TEST_CASE("peers table: time and ratio to full, skipped peers say why", "[report]") {
   const std::string t = peers_table(read_report_rows(kRows));
-  CHECK(contains(t, "| 1024 | 1,8,64 | none | `gaussian:temp=1` | 10 ms | 50 ms (5.00x) | "
-                    "skipped: torch not importable |"));
+  CHECK(contains(t,
+                 "| 1024 | 1,8,64 | none | `gaussian:temp=1` | 10 ms | 50 ms (5.00x) | "
+                 "skipped: torch not importable |"));
   CHECK(contains(peers_table({}), "No peer rows"));
 }
 
@@ -172,7 +179,8 @@ TEST_CASE("Pareto frontier on a hand-made set", "[report]") {
 }
 
 TEST_CASE("plots are written atomically: no truncated .dat, .gp or PNG on failure", "[report]") {
-  const fs::path dir = fs::temp_directory_path() / ("attnlab-plot-test-" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("attnlab-plot-test-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   // A gnuplot that answers the probes, then writes half a PNG where the script's output goes
@@ -221,11 +229,13 @@ exit 1
 }
 
 TEST_CASE("render_report writes report.md and the plots", "[report]") {
-  const fs::path dir = fs::temp_directory_path() / ("attnlab-report-test-" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("attnlab-report-test-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   fs::copy_file(kRows, dir / "rows.csv");
-  std::ofstream(dir / "meta.json") << R"({"git": {"commit": "abc123", "dirty": false}, "threads": 2})";
+  std::ofstream(dir / "meta.json")
+      << R"({"git": {"commit": "abc123", "dirty": false}, "threads": 2})";
 
   SECTION("with gnuplot when it can run") {
     const auto out = render_report(dir.string());
@@ -244,7 +254,8 @@ TEST_CASE("render_report writes report.md and the plots", "[report]") {
       WARN("gnuplot not found: PNGs not checked (" << out.plot_note << ")");
     } else {
       INFO(out.plot_note);
-      for (const char* png : {"time_vs_n.png", "error_vs_n_gaussian_temp_1.png", "pareto_n1024.png"}) {
+      for (const char* png :
+           {"time_vs_n.png", "error_vs_n_gaussian_temp_1.png", "pareto_n1024.png"}) {
         INFO(png);
         REQUIRE(fs::exists(dir / "plots" / png));
         CHECK(fs::file_size(dir / "plots" / png) > 1000);

@@ -9,9 +9,9 @@
 #include "variants/sliding.hpp"
 
 using namespace attnlab;
-using attnlab::test::require_error;
 using attnlab::test::random_tensor;
 using attnlab::test::require_close;
+using attnlab::test::require_error;
 
 namespace {
 
@@ -27,8 +27,8 @@ std::string spec_of(const SlidingConfig& c) {
          ",dilation=" + std::to_string(c.dilation) + ",global=" + std::to_string(c.global);
 }
 
-void check_against_reference(const SlidingConfig& c, std::size_t nq, std::size_t nk,
-                             std::size_t dk, std::size_t dv, const Mask& mask, std::uint64_t seed) {
+void check_against_reference(const SlidingConfig& c, std::size_t nq, std::size_t nk, std::size_t dk,
+                             std::size_t dv, const Mask& mask, std::uint64_t seed) {
   const std::size_t batch = mask.has_key_lengths() ? mask.key_lengths.size() : 1;
   const std::size_t heads =
       mask.has_allowed() ? std::max<std::size_t>(mask.allowed.shape()[1], 2) : 2;
@@ -80,9 +80,9 @@ TEST_CASE("sliding: a window covering the sequence is full attention", "[sliding
 TEST_CASE("sliding equals the dense fp64 reference over many lengths", "[sliding]") {
   // Primes, the 48-query tile and 128-key block edges and their neighbours; windows narrower
   // and wider than a tile, dilations that divide N and that do not, global tokens.
-  const SlidingConfig configs[] = {{3, 5, 1, 0},  {0, 0, 1, 0},   {128, 128, 1, 0}, {7, 2, 3, 0},
-                                   {4, 4, 2, 3},  {50, 10, 1, 2}, {2, 9, 5, 1},     {20, 20, 4, 50},
-                                   {1, 1, 200, 0},  {3, 3, 1'000'000'000'000, 2}};
+  const SlidingConfig configs[] = {
+      {3, 5, 1, 0},   {0, 0, 1, 0}, {128, 128, 1, 0}, {7, 2, 3, 0},   {4, 4, 2, 3},
+      {50, 10, 1, 2}, {2, 9, 5, 1}, {20, 20, 4, 50},  {1, 1, 200, 0}, {3, 3, 1'000'000'000'000, 2}};
   for (std::size_t n : {1, 2, 3, 7, 13, 47, 48, 49, 97, 128, 129, 211, 257}) {
     for (const SlidingConfig& c : configs) {
       check_against_reference(c, n, n, 16, 16, {}, n * 7 + c.left);
@@ -96,7 +96,7 @@ TEST_CASE("sliding equals the dense fp64 reference over many lengths", "[sliding
 TEST_CASE("sliding combines with padding, boolean masks, cross-attention and Dv != Dk",
           "[sliding]") {
   const SlidingConfig configs[] = {{5, 3, 1, 0}, {6, 6, 3, 2}, {40, 0, 2, 7}};
-  const std::pair<std::size_t, std::size_t> lengths[] = {{1, 7},   {7, 1},    {37, 211},
+  const std::pair<std::size_t, std::size_t> lengths[] = {{1, 7},    {7, 1},     {37, 211},
                                                          {211, 37}, {100, 100}, {129, 300}};
   for (const SlidingConfig& c : configs)
     for (auto [nq, nk] : lengths)

@@ -145,7 +145,8 @@ TEST_CASE("spectrum: shares of the singular values, checked by an independent SV
     INFO(source);
     // The table shows the rows' mean at k = 16; every curve rises to 1 at k = N.
     CHECK(number(row_with(r.table, source)) ==
-          Approx(raw_value(r.rows, {{"source", source}, {"k", "16"}}, "cumulative_mean")).margin(5e-4));
+          Approx(raw_value(r.rows, {{"source", source}, {"k", "16"}}, "cumulative_mean"))
+              .margin(5e-4));
     CHECK(raw_value(r.rows, {{"source", source}, {"k", "64"}}, "cumulative_mean") == Approx(1.0));
   }
   // Independently: P of the local input as the fp64 reference's output for v = identity, one
@@ -165,7 +166,8 @@ TEST_CASE("spectrum: shares of the singular values, checked by an independent SV
   CHECK(number(row_with(r.table, "local:width=32")) == Approx(share).margin(6e-4));
 }
 
-TEST_CASE("rank-collapse: pure attention collapses doubly exponentially, skips prevent it", "[studies]") {
+TEST_CASE("rank-collapse: pure attention collapses doubly exponentially, skips prevent it",
+          "[studies]") {
   TempDir dir("studies");
   const StudyResult r = tiny("rank-collapse", dir);
   check_files(r, dir);
@@ -174,8 +176,10 @@ TEST_CASE("rank-collapse: pure attention collapses doubly exponentially, skips p
     return number(r.table.rows[depth][column]);
   };
   // The table's cells are medians over the 2 seeds of the raw rows (to the 3 printed digits).
-  const double a = raw_value(r.rows, {{"architecture", "pure attention"}, {"seed", "1"}, {"layer", "2"}}, "res_rank1");
-  const double b = raw_value(r.rows, {{"architecture", "pure attention"}, {"seed", "2"}, {"layer", "2"}}, "res_rank1");
+  const double a = raw_value(
+      r.rows, {{"architecture", "pure attention"}, {"seed", "1"}, {"layer", "2"}}, "res_rank1");
+  const double b = raw_value(
+      r.rows, {{"architecture", "pure attention"}, {"seed", "2"}, {"layer", "2"}}, "res_rank1");
   CHECK(residual(2, 1) == Approx((a + b) / 2).epsilon(5e-3));
 
   // Independently: the rank-1 residual of seed 1's pure-attention stack after 2 layers from a
@@ -189,16 +193,20 @@ TEST_CASE("rank-collapse: pure attention collapses doubly exponentially, skips p
   std::normal_distribution<float> normal(0.0f, 4.0f);
   models::Activations x = models::Activations::from_shape({1, 16, 32});
   for (float& v : x) v = normal(rng);
-  const xt::xtensor<double, 2> out = xt::view(xt::cast<double>(encoder.forward(x)), 0, xt::all(), xt::all());
+  const xt::xtensor<double, 2> out =
+      xt::view(xt::cast<double>(encoder.forward(x)), 0, xt::all(), xt::all());
   const auto s = std::get<1>(xt::linalg::svd(out, false, false));
-  const double tail = std::sqrt(xt::sum(xt::square(s))() - s(0) * s(0)) / std::sqrt(xt::sum(xt::square(s))());
+  const double tail =
+      std::sqrt(xt::sum(xt::square(s))() - s(0) * s(0)) / std::sqrt(xt::sum(xt::square(s))());
   CHECK(a == Approx(tail).epsilon(1e-3));
 
   // The findings, as measured at this size (median residuals in the comments).
-  for (std::size_t depth = 1; depth <= 6; ++depth) CHECK(residual(depth, 2) > 0.5);  // + skip: 0.87..0.91
-  CHECK(residual(4, 1) < 1e-6);  // pure attention: 8.9e-8 at depth 4
+  for (std::size_t depth = 1; depth <= 6; ++depth)
+    CHECK(residual(depth, 2) > 0.5);  // + skip: 0.87..0.91
+  CHECK(residual(4, 1) < 1e-6);       // pure attention: 8.9e-8 at depth 4
   // Doubly exponential: the log-decrement grows layer after layer (0.13, 0.25, 4.2 here).
-  const double d1 = std::log(residual(0, 1) / residual(1, 1)), d2 = std::log(residual(1, 1) / residual(2, 1)),
+  const double d1 = std::log(residual(0, 1) / residual(1, 1)),
+               d2 = std::log(residual(1, 1) / residual(2, 1)),
                d3 = std::log(residual(2, 1) / residual(3, 1));
   CHECK(d2 > 1.5 * d1);
   CHECK(d3 > 4 * d2);
@@ -247,7 +255,8 @@ TEST_CASE("capacity: retrieval errors, failure points and the feature-space boun
         Approx(std::sqrt(1 - rv * rv / (rr * vv))).epsilon(1e-4));
 }
 
-TEST_CASE("symmetry: tied W_Q = W_K gives symmetric scores and tokens attending themselves", "[studies]") {
+TEST_CASE("symmetry: tied W_Q = W_K gives symmetric scores and tokens attending themselves",
+          "[studies]") {
   TempDir dir("studies");
   const StudyResult r = tiny("symmetry", dir);
   check_files(r, dir);
@@ -257,8 +266,8 @@ TEST_CASE("symmetry: tied W_Q = W_K gives symmetric scores and tokens attending 
       CHECK(number(row[2]) == 0.0);  // exactly symmetric
       CHECK(number(row[4]) > 50);    // 73% and 92% of the rows peak on the token itself
     } else if (row[1] == "separate") {
-      CHECK(number(row[2]) > 1.0);   // 1.23 and 1.50
-      CHECK(number(row[4]) < 20);    // 6% and 2%
+      CHECK(number(row[2]) > 1.0);  // 1.23 and 1.50
+      CHECK(number(row[4]) < 20);   // 6% and 2%
     }
   }
   CHECK(number(r.table.rows[1][3]) > 4 * number(r.table.rows[0][3]));  // layer 1: 0.22 vs 0.04
@@ -291,7 +300,8 @@ TEST_CASE("heads: with W_Q = W_K fewer, larger heads focus on the token itself",
     CHECK(number(row[5]) <= max_entropy);
     if (row[0] == "separate") CHECK(number(row[3]) < 1.5 * uniform);  // 0.035..0.042
     // The tied weight on itself falls as h grows (0.36, 0.22, 0.14, 0.095 here).
-    if (row[0] == "tied" && row[1] != "1") CHECK(number(row[3]) < 0.8 * number(r.table.rows[i - 1][3]));
+    if (row[0] == "tied" && row[1] != "1")
+      CHECK(number(row[3]) < 0.8 * number(r.table.rows[i - 1][3]));
   }
   CHECK(r.table.rows[4][3].find("(0.3618..0.3618)") != std::string::npos);  // h = 1: one head
 
@@ -308,7 +318,8 @@ TEST_CASE("heads: with W_Q = W_K fewer, larger heads focus on the token itself",
   CHECK(number(r.table.rows[4][3]) == Approx(diagonal).margin(6e-5));
 }
 
-TEST_CASE("swap: each variant in the same model, its distance from full and its time", "[studies]") {
+TEST_CASE("swap: each variant in the same model, its distance from full and its time",
+          "[studies]") {
   TempDir dir("studies");
   const StudyResult r = tiny("swap", dir);
   check_files(r, dir);
@@ -333,7 +344,9 @@ TEST_CASE("swap: each variant in the same model, its distance from full and its 
   auto median_time = [&](const std::string& spec) {
     double sum = 0;
     for (const std::string round : {"1", "2"})
-      sum += raw_value(r.rows, {{"kind", "model_seconds"}, {"spec", spec}, {"n", "64"}, {"round", round}}, "value");
+      sum += raw_value(r.rows,
+                       {{"kind", "model_seconds"}, {"spec", spec}, {"n", "64"}, {"round", round}},
+                       "value");
     return sum / 2;
   };
   CHECK(cell_of(linear, 2).find(cell("(%.2fx)", median_time("full") / median_time(linear))) !=
@@ -363,16 +376,19 @@ TEST_CASE("swap: each variant in the same model, its distance from full and its 
   REQUIRE(attention.size() == 2);
   REQUIRE(gemm.size() == 2);
   const double ratio = (model[0] + model[1]) / (attention[0] + attention[1] + gemm[0] + gemm[1]);
-  CHECK(read_text(dir.file("swap/report.md")).find("| " + cell("%.2f", ratio) + " |") != std::string::npos);
+  CHECK(read_text(dir.file("swap/report.md")).find("| " + cell("%.2f", ratio) + " |") !=
+        std::string::npos);
 }
 
-TEST_CASE("trained: a checkpoint's heads beside its initialisation's, on held-out text", "[studies]") {
+TEST_CASE("trained: a checkpoint's heads beside its initialisation's, on held-out text",
+          "[studies]") {
   const TempDir dir("studies");
   const auto trainer = tiny_checkpoint(dir);
   // The run folder is enough: its checkpoint/ is found, its config read from state.txt.
   const StudyResult r = tiny_trained("trained", dir, dir.file("lm"));
   check_files(r, dir);
-  CHECK(r.table.rows.size() == 2 * 2 * 2 + 1);  // (trained, untrained) x 2 layers x 2 heads, uniform
+  CHECK(r.table.rows.size() ==
+        2 * 2 * 2 + 1);  // (trained, untrained) x 2 layers x 2 heads, uniform
 
   // An independent computation of layer 1's P on the first held-out sequence, for each model.
   const training::Batch& batch = trainer->held_out().front();
@@ -388,33 +404,50 @@ TEST_CASE("trained: a checkpoint's heads beside its initialisation's, on held-ou
       INFO(weights << " head " << h + 1);
       const std::string head = std::to_string(h + 1);
       const HeadStats s = head_stats(p, 0, h);
-      CHECK(raw_value(r.rows, {{"weights", weights}, {"layer", "1"}, {"head", head}, {"measure", "self_mass"}}, "value") ==
-            Approx(s.self_mass).epsilon(1e-6));
-      CHECK(raw_value(r.rows, {{"weights", weights}, {"layer", "1"}, {"head", head}, {"measure", "entropy"}}, "value") ==
-            Approx(s.entropy).epsilon(1e-6));
+      CHECK(raw_value(
+                r.rows,
+                {{"weights", weights}, {"layer", "1"}, {"head", head}, {"measure", "self_mass"}},
+                "value") == Approx(s.self_mass).epsilon(1e-6));
+      CHECK(
+          raw_value(r.rows,
+                    {{"weights", weights}, {"layer", "1"}, {"head", head}, {"measure", "entropy"}},
+                    "value") == Approx(s.entropy).epsilon(1e-6));
       double previous = 0;
       for (std::size_t i = 1; i < 16; ++i) previous += p(0, h, i, i - 1) / 15.0;
-      CHECK(raw_value(r.rows, {{"weights", weights}, {"layer", "1"}, {"head", head}, {"measure", "previous_mass"}}, "value") ==
-            Approx(previous).epsilon(1e-5));
+      CHECK(
+          raw_value(
+              r.rows,
+              {{"weights", weights}, {"layer", "1"}, {"head", head}, {"measure", "previous_mass"}},
+              "value") == Approx(previous).epsilon(1e-5));
       // Causal: P is lower-triangular, so the 99% rank is at most N and at least 1.
-      const double k99 = raw_value(r.rows, {{"weights", weights}, {"layer", "1"}, {"head", head}, {"measure", "rank99"}}, "value");
+      const double k99 = raw_value(
+          r.rows, {{"weights", weights}, {"layer", "1"}, {"head", head}, {"measure", "rank99"}},
+          "value");
       CHECK(k99 >= 1);
       CHECK(k99 <= 16);
     }
   }
   // The trained weights are not the untrained ones.
-  CHECK(raw_value(r.rows, {{"weights", "trained"}, {"layer", "1"}, {"head", "1"}, {"measure", "self_mass"}}, "value") !=
-        raw_value(r.rows, {{"weights", "untrained"}, {"layer", "1"}, {"head", "1"}, {"measure", "self_mass"}}, "value"));
+  CHECK(
+      raw_value(r.rows,
+                {{"weights", "trained"}, {"layer", "1"}, {"head", "1"}, {"measure", "self_mass"}},
+                "value") !=
+      raw_value(r.rows,
+                {{"weights", "untrained"}, {"layer", "1"}, {"head", "1"}, {"measure", "self_mass"}},
+                "value"));
   // Uniform causal attention: row i puts 1/(i+1) on itself and on its previous token.
   double self = 0, previous = 0;
   for (std::size_t i = 0; i < 16; ++i) self += 1.0 / double(i + 1) / 16.0;
   for (std::size_t i = 1; i < 16; ++i) previous += 1.0 / double(i + 1) / 15.0;
-  CHECK(raw_value(r.rows, {{"weights", "uniform"}, {"measure", "self_mass"}}, "value") == Approx(self).epsilon(1e-6));
-  CHECK(raw_value(r.rows, {{"weights", "uniform"}, {"measure", "previous_mass"}}, "value") == Approx(previous).epsilon(1e-6));
+  CHECK(raw_value(r.rows, {{"weights", "uniform"}, {"measure", "self_mass"}}, "value") ==
+        Approx(self).epsilon(1e-6));
+  CHECK(raw_value(r.rows, {{"weights", "uniform"}, {"measure", "previous_mass"}}, "value") ==
+        Approx(previous).epsilon(1e-6));
   // Rank collapse rows for the input and both layers of both models.
   for (const char* weights : {"trained", "untrained"})
     for (const char* layer : {"0", "1", "2"}) {
-      const double res = raw_value(r.rows, {{"weights", weights}, {"layer", layer}, {"measure", "res_rank1"}}, "value");
+      const double res = raw_value(
+          r.rows, {{"weights", weights}, {"layer", layer}, {"measure", "res_rank1"}}, "value");
       CHECK(res > 0);
       CHECK(res < 1);
     }
@@ -423,14 +456,16 @@ TEST_CASE("trained: a checkpoint's heads beside its initialisation's, on held-ou
   CHECK(report.find("trained 5 steps") != std::string::npos);
 }
 
-TEST_CASE("prune: no head removed is evaluate()'s score, every head of a layer is no attention", "[studies]") {
+TEST_CASE("prune: no head removed is evaluate()'s score, every head of a layer is no attention",
+          "[studies]") {
   const TempDir dir("studies");
   const auto trainer = tiny_checkpoint(dir);
   const StudyResult r = tiny_trained("prune", dir, dir.file("lm/checkpoint"));
   check_files(r, dir);
   const training::Score full = trainer->evaluate();
   // Nothing removed: the head masks are all ones, bitwise the plain forward.
-  CHECK(raw_value(r.rows, {{"kind", "cumulative"}, {"removed", "0"}}, "loss") == std::stod(raw(full.loss)));
+  CHECK(raw_value(r.rows, {{"kind", "cumulative"}, {"removed", "0"}}, "loss") ==
+        std::stod(raw(full.loss)));
   CHECK(raw_value(r.rows, {{"kind", "unpruned"}}, "loss") == std::stod(raw(full.loss)));
   CHECK(raw_value(r.rows, {{"kind", "untrained"}}, "loss") ==
         std::stod(raw(training::Trainer(trainer->config()).evaluate().loss)));
@@ -439,7 +474,8 @@ TEST_CASE("prune: no head removed is evaluate()'s score, every head of a layer i
   training::TaskModel no_attention = trainer->model();
   no_attention.body.encoder.layers[0].self_attn.out_proj.weight.fill(0.0f);
   const training::Score without = training::evaluate(no_attention, trainer->held_out());
-  CHECK(raw_value(r.rows, {{"kind", "layer"}, {"heads", "L1"}}, "loss") == std::stod(raw(without.loss)));
+  CHECK(raw_value(r.rows, {{"kind", "layer"}, {"heads", "L1"}}, "loss") ==
+        std::stod(raw(without.loss)));
   CHECK(without.loss != full.loss);
 
   // Single removals of the 4 heads, then 0..4 removed cumulatively in increasing importance.
@@ -461,7 +497,8 @@ TEST_CASE("prune: no head removed is evaluate()'s score, every head of a layer i
         std::stod(raw(training::evaluate(no_attention, trainer->held_out()).loss)));
 }
 
-TEST_CASE("studies of trained weights: bad folders and misplaced --weights are refused", "[studies]") {
+TEST_CASE("studies of trained weights: bad folders and misplaced --weights are refused",
+          "[studies]") {
   const TempDir dir("studies");
   std::filesystem::create_directories(dir.file("empty"));
   test::require_error([&] { tiny_trained("trained", dir, dir.file("empty")); },
@@ -470,9 +507,9 @@ TEST_CASE("studies of trained weights: bad folders and misplaced --weights are r
                       {"missing' is not a checkpoint folder"});
   test::require_error([&] { tiny_trained("prune", dir, ""); },
                       {"study prune analyses a trained model", "--weights DIR"});
-  test::require_error([&] { tiny_trained("spectrum", dir, dir.file("empty")); },
-                      {"study spectrum runs on seeded weights and takes no --weights",
-                       "trained, prune"});
+  test::require_error(
+      [&] { tiny_trained("spectrum", dir, dir.file("empty")); },
+      {"study spectrum runs on seeded weights and takes no --weights", "trained, prune"});
   // A state.txt whose config lines are not TrainConfig::describe()'s.
   std::filesystem::create_directories(dir.file("bad"));
   std::ofstream(dir.file("bad/state.txt")) << "step 3\nseconds 1\ntask text\ncolour blue\nend\n";

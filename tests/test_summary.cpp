@@ -96,7 +96,8 @@ TEST_CASE("the summary shows speed-ups, full's time and errors taken from the ro
               row("linformer", 1024, "none", "a", 0.0025, 1.5, 0.5)};  // 4x
   const std::string text = sweep_summary(run);
   INFO(text);
-  CHECK(text.find("Summary of runs/default: 9 points (8 ok, 1 unsupported)\n") != std::string::npos);
+  CHECK(text.find("Summary of runs/default: 9 points (8 ok, 1 unsupported)\n") !=
+        std::string::npos);
 
   const std::string plain = section(text, "causal none");
   // full's row: geometric mean of 10 and 40 ms = 20 ms; at 2048, 80 ms.
@@ -116,7 +117,8 @@ TEST_CASE("the summary shows speed-ups, full's time and errors taken from the ro
   // Errors: the worst over inputs and causal settings.
   const std::string errors = section(text, "Error against the fp64 reference");
   CHECK(words(line_of(errors, "sliding:left=32")) == Words{"sliding:left=32", "0.3", "0.2"});
-  CHECK(words(line_of(errors, "sliding:left=32", 1)) == Words{"mean", "cosine", "0.9500", "0.9700"});
+  CHECK(words(line_of(errors, "sliding:left=32", 1)) ==
+        Words{"mean", "cosine", "0.9500", "0.9700"});
   CHECK(words(line_of(errors, "linformer")) == Words{"linformer", "1.5", "-"});
   CHECK(words(line_of(errors, "linformer", 1)) == Words{"mean", "cosine", "0.5000"});
 
@@ -125,8 +127,9 @@ TEST_CASE("the summary shows speed-ups, full's time and errors taken from the ro
 
 TEST_CASE("a reference run's speed-ups for the same points sit in brackets", "[summary]") {
   SummaryRun run{"runs/default", {}, nullptr};
-  run.rows = {row("full", 1024, "none", "a", 0.010, 0, 1), row(kSliding, 1024, "none", "a", 0.005, 0, 1),
-              row("full", 2048, "none", "a", 0.040, 0, 1), row(kSliding, 2048, "none", "a", 0.010, 0, 1)};
+  run.rows = {
+      row("full", 1024, "none", "a", 0.010, 0, 1), row(kSliding, 1024, "none", "a", 0.005, 0, 1),
+      row("full", 2048, "none", "a", 0.040, 0, 1), row(kSliding, 2048, "none", "a", 0.010, 0, 1)};
   SummaryRun reference{"results/default", {}, nullptr};
   // The reference measured sliding at 1024 only, 3x; full at 1024 took 12 ms there.
   reference.rows = {row("full", 1024, "none", "a", 0.012, 0, 1),
@@ -156,17 +159,26 @@ TEST_CASE("the context line names the OpenBLAS core and who chose it", "[summary
                          {"OPENBLAS_CORETYPE", "Cooperlake"},
                          {"load_average", "0.5 0.5 0.5"},
                          {"date", "2026-12-01T22:00:00Z"},
-                         {"blas", {{"corename", "Cooperlake"}, {"core_source", "attnlab"},
-                                   {"detected", "Prescott"}, {"better_core", ""}}}};
-  CHECK(sweep_summary({"runs/x", {}, meta}).find(
-            "measured on AMD EPYC, 2 threads, OpenBLAS core Cooperlake (set by attnlab: OpenBLAS "
-            "detected Prescott), load 0.5 0.5 0.5, 2026-12-01T22:00:00Z\n") != std::string::npos);
-  meta["blas"] = {{"corename", "Haswell"}, {"core_source", "user"}, {"detected", ""},
+                         {"blas",
+                          {{"corename", "Cooperlake"},
+                           {"core_source", "attnlab"},
+                           {"detected", "Prescott"},
+                           {"better_core", ""}}}};
+  CHECK(
+      sweep_summary({"runs/x", {}, meta})
+          .find(
+              "measured on AMD EPYC, 2 threads, OpenBLAS core Cooperlake (set by attnlab: OpenBLAS "
+              "detected Prescott), load 0.5 0.5 0.5, 2026-12-01T22:00:00Z\n") != std::string::npos);
+  meta["blas"] = {{"corename", "Haswell"},
+                  {"core_source", "user"},
+                  {"detected", ""},
                   {"better_core", "Cooperlake"}};
   meta["OPENBLAS_CORETYPE"] = "Haswell";
-  CHECK(sweep_summary({"runs/x", {}, meta}).find(
-            "OpenBLAS core Haswell (OPENBLAS_CORETYPE=Haswell set by the user; the CPU supports "
-            "Cooperlake)") != std::string::npos);
+  CHECK(
+      sweep_summary({"runs/x", {}, meta})
+          .find(
+              "OpenBLAS core Haswell (OPENBLAS_CORETYPE=Haswell set by the user; the CPU supports "
+              "Cooperlake)") != std::string::npos);
   // A meta.json from before blas.core_source: the variable as it was.
   meta["blas"] = {{"corename", "Haswell"}};
   CHECK(sweep_summary({"runs/x", {}, meta}).find("2 threads, OPENBLAS_CORETYPE=Haswell, load") !=

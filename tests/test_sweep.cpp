@@ -155,7 +155,8 @@ min_reps = 2
 max_reps = 4
 error_rows = 100
 memory_budget = 0.25
-)", "demo.toml");
+)",
+                                     "demo.toml");
   CHECK(c.name == "demo");
   CHECK(c.n == std::vector<std::int64_t>{64, 128, 256});
   CHECK(c.batch == std::vector<std::int64_t>{1, 2});
@@ -197,27 +198,60 @@ TEST_CASE("spec lists expand through the factory", "[harness]") {
 }
 
 TEST_CASE("config errors name the file, line and key", "[harness]") {
-  require_error([] { parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\nbogus = 1\n", "a.toml"); },
-                {"a.toml:4", "bogus", "unknown key"});
-  require_error([] { parse_config("variants = [\"full\"]\ninput = \"gaussian\"\nn = [64, \"x\"]\n", "b.toml"); },
-                {"b.toml:3", "n", "integer"});
-  require_error([] { parse_config("n = [64]\ninput = \"gaussian\"\nvariants = [\"fulll\"]\n", "c.toml"); },
-                {"c.toml:3", "variants", "fulll", "unknown variant"});
-  require_error([] { parse_config("n = [64]\ninput = \"gaussian\"\nvariants = [\"full:window=3\"]\n", "d.toml"); },
-                {"d.toml:3", "window=3", "unknown key"});
-  require_error([] { parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian:temp=-1\"\n", "e.toml"); },
-                {"e.toml:3", "input", "temp=-1", "positive"});
-  require_error([] { parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\ncausal = \"sideways\"\n", "f.toml"); },
-                {"f.toml:4", "causal", "sideways"});
-  require_error([] { parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\n[measure]\nmin_reps = 0\n", "g.toml"); },
-                {"g.toml", "measure.min_reps", ">= 1"});
-  require_error([] { parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\n[measure]\nreps = 3\n", "h.toml"); },
-                {"h.toml:5", "measure.reps", "unknown key"});
+  require_error(
+      [] {
+        parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\nbogus = 1\n",
+                     "a.toml");
+      },
+      {"a.toml:4", "bogus", "unknown key"});
+  require_error(
+      [] {
+        parse_config("variants = [\"full\"]\ninput = \"gaussian\"\nn = [64, \"x\"]\n", "b.toml");
+      },
+      {"b.toml:3", "n", "integer"});
+  require_error(
+      [] { parse_config("n = [64]\ninput = \"gaussian\"\nvariants = [\"fulll\"]\n", "c.toml"); },
+      {"c.toml:3", "variants", "fulll", "unknown variant"});
+  require_error(
+      [] {
+        parse_config("n = [64]\ninput = \"gaussian\"\nvariants = [\"full:window=3\"]\n", "d.toml");
+      },
+      {"d.toml:3", "window=3", "unknown key"});
+  require_error(
+      [] {
+        parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian:temp=-1\"\n", "e.toml");
+      },
+      {"e.toml:3", "input", "temp=-1", "positive"});
+  require_error(
+      [] {
+        parse_config(
+            "n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\ncausal = \"sideways\"\n",
+            "f.toml");
+      },
+      {"f.toml:4", "causal", "sideways"});
+  require_error(
+      [] {
+        parse_config(
+            "n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\n[measure]\nmin_reps = 0\n",
+            "g.toml");
+      },
+      {"g.toml", "measure.min_reps", ">= 1"});
+  require_error(
+      [] {
+        parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\n[measure]\nreps = 3\n",
+                     "h.toml");
+      },
+      {"h.toml:5", "measure.reps", "unknown key"});
   require_error([] { parse_config("n = [64\n", "i.toml"); }, {"i.toml:"});
   require_error([] { parse_config("variants = [\"full\"]\ninput = \"gaussian\"\n", "j.toml"); },
                 {"j.toml", "n", "no values"});
-  require_error([] { parse_config("n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\n[max_n]\nlinformer = 4\n", "k.toml"); },
-                {"k.toml:5", "max_n.linformer", "no variant"});
+  require_error(
+      [] {
+        parse_config(
+            "n = [64]\nvariants = [\"full\"]\ninput = \"gaussian\"\n[max_n]\nlinformer = 4\n",
+            "k.toml");
+      },
+      {"k.toml:5", "max_n.linformer", "no variant"});
   require_error([] { load_config("/nonexistent/sweep.toml"); }, {"/nonexistent/sweep.toml"});
   require_error([] { parse_int_list("--n", "64,0"); }, {"--n", "'0'"});
   require_error([] { parse_input_list("--input", "lowrank:temp=2"); }, {"--input", "r=R"});
@@ -311,13 +345,15 @@ TEST_CASE("input distributions are seeded and shaped as documented", "[harness]"
   }
 
   require_error([] { make_inputs("lowrank:r=32", 1, 1, 8, 16, 1); }, {"r=32", "exceeds dim 16"});
-  require_error([] { make_inputs("uniform", 1, 1, 8, 16, 1); }, {"uniform", "unknown distribution"});
+  require_error([] { make_inputs("uniform", 1, 1, 8, 16, 1); },
+                {"uniform", "unknown distribution"});
   require_error([] { make_inputs("local:temp=2", 1, 1, 8, 16, 1); }, {"unknown key 'temp'"});
   require_error([] { make_inputs("gaussian:temp=abc", 1, 1, 8, 16, 1); }, {"temp=abc"});
 }
 
 TEST_CASE("rows are CSV with quoting, and a torn last line is dropped", "[harness]") {
-  CHECK(csv_line(std::vector<std::string>{"a", "b,c", "say \"hi\"", ""}) == "a,\"b,c\",\"say \"\"hi\"\"\",\n");
+  CHECK(csv_line(std::vector<std::string>{"a", "b,c", "say \"hi\"", ""}) ==
+        "a,\"b,c\",\"say \"\"hi\"\"\",\n");
   const auto records = parse_csv("a,\"b,c\",\"say \"\"hi\"\"\",\nx,y,z,w\nhalf,li");
   std::size_t torn = 0;
   parse_csv("a,b\nhalf,li", &torn);
@@ -423,7 +459,8 @@ heads = 2
 dim = 16
 causal = ["none", "top-left"]
 input = ["gaussian:temp=0.5", "lowrank:r=32"]
-)") + kMeasure, "tiny.toml");
+)") + kMeasure,
+                               "tiny.toml");
   const auto summary = sweep_quietly(c, dir.str());
   const auto grid = make_grid(c);
   CHECK(summary.grid == grid.size());
@@ -447,7 +484,8 @@ input = ["gaussian:temp=0.5", "lowrank:r=32"]
       CHECK(r[Col::message].find("exceeds dim 16") != std::string::npos);
       continue;
     }
-    if (status == "unsupported") CHECK(r[Col::message].find("does not support") != std::string::npos);
+    if (status == "unsupported")
+      CHECK(r[Col::message].find("does not support") != std::string::npos);
     if (status != "ok") continue;
     CHECK(r[Col::message].empty());
     CHECK(std::stoi(r[Col::reps]) >= 1);
@@ -462,8 +500,9 @@ input = ["gaussian:temp=0.5", "lowrank:r=32"]
       CHECK(std::stod(r[Col::rel_fro]) < 1e-5);
       const double pairs = p.causal == "none" ? 64.0 * 64 : 64.0 * 65 / 2;
       CHECK(std::stod(r[Col::flops]) == 2 * pairs * 2 * (16 + 16));
-      CHECK(std::stod(r[Col::gflops]) ==
-            Approx(std::stod(r[Col::flops]) / std::stod(r[Col::time_median_s]) / 1e9).epsilon(1e-6));
+      CHECK(
+          std::stod(r[Col::gflops]) ==
+          Approx(std::stod(r[Col::flops]) / std::stod(r[Col::time_median_s]) / 1e9).epsilon(1e-6));
     }
   }
   const auto meta = nlohmann::json::parse(read_file(dir.str("meta.json")));
@@ -549,7 +588,9 @@ TEST_CASE("a sweep killed mid-run resumes with no row lost or duplicated", "[har
   require_same_results(rows, read_rows(clean.str("rows.csv")));
 }
 
-TEST_CASE("a sweep killed after storing its last row: the rerun has nothing to do and clears the marker", "[harness]") {
+TEST_CASE(
+    "a sweep killed after storing its last row: the rerun has nothing to do and clears the marker",
+    "[harness]") {
   if (driver().empty()) FAIL("SWEEP_DRIVER is not set (meson test sets it)");
   TempDir dir;
   const std::string config = dir.str("sweep.toml"), out = dir.str("out");
@@ -565,7 +606,8 @@ TEST_CASE("a sweep killed after storing its last row: the rerun has nothing to d
   CHECK_FALSE(fs::exists(out + "/running"));
 }
 
-TEST_CASE("a point that crashes the process twice is an error; --retry-errors runs it again", "[harness]") {
+TEST_CASE("a point that crashes the process twice is an error; --retry-errors runs it again",
+          "[harness]") {
   if (driver().empty()) FAIL("SWEEP_DRIVER is not set (meson test sets it)");
   TempDir dir;
   const std::string config = dir.str("sweep.toml"), out = dir.str("out");
@@ -611,15 +653,15 @@ TEST_CASE("a marker left by an outside kill costs the point nothing", "[harness]
   const auto grid = make_grid(c);
   // As if SIGKILLed from outside twice while running the first point (the marker of the
   // second death says it had no fault before): it runs again and is ok.
-  std::ofstream(dir.str("running")) << "key " << grid.front().key
-                                    << "\nfaults 0\npid 999999999\noom_kills -1\nstarted_us 0\n";
+  std::ofstream(dir.str("running"))
+      << "key " << grid.front().key << "\nfaults 0\npid 999999999\noom_kills -1\nstarted_us 0\n";
   sweep_quietly(c, dir.str());
   const auto m = by_key(read_rows(dir.str("rows.csv")));
   CHECK(m.at(grid.front().key)[Col::status] == "ok");
   // One earlier crash recorded plus a crash now: that is twice.
   TempDir twice;
-  std::ofstream(twice.str("running")) << "key " << grid.front().key
-                                      << "\nfaults 1\npid 999999999\nsignal SIGBUS\n";
+  std::ofstream(twice.str("running"))
+      << "key " << grid.front().key << "\nfaults 1\npid 999999999\nsignal SIGBUS\n";
   sweep_quietly(c, twice.str());
   const auto m2 = by_key(read_rows(twice.str("rows.csv")));
   CHECK(m2.at(grid.front().key)[Col::status] == "error");
@@ -654,11 +696,15 @@ TEST_CASE("shard 1/2 + shard 2/2 + merge equals an unsharded run", "[harness]") 
   fs::create_directories(dir.str("bad"));
   auto rows = read_rows(dir.str("s2/rows.csv"));
   rows[0][Col::rel_fro] = "0.5";
-  std::string text = csv_line(std::vector<std::string>(column_names().begin(), column_names().end()));
+  std::string text =
+      csv_line(std::vector<std::string>(column_names().begin(), column_names().end()));
   for (const Row& r : rows) text += csv_line(r);
   std::ofstream(dir.str("bad/rows.csv")) << text;
-  require_error([&] { merge_results(dir.str("m2"), {dir.str("s2"), dir.str("bad")}); },
-                {"conflicting rel_fro", rows[0][Col::key]});
+  require_error(
+      [&] {
+        merge_results(dir.str("m2"), {dir.str("s2"), dir.str("bad")});
+      },
+      {"conflicting rel_fro", rows[0][Col::key]});
   require_error([&] { merge_results(dir.str("m3"), {dir.str("nothing")}); }, {"nothing/rows.csv"});
 }
 
@@ -669,9 +715,11 @@ TEST_CASE("npy:<dir> inputs are the user's arrays, with their own shape", "[harn
     const xt::xarray<float> hnd = xt::view(*x, 0);  // [H, N, D]: lifted to [1, H, N, D]
     save_npy(dir.str(std::string(name) + ".npy"), hnd);
   }
-  SweepConfig c = parse_config(std::string("variants = [\"full\"]\nn = [4096]\ncausal = [\"none\"]\n"
-                                           "input = [\"npy:") + dir.str() + "\"]\n" + kMeasure,
-                               "npy.toml");
+  SweepConfig c =
+      parse_config(std::string("variants = [\"full\"]\nn = [4096]\ncausal = [\"none\"]\n"
+                               "input = [\"npy:") +
+                       dir.str() + "\"]\n" + kMeasure,
+                   "npy.toml");
   const auto grid = make_grid(c);
   REQUIRE(grid.size() == 1);  // the grid's n does not apply: the files' shape does
   CHECK(grid[0].n == 40);
@@ -692,13 +740,16 @@ TEST_CASE("npy:<dir> inputs are the user's arrays, with their own shape", "[harn
 TEST_CASE("a sweep that fails before its first row removes the folder it created", "[harness]") {
   TempDir dir;
   const SweepConfig c = parse_config(std::string("variants = [\"full\"]\nn = [16, 32]\nheads = 1\n"
-                                                 "dim = 8\ninput = [\"gaussian\"]\n") + kMeasure,
+                                                 "dim = 8\ninput = [\"gaussian\"]\n") +
+                                         kMeasure,
                                      "first.toml");
   SweepOptions o;
   o.out_dir = dir.str("res");
   o.progress = nullptr;
   // What a full disk does while `running` is written for the first point: an Error from there.
-  o.on_point = [](const Point&) { throw Error("cannot write res/running: No space left on device"); };
+  o.on_point = [](const Point&) {
+    throw Error("cannot write res/running: No space left on device");
+  };
   require_error([&] { run_sweep(c, o); }, {"No space left on device"});
   CHECK(!fs::exists(dir.str("res")));  // no meta.json, no header-only rows.csv
   // After a first row the folder stays: its rows are kept for the resume.
@@ -714,7 +765,8 @@ TEST_CASE("a sweep that fails before its first row removes the folder it created
 TEST_CASE("an allocation that fails becomes status oom, and the sweep goes on", "[harness]") {
   TempDir dir;
   SweepConfig c = parse_config(std::string("variants = [\"full\"]\nn = [16, 1099511627776]\n"
-                                           "heads = 1\ndim = 8\ninput = [\"gaussian\"]\n") + kMeasure,
+                                           "heads = 1\ndim = 8\ninput = [\"gaussian\"]\n") +
+                                   kMeasure,
                                "huge.toml");
   c.measure.memory_budget = 1e30;  // let the estimate pass: the allocation itself must fail
   sweep_quietly(c, dir.str());
@@ -772,7 +824,8 @@ std::size_t complete_rows(const std::string& path) {
   return lines > 0 ? lines - 1 : 0;
 }
 
-TEST_CASE("attnlab sweep SIGKILLed at random moments 20 times loses and repeats nothing", "[harness]") {
+TEST_CASE("attnlab sweep SIGKILLed at random moments 20 times loses and repeats nothing",
+          "[harness]") {
   const char* cli = std::getenv("ATTNLAB_CLI");
   if (!cli) FAIL("ATTNLAB_CLI is not set (meson test sets it)");
   TempDir dir;
@@ -837,11 +890,13 @@ TEST_CASE("attnlab sweep SIGKILLed at random moments 20 times loses and repeats 
     complete_and_check(out);
     out = dir.str("out" + std::to_string(++folders));
   }
-  INFO(complete_rows(out + "/rows.csv") << " of 64 rows in the last folder after " << kills << " kills");
+  INFO(complete_rows(out + "/rows.csv")
+       << " of 64 rows in the last folder after " << kills << " kills");
   complete_and_check(out);
 }
 
-TEST_CASE("a full disk and a read-only results folder are one clear line; rows stay intact", "[harness]") {
+TEST_CASE("a full disk and a read-only results folder are one clear line; rows stay intact",
+          "[harness]") {
   const char* cli = std::getenv("ATTNLAB_CLI");
   if (!cli) FAIL("ATTNLAB_CLI is not set (meson test sets it)");
   TempDir dir;
@@ -873,7 +928,8 @@ TEST_CASE("a full disk and a read-only results folder are one clear line; rows s
                                 fs::perms::others_read | fs::perms::others_exec);
   fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
                           fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
-  const std::string as_user = ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
+  const std::string as_user =
+      ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
   // nobody must be able to run the binary: a build under a private folder (mktemp -d) is not.
   if (run_command(as_user + "'" + cli + "' --version >/dev/null 2>&1") != 0) {
     WARN("skipped the read-only folder check: " << cli << " cannot be run as uid 65534");
@@ -914,10 +970,11 @@ TEST_CASE("a point the kernel's OOM killer ends twice is an error, the rest runs
   std::ofstream(cg + "/memory.limit_in_bytes") << (400 << 20) << std::flush;
   TempDir dir;
   const std::string out = dir.str("out");
-  const std::string sweep = "sh -c 'echo $$ > " + cg + "/cgroup.procs && exec " + cli +
-                            " sweep --quiet --variant full --n 64,131072 --heads 8 --dim 64 --causal none "
-                            "--input gaussian --reps 1 --memory-budget 1e15 --out " + out +
-                            "' > /dev/null 2>&1";
+  const std::string sweep =
+      "sh -c 'echo $$ > " + cg + "/cgroup.procs && exec " + cli +
+      " sweep --quiet --variant full --n 64,131072 --heads 8 --dim 64 --causal none "
+      "--input gaussian --reps 1 --memory-budget 1e15 --out " +
+      out + "' > /dev/null 2>&1";
   CHECK(run_command(sweep) != 0);  // killed by the OOM killer on the second point
   CHECK(read_rows(out + "/rows.csv").size() == 1);
   CHECK(run_command(sweep) != 0);  // and again
@@ -933,7 +990,8 @@ TEST_CASE("a point the kernel's OOM killer ends twice is an error, the rest runs
 
 TEST_CASE("mpirun -n 2 sweep --mpi equals an unsharded run", "[.][mpi]") {
   const char* mpirun = std::getenv("MPIRUN");
-  if (driver().empty() || !mpirun) FAIL("SWEEP_DRIVER and MPIRUN must be set (meson test sets them)");
+  if (driver().empty() || !mpirun)
+    FAIL("SWEEP_DRIVER and MPIRUN must be set (meson test sets them)");
   TempDir dir;
   const std::string config = dir.str("sweep.toml");
   std::ofstream(config) << small_config("mpi");
@@ -941,11 +999,12 @@ TEST_CASE("mpirun -n 2 sweep --mpi equals an unsharded run", "[.][mpi]") {
   // Under ASan, Open MPI's dlopen'ed components leak by design at exit and their frames cannot be
   // symbolised (so .ci/lsan.supp cannot name them): leak checking is off in the two MPI ranks
   // only. The same harness code is leak-checked in every other test case of this file.
-  const std::string cmd = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 "
-                          "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-                          "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" " +
-                          std::string(mpirun) + " -n 2 --oversubscribe " + driver() + " " + config +
-                          " " + dir.str("mpi") + " --mpi";
+  const std::string cmd =
+      "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 "
+      "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+      "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" " +
+      std::string(mpirun) + " -n 2 --oversubscribe " + driver() + " " + config + " " +
+      dir.str("mpi") + " --mpi";
   REQUIRE(run_command(cmd) == 0);
   const auto rows = read_rows(dir.str("mpi/rows.csv"));
   std::set<std::string> ranks;

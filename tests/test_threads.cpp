@@ -24,8 +24,10 @@ std::vector<Problem> problems(std::size_t count) {
   for (std::size_t t = 0; t < count; ++t) {
     const std::size_t n = 24 + 8 * t, seed = 10 * t;
     const auto len = static_cast<std::int64_t>(n);
-    Problem p{random_tensor(2, 2, n, 8, seed), random_tensor(2, 2, n, 8, seed + 1),
-              random_tensor(2, 2, n, 8, seed + 2), {}};
+    Problem p{random_tensor(2, 2, n, 8, seed),
+              random_tensor(2, 2, n, 8, seed + 1),
+              random_tensor(2, 2, n, 8, seed + 2),
+              {}};
     if (t % 2 == 1) p.mask.key_lengths = {len, len - 5};
     if (t == 2) p.mask.causal = Causal::top_left;
     out.push_back(std::move(p));
@@ -38,8 +40,9 @@ std::vector<Problem> problems(std::size_t count) {
 TEST_CASE("one backend of every variant serves 4 threads at once", "[threads]") {
   std::vector<std::string> specs;
   for (const auto& name : attention_names()) specs.push_back(name);
-  for (const char* s : {"linformer:share=kv,k=16", "linformer:share=layer,k=16", "linear:feature=favor,m=32",
-                        "linear:feature=dpfp", "linear:rule=delta,beta=0.5"})
+  for (const char* s :
+       {"linformer:share=kv,k=16", "linformer:share=layer,k=16", "linear:feature=favor,m=32",
+        "linear:feature=dpfp", "linear:rule=delta,beta=0.5"})
     specs.push_back(s);
   const std::vector<Problem> work = problems(4);
   for (const std::string& spec : specs) {

@@ -19,8 +19,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kRun = "train --task copy --spec full --n 16 --d-model 16 --heads 2 --ffn 32 "
-                         "--batch 8 --eval-size 16 --eval-every 10 --checkpoint-every 3 --steps 30";
+const std::string kRun =
+    "train --task copy --spec full --n 16 --d-model 16 --heads 2 --ffn 32 "
+    "--batch 8 --eval-size 16 --eval-every 10 --checkpoint-every 3 --steps 30";
 
 // The step in DIR/checkpoint/state.txt, 0 when there is none yet.
 std::size_t checkpoint_step(const std::string& dir) {
@@ -76,8 +77,8 @@ TEST_CASE("attnlab train SIGKILLed and rerun ends bitwise equal to an uninterrup
   const pid_t child = fork();
   REQUIRE(child >= 0);
   if (child == 0) {
-    const std::string cmd = "exec '" + std::string(exe) + "' " + kRun + " --quiet --out '" + out +
-                            "' >/dev/null 2>&1";
+    const std::string cmd =
+        "exec '" + std::string(exe) + "' " + kRun + " --quiet --out '" + out + "' >/dev/null 2>&1";
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -105,7 +106,8 @@ TEST_CASE("attnlab train SIGKILLed and rerun ends bitwise equal to an uninterrup
     const fs::path rel = fs::relative(entry.path(), dir.file("straight/checkpoint"));
     INFO(rel.string());
     if (rel == "state.txt") continue;  // its training seconds differ
-    REQUIRE(read_text(entry.path().string()) == read_text(dir.file("killed/checkpoint/" + rel.string())));
+    REQUIRE(read_text(entry.path().string()) ==
+            read_text(dir.file("killed/checkpoint/" + rel.string())));
   }
   // The logs: every step once, the same losses and accuracies.
   CHECK(column(dir.file("killed/train.csv"), 1) == column(dir.file("straight/train.csv"), 1));
@@ -128,17 +130,24 @@ TEST_CASE("attnlab train: bad options exit 2 with one line naming the problem", 
   one_line("train --spec full --task copy --n 16 --eval-every 0 --out o", "--eval-every");
   one_line("train --task copy --n 16", "--spec");
   // A checkpoint of another run is not resumed into this one.
-  REQUIRE(attnlab_cli(dir, "train --spec full --task copy --n 16 --d-model 16 --heads 2 --ffn 32 "
-                           "--steps 2 --quiet --out o").code == 0);
-  one_line("train --spec full --task copy --n 16 --d-model 16 --heads 2 --ffn 32 --steps 4 "
-           "--lr 0.01 --quiet --out o", "another run");
+  REQUIRE(attnlab_cli(dir,
+                      "train --spec full --task copy --n 16 --d-model 16 --heads 2 --ffn 32 "
+                      "--steps 2 --quiet --out o")
+              .code == 0);
+  one_line(
+      "train --spec full --task copy --n 16 --d-model 16 --heads 2 --ffn 32 --steps 4 "
+      "--lr 0.01 --quiet --out o",
+      "another run");
 }
 
-TEST_CASE("attnlab train --causal, --init and --dump-batches: runs, and bad uses exit 2 with one "
-          "line", "[cli][training]") {
+TEST_CASE(
+    "attnlab train --causal, --init and --dump-batches: runs, and bad uses exit 2 with one "
+    "line",
+    "[cli][training]") {
   TempDir dir("train-causal");
-  const std::string tiny = "train --task copy --n 16 --d-model 16 --heads 2 --ffn 32 --batch 4 "
-                           "--eval-size 4 --steps 2 --quiet ";
+  const std::string tiny =
+      "train --task copy --n 16 --d-model 16 --heads 2 --ffn 32 --batch 4 "
+      "--eval-size 4 --steps 2 --quiet ";
   REQUIRE(attnlab_cli(dir, tiny + "--spec linear --causal --dump-batches b --out a").code == 0);
   CHECK(read_text(dir.file("a/summary.json")).find("causal 1") != std::string::npos);
   CHECK(fs::exists(dir.file("b/step-2.targets.npy")));
@@ -161,12 +170,14 @@ TEST_CASE("attnlab train --causal, --init and --dump-batches: runs, and bad uses
 TEST_CASE("attnlab train --task text reports validation bits per byte, and needs --causal",
           "[cli][training]") {
   TempDir dir("train-text");
-  const std::string tiny = "train --task text --spec full --n 32 --d-model 16 --heads 2 --ffn 32 "
-                           "--batch 4 --eval-size 8 --steps 2 --quiet ";
+  const std::string tiny =
+      "train --task text --spec full --n 32 --d-model 16 --heads 2 --ffn 32 "
+      "--batch 4 --eval-size 8 --steps 2 --quiet ";
   const CliResult refused = attnlab_cli(dir, tiny + "--out u");
   CHECK(refused.code == 2);
-  CHECK(refused.err == "attnlab: error: task 'text' is a language model: it needs train --causal "
-                       "(a bidirectional model would see the byte it is asked to predict)\n");
+  CHECK(refused.err ==
+        "attnlab: error: task 'text' is a language model: it needs train --causal "
+        "(a bidirectional model would see the byte it is asked to predict)\n");
   const CliResult r = attnlab_cli(dir, tiny + "--causal --out t");
   INFO(r.err);
   REQUIRE(r.code == 0);

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -39,8 +39,10 @@ int evaluate_listops(const std::int64_t* tokens, std::size_t length) {
   for (std::size_t i = 0; i < length; ++i) {
     const std::int64_t t = tokens[i];
     if (t >= 1 && t <= 10) {
-      if (open.empty()) result = int(t - 1);
-      else open.back().second.push_back(int(t - 1));
+      if (open.empty())
+        result = int(t - 1);
+      else
+        open.back().second.push_back(int(t - 1));
     } else if (t >= 11 && t <= 14) {
       open.push_back({t, {}});
     } else {
@@ -62,8 +64,10 @@ int evaluate_listops(const std::int64_t* tokens, std::size_t length) {
         for (int a : args) v += a;
         v %= 10;
       }
-      if (open.empty()) result = v;
-      else open.back().second.push_back(v);
+      if (open.empty())
+        result = v;
+      else
+        open.back().second.push_back(v);
     }
   }
   REQUIRE(open.empty());
@@ -244,8 +248,9 @@ TEST_CASE("tasks: bad specs are refused, naming the key", "[training]") {
                       {"task 'mqar:pairz=3': unknown key 'pairz' (known: pairs, vocab)"});
   test::require_error([] { make_task("mqar:pairs=0", 64); }, {"task 'mqar:pairs=0': pairs=0"});
   test::require_error([] { make_task("copy", 2); }, {"task 'copy'", "N = 2"});
-  test::require_error([] { make_task("sorting", 32); },
-                      {"task 'sorting': unknown task 'sorting' (known: mqar, listops, copy, text)"});
+  test::require_error(
+      [] { make_task("sorting", 32); },
+      {"task 'sorting': unknown task 'sorting' (known: mqar, listops, copy, text)"});
   for (const char* spec : {"mqar:pairz=3", "mqar:pairs=x", "sorting", ":pairs=1", "mqar:pairs"}) {
     try {
       make_task(spec, 64);
@@ -284,8 +289,10 @@ TEST_CASE("cross-entropy: loss, accuracy and gradient against finite differences
                       {"target 7", "row 1"});
 }
 
-TEST_CASE("task head: the gradient of the loss through mean pooling and padding equals a "
-          "directional difference", "[training]") {
+TEST_CASE(
+    "task head: the gradient of the loss through mean pooling and padding equals a "
+    "directional difference",
+    "[training]") {
   // listops: per-sequence head over padded items, with key padding in every attention call.
   const auto task = make_task("listops:max_len=24,min_len=6", 24);
   const models::ModelConfig m = tiny_config(*task);
@@ -305,7 +312,8 @@ TEST_CASE("task head: the gradient of the loss through mean pooling and padding 
     direction.emplace_back(params[i].size());
     // The head and the final LayerNorm: their gradients pass through the loss, the head and
     // the pooling but through no ReLU or attention, whose gradients test_model_backward checks.
-    const bool moved = params[i].name.rfind("head.", 0) == 0 || params[i].name.rfind("encoder.norm.", 0) == 0;
+    const bool moved =
+        params[i].name.rfind("head.", 0) == 0 || params[i].name.rfind("encoder.norm.", 0) == 0;
     for (std::size_t j = 0; j < params[i].size(); ++j) {
       direction[i][j] = moved ? normal(rng) : 0.0f;
       directional += double(direction[i][j]) * grads[i].data[j];
@@ -339,7 +347,8 @@ TEST_CASE("task head: scoring the query positions alone equals the head at every
 
   // The reference: the head at every position, the unscored rows' gradient zero.
   models::ModelTrace trace;
-  const models::Activations& hidden = models::forward(model.body, batch.tokens, model.mask(batch), trace);
+  const models::Activations& hidden =
+      models::forward(model.body, batch.tokens, model.mask(batch), trace);
   models::Activations logits, dfeatures;
   model.head.forward(hidden, logits);
   models::Activations dlogits = models::Activations::from_shape(logits.shape());
@@ -359,7 +368,8 @@ TEST_CASE("task head: scoring the query positions alone equals the head at every
   for (std::size_t i = 0; i < got.size(); ++i) {
     INFO(got[i].name);
     double scale = 0;
-    for (std::size_t j = 0; j < want[i].size(); ++j) scale = std::max(scale, double(std::abs(want[i].data[j])));
+    for (std::size_t j = 0; j < want[i].size(); ++j)
+      scale = std::max(scale, double(std::abs(want[i].data[j])));
     REQUIRE(scale > 0);
     for (std::size_t j = 0; j < got[i].size(); ++j)
       CHECK(got[i].data[j] == Approx(want[i].data[j]).margin(1e-5 * scale));
@@ -496,8 +506,10 @@ TEST_CASE("checkpoints: a save that fails half-way leaves no DIR.tmp, and DIR as
   CHECK(resumed.steps() == 1);
 }
 
-TEST_CASE("checkpoints: saves SIGKILLed at random moments never leave a partial folder that "
-          "would be loaded", "[training]") {
+TEST_CASE(
+    "checkpoints: saves SIGKILLed at random moments never leave a partial folder that "
+    "would be loaded",
+    "[training]") {
   TempDir dir("train-kill-save");
   const std::string checkpoint = dir.file("checkpoint");
   Trainer trainer(tiny_config("copy", 16));
@@ -548,8 +560,10 @@ TEST_CASE("Trainer refuses bad configs, naming the field", "[training]") {
   test::require_error([&] { Trainer t(c); }, {"dropout"});
 }
 
-TEST_CASE("causal: no logit depends on a later token, for every variant with a causal mode; "
-          "bidirectional ones do", "[training]") {
+TEST_CASE(
+    "causal: no logit depends on a later token, for every variant with a causal mode; "
+    "bidirectional ones do",
+    "[training]") {
   for (const char* spec :
        {"full", "linear", "sliding:left=4,right=4", "delta", "retnet", "gla", "gated-delta"}) {
     for (const bool causal : {true, false}) {
@@ -566,8 +580,10 @@ TEST_CASE("causal: no logit depends on a later token, for every variant with a c
       for (std::size_t i = 0; i < 15; ++i)
         for (std::size_t k = 0; k < after.shape()[2]; ++k)
           earlier = std::max(earlier, double(std::abs(after(1, i, k) - before(1, i, k))));
-      if (causal) CHECK(earlier < 1e-6);
-      else CHECK(earlier > 1e-4);
+      if (causal)
+        CHECK(earlier < 1e-6);
+      else
+        CHECK(earlier > 1e-4);
       CHECK(std::abs(after(1, 15, 0) - before(1, 15, 0)) > 1e-6);  // its own position sees it
     }
   }
@@ -587,11 +603,13 @@ TEST_CASE("causal and init are part of a run's identity: a checkpoint resumes on
   causal.save(dir.file("causal"));
   c.causal = false;
   Trainer bidirectional(c);
-  test::require_error([&] { bidirectional.load(dir.file("causal")); }, {"'causal 1'", "another run"});
+  test::require_error([&] { bidirectional.load(dir.file("causal")); },
+                      {"'causal 1'", "another run"});
   bidirectional.save(dir.file("bidirectional"));
   c.causal = true;
   Trainer again(c);
-  test::require_error([&] { again.load(dir.file("bidirectional")); }, {"'causal 1'", "another run"});
+  test::require_error([&] { again.load(dir.file("bidirectional")); },
+                      {"'causal 1'", "another run"});
   CHECK_NOTHROW(again.load(dir.file("causal")));
 }
 
@@ -619,7 +637,7 @@ TEST_CASE("state.txt ends with 'end': a file without it is cut short, or older a
     return kept;
   };
   const std::string last_config = lines[lines.size() - 2];  // "warmup 10"
-  write_state(drop(1));  // a checkpoint from before the end line
+  write_state(drop(1));                                     // a checkpoint from before the end line
   Trainer old(c);
   CHECK_NOTHROW(old.load(dir.file("ck")));
   CHECK(old.steps() == 1);
@@ -729,7 +747,7 @@ TEST_CASE("dump_batches: each step writes the batch it trained on", "[training]"
   trainer.step();
   trainer.step();
   const TrainConfig plain = tiny_config("listops:max_len=32,min_len=8", 32);
-  CHECK(c.describe() == plain.describe());  // not part of the run's identity
+  CHECK(c.describe() == plain.describe());               // not part of the run's identity
   const Batch first = trainer.task().batch(c.batch, 0);  // shapes only
   const auto tokens = load_npy_float(dir.file("batches/step-2.tokens.npy"), {2});
   const auto targets = load_npy_float(dir.file("batches/step-2.targets.npy"), {2});

@@ -53,9 +53,8 @@ bool scores_some(const Batch& batch) {
 void gather_scored(const models::Activations& x, const Batch& batch, models::Activations& rows,
                    models::Tokens& row_targets) {
   const std::size_t d = x.shape()[2], positions = batch.targets.size();
-  const auto scored = static_cast<std::size_t>(
-      std::count_if(batch.targets.begin(), batch.targets.end(),
-                    [](std::int64_t t) { return t != kNoTarget; }));
+  const auto scored = static_cast<std::size_t>(std::count_if(
+      batch.targets.begin(), batch.targets.end(), [](std::int64_t t) { return t != kNoTarget; }));
   models::shape_buffer(rows, {1, scored, d});
   models::shape_buffer(row_targets, {1, scored});
   for (std::size_t p = 0, r = 0; p < positions; ++p) {
@@ -66,8 +65,7 @@ void gather_scored(const models::Activations& x, const Batch& batch, models::Act
 }
 
 // Its backward: each scored position of dx [B, N, d] gets its row's gradient, the others 0.
-void scatter_scored(const models::Activations& drows, const Batch& batch,
-                    models::Activations& dx) {
+void scatter_scored(const models::Activations& drows, const Batch& batch, models::Activations& dx) {
   const std::size_t d = drows.shape()[2];
   models::shape_buffer(dx, {batch.targets.shape()[0], batch.targets.shape()[1], d});
   dx.fill(0.0f);
@@ -77,7 +75,8 @@ void scatter_scored(const models::Activations& drows, const Batch& batch,
 }
 
 const std::int64_t* targets_of(const Batch& batch, const models::Activations& logits) {
-  if (batch.targets.shape()[0] != logits.shape()[0] || batch.targets.shape()[1] != logits.shape()[1])
+  if (batch.targets.shape()[0] != logits.shape()[0] ||
+      batch.targets.shape()[1] != logits.shape()[1])
     throw Error("training: the batch's targets are [" + std::to_string(batch.targets.shape()[0]) +
                 ", " + std::to_string(batch.targets.shape()[1]) + "], the logits " +
                 models::shape_text(logits));
@@ -153,7 +152,8 @@ Mask batch_mask(const Batch& batch, bool causal) {
   Mask mask;
   if (causal) mask.causal = Causal::top_left;
   const auto n = static_cast<std::int64_t>(batch.tokens.shape()[1]);
-  if (std::any_of(batch.lengths.begin(), batch.lengths.end(), [n](std::int64_t l) { return l < n; }))
+  if (std::any_of(batch.lengths.begin(), batch.lengths.end(),
+                  [n](std::int64_t l) { return l < n; }))
     mask.key_lengths = batch.lengths;
   return mask;
 }
@@ -177,7 +177,8 @@ void TaskModel::load(const std::string& dir) {
   if (!unused.empty()) {
     std::string names;
     for (const std::string& name : unused) names += (names.empty() ? "" : ", ") + name;
-    throw Error("weights folder " + dir + ": " + names + " belong to no parameter of this model "
+    throw Error("weights folder " + dir + ": " + names +
+                " belong to no parameter of this model "
                 "(another model's weights? e.g. a final LayerNorm the switches leave out)");
   }
   loaded.body.encoder.check(dir + "/encoder.");
@@ -234,8 +235,8 @@ Score evaluate(const TaskModel& model, const Batch& batch) {
     models::Tokens row_targets;
     gather_scored(model.body.forward(batch.tokens, model.mask(batch)), batch, rows, row_targets);
     const models::Activations logits = model.head.forward(rows);
-    return cross_entropy(logits.data(), row_targets.data(), row_targets.size(),
-                         logits.shape()[2], nullptr);
+    return cross_entropy(logits.data(), row_targets.data(), row_targets.size(), logits.shape()[2],
+                         nullptr);
   }
   const models::Activations logits = model.logits(batch);
   const std::size_t classes = logits.shape()[2];

@@ -28,9 +28,9 @@ namespace attnlab::training {
 
 /// Mean cross-entropy of a batch, with how many scored targets the arg-max got right.
 struct Score {
-  double loss = 0;         ///< mean over the scored targets (0 when there are none)
-  std::size_t correct = 0; ///< scored targets whose logit is the largest (first on ties)
-  std::size_t count = 0;   ///< scored targets
+  double loss = 0;          ///< mean over the scored targets (0 when there are none)
+  std::size_t correct = 0;  ///< scored targets whose logit is the largest (first on ties)
+  std::size_t count = 0;    ///< scored targets
 
   /// correct / count (0 when count is 0).
   double accuracy() const { return count ? double(correct) / double(count) : 0.0; }
@@ -97,13 +97,13 @@ TaskModel zero_like(const TaskModel& model);
 /// input, logits and their gradients. Kept from one step to the next (the Trainer owns one), a
 /// step after the first allocates nothing large.
 struct StepWorkspace {
-  models::ModelTrace trace;       ///< the body's activations and gradient buffers
-  models::Activations head_input; ///< the mean-pooled features, or the scored rows [1, R, d]
-  models::Tokens head_targets;    ///< the scored rows' targets [1, R]
-  models::Activations logits;     ///< the head's output
-  models::Activations dlogits;    ///< d(loss)/d(logits)
-  models::Activations dfeatures;  ///< d(loss)/d(the head's input)
-  models::Activations dhidden;    ///< pooled or gathered: d(loss)/d(the body's output)
+  models::ModelTrace trace;        ///< the body's activations and gradient buffers
+  models::Activations head_input;  ///< the mean-pooled features, or the scored rows [1, R, d]
+  models::Tokens head_targets;     ///< the scored rows' targets [1, R]
+  models::Activations logits;      ///< the head's output
+  models::Activations dlogits;     ///< d(loss)/d(logits)
+  models::Activations dfeatures;   ///< d(loss)/d(the head's input)
+  models::Activations dhidden;     ///< pooled or gathered: d(loss)/d(the body's output)
 };
 
 /// The batch's score, and the gradient of its mean loss added into `grad` (zero_like's shape).

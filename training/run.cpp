@@ -65,8 +65,10 @@ class StepProgress {
     std::snprintf(text, sizeof text, "  %.3f s/step  ETA %s", seconds_per_step,
                   format_duration(seconds_per_step * double(steps_ - step)).c_str());
     line += text;
-    if (line_.terminal()) line_.redraw(line);
-    else line_.print(line);
+    if (line_.terminal())
+      line_.redraw(line);
+    else
+      line_.print(line);
   }
 
  private:

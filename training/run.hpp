@@ -7,9 +7,9 @@
 //               at the end
 // Both logs grow by whole lines (attnlab/csv.hpp: one write each, fsync with each checkpoint, a
 // torn last line cut away when reopened) and appear with their first row, so a run that fails
-// before its first step leaves no file, and a folder it created is removed again. Calling it again with the same
-// folder resumes from the checkpoint: the logs are cut back to the checkpoint's step and
-// training continues bitwise as an uninterrupted run would (docs/training.md).
+// before its first step leaves no file, and a folder it created is removed again. Calling it again
+// with the same folder resumes from the checkpoint: the logs are cut back to the checkpoint's step
+// and training continues bitwise as an uninterrupted run would (docs/training.md).
 #pragma once
 
 #include <cstddef>

@@ -18,14 +18,15 @@ std::unique_ptr<Task> make_task(std::string_view spec, std::size_t n) {
   return task;
 }
 
-std::vector<std::string> task_names() { return task_registry().names(); }
+std::vector<std::string> task_names() {
+  return task_registry().names();
+}
 
 std::string task_usage() {
   std::string usage;
   const auto names = task_names();
   const auto makers = task_registry().makers();
-  for (std::size_t i = 0; i < names.size(); ++i)
-    {
+  for (std::size_t i = 0; i < names.size(); ++i) {
     usage.append(i ? ", " : "").append(names[i]);
     if (*makers[i]->keys) usage.append("[:").append(makers[i]->keys).append("]");
   }

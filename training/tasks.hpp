@@ -66,9 +66,9 @@ inline constexpr std::int64_t kNoTarget = -1;
 
 /// One batch of a task.
 struct Batch {
-  models::Tokens tokens;             ///< [B, N] input ids in [0, vocab)
-  models::Tokens targets;            ///< [B, N] or [B, 1] (see Output), classes or kNoTarget
-  std::vector<std::int64_t> lengths; ///< tokens before the padding, per item (N: none)
+  models::Tokens tokens;              ///< [B, N] input ids in [0, vocab)
+  models::Tokens targets;             ///< [B, N] or [B, 1] (see Output), classes or kNoTarget
+  std::vector<std::int64_t> lengths;  ///< tokens before the padding, per item (N: none)
 };
 
 /// A seeded generator of one task at one sequence length.

@@ -37,9 +37,9 @@ std::uint64_t data_seed(std::uint64_t seed, std::uint64_t stream, std::uint64_t 
 std::size_t head_rows(const Task& task, std::size_t batch) {
   if (task.output() == Output::per_sequence) return batch;
   const Batch one = task.batch(1, 0);
-  return batch * static_cast<std::size_t>(std::count_if(
-                     one.targets.begin(), one.targets.end(),
-                     [](std::int64_t t) { return t != kNoTarget; }));
+  return batch *
+         static_cast<std::size_t>(std::count_if(one.targets.begin(), one.targets.end(),
+                                                [](std::int64_t t) { return t != kNoTarget; }));
 }
 
 models::ModelConfig model_config(const TrainConfig& c, std::size_t vocab) {
@@ -89,21 +89,23 @@ void TrainConfig::validate() const {
     throw Error("train: n, batch, eval_size and layers must be at least 1");
   const auto made = make_task(task, n);
   if (made->needs_causal() && !causal)
-    throw Error("task '" + made->spec() + "' is a language model: it needs train --causal (a "
+    throw Error("task '" + made->spec() +
+                "' is a language model: it needs train --causal (a "
                 "bidirectional model would see the byte it is asked to predict)");
   model_config(*this, made->vocab()).validate();
   adam.validate();
   if (causal) {
     const auto attention = make_attention(spec);
     if (!attention->support().causal)
-      throw Unsupported(attention->name(), "causal masks, which train --causal needs in every "
-                                           "attention call");
+      throw Unsupported(attention->name(),
+                        "causal masks, which train --causal needs in every "
+                        "attention call");
   }
-  models::require_memory(memory_bytes(),
-                         "train: n=" + std::to_string(n) + ", batch=" + std::to_string(batch) +
-                             ", layers=" + std::to_string(layers) + ", d_model=" +
-                             std::to_string(d_model) + ", ffn=" + std::to_string(ffn) +
-                             ", eval_size=" + std::to_string(eval_size));
+  models::require_memory(
+      memory_bytes(), "train: n=" + std::to_string(n) + ", batch=" + std::to_string(batch) +
+                          ", layers=" + std::to_string(layers) +
+                          ", d_model=" + std::to_string(d_model) + ", ffn=" + std::to_string(ffn) +
+                          ", eval_size=" + std::to_string(eval_size));
 }
 
 double TrainConfig::memory_bytes() const {
@@ -124,12 +126,12 @@ double TrainConfig::memory_bytes() const {
 std::string TrainConfig::describe() const {
   std::ostringstream s;
   s.precision(17);
-  s << "task " << make_task(task, n)->spec() << "\nspec " << make_attention(spec)->spec()
-    << "\nn " << n << "\nlayers " << layers << "\nd_model " << d_model << "\nheads " << heads
-    << "\nffn " << ffn << "\nswitches " << switches << "\nbatch " << batch << "\nseed " << seed
-    << "\neval_size " << eval_size << "\nlr " << adam.lr << "\nbeta1 " << adam.beta1
-    << "\nbeta2 " << adam.beta2 << "\neps " << adam.eps << "\nweight_decay "
-    << adam.weight_decay << "\nwarmup " << adam.warmup << "\n";
+  s << "task " << make_task(task, n)->spec() << "\nspec " << make_attention(spec)->spec() << "\nn "
+    << n << "\nlayers " << layers << "\nd_model " << d_model << "\nheads " << heads << "\nffn "
+    << ffn << "\nswitches " << switches << "\nbatch " << batch << "\nseed " << seed
+    << "\neval_size " << eval_size << "\nlr " << adam.lr << "\nbeta1 " << adam.beta1 << "\nbeta2 "
+    << adam.beta2 << "\neps " << adam.eps << "\nweight_decay " << adam.weight_decay << "\nwarmup "
+    << adam.warmup << "\n";
   if (causal) s << "causal 1\n";
   if (!init.empty()) s << "init " << init << "\n";
   return s.str();
@@ -145,32 +147,53 @@ TrainConfig TrainConfig::parse(const std::string& lines, const std::string& wher
     const std::string key = line.substr(0, space);
     const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
     const auto fail = [&]() -> Error {
-      return Error(where + ": config line '" + line + "' is not one TrainConfig::describe() writes");
+      return Error(where + ": config line '" + line +
+                   "' is not one TrainConfig::describe() writes");
     };
     const auto number = [&](auto& field) {
       std::istringstream v(value);
       if (!(v >> field) || !v.eof()) throw fail();
     };
-    if (key == "task") c.task = value;
-    else if (key == "spec") c.spec = value;
-    else if (key == "switches") c.switches = value;
-    else if (key == "init") c.init = value;
-    else if (key == "n") number(c.n);
-    else if (key == "layers") number(c.layers);
-    else if (key == "d_model") number(c.d_model);
-    else if (key == "heads") number(c.heads);
-    else if (key == "ffn") number(c.ffn);
-    else if (key == "batch") number(c.batch);
-    else if (key == "seed") number(c.seed);
-    else if (key == "eval_size") number(c.eval_size);
-    else if (key == "lr") number(c.adam.lr);
-    else if (key == "beta1") number(c.adam.beta1);
-    else if (key == "beta2") number(c.adam.beta2);
-    else if (key == "eps") number(c.adam.eps);
-    else if (key == "weight_decay") number(c.adam.weight_decay);
-    else if (key == "warmup") number(c.adam.warmup);
-    else if (key == "causal") c.causal = value == "1" ? true : throw fail();
-    else throw fail();
+    if (key == "task")
+      c.task = value;
+    else if (key == "spec")
+      c.spec = value;
+    else if (key == "switches")
+      c.switches = value;
+    else if (key == "init")
+      c.init = value;
+    else if (key == "n")
+      number(c.n);
+    else if (key == "layers")
+      number(c.layers);
+    else if (key == "d_model")
+      number(c.d_model);
+    else if (key == "heads")
+      number(c.heads);
+    else if (key == "ffn")
+      number(c.ffn);
+    else if (key == "batch")
+      number(c.batch);
+    else if (key == "seed")
+      number(c.seed);
+    else if (key == "eval_size")
+      number(c.eval_size);
+    else if (key == "lr")
+      number(c.adam.lr);
+    else if (key == "beta1")
+      number(c.adam.beta1);
+    else if (key == "beta2")
+      number(c.adam.beta2);
+    else if (key == "eps")
+      number(c.adam.eps);
+    else if (key == "weight_decay")
+      number(c.adam.weight_decay);
+    else if (key == "warmup")
+      number(c.adam.warmup);
+    else if (key == "causal")
+      c.causal = value == "1" ? true : throw fail();
+    else
+      throw fail();
   }
   return c;
 }
@@ -178,12 +201,14 @@ TrainConfig TrainConfig::parse(const std::string& lines, const std::string& wher
 TrainConfig checkpoint_config(const std::string& path) {
   const bool here = fs::exists(fs::path(path) / "state.txt");
   if (!here && !fs::exists(fs::path(path + ".old") / "state.txt"))
-    throw Error("'" + path + "' is not a checkpoint folder of attnlab train: it has no "
+    throw Error("'" + path +
+                "' is not a checkpoint folder of attnlab train: it has no "
                 "state.txt (give the run's checkpoint/ folder, e.g. runs/lm/checkpoint)");
   const std::string dir = here ? path : path + ".old";
   std::istringstream state(read_text(fs::path(dir) / "state.txt"));
   std::string line, lines;
-  for (int skip = 0; skip < 2 && std::getline(state, line); ++skip) {}  // step, seconds
+  for (int skip = 0; skip < 2 && std::getline(state, line); ++skip) {
+  }  // step, seconds
   while (std::getline(state, line) && line != "end") lines += line + "\n";
   return TrainConfig::parse(lines, "checkpoint file " + dir + "/state.txt");
 }
@@ -224,7 +249,9 @@ const std::vector<Batch>& Trainer::held_out() {
   return eval_;
 }
 
-Score Trainer::evaluate() { return training::evaluate(model_, held_out()); }
+Score Trainer::evaluate() {
+  return training::evaluate(model_, held_out());
+}
 
 namespace {
 
@@ -235,18 +262,21 @@ void discard(const std::string& folder, const std::string& trash) {
   std::error_code ec;
   fs::remove_all(trash, ec);
   fs::rename(folder, trash, ec);
-  if (ec) throw Error("checkpoint " + folder + ": cannot move it to " + trash + ": " + ec.message());
+  if (ec)
+    throw Error("checkpoint " + folder + ": cannot move it to " + trash + ": " + ec.message());
   fs::remove_all(trash, ec);
 }
 
-bool complete(const std::string& folder) { return fs::exists(fs::path(folder) / "state.txt"); }
+bool complete(const std::string& folder) {
+  return fs::exists(fs::path(folder) / "state.txt");
+}
 
 }  // namespace
 
 void Trainer::save(const std::string& dir) {
   const std::string tmp = dir + ".tmp", old = dir + ".old", trash = dir + ".trash";
   std::error_code ec;
-  fs::remove_all(tmp, ec);    // what a kill or a failed save left: never loaded
+  fs::remove_all(tmp, ec);  // what a kill or a failed save left: never loaded
   fs::remove_all(trash, ec);
   if (complete(dir) && fs::exists(old)) discard(old, trash);  // a kill after the last rename
   try {
@@ -272,7 +302,8 @@ void Trainer::save(const std::string& dir) {
 }
 
 bool Trainer::has_checkpoint(const std::string& dir) {
-  return fs::exists(fs::path(dir) / "state.txt") || fs::exists(fs::path(dir + ".old") / "state.txt");
+  return fs::exists(fs::path(dir) / "state.txt") ||
+         fs::exists(fs::path(dir + ".old") / "state.txt");
 }
 
 void Trainer::load(const std::string& path) {
@@ -284,8 +315,10 @@ void Trainer::load(const std::string& path) {
   std::string key, line;
   if (!(state >> key >> step) || key != "step" || !(state >> key >> seconds_so_far) ||
       key != "seconds")
-    throw Error("checkpoint file " + dir + "/state.txt is truncated or corrupt: expected "
-                "'step T' and 'seconds S' first (remove " + dir + " to start over)");
+    throw Error("checkpoint file " + dir +
+                "/state.txt is truncated or corrupt: expected "
+                "'step T' and 'seconds S' first (remove " +
+                dir + " to start over)");
   std::getline(state, line);
   // The config lines up to "end"; a state.txt without that line was cut short or written before
   // it had one (which stays readable).
@@ -298,8 +331,10 @@ void Trainer::load(const std::string& path) {
   for (std::size_t i = 0; i < std::max(has.size(), wants.size()); ++i) {
     if (i < has.size() && i < wants.size() && has[i] == wants[i]) continue;
     if (i >= has.size() && !ended)
-      throw Error("checkpoint file " + dir + "/state.txt is truncated or corrupt: it ends "
-                  "before the config line '" + wants[i] + "' (remove " + dir + " to start over)");
+      throw Error("checkpoint file " + dir +
+                  "/state.txt is truncated or corrupt: it ends "
+                  "before the config line '" +
+                  wants[i] + "' (remove " + dir + " to start over)");
     throw Error("checkpoint " + dir + " was written by another run: it has '" +
                 (i < has.size() ? has[i] : "(nothing)") + "', this run '" +
                 (i < wants.size() ? wants[i] : "(nothing)") +
@@ -325,8 +360,14 @@ struct LinearGemms {
   std::vector<float> x, w, y, dw, dx;
 
   LinearGemms(std::size_t rows_, std::size_t in_, std::size_t out_)
-      : rows(rows_), in(in_), out(out_), x(rows * in, 0.5f), w(out * in, 0.01f), y(rows * out),
-        dw(out * in), dx(rows * in) {}
+      : rows(rows_),
+        in(in_),
+        out(out_),
+        x(rows * in, 0.5f),
+        w(out * in, 0.01f),
+        y(rows * out),
+        dw(out * in),
+        dx(rows * in) {}
 
   void run() {
     const int r = int(rows), i = int(in), o = int(out);

@@ -59,10 +59,10 @@ struct TrainConfig {
   std::uint64_t seed = 1;           ///< weights and data
   std::size_t eval_size = 512;      ///< held-out examples
   models::AdamConfig adam{3e-3, 0.9, 0.98, 1e-8, 0.01, 100};  ///< lr 3e-3, warm-up 100 steps
-  bool causal = false;              ///< a decoder-only stack: every attention call causal
-  std::string init;                 ///< initial weights folder ("": seeded from `seed`)
-  std::string dump_batches;         ///< folder to write each step's batch to ("": none); not
-                                    ///< part of the run's identity (describe() leaves it out)
+  bool causal = false;       ///< a decoder-only stack: every attention call causal
+  std::string init;          ///< initial weights folder ("": seeded from `seed`)
+  std::string dump_batches;  ///< folder to write each step's batch to ("": none); not
+                             ///< part of the run's identity (describe() leaves it out)
 
   /// Throws Error naming the first bad field (sizes, the task, the spec, the switches, Adam), or
   /// the sizes when memory_bytes() exceeds what this process may use (models::require_memory);
@@ -72,8 +72,8 @@ struct TrainConfig {
   /// A lower bound of the bytes a run needs: four copies of the parameters (weights, gradients,
   /// Adam's two moments), the step's workspace (per layer about 20 · d_model + ffn floats a
   /// token, kept from step to step, one backward scratch of 12 · d_model + ffn floats a token,
-  /// the head's logits and their gradient at the scored rows) and the held-out set's tokens. An attention core's
-  /// own scratch comes on top.
+  /// the head's logits and their gradient at the scored rows) and the held-out set's tokens. An
+  /// attention core's own scratch comes on top.
   double memory_bytes() const;
 
   /// One "key value" line per field, in a fixed order: the identity of a run. `causal` and
@@ -151,15 +151,16 @@ class Trainer {
 
 /// The time of a training step split into its attention calls, its GEMMs and the rest.
 struct StepSplit {
-  double step = 0;       ///< a whole step (forward, loss, backward, Adam), median of rounds
-  double attention = 0;  ///< its L attention forwards (saving lse) and backwards, measured alone
-  double gemm = 0;       ///< its projection, FFN and head GEMMs (forward and backward), alone
+  double step = 0;         ///< a whole step (forward, loss, backward, Adam), median of rounds
+  double attention = 0;    ///< its L attention forwards (saving lse) and backwards, measured alone
+  double gemm = 0;         ///< its projection, FFN and head GEMMs (forward and backward), alone
   std::size_t rounds = 0;  ///< rounds measured
 };
 
 /// Measures a StepSplit at the trainer's config on copies of its model (the trainer does not
-/// change), the steps in one StepWorkspace as Trainer::step runs them: `rounds` rounds of (one step, the attention calls alone, the GEMMs alone),
-/// alternated so that a shared machine's drift hits all three alike; medians.
+/// change), the steps in one StepWorkspace as Trainer::step runs them: `rounds` rounds of (one
+/// step, the attention calls alone, the GEMMs alone), alternated so that a shared machine's drift
+/// hits all three alike; medians.
 StepSplit measure_split(const Trainer& trainer, std::size_t rounds);
 
 }  // namespace attnlab::training

@@ -15,7 +15,9 @@ namespace {
 
 using kernels::OnlineSoftmax;
 
-std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
+std::size_t ceil_div(std::size_t a, std::size_t b) {
+  return (a + b - 1) / b;
+}
 
 // First ceil(G/2) and last floor(G/2) of `count` blocks.
 bool is_global(std::size_t j, std::size_t count, std::int64_t global) {
@@ -208,14 +210,13 @@ double BigBirdAttention::flops(const Dims& d, const Mask& mask) const {
   return 2.0 * pairs * double(d.dk + d.dv);
 }
 
-void BigBirdAttention::compute(TensorRef q, TensorRef k, TensorRef v,
-                               const Mask& mask, const Dims& d, Tensor& out) const {
+void BigBirdAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                               const Dims& d, Tensor& out) const {
   run(q, k, v, mask, d, out, nullptr);
 }
 
-void BigBirdAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v,
-                                          const Mask& mask, const Dims& d, Tensor& out,
-                                          RowLogSumExp& lse) const {
+void BigBirdAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                          const Dims& d, Tensor& out, RowLogSumExp& lse) const {
   run(q, k, v, mask, d, out, lse.data());
 }
 
@@ -231,8 +232,8 @@ std::size_t tile_rows(std::size_t block, std::size_t nq, std::size_t max_rows) {
 
 }  // namespace
 
-void BigBirdAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                           const Dims& d, Tensor& out, float* lse) const {
+void BigBirdAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                           Tensor& out, float* lse) const {
   const BigBirdLayout layout =
       bigbird_layout(config_, d.heads, d.nq, d.nk, mask.causal != Causal::none);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
@@ -243,9 +244,10 @@ void BigBirdAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& ma
       if (is_global(i, layout.query_blocks, config_.global) == (pass == 0)) order.push_back(i);
   const std::size_t block = layout.block, rows = tile_rows(block, d.nq, OnlineSoftmax::kRows);
   // Keys transposed one head at a time into two alternating buffers: a head's keys stay in cache
-  // while its blocks read them, and no buffer of all heads is allocated (and page-faulted) per call.
-  // Left uninitialised, as full's: the padding of the last tile is never read (a memset of both
-  // was 4.5% of a forward at N = 65536); huge pages (scratch_floats) spare the per-call faults.
+  // while its blocks read them, and no buffer of all heads is allocated (and page-faulted) per
+  // call. Left uninitialised, as full's: the padding of the last tile is never read (a memset of
+  // both was 4.5% of a forward at N = 65536); huge pages (scratch_floats) spare the per-call
+  // faults.
   constexpr std::size_t kCols = OnlineSoftmax::kCols;
   const std::size_t key_tiles = ceil_div(d.nk, kCols);
   const std::size_t per_head = key_tiles * kCols * d.dk;
@@ -281,10 +283,9 @@ void BigBirdAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& ma
   }
 }
 
-void BigBirdAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
-                                        const Mask& mask, const Dims& d, TensorRef out,
-                                        TensorRef d_out, const RowLogSumExp* saved,
-                                        Gradients& g) const {
+void BigBirdAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                        const Dims& d, TensorRef out, TensorRef d_out,
+                                        const RowLogSumExp* saved, Gradients& g) const {
   RowLogSumExp storage;
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
   const BigBirdLayout layout =
@@ -301,9 +302,9 @@ void BigBirdAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
         key_ranges(layout.blocks(h, qb), block, d.nk, ranges);
         const std::size_t end = std::min(d.nq, (qb + 1) * block);
         for (std::size_t i0 = qb * block; i0 < end; i0 += rows)
-          kernels::backprop_key_ranges(q, kt, k, vt, out, d_out, lse.data() + bh * d.nq + i0,
-                                       mask, d, b, h, i0, std::min(rows, end - i0), ranges, scale,
-                                       grad, g.dq, dk, dv);
+          kernels::backprop_key_ranges(q, kt, k, vt, out, d_out, lse.data() + bh * d.nq + i0, mask,
+                                       d, b, h, i0, std::min(rows, end - i0), ranges, scale, grad,
+                                       g.dq, dk, dv);
       },
       g.dk, g.dv);
 }

@@ -41,11 +41,11 @@ namespace attnlab {
 
 /// BigBird's parameters, as in the factory string (see above).
 struct BigBirdConfig {
-  std::int64_t block = 64;   ///< tokens per block (>= 1)
-  std::int64_t window = 3;   ///< key blocks around the query block (odd, >= 1)
-  std::int64_t global = 2;   ///< leading global blocks (>= 0)
-  std::int64_t random = 3;   ///< random key blocks per query block (>= 0)
-  std::int64_t seed = 0;     ///< seed of the random blocks (>= 0)
+  std::int64_t block = 64;  ///< tokens per block (>= 1)
+  std::int64_t window = 3;  ///< key blocks around the query block (odd, >= 1)
+  std::int64_t global = 2;  ///< leading global blocks (>= 0)
+  std::int64_t random = 3;  ///< random key blocks per query block (>= 0)
+  std::int64_t seed = 0;    ///< seed of the random blocks (>= 0)
 
   /// Throws Error naming the first parameter out of range.
   void validate() const;
@@ -98,17 +98,17 @@ class BigBirdAttention final : public Attention {
 
  protected:
   std::string why_unsupported(const std::string& feature) const override;
-  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-               const Dims& d, Tensor& out) const override;
-  void compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                          const Dims& d, Tensor& out, RowLogSumExp& lse) const override;
-  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                        const Dims& d, TensorRef out, TensorRef d_out,
-                        const RowLogSumExp* lse, Gradients& g) const override;
+  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+               Tensor& out) const override;
+  void compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                          Tensor& out, RowLogSumExp& lse) const override;
+  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                        TensorRef out, TensorRef d_out, const RowLogSumExp* lse,
+                        Gradients& g) const override;
 
  private:
-  void run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-           Tensor& out, float* lse) const;
+  void run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d, Tensor& out,
+           float* lse) const;
 
   BigBirdConfig config_;
 };

@@ -2,8 +2,7 @@
 
 namespace attnlab {
 
-DeltaAttention::DeltaAttention(double beta)
-    : ScanAttention(delta_rule("delta", beta, false)) {}
+DeltaAttention::DeltaAttention(double beta) : ScanAttention(delta_rule("delta", beta, false)) {}
 
 std::string DeltaAttention::spec() const {
   return SpecWriter("delta").add("beta", rule().beta).str();

@@ -56,10 +56,14 @@ void relu(const float* x, float* out, std::size_t n) {
 
 const char* feature_name(Feature f) {
   switch (f) {
-    case Feature::elu1: return "elu1";
-    case Feature::relu: return "relu";
-    case Feature::favor: return "favor";
-    case Feature::dpfp: return "dpfp";
+    case Feature::elu1:
+      return "elu1";
+    case Feature::relu:
+      return "relu";
+    case Feature::favor:
+      return "favor";
+    case Feature::dpfp:
+      return "dpfp";
   }
   return "?";
 }
@@ -102,8 +106,8 @@ xt::xtensor<float, 2> favor_projection(std::size_t m, std::size_t dk, std::uint6
   return w;
 }
 
-FeatureMap::FeatureMap(Feature f, std::size_t dk, std::size_t m, std::size_t nu,
-                       std::uint64_t seed, double scale)
+FeatureMap::FeatureMap(Feature f, std::size_t dk, std::size_t m, std::size_t nu, std::uint64_t seed,
+                       double scale)
     : feature_(f), dk_(dk), dim_(dk), nu_(nu) {
   ATTNLAB_ASSERT(dk >= 1);
   if (f == Feature::dpfp) {
@@ -163,8 +167,8 @@ void FeatureMap::map(const float* x, std::size_t rows, float* out) const {
   }
 }
 
-void FeatureMap::backward(const float* x, std::size_t rows, const float* phi,
-                          const float* d_phi, float* dx) const {
+void FeatureMap::backward(const float* x, std::size_t rows, const float* phi, const float* d_phi,
+                          float* dx) const {
   switch (feature_) {
     case Feature::elu1:  // d/dx (x + 1) = 1; d/dx exp(x) = exp(x) = phi
       for (std::size_t i = 0; i < rows * dk_; ++i) dx[i] = d_phi[i] * (x[i] > 0.0f ? 1.0f : phi[i]);

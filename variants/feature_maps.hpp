@@ -64,8 +64,8 @@ class FeatureMap {
   Feature feature_;
   std::size_t dk_, dim_, nu_;
   float scale_ = 1.0f, log_norm_ = 0.0f;  // favor: q·k scale and log(1 / sqrt(m))
-  std::vector<float> wt_;                   // favor: projection^T · sqrt(scale), [Dk x m]
-  std::vector<float> w_;                    // favor: projection · sqrt(scale), [m x Dk]
+  std::vector<float> wt_;                 // favor: projection^T · sqrt(scale), [Dk x m]
+  std::vector<float> w_;                  // favor: projection · sqrt(scale), [m x Dk]
 };
 
 }  // namespace attnlab

@@ -19,19 +19,18 @@ double FullAttention::flops(const Dims& d, const Mask& mask) const {
   return 2.0 * pairs * static_cast<double>(d.heads * (d.dk + d.dv));
 }
 
-void FullAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                            const Dims& d, Tensor& out) const {
+void FullAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                            Tensor& out) const {
   run(q, k, v, mask, d, out, nullptr);
 }
 
-void FullAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v,
-                                       const Mask& mask, const Dims& d, Tensor& out,
-                                       RowLogSumExp& lse) const {
+void FullAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                       const Dims& d, Tensor& out, RowLogSumExp& lse) const {
   run(q, k, v, mask, d, out, lse.data());
 }
 
-void FullAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                        const Dims& d, Tensor& out, float* lse) const {
+void FullAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                        Tensor& out, float* lse) const {
   // transpose_keys' tiles, left uninitialised (not zeroed: the padding is never read).
   constexpr std::size_t kCols = OnlineSoftmax::kCols;
   const std::size_t per_head = (d.nk + kCols - 1) / kCols * kCols * d.dk;
@@ -61,10 +60,9 @@ void FullAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
   }
 }
 
-void FullAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
-                                     const Mask& mask, const Dims& d, TensorRef out,
-                                     TensorRef d_out, const RowLogSumExp* saved,
-                                     Gradients& g) const {
+void FullAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                     const Dims& d, TensorRef out, TensorRef d_out,
+                                     const RowLogSumExp* saved, Gradients& g) const {
   RowLogSumExp storage;
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
   const std::vector<std::pair<std::size_t, std::size_t>> all_keys = {{0, d.nk}};
@@ -76,14 +74,16 @@ void FullAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
       [&](std::size_t bh, std::size_t t, const float* kt, const float* vt, float* dk, float* dv,
           kernels::SoftmaxBackward& grad) {
         const std::size_t i0 = t * kRows;
-        kernels::backprop_key_ranges(q, kt, k, vt, out, d_out, lse.data() + bh * d.nq + i0, mask,
-                                     d, bh / d.heads, bh % d.heads, i0, std::min(kRows, d.nq - i0),
+        kernels::backprop_key_ranges(q, kt, k, vt, out, d_out, lse.data() + bh * d.nq + i0, mask, d,
+                                     bh / d.heads, bh % d.heads, i0, std::min(kRows, d.nq - i0),
                                      all_keys, scale, grad, g.dq, dk, dv);
       },
       g.dk, g.dv);
 }
 
-std::unique_ptr<Attention> make_full(Params&) { return std::make_unique<FullAttention>(); }
+std::unique_ptr<Attention> make_full(Params&) {
+  return std::make_unique<FullAttention>();
+}
 
 namespace {
 // Position 10 in attention_names() and the --help listing.

@@ -13,7 +13,9 @@ ScanRule gla_rule() {
 
 GlaAttention::GlaAttention() : ScanAttention(gla_rule()) {}
 
-std::unique_ptr<Attention> make_gla(Params&) { return std::make_unique<GlaAttention>(); }
+std::unique_ptr<Attention> make_gla(Params&) {
+  return std::make_unique<GlaAttention>();
+}
 
 namespace {
 // Position 80 in attention_names() and the --help listing.

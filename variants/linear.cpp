@@ -26,7 +26,9 @@ void exp_shifted(float* x, std::size_t n, float c) {
   kernels::exp2_inplace(x, n);
 }
 
-float row_max(const float* x, std::size_t n) { return *std::max_element(x, x + n); }
+float row_max(const float* x, std::size_t n) {
+  return *std::max_element(x, x + n);
+}
 
 using scan::dot;
 using scan::sum;
@@ -54,21 +56,19 @@ void delta_rows(const FeatureMap& map, const float* x, std::size_t rows, float* 
 }
 
 // d/dphi of hat = phi / sum(phi), in place: (dhat - dhat·hat) / sum; zero where the sum is 0.
-void hat_backward(const float* hat, const float* sums, std::size_t rows, std::size_t p,
-                  float* d) {
+void hat_backward(const float* hat, const float* sums, std::size_t rows, std::size_t p, float* d) {
   for (std::size_t i = 0; i < rows; ++i) {
     float* row = d + i * p;
     const float along = dot(row, hat + i * p, p);
-    for (std::size_t r = 0; r < p; ++r)
-      row[r] = sums[i] > 0.0f ? (row[r] - along) / sums[i] : 0.0f;
+    for (std::size_t r = 0; r < p; ++r) row[r] = sums[i] > 0.0f ? (row[r] - along) / sums[i] : 0.0f;
   }
 }
 
 // Key features of the sum rule for the first `valid` of `rows` keys: favor's exp(E_t - c_t)
 // with c_t the running max log-feature from c (updated) and g_t = c_{t-1} - c_t (0 for the
 // first key, which meets an empty state); other maps phi(k_t), no g. Padding rows zero.
-void sum_key_features(const FeatureMap& map, const float* k, std::size_t rows,
-                      std::size_t valid, float* fk, float* g, float& c) {
+void sum_key_features(const FeatureMap& map, const float* k, std::size_t rows, std::size_t valid,
+                      float* fk, float* g, float& c) {
   const std::size_t p = map.dim();
   if (valid > 0) map.map(k, valid, fk);
   std::fill(fk + valid * p, fk + rows * p, 0.0f);
@@ -89,8 +89,8 @@ struct HeadWork {
 
 // One head prepared for the engine: features (the delta rule's sum-normalised) and favor's g.
 scan::Head prepare(const FeatureMap& map, const LinearConfig& c, const float* q, const float* k,
-                   const float* v, std::size_t nq, std::size_t nk, std::size_t valid,
-                   bool causal, HeadWork& w) {
+                   const float* v, std::size_t nq, std::size_t nk, std::size_t valid, bool causal,
+                   HeadWork& w) {
   const std::size_t p = map.dim();
   scan::Head h;
   h.nq = nq;
@@ -125,7 +125,9 @@ scan::Head prepare(const FeatureMap& map, const LinearConfig& c, const float* q,
 }
 
 // 1 / (den + eps), or 0 where den = 0 (such a row outputs zeros).
-float inverse_den(float den, float eps) { return den > 0.0f ? 1.0f / (den + eps) : 0.0f; }
+float inverse_den(float den, float eps) {
+  return den > 0.0f ? 1.0f / (den + eps) : 0.0f;
+}
 
 // out_i = num_i / (den_i + eps) in place.
 void divide_rows(float* num, const float* den, std::size_t rows, std::size_t dv, float eps) {
@@ -179,8 +181,7 @@ double LinearAttention::flops(const Dims& d, const Mask& mask) const {
                       : config_.feature == Feature::dpfp ? 2.0 * double(d.dk * config_.nu)
                                                          : double(d.dk);
   double keys = 0;  // keys that write into the memory, over the batch
-  for (std::size_t b = 0; b < d.batch; ++b)
-    keys += double(mask.valid_keys(b, d.nk));
+  for (std::size_t b = 0; b < d.batch; ++b) keys += double(mask.valid_keys(b, d.nk));
   const double queries = double(d.batch * d.nq);
   const double dv = double(d.dv);
   const double write = config_.rule == LinearRule::sum ? 2 * dphi * (dv + 1) : 4 * dphi * dv;
@@ -198,9 +199,8 @@ FeatureMap LinearAttention::feature_map(std::size_t dk, double scale) const {
                     scale);
 }
 
-
-void LinearAttention::compute(TensorRef q, TensorRef k, TensorRef v,
-                              const Mask& mask, const Dims& d, Tensor& out) const {
+void LinearAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                              const Dims& d, Tensor& out) const {
   const FeatureMap map = feature_map(d.dk, mask.softmax_scale(d.dk));
   const bool causal = mask.causal != Causal::none;
   const float eps = static_cast<float>(config_.eps);
@@ -214,9 +214,9 @@ void LinearAttention::compute(TensorRef q, TensorRef k, TensorRef v,
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t t = 0; t < heads; ++t) {
       const std::size_t bh = static_cast<std::size_t>(t), b = bh / d.heads;
-      const scan::Head h = prepare(map, config_, q.data() + bh * d.nq * d.dk,
-                                   k.data() + bh * d.nk * d.dk, v.data() + bh * d.nk * d.dv,
-                                   d.nq, d.nk, mask.valid_keys(b, d.nk), causal, w);
+      const scan::Head h =
+          prepare(map, config_, q.data() + bh * d.nq * d.dk, k.data() + bh * d.nk * d.dk,
+                  v.data() + bh * d.nk * d.dv, d.nq, d.nk, mask.valid_keys(b, d.nk), causal, w);
       float* oh = out.data() + bh * d.nq * d.dv;
       if (config_.rule == LinearRule::delta) {
         scan::forward(h, p, d.dv, oh, nullptr, nullptr);
@@ -229,10 +229,9 @@ void LinearAttention::compute(TensorRef q, TensorRef k, TensorRef v,
   }
 }
 
-void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
-                                      const Mask& mask, const Dims& d, TensorRef,
-                                      TensorRef d_out, const RowLogSumExp*,
-                                      Gradients& grads) const {
+void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                       const Dims& d, TensorRef, TensorRef d_out,
+                                       const RowLogSumExp*, Gradients& grads) const {
   const FeatureMap map = feature_map(d.dk, mask.softmax_scale(d.dk));
   const bool causal = mask.causal != Causal::none;
   const float eps = static_cast<float>(config_.eps);
@@ -253,8 +252,8 @@ void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
       float* dq = grads.dq.data() + bh * d.nq * d.dk;
       float* dk = grads.dk.data() + bh * d.nk * d.dk;
       float* dval = grads.dv.data() + bh * d.nk * dv;
-      const scan::Head h = prepare(map, config_, qh, kh, v.data() + bh * d.nk * dv, d.nq, d.nk,
-                                   valid, causal, w);
+      const scan::Head h =
+          prepare(map, config_, qh, kh, v.data() + bh * d.nk * dv, d.nq, d.nk, valid, causal, w);
       w.dfq.resize(d.nq * p);
       w.dfk.resize(d.nk * p);
       if (config_.rule == LinearRule::delta) {
@@ -303,9 +302,15 @@ LinearState LinearAttention::start(std::size_t batch, std::size_t heads, std::si
 
 LinearState::LinearState(const LinearConfig& config, FeatureMap map, std::size_t batch,
                          std::size_t heads, std::size_t dv)
-    : config_(config), map_(std::move(map)), batch_(batch), heads_(heads), dv_(dv),
-      memory_(batch * heads * scan::state_floats(map_.dim(), dv), 0.0f), c_(batch * heads, kNegInf),
-      fq_(map_.dim()), fk_(map_.dim()) {}
+    : config_(config),
+      map_(std::move(map)),
+      batch_(batch),
+      heads_(heads),
+      dv_(dv),
+      memory_(batch * heads * scan::state_floats(map_.dim(), dv), 0.0f),
+      c_(batch * heads, kNegInf),
+      fq_(map_.dim()),
+      fk_(map_.dim()) {}
 
 Tensor LinearState::step(TensorRef q, TensorRef k, TensorRef v) {
   const std::size_t p = map_.dim(), dk = map_.dk();

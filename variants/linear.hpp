@@ -117,11 +117,11 @@ class LinearAttention final : public Attention {
                     std::optional<double> scale = {}) const;
 
  protected:
-  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-               const Dims& d, Tensor& out) const override;
-  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                        const Dims& d, TensorRef out, TensorRef d_out,
-                        const RowLogSumExp* lse, Gradients& g) const override;
+  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+               Tensor& out) const override;
+  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                        TensorRef out, TensorRef d_out, const RowLogSumExp* lse,
+                        Gradients& g) const override;
 
  private:
   LinearConfig config_;
@@ -147,9 +147,9 @@ class LinearState {
   LinearConfig config_;
   FeatureMap map_;
   std::size_t batch_, heads_, dv_, position_ = 0;
-  std::vector<float> memory_;  // per head: S [Dphi x Dv], then z [Dphi] (sum) or W^T (delta)
-  std::vector<float> c_;       // per head: favor's key stabiliser (sum rule)
-  std::vector<float> fq_, fk_; // one row of features each
+  std::vector<float> memory_;   // per head: S [Dphi x Dv], then z [Dphi] (sum) or W^T (delta)
+  std::vector<float> c_;        // per head: favor's key stabiliser (sum rule)
+  std::vector<float> fq_, fk_;  // one row of features each
 };
 
 /// The factory's maker for "linear:...": reads and checks the keys (throws Error).

@@ -65,23 +65,46 @@ void lower_transposed_times(std::size_t m, std::size_t n, std::size_t k, const f
 // Per-thread scratch of one chunk.
 struct Chunk {
   std::size_t dk, dv;
-  std::vector<double> b, db;              // cumulative log-decay within the chunk, its gradient
-  std::vector<float> eb, tail, e;         // e^{b_i}, e^{b_last - b_j}, E_ij = e^{b_i - b_j}
+  std::vector<double> b, db;                // cumulative log-decay within the chunk, its gradient
+  std::vector<float> eb, tail, e;           // e^{b_i}, e^{b_last - b_j}, E_ij = e^{b_i - b_j}
   std::vector<float> qp, kp, qnorm, knorm;  // the chunk's prepared q and k rows, their norms
   std::vector<float> kt, kk, t, r, x, u, a, qd, kdt, vt, st, da, du, dr, pred, m;
   Chunk(std::size_t dk_, std::size_t dv_)
-      : dk(dk_), dv(dv_), b(C), db(C), eb(C), tail(C), e(C * C), qp(C * dk), kp(C * dk),
-        qnorm(C), knorm(C), kt(dk * C), kk(C * C), t(C * C), r(C * (dv + dk)), x(C * (dv + dk)),
-        u(C * dv), a(C * C), qd(C * dk), kdt(dk * C), vt(dv * C), st(dv * dk), da(C * C),
-        du(C * dv), dr(C * dv), pred(C * dv), m(C * C) {}
+      : dk(dk_),
+        dv(dv_),
+        b(C),
+        db(C),
+        eb(C),
+        tail(C),
+        e(C * C),
+        qp(C * dk),
+        kp(C * dk),
+        qnorm(C),
+        knorm(C),
+        kt(dk * C),
+        kk(C * C),
+        t(C * C),
+        r(C * (dv + dk)),
+        x(C * (dv + dk)),
+        u(C * dv),
+        a(C * C),
+        qd(C * dk),
+        kdt(dk * C),
+        vt(dv * C),
+        st(dv * dk),
+        da(C * C),
+        du(C * dv),
+        dr(C * dv),
+        pred(C * dv),
+        m(C * C) {}
 };
 
 constexpr float kNormEps = 1e-6f;
 
 // rows of x [rows x dim] times `scale` into out, each first normalised to x / sqrt(|x|^2 + eps)
 // when `normalise` (norms[i] = sqrt(|x_i|^2 + eps) then).
-void prepare_rows(const float* x, std::size_t rows, std::size_t dim, bool normalise,
-                  float scale, float* out, float* norms) {
+void prepare_rows(const float* x, std::size_t rows, std::size_t dim, bool normalise, float scale,
+                  float* out, float* norms) {
   for (std::size_t i = 0; i < rows; ++i) {
     const float* row = x + i * dim;
     float f = scale;
@@ -110,7 +133,9 @@ void prepare_rows_backward(const float* x, std::size_t rows, std::size_t dim, bo
   }
 }
 
-bool queries_as_given(const Head& h) { return !h.normalise && h.q_scale == 1.0f; }
+bool queries_as_given(const Head& h) {
+  return !h.normalise && h.q_scale == 1.0f;
+}
 
 // The chunk's queries (`rows` from t0) as the engine reads them: the head's own rows, or
 // prepared into w.qp (their norms in w.qnorm). Preparing chunk by chunk keeps them in cache.
@@ -263,8 +288,8 @@ void chunk(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv, floa
 
 // Walks the chunks: positions are the queries' (causal) or the writes (non-causal). s holds
 // state_floats(dk, dv): S, then z (carried when key_sum).
-void run_chunks(const Head& h, std::size_t dk, std::size_t dv, bool key_sum, float* s,
-                float* out, float* den, float* checkpoints, Chunk& w) {
+void run_chunks(const Head& h, std::size_t dk, std::size_t dv, bool key_sum, float* s, float* out,
+                float* den, float* checkpoints, Chunk& w) {
   const std::size_t state = state_floats(dk, dv);
   std::fill(s, s + state, 0.0f);
   float* z = key_sum ? s + dk * dv : nullptr;
@@ -290,8 +315,8 @@ struct Grads {
 //   dR = T^T dU, dV = diag(beta) dR, dL = -(dR U^T) below the diagonal, M = dL ∘ diag(beta) E,
 //   dK += (M + M^T) K - diag(beta e^b) dR S_0^T, dS_0 -= (diag(beta e^b) K)^T dR,
 //   dbeta_i = dR_i·(v_i - e^{b_i} S_0^T k_i) + sum_j dL_ij E_ij k_i·k_j, db from E and e^b.
-void delta_backward(const Head& h, std::size_t t0, std::size_t kv, const float* k,
-                    const float* s0, float* ds, const Grads& gr, Chunk& w) {
+void delta_backward(const Head& h, std::size_t t0, std::size_t kv, const float* k, const float* s0,
+                    float* ds, const Grads& gr, Chunk& w) {
   const std::size_t dk = w.dk, dv = w.dv;
   const float* v = h.v + t0 * dv;
   const float* beta = h.beta + t0;
@@ -495,7 +520,9 @@ float sum(const float* a, std::size_t n) {
   return s;
 }
 
-std::size_t state_floats(std::size_t dk, std::size_t dv) { return dk * dv + dk; }
+std::size_t state_floats(std::size_t dk, std::size_t dv) {
+  return dk * dv + dk;
+}
 
 std::size_t checkpoint_floats(std::size_t nk, std::size_t dk, std::size_t dv) {
   return (nk + C - 1) / C * state_floats(dk, dv);
@@ -537,9 +564,9 @@ void step(float* s, float* z, const float* q, const float* k, const float* v, fl
   if (den && q) *den = dot(q, z, dk);
 }
 
-void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
-              const float* d_den, const float* checkpoints, float* dq, float* dk_out,
-              float* dv_out, float* dg, float* dbeta) {
+void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out, const float* d_den,
+              const float* checkpoints, float* dq, float* dk_out, float* dv_out, float* dg,
+              float* dbeta) {
   const std::size_t pv = dk * dv, state = state_floats(dk, dv);
   const bool key_sum = d_den != nullptr;
   const std::size_t positions = h.causal ? h.nk : h.valid;
@@ -568,8 +595,7 @@ void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
             dqc[i * dk + r] += d_den[i0 + i] * s[pv + r];
           }
       if (!queries_as_given(h))
-        prepare_rows_backward(h.q + i0 * dk, rows, dk, h.normalise, h.q_scale, w.qnorm.data(),
-                              dqc);
+        prepare_rows_backward(h.q + i0 * dk, rows, dk, h.normalise, h.q_scale, w.qnorm.data(), dqc);
     }
   }
   std::fill(dk_out + positions * dk, dk_out + h.nk * dk, 0.0f);
@@ -596,9 +622,9 @@ struct Prepared {
 
 // One head of a call for the engine: q and k to be scaled (and normalised) by it, g from the
 // input or the head's fixed value, beta from the input or the rule's constant.
-scan::Head prepare_head(const ScanRule& rule, double head_g, TensorRef q, TensorRef k,
-                        TensorRef v, const Mask& mask, const TokenInputs& in, const Dims& d,
-                        std::size_t bh, Prepared& w) {
+scan::Head prepare_head(const ScanRule& rule, double head_g, TensorRef q, TensorRef k, TensorRef v,
+                        const Mask& mask, const TokenInputs& in, const Dims& d, std::size_t bh,
+                        Prepared& w) {
   scan::Head h;
   h.nq = d.nq;
   h.nk = d.nk;
@@ -676,11 +702,13 @@ double ScanAttention::flops(const Dims& d, const Mask& mask) const {
   return double(d.heads) * (keys * write + double(d.batch * d.nq) * 2.0 * state);
 }
 
-double ScanAttention::head_log_decay(std::size_t, std::size_t) const { return 0.0; }
+double ScanAttention::head_log_decay(std::size_t, std::size_t) const {
+  return 0.0;
+}
 
-void ScanAttention::run_forward(TensorRef q, TensorRef k, TensorRef v,
-                                const Mask& mask, const TokenInputs& in, const Dims& d,
-                                Tensor& out, std::vector<float>* checkpoints) const {
+void ScanAttention::run_forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                const TokenInputs& in, const Dims& d, Tensor& out,
+                                std::vector<float>* checkpoints) const {
   const std::size_t per_head = scan::checkpoint_floats(d.nk, d.dk, d.dv);
   if (checkpoints) checkpoints->resize(d.batch * d.heads * per_head);
   const auto heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
@@ -690,22 +718,22 @@ void ScanAttention::run_forward(TensorRef q, TensorRef k, TensorRef v,
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t t = 0; t < heads; ++t) {
       const auto bh = static_cast<std::size_t>(t);
-      const scan::Head h = prepare_head(rule_, head_log_decay(bh % d.heads, d.heads), q, k, v,
-                                        mask, in, d, bh, w);
+      const scan::Head h =
+          prepare_head(rule_, head_log_decay(bh % d.heads, d.heads), q, k, v, mask, in, d, bh, w);
       scan::forward(h, d.dk, d.dv, out.data() + bh * d.nq * d.dv, nullptr,
                     checkpoints ? checkpoints->data() + bh * per_head : nullptr);
     }
   }
 }
 
-void ScanAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                            const Dims& d, Tensor& out) const {
+void ScanAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                            Tensor& out) const {
   run_forward(q, k, v, mask, {}, d, out, nullptr);
 }
 
-void ScanAttention::compute_with(TensorRef q, TensorRef k, TensorRef v,
-                                 const Mask& mask, const TokenInputs& in, const Dims& d,
-                                 Tensor& out, Saved* saved) const {
+void ScanAttention::compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                 const TokenInputs& in, const Dims& d, Tensor& out,
+                                 Saved* saved) const {
   // Non-causal: the backward recomputes the last state anyway, so nothing is kept.
   if (!saved || mask.causal == Causal::none) {
     if (saved) *saved = Saved();
@@ -714,29 +742,28 @@ void ScanAttention::compute_with(TensorRef q, TensorRef k, TensorRef v,
   }
   ScanSaved state{d, valid_keys(mask, d), {}};
   if (auto* kept = std::any_cast<ScanSaved>(&saved->state))  // a training loop's last step's:
-    state.checkpoints = std::move(kept->checkpoints);         // no fresh pages per call
+    state.checkpoints = std::move(kept->checkpoints);        // no fresh pages per call
   run_forward(q, k, v, mask, in, d, out, &state.checkpoints);
   saved->lse = RowLogSumExp();
   saved->state = std::move(state);
 }
 
-void ScanAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
-                                     const Mask& mask, const Dims& d, TensorRef out,
-                                     TensorRef d_out, const RowLogSumExp*,
-                                     Gradients& g) const {
+void ScanAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                     const Dims& d, TensorRef out, TensorRef d_out,
+                                     const RowLogSumExp*, Gradients& g) const {
   AllGradients all;
   all.qkv = std::move(g);
   compute_backward_with(q, k, v, mask, {}, d, out, d_out, Saved(), all);
   g = std::move(all.qkv);
 }
 
-void ScanAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
-                                          const Mask& mask, const TokenInputs& in,
-                                          const Dims& d, TensorRef, TensorRef d_out,
-                                          const Saved& saved, AllGradients& grads) const {
+void ScanAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                          const TokenInputs& in, const Dims& d, TensorRef,
+                                          TensorRef d_out, const Saved& saved,
+                                          AllGradients& grads) const {
   const auto* state = std::any_cast<ScanSaved>(&saved.state);
-  if (state && !(state->d == d && state->valid == valid_keys(mask, d) &&
-                 mask.causal != Causal::none))
+  if (state &&
+      !(state->d == d && state->valid == valid_keys(mask, d) && mask.causal != Causal::none))
     state = nullptr;  // another call's: recompute
   const std::size_t per_head = scan::checkpoint_floats(d.nk, d.dk, d.dv);
   const auto heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
@@ -746,8 +773,8 @@ void ScanAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t t = 0; t < heads; ++t) {
       const auto bh = static_cast<std::size_t>(t);
-      const scan::Head h = prepare_head(rule_, head_log_decay(bh % d.heads, d.heads), q, k, v,
-                                        mask, in, d, bh, w);
+      const scan::Head h =
+          prepare_head(rule_, head_log_decay(bh % d.heads, d.heads), q, k, v, mask, in, d, bh, w);
       float* dg = in.log_decay ? grads.d_log_decay.data() + bh * d.nk : nullptr;
       float* dbeta = in.beta ? grads.d_beta.data() + bh * d.nk : nullptr;
       float* dq = grads.qkv.dq.data() + bh * d.nq * d.dk;
@@ -759,8 +786,8 @@ void ScanAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
   }
 }
 
-ScanState ScanAttention::start(std::size_t batch, std::size_t heads, std::size_t dk,
-                               std::size_t dv, double scale) const {
+ScanState ScanAttention::start(std::size_t batch, std::size_t heads, std::size_t dk, std::size_t dv,
+                               double scale) const {
   if (batch == 0 || heads == 0 || dk == 0 || dv == 0)
     throw Error(spec() + ": a recurrent state needs batch, heads, Dk and Dv >= 1");
   if (scale == 0.0) scale = 1.0 / std::sqrt(double(dk));
@@ -771,8 +798,14 @@ ScanState ScanAttention::start(std::size_t batch, std::size_t heads, std::size_t
 
 ScanState::ScanState(const ScanAttention& owner, std::size_t batch, std::size_t heads,
                      std::size_t dk, std::size_t dv, double scale)
-    : rule_(owner.rule()), name_(owner.name()), batch_(batch), heads_(heads), dk_(dk), dv_(dv),
-      scale_(scale), memory_(batch * heads * dk * dv, 0.0f) {
+    : rule_(owner.rule()),
+      name_(owner.name()),
+      batch_(batch),
+      heads_(heads),
+      dk_(dk),
+      dv_(dv),
+      scale_(scale),
+      memory_(batch * heads * dk * dv, 0.0f) {
   for (std::size_t h = 0; h < heads; ++h) head_g_.push_back(owner.head_log_decay(h, heads));
 }
 
@@ -810,9 +843,9 @@ Tensor ScanState::step(TensorRef q, TensorRef k, TensorRef v, const TokenInputs&
     if (in.beta) beta = in.beta->data()[bh];
     if (!(g <= 0.0f) || !(beta >= 0.0f && beta <= 1.0f))
       throw Error(who + ": g must be <= 0 and beta in [0, 1]");
-    scan::step(memory_.data() + bh * dk_ * dv_, nullptr, qp.data(), kp.data(),
-               v.data() + bh * dv_, g, rule_.delta ? &beta : nullptr, dk_, dv_,
-               out.data() + bh * dv_, nullptr, tmp.data());
+    scan::step(memory_.data() + bh * dk_ * dv_, nullptr, qp.data(), kp.data(), v.data() + bh * dv_,
+               g, rule_.delta ? &beta : nullptr, dk_, dv_, out.data() + bh * dv_, nullptr,
+               tmp.data());
   }
   ++position_;
   return out;

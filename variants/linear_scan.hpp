@@ -90,16 +90,15 @@ void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* d
 /// [nq], the gradient of forward's den: dq [nq x dk] and dk [nk x dk] (of q and k as given),
 /// dv [nk x dv], and dg, dbeta [nk] when not null (their inputs must then be given).
 /// `checkpoints`: a forward's with the same den (given or not), or nullptr (recomputed).
-void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
-              const float* d_den, const float* checkpoints, float* dq, float* dk_out,
-              float* dv_out, float* dg, float* dbeta);
+void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out, const float* d_den,
+              const float* checkpoints, float* dq, float* dk_out, float* dv_out, float* dg,
+              float* dbeta);
 
 /// One token of the recurrence on a state s [dk x dv] and, when z is not null, its key sum z
 /// [dk]: decay both by exp(g), then the write (beta nullptr: the sum rule; z += k), then
 /// out = S^T q and den = q·z when they are not null. `tmp` holds dv floats.
 void step(float* s, float* z, const float* q, const float* k, const float* v, float g,
-          const float* beta, std::size_t dk, std::size_t dv, float* out, float* den,
-          float* tmp);
+          const float* beta, std::size_t dk, std::size_t dv, float* out, float* den, float* tmp);
 
 }  // namespace scan
 
@@ -147,24 +146,21 @@ class ScanAttention : public Attention {
   /// A client running `rule`.
   explicit ScanAttention(const ScanRule& rule) : rule_(rule) {}
 
-  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-               const Dims& d, Tensor& out) const final;
-  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                        const Dims& d, TensorRef out, TensorRef d_out,
-                        const RowLogSumExp* lse, Gradients& g) const final;
-  void compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                    const TokenInputs& in, const Dims& d, Tensor& out,
-                    Saved* saved) const final;
-  void compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
-                             const Mask& mask, const TokenInputs& in, const Dims& d,
-                             TensorRef out, TensorRef d_out, const Saved& saved,
-                             AllGradients& g) const final;
+  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+               Tensor& out) const final;
+  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                        TensorRef out, TensorRef d_out, const RowLogSumExp* lse,
+                        Gradients& g) const final;
+  void compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
+                    const Dims& d, Tensor& out, Saved* saved) const final;
+  void compute_backward_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                             const TokenInputs& in, const Dims& d, TensorRef out, TensorRef d_out,
+                             const Saved& saved, AllGradients& g) const final;
   std::string why_unsupported(const std::string& feature) const override;
 
  private:
-  void run_forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                   const TokenInputs& in, const Dims& d, Tensor& out,
-                   std::vector<float>* checkpoints) const;
+  void run_forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
+                   const Dims& d, Tensor& out, std::vector<float>* checkpoints) const;
 
   ScanRule rule_;
 };

@@ -25,8 +25,8 @@ const char* share_name(LinformerAttention::Share s) {
 
 const char* init_name(LinformerAttention::Init i) {
   using I = LinformerAttention::Init;
-  return i == I::gaussian ? "gaussian"
-         : i == I::xavier ? "xavier"
+  return i == I::gaussian   ? "gaussian"
+         : i == I::xavier   ? "xavier"
          : i == I::identity ? "identity"
                             : "supplied";
 }
@@ -52,9 +52,8 @@ void project_transposed(const float* x, std::size_t n, std::size_t dim, const fl
 }
 
 // Softmax attention of `rows` queries over k projected keys kpt [Dk x k] and values vp [k x Dv].
-void attend(OnlineSoftmax& softmax, const float* q, std::size_t rows, float scale,
-            const float* kpt, const float* vp, std::size_t k, std::size_t dv, float* out,
-            float* lse) {
+void attend(OnlineSoftmax& softmax, const float* q, std::size_t rows, float scale, const float* kpt,
+            const float* vp, std::size_t k, std::size_t dv, float* out, float* lse) {
   softmax.start(q, rows, scale);
   for (std::size_t c0 = 0; c0 < k; c0 += OnlineSoftmax::kCols) {
     const std::size_t cols = std::min(OnlineSoftmax::kCols, k - c0);
@@ -123,9 +122,15 @@ void LinformerAttention::draw_columns(Matrix& m, std::size_t columns) const {
     float* column = m.et.data() + j * k_;
     for (std::size_t r = 0; r < k_; ++r) {
       switch (init_) {
-        case Init::gaussian: column[r] = normal(m.rng); break;
-        case Init::xavier: column[r] = uniform(m.rng); break;
-        default: column[r] = r == j ? 1.0f : 0.0f; break;
+        case Init::gaussian:
+          column[r] = normal(m.rng);
+          break;
+        case Init::xavier:
+          column[r] = uniform(m.rng);
+          break;
+        default:
+          column[r] = r == j ? 1.0f : 0.0f;
+          break;
       }
     }
   }
@@ -173,8 +178,8 @@ void LinformerAttention::set_projections(const xt::xarray<float>& e, const xt::x
     throw Error(std::string("linformer: share=") + share_name(share_) +
                 " ties F to E: the F given differs from E");
   if (share_ == Share::layer && e.dimension() != 2)
-    throw Error("linformer: share=layer has one matrix for every head: E has shape " +
-                shape_of(e) + ", expected [k, max_len]");
+    throw Error("linformer: share=layer has one matrix for every head: E has shape " + shape_of(e) +
+                ", expected [k, max_len]");
   const std::size_t heads = e.dimension() == 2 ? 1 : e.shape()[0];
   std::lock_guard lock(mutex_);
   matrices_.clear();
@@ -198,11 +203,13 @@ xt::xtensor<float, 2> LinformerAttention::projection(char which, std::size_t hea
   if (which != 'E' && which != 'F')
     throw Error(std::string("linformer: projection '") + which + "': expected 'E' or 'F'");
   if (columns > max_len_)
-    throw Error("linformer: " + std::to_string(columns) + " columns requested, max_len = " +
-                std::to_string(max_len_));
+    throw Error("linformer: " + std::to_string(columns) +
+                " columns requested, max_len = " + std::to_string(max_len_));
   if (init_ == Init::supplied && supplied_heads_ > 1 && head >= supplied_heads_)
-    throw Error("linformer: head " + std::to_string(head) + " requested, the supplied E and F "
-                "have " + std::to_string(supplied_heads_) + " heads");
+    throw Error("linformer: head " + std::to_string(head) +
+                " requested, the supplied E and F "
+                "have " +
+                std::to_string(supplied_heads_) + " heads");
   std::lock_guard lock(mutex_);
   const Matrix& m = matrix(which, head, columns);
   xt::xtensor<float, 2> out = xt::xtensor<float, 2>::from_shape({k_, columns});
@@ -297,19 +304,18 @@ void project_task(std::size_t t, TensorRef k, TensorRef v, const Dims& d,
 
 }  // namespace
 
-void LinformerAttention::compute(TensorRef q, TensorRef k, TensorRef v,
-                                 const Mask& mask, const Dims& d, Tensor& out) const {
+void LinformerAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                 const Dims& d, Tensor& out) const {
   run(q, k, v, mask, d, out, nullptr);
 }
 
-void LinformerAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v,
-                                            const Mask& mask, const Dims& d, Tensor& out,
-                                            RowLogSumExp& lse) const {
+void LinformerAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                            const Dims& d, Tensor& out, RowLogSumExp& lse) const {
   run(q, k, v, mask, d, out, lse.data());
 }
 
-void LinformerAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                             const Dims& d, Tensor& out, float* lse) const {
+void LinformerAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                             Tensor& out, float* lse) const {
   const std::vector<std::size_t> lengths = check_call(mask, d);
   const std::size_t heads = d.batch * d.heads;
   std::vector<float> kpt(heads * d.dk * k_, 0.0f), vp(heads * k_ * d.dv, 0.0f);
@@ -332,32 +338,30 @@ void LinformerAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& 
     for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(heads * tiles); ++t) {
       const std::size_t bh = static_cast<std::size_t>(t) / tiles, b = bh / d.heads;
       const std::size_t i0 = (static_cast<std::size_t>(t) % tiles) * OnlineSoftmax::kRows;
-      attend(softmax, &q(b, bh % d.heads, i0, 0), std::min(OnlineSoftmax::kRows, d.nq - i0),
-             scale, kpt.data() + bh * d.dk * k_, vp.data() + bh * k_ * d.dv, k_, d.dv,
+      attend(softmax, &q(b, bh % d.heads, i0, 0), std::min(OnlineSoftmax::kRows, d.nq - i0), scale,
+             kpt.data() + bh * d.dk * k_, vp.data() + bh * k_ * d.dv, k_, d.dv,
              &out(b, bh % d.heads, i0, 0), lse ? lse + bh * d.nq + i0 : nullptr);
     }
   }
 }
 
-void LinformerAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
-                                          const Mask& mask, const Dims& d, TensorRef out,
-                                          TensorRef d_out, const RowLogSumExp* lse,
-                                          Gradients& g) const {
+void LinformerAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                          const Dims& d, TensorRef out, TensorRef d_out,
+                                          const RowLogSumExp* lse, Gradients& g) const {
   backward_impl(q, k, v, mask, d, out, d_out, lse, g, nullptr);
 }
 
 void LinformerAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
-                                               const Mask& mask, const TokenInputs&,
-                                               const Dims& d, TensorRef out,
-                                               TensorRef d_out, const Saved& saved,
+                                               const Mask& mask, const TokenInputs&, const Dims& d,
+                                               TensorRef out, TensorRef d_out, const Saved& saved,
                                                AllGradients& g) const {
   ProjectionGradients projections;
-  backward_impl(q, k, v, mask, d, out, d_out, saved.lse.size() != 0 ? &saved.lse : nullptr,
-                g.qkv, &projections);
+  backward_impl(q, k, v, mask, d, out, d_out, saved.lse.size() != 0 ? &saved.lse : nullptr, g.qkv,
+                &projections);
   // The distinct matrices of `share`, each gradient summed over the matrix's uses.
   const auto reported = [&](const char* name, const auto& grad) {
-    g.parameters.push_back({name, {grad.shape().begin(), grad.shape().end()},
-                            {grad.begin(), grad.end()}});
+    g.parameters.push_back(
+        {name, {grad.shape().begin(), grad.shape().end()}, {grad.begin(), grad.end()}});
   };
   if (share_ == Share::none) {
     reported("E", projections.d_e);
@@ -369,21 +373,21 @@ void LinformerAttention::compute_backward_with(TensorRef q, TensorRef k, TensorR
   }
 }
 
-Gradients LinformerAttention::backward_with_projections(
-    TensorRef q, TensorRef k, TensorRef v, const Mask& mask, TensorRef out,
-    TensorRef d_out, const RowLogSumExp& lse, ProjectionGradients& projections) const {
+Gradients LinformerAttention::backward_with_projections(TensorRef q, TensorRef k, TensorRef v,
+                                                        const Mask& mask, TensorRef out,
+                                                        TensorRef d_out, const RowLogSumExp& lse,
+                                                        ProjectionGradients& projections) const {
   const Dims d = check_backward(q, k, v, mask, out, d_out, lse);
   Gradients g{Tensor::from_shape(q.shape()), Tensor::from_shape(k.shape()),
               Tensor::from_shape(v.shape())};
-  backward_impl(q, k, v, mask, d, out, d_out, lse.size() != 0 ? &lse : nullptr, g,
-                &projections);
+  backward_impl(q, k, v, mask, d, out, d_out, lse.size() != 0 ? &lse : nullptr, g, &projections);
   return g;
 }
 
-void LinformerAttention::backward_impl(TensorRef q, TensorRef k, TensorRef v,
-                                       const Mask& mask, const Dims& d, TensorRef out,
-                                       TensorRef d_out, const RowLogSumExp* lse,
-                                       Gradients& g, ProjectionGradients* grads) const {
+void LinformerAttention::backward_impl(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                       const Dims& d, TensorRef out, TensorRef d_out,
+                                       const RowLogSumExp* lse, Gradients& g,
+                                       ProjectionGradients* grads) const {
   const std::vector<std::size_t> lengths = check_call(mask, d);
   const std::size_t heads = d.batch * d.heads, rows = k_;
   std::lock_guard lock(mutex_);  // the matrices may not grow (move) while we read them
@@ -412,8 +416,7 @@ void LinformerAttention::backward_impl(TensorRef q, TensorRef k, TensorRef v,
   unmasked.scale = mask.softmax_scale(d.dk);
   Gradients projected;
   projected.dq = std::move(g.dq);
-  FullAttention().backward(q, kp, vp, unmasked, out, d_out, lse ? *lse : RowLogSumExp(),
-                           projected);
+  FullAttention().backward(q, kp, vp, unmasked, out, d_out, lse ? *lse : RowLogSumExp(), projected);
   g.dq = std::move(projected.dq);
   // dK = E^T dK', dV = F^T dV' on the unpadded rows (padded keys and values got no weight).
 #pragma omp parallel for schedule(dynamic, 1)
@@ -453,7 +456,8 @@ void LinformerAttention::projection_gradients(TensorRef k, TensorRef v, const Di
         for (std::size_t r = 0; r < rows; ++r)
           for (std::size_t c = 0; c < dim; ++c) dxpt[c * rows + r] = dxp[r * dim + c];
         const float* x = (value ? v.data() : k.data()) + bh * d.nk * dim;
-        if (n > 0) kernels::gemm_tile(n, rows, dim, x, dim, dxpt.data(), rows, sum.data(), rows, true);
+        if (n > 0)
+          kernels::gemm_tile(n, rows, dim, x, dim, dxpt.data(), rows, sum.data(), rows, true);
       }
       auto& grad = value ? grads.d_f : grads.d_e;
       for (std::size_t r = 0; r < rows; ++r)
@@ -472,18 +476,24 @@ std::unique_ptr<Attention> make_linformer(Params& params) {
   if (k < 1) params.fail("k", "must be at least 1");
   if (max_len < 1) params.fail("max_len", "must be at least 1");
   if (k > max_len)
-    params.fail("k", "must not exceed max_len = " + std::to_string(max_len) +
-                         " (E and F are k x max_len)");
+    params.fail(
+        "k", "must not exceed max_len = " + std::to_string(max_len) + " (E and F are k x max_len)");
   if (seed < 0) params.fail("seed", "must be >= 0");
   if (init == "supplied")
-    params.fail("init", "learned matrices are not in the spec: give them with "
-                        "LinformerAttention::set_projections or `attnlab run --E e.npy --F f.npy`");
+    params.fail("init",
+                "learned matrices are not in the spec: give them with "
+                "LinformerAttention::set_projections or `attnlab run --E e.npy --F f.npy`");
   using S = LinformerAttention::Share;
   using I = LinformerAttention::Init;
-  return std::make_unique<LinformerAttention>(
-      static_cast<std::size_t>(k), share == "none" ? S::none : share == "kv" ? S::kv : S::layer,
-      init == "gaussian" ? I::gaussian : init == "xavier" ? I::xavier : I::identity,
-      static_cast<std::size_t>(max_len), static_cast<std::uint64_t>(seed));
+  return std::make_unique<LinformerAttention>(static_cast<std::size_t>(k),
+                                              share == "none" ? S::none
+                                              : share == "kv" ? S::kv
+                                                              : S::layer,
+                                              init == "gaussian" ? I::gaussian
+                                              : init == "xavier" ? I::xavier
+                                                                 : I::identity,
+                                              static_cast<std::size_t>(max_len),
+                                              static_cast<std::uint64_t>(seed));
 }
 
 namespace {

@@ -104,9 +104,8 @@ class LinformerAttention final : public Attention {
   xt::xtensor<float, 2> projection(char which, std::size_t head, std::size_t columns) const;
 
   /// backward() that also writes the gradients of E and F into `projections`.
-  Gradients backward_with_projections(TensorRef q, TensorRef k, TensorRef v,
-                                      const Mask& mask, TensorRef out, TensorRef d_out,
-                                      const RowLogSumExp& lse,
+  Gradients backward_with_projections(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                      TensorRef out, TensorRef d_out, const RowLogSumExp& lse,
                                       ProjectionGradients& projections) const;
 
   /// Projected length k.
@@ -116,19 +115,18 @@ class LinformerAttention final : public Attention {
 
  protected:
   std::string why_unsupported(const std::string& feature) const override;
-  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-               const Dims& d, Tensor& out) const override;
-  void compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                          const Dims& d, Tensor& out, RowLogSumExp& lse) const override;
-  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                        const Dims& d, TensorRef out, TensorRef d_out,
-                        const RowLogSumExp* lse, Gradients& g) const override;
+  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+               Tensor& out) const override;
+  void compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                          Tensor& out, RowLogSumExp& lse) const override;
+  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                        TensorRef out, TensorRef d_out, const RowLogSumExp* lse,
+                        Gradients& g) const override;
   /// The interface's backward also reports E's and F's gradients, as parameters "E" and "F"
   /// ([H, k, max_len] each, the ProjectionGradients above).
-  void compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
-                             const Mask& mask, const TokenInputs& in, const Dims& d,
-                             TensorRef out, TensorRef d_out, const Saved& saved,
-                             AllGradients& g) const override;
+  void compute_backward_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                             const TokenInputs& in, const Dims& d, TensorRef out, TensorRef d_out,
+                             const Saved& saved, AllGradients& g) const override;
 
  private:
   // Each head's E and F, stored transposed (Matrix::et); valid while mutex_ is held.
@@ -138,11 +136,11 @@ class LinformerAttention final : public Attention {
   // Throws Error when Nk or the heads do not fit the matrices; each item's unpadded length.
   std::vector<std::size_t> check_call(const Mask& mask, const Dims& d) const;
   Projections projections(const Dims& d) const;  // call with mutex_ held
-  void run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-           Tensor& out, float* lse) const;
-  void backward_impl(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                     const Dims& d, TensorRef out, TensorRef d_out,
-                     const RowLogSumExp* lse, Gradients& g, ProjectionGradients* grads) const;
+  void run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d, Tensor& out,
+           float* lse) const;
+  void backward_impl(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                     TensorRef out, TensorRef d_out, const RowLogSumExp* lse, Gradients& g,
+                     ProjectionGradients* grads) const;
   // dE and dF from dK', dV' (projected.dk, projected.dv) and the unpadded keys and values.
   void projection_gradients(TensorRef k, TensorRef v, const Dims& d,
                             const std::vector<std::size_t>& lengths, const Gradients& projected,
@@ -166,7 +164,7 @@ class LinformerAttention final : public Attention {
   std::uint64_t seed_;
   mutable std::mutex mutex_;  // guards matrices_, which forward() grows on demand
   mutable std::map<std::pair<int, std::size_t>, Matrix> matrices_;  // (0 = E / 1 = F, head)
-  std::size_t supplied_heads_ = 0;  // 1 or H after set_projections
+  std::size_t supplied_heads_ = 0;                                  // 1 or H after set_projections
 };
 
 /// The factory's maker for "linformer:...": reads and checks the keys (throws Error).

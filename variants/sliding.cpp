@@ -22,7 +22,9 @@ constexpr std::size_t kRows = OnlineSoftmax::kRows, kCols = OnlineSoftmax::kCols
 constexpr std::size_t kTileRows = 24;
 static_assert(kTileRows <= kRows);
 
-Index floor_mod(Index a, Index m) { return ((a % m) + m) % m; }
+Index floor_mod(Index a, Index m) {
+  return ((a % m) + m) % m;
+}
 
 // Where every key and query of one problem lives. Keys are split into residue classes mod the
 // dilation s (key j = rho + s·t is number t of class rho); a class is a contiguous run of
@@ -175,8 +177,7 @@ void lay_out_segment(const Layout& g, const float* ksrc, const Dims& d, const Se
     const std::size_t keys_in = static_cast<std::size_t>(t1 - t0);
     const std::size_t col = keys.at(g.class_run(rho), t0);
     const std::size_t j0 = static_cast<std::size_t>(rho) + step * static_cast<std::size_t>(t0);
-    kernels::transpose(keys_in, d.dk, ksrc + j0 * d.dk, step * d.dk, keys.kt.data() + col,
-                       keys.ld);
+    kernels::transpose(keys_in, d.dk, ksrc + j0 * d.dk, step * d.dk, keys.kt.data() + col, keys.ld);
     if (vsrc)
       kernels::transpose(keys_in, d.dv, vsrc + j0 * d.dv, step * d.dv, keys.vt.data() + col,
                          keys.ld);
@@ -227,8 +228,8 @@ void masked_run(const Keys& keys, Layout::Run run, Index t0, Index t1, const Row
 
 // The tile's rows: the keys each passes the causal and padding limits for, and its boolean
 // mask row.
-void row_limits(const Mask& mask, const Dims& d, const Keys& keys, const Task& task,
-                Index* visible, RowLimits& limits) {
+void row_limits(const Mask& mask, const Dims& d, const Keys& keys, const Task& task, Index* visible,
+                RowLimits& limits) {
   for (Index r = 0; r < task.rows; ++r) {
     const std::size_t i = static_cast<std::size_t>(task.first + r * task.step);
     visible[r] = static_cast<Index>(mask.visible_keys(keys.b, i, d));
@@ -281,8 +282,8 @@ void for_each_run(const Layout& g, const Task& task, const Index* visible, RowLi
 
 // One tile of the forward over the segment laid out in sc.keys; lse (this head's row
 // log-sum-exp, or nullptr) saved when given.
-void attend_tile(const Layout& g, TensorRef q, const Mask& mask, const Dims& d,
-                 const Task& task, float scale, Scratch& sc, Tensor& out, float* lse) {
+void attend_tile(const Layout& g, TensorRef q, const Mask& mask, const Dims& d, const Task& task,
+                 float scale, Scratch& sc, Tensor& out, float* lse) {
   const std::size_t b = sc.keys.b, h = sc.keys.h;
   const std::size_t first = static_cast<std::size_t>(task.first);
   const std::size_t rows = static_cast<std::size_t>(task.rows);
@@ -310,10 +311,10 @@ void attend_tile(const Layout& g, TensorRef q, const Mask& mask, const Dims& d,
 // One tile of the backward over the segment laid out in keys (values transposed): the same runs
 // and masks; keys' gradients added in place (key t of a run is row first + step·t of k and of
 // this head's accumulators dk, dv). lse: this head's row log-sum-exp.
-void backprop_tile(const Layout& g, const Keys& keys, TensorRef q, TensorRef k,
-                   TensorRef out, TensorRef d_out, const float* lse, const Mask& mask,
-                   const Dims& d, const Task& task, float scale, kernels::SoftmaxBackward& grad,
-                   Tensor& dq, float* dk, float* dv) {
+void backprop_tile(const Layout& g, const Keys& keys, TensorRef q, TensorRef k, TensorRef out,
+                   TensorRef d_out, const float* lse, const Mask& mask, const Dims& d,
+                   const Task& task, float scale, kernels::SoftmaxBackward& grad, Tensor& dq,
+                   float* dk, float* dv) {
   const std::size_t b = keys.b, h = keys.h;
   const std::size_t first = static_cast<std::size_t>(task.first);
   const std::size_t step = static_cast<std::size_t>(task.step);
@@ -326,8 +327,8 @@ void backprop_tile(const Layout& g, const Keys& keys, TensorRef q, TensorRef k,
     masked_run(keys, run, t0, t1, limits, grad, [&](Index c0, std::size_t cols, std::size_t col) {
       const std::size_t j0 = static_cast<std::size_t>(run.first + run.step * c0);
       const std::size_t stride = static_cast<std::size_t>(run.step);
-      grad.backprop(&k(b, h, j0, 0), stride * d.dk, keys.vt.data() + col, keys.ld,
-                    dk + j0 * d.dk, stride * d.dk, dv + j0 * d.dv, stride * d.dv, cols);
+      grad.backprop(&k(b, h, j0, 0), stride * d.dk, keys.vt.data() + col, keys.ld, dk + j0 * d.dk,
+                    stride * d.dk, dv + j0 * d.dv, stride * d.dv, cols);
     });
   });
   grad.finish(&dq(b, h, first, 0), step * d.dk);
@@ -367,19 +368,18 @@ double SlidingAttention::flops(const Dims& d, const Mask& mask) const {
   return 2.0 * pairs * static_cast<double>(d.heads * (d.dk + d.dv));
 }
 
-void SlidingAttention::compute(TensorRef q, TensorRef k, TensorRef v,
-                               const Mask& mask, const Dims& d, Tensor& out) const {
+void SlidingAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                               const Dims& d, Tensor& out) const {
   run(q, k, v, mask, d, out, nullptr);
 }
 
-void SlidingAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v,
-                                          const Mask& mask, const Dims& d, Tensor& out,
-                                          RowLogSumExp& lse) const {
+void SlidingAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                          const Dims& d, Tensor& out, RowLogSumExp& lse) const {
   run(q, k, v, mask, d, out, lse.data());
 }
 
-void SlidingAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                           const Dims& d, Tensor& out, float* lse) const {
+void SlidingAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                           Tensor& out, float* lse) const {
   const Layout g(config_, d, mask);
   const std::vector<Task> tiles = plan_tiles(g);
   const std::vector<Segment> segments = plan_segments(g, tiles);
@@ -397,16 +397,14 @@ void SlidingAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& ma
       scratch.keys.v = v.data() + bh * d.nk * d.dv;
       lay_out_segment(g, k.data() + bh * d.nk * d.dk, d, seg, scratch.keys);
       for (std::size_t i = seg.first; i < seg.end; ++i)
-        attend_tile(g, q, mask, d, tiles[i], scale, scratch, out,
-                    lse ? lse + bh * d.nq : nullptr);
+        attend_tile(g, q, mask, d, tiles[i], scale, scratch, out, lse ? lse + bh * d.nq : nullptr);
     }
   }
 }
 
-void SlidingAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
-                                        const Mask& mask, const Dims& d, TensorRef out,
-                                        TensorRef d_out, const RowLogSumExp* saved,
-                                        Gradients& g) const {
+void SlidingAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                        const Dims& d, TensorRef out, TensorRef d_out,
+                                        const RowLogSumExp* saved, Gradients& g) const {
   RowLogSumExp storage;
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
   const Layout layout(config_, d, mask);
@@ -427,8 +425,8 @@ void SlidingAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
         lay_out_segment(layout, k.data() + bh * d.nk * d.dk, d, seg, mine,
                         v.data() + bh * d.nk * d.dv);
         for (std::size_t i = seg.first; i < seg.end; ++i)
-          backprop_tile(layout, mine, q, k, out, d_out, lse.data() + bh * d.nq, mask, d,
-                        tiles[i], scale, grad, g.dq, dk, dv);
+          backprop_tile(layout, mine, q, k, out, d_out, lse.data() + bh * d.nq, mask, d, tiles[i],
+                        scale, grad, g.dq, dk, dv);
       },
       g.dk, g.dv);
 }

@@ -40,10 +40,10 @@ namespace attnlab {
 
 /// Sliding-window parameters, as in the factory string (see above).
 struct SlidingConfig {
-  std::int64_t left = 128;   ///< keys to the left (L >= 0)
-  std::int64_t right = 128;  ///< keys to the right (R >= 0)
-  std::int64_t dilation = 1; ///< stride S between window keys (>= 1)
-  std::int64_t global = 0;   ///< leading global tokens (>= 0)
+  std::int64_t left = 128;    ///< keys to the left (L >= 0)
+  std::int64_t right = 128;   ///< keys to the right (R >= 0)
+  std::int64_t dilation = 1;  ///< stride S between window keys (>= 1)
+  std::int64_t global = 0;    ///< leading global tokens (>= 0)
 };
 
 /// Local (sliding-window) attention with Longformer global tokens (see above).
@@ -67,17 +67,17 @@ class SlidingAttention final : public Attention {
   const SlidingConfig& config() const { return config_; }
 
  protected:
-  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-               const Dims& d, Tensor& out) const override;
-  void compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                          const Dims& d, Tensor& out, RowLogSumExp& lse) const override;
-  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                        const Dims& d, TensorRef out, TensorRef d_out,
-                        const RowLogSumExp* lse, Gradients& g) const override;
+  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+               Tensor& out) const override;
+  void compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                          Tensor& out, RowLogSumExp& lse) const override;
+  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                        TensorRef out, TensorRef d_out, const RowLogSumExp* lse,
+                        Gradients& g) const override;
 
  private:
-  void run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-           Tensor& out, float* lse) const;
+  void run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d, Tensor& out,
+           float* lse) const;
 
   SlidingConfig config_;
 };

@@ -19,9 +19,7 @@ namespace {
 // Inf and vectorises, and the (item, head) slices are shared among the threads.
 std::string non_finite(TensorRef t, const char* label, const Mask& mask, bool keys) {
   const std::size_t heads = t.shape()[1], n = t.shape()[2], dim = t.shape()[3];
-  const auto rows = [&](std::size_t b) {
-    return keys ? mask.valid_keys(b, n) : n;
-  };
+  const auto rows = [&](std::size_t b) { return keys ? mask.valid_keys(b, n) : n; };
   const auto slices = static_cast<std::ptrdiff_t>(t.shape()[0] * heads);
   int bad = 0;
 #pragma omp parallel for reduction(| : bad) schedule(static) if (t.size() > (1 << 18))
@@ -38,7 +36,8 @@ std::string non_finite(TensorRef t, const char* label, const Mask& mask, bool ke
       const std::size_t index[] = {s / heads, s % heads, i / dim, i % dim};
       std::string where = label;  // appended piece by piece: GCC 12 misreads a + chain here
       where.append(" has ").append(std::isnan(x) ? "NaN" : "Inf").append(" at [");
-      for (std::size_t a = 0; a < 4; ++a) where.append(a ? ", " : "").append(std::to_string(index[a]));
+      for (std::size_t a = 0; a < 4; ++a)
+        where.append(a ? ", " : "").append(std::to_string(index[a]));
       return where.append("] of ").append(shape_string(t));
     }
 }
@@ -71,8 +70,7 @@ std::string Attention::name() const {
   return s.substr(0, s.find(':'));
 }
 
-Tensor Attention::forward(TensorRef q, TensorRef k, TensorRef v,
-                          const Mask& mask) const {
+Tensor Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask) const {
   Tensor out;
   forward(q, k, v, mask, out);
   return out;
@@ -86,14 +84,13 @@ void Attention::refuse_overlap(const Tensor& written, std::initializer_list<Tens
       throw Error(name() + ": " + what + " (it is read while the result is written)");
 }
 
-Dims Attention::validate(TensorRef q, TensorRef k, TensorRef v,
-                         const Mask& mask) const {
+Dims Attention::validate(TensorRef q, TensorRef k, TensorRef v, const Mask& mask) const {
   const Dims d = check_qkv(q, k, v);
   mask.validate(d);
   // Checked here, not left to show in the output: the kernels clamp logits, so a NaN in q or k
   // would pass as a silently ignored key.
-  for (const auto& [t, label, keys] : {std::tuple{&q, "q", false}, std::tuple{&k, "k", true},
-                                       std::tuple{&v, "v", true}})
+  for (const auto& [t, label, keys] :
+       {std::tuple{&q, "q", false}, std::tuple{&k, "k", true}, std::tuple{&v, "v", true}})
     if (const std::string bad = non_finite(*t, label, mask, keys); !bad.empty())
       throw Error(name() + ": " + bad + ": inputs must be finite");
   const Support s = support();
@@ -112,7 +109,7 @@ Dims Attention::validate(TensorRef q, TensorRef k, TensorRef v,
 }
 
 Dims Attention::prepare_forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                               const TokenInputs& in, Tensor& out) const {
+                                const TokenInputs& in, Tensor& out) const {
   refuse_overlap(out, {q, k, v}, "forward's output must not share storage with q, k or v");
   const Dims d = validate(q, k, v, mask);
   validate_tokens(in, d, mask);
@@ -125,33 +122,31 @@ void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
   compute(q, k, v, mask, prepare_forward(q, k, v, mask, {}, out), out);
 }
 
-void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                        Tensor& out, RowLogSumExp& lse) const {
+void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, Tensor& out,
+                        RowLogSumExp& lse) const {
   const Dims d = prepare_forward(q, k, v, mask, {}, out);
   kernels::shape_buffer(lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
   compute_saving_lse(q, k, v, mask, d, out, lse);
 }
 
-void Attention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v,
-                                   const Mask& mask, const Dims& d, Tensor& out,
-                                   RowLogSumExp& lse) const {
+void Attention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                   const Dims& d, Tensor& out, RowLogSumExp& lse) const {
   compute(q, k, v, mask, d, out);
   lse = RowLogSumExp();
 }
 
-Dims Attention::check_backward(TensorRef q, TensorRef k, TensorRef v,
-                               const Mask& mask, TensorRef out, TensorRef d_out,
-                               const RowLogSumExp& lse) const {
+Dims Attention::check_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                               TensorRef out, TensorRef d_out, const RowLogSumExp& lse) const {
   const Dims d = validate(q, k, v, mask);
   const std::array<std::size_t, 4> expected = {d.batch, d.heads, d.nq, d.dv};
-  const std::string want = "[" + std::to_string(d.batch) + ", " + std::to_string(d.heads) +
-                           ", " + std::to_string(d.nq);
+  const std::string want =
+      "[" + std::to_string(d.batch) + ", " + std::to_string(d.heads) + ", " + std::to_string(d.nq);
   for (const auto& [t, what] : {std::pair{&out, "out"}, std::pair{&d_out, "d_out"}})
     if (!std::equal(expected.begin(), expected.end(), t->shape().begin()))
       throw Error(name() + ": backward's " + what + " has shape " + shape_string(*t) +
                   ", expected [B, H, Nq, Dv] = " + want + ", " + std::to_string(d.dv) + "]");
-  if (lse.size() != 0 && !(lse.shape()[0] == d.batch && lse.shape()[1] == d.heads &&
-                           lse.shape()[2] == d.nq))
+  if (lse.size() != 0 &&
+      !(lse.shape()[0] == d.batch && lse.shape()[1] == d.heads && lse.shape()[2] == d.nq))
     throw Error(name() + ": backward's lse has shape [" + std::to_string(lse.shape()[0]) + ", " +
                 std::to_string(lse.shape()[1]) + ", " + std::to_string(lse.shape()[2]) +
                 "], expected [B, H, Nq] = " + want + "] (or empty: recomputed)");
@@ -159,17 +154,15 @@ Dims Attention::check_backward(TensorRef q, TensorRef k, TensorRef v,
   return d;
 }
 
-Gradients Attention::backward(TensorRef q, TensorRef k, TensorRef v,
-                              const Mask& mask, TensorRef out, TensorRef d_out,
-                              const RowLogSumExp& lse) const {
+Gradients Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                              TensorRef out, TensorRef d_out, const RowLogSumExp& lse) const {
   Gradients g;
   backward(q, k, v, mask, out, d_out, lse, g);
   return g;
 }
 
-void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                         TensorRef out, TensorRef d_out, const RowLogSumExp& lse,
-                         Gradients& g) const {
+void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, TensorRef out,
+                         TensorRef d_out, const RowLogSumExp& lse, Gradients& g) const {
   for (const Tensor* grad : {&g.dq, &g.dk, &g.dv})
     refuse_overlap(*grad, {q, k, v, out, d_out},
                    "backward's gradients must not share storage with q, k, v, out or d_out");
@@ -182,9 +175,8 @@ void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask
 
 TokenRef::TokenRef(const float* data, const Shape& shape) : data_(data), shape_(shape) {
   if (!data && shape[0] * shape[1] * shape[2] != 0)
-    throw Error("token input view [" + std::to_string(shape[0]) + ", " +
-                std::to_string(shape[1]) + ", " + std::to_string(shape[2]) +
-                "]: no data (a null pointer)");
+    throw Error("token input view [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) +
+                ", " + std::to_string(shape[2]) + "]: no data (a null pointer)");
 }
 
 TokenInputs TokenInputs::of(const TokenTensor* g, const TokenTensor* beta) {
@@ -214,8 +206,7 @@ void Attention::validate_tokens(const TokenInputs& in, const Dims& d, const Mask
           if (x >= low && x <= high) continue;  // false for NaN
           throw Error(name() + ": " + label + " is " + std::to_string(x) + " at [" +
                       std::to_string(b) + ", " + std::to_string(h) + ", " + std::to_string(j) +
-                      "]: it must be " +
-                      (high == 0.0f ? "finite and <= 0" : "in [0, 1]"));
+                      "]: it must be " + (high == 0.0f ? "finite and <= 0" : "in [0, 1]"));
         }
   }
 }
@@ -232,17 +223,16 @@ void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
   compute_with(q, k, v, mask, in, prepare_forward(q, k, v, mask, in, out), out, nullptr);
 }
 
-void Attention::compute_with(TensorRef q, TensorRef k, TensorRef v,
-                             const Mask& mask, const TokenInputs&, const Dims& d, Tensor& out,
-                             Saved* saved) const {
+void Attention::compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                             const TokenInputs&, const Dims& d, Tensor& out, Saved* saved) const {
   if (!saved) return compute(q, k, v, mask, d, out);
   compute_saving_lse(q, k, v, mask, d, out, saved->lse);
   saved->state.reset();
 }
 
 void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                         const TokenInputs& in, TensorRef out, TensorRef d_out,
-                         const Saved& saved, AllGradients& g) const {
+                         const TokenInputs& in, TensorRef out, TensorRef d_out, const Saved& saved,
+                         AllGradients& g) const {
   for (const Tensor* grad : {&g.qkv.dq, &g.qkv.dk, &g.qkv.dv})
     refuse_overlap(*grad, {q, k, v, out, d_out},
                    "backward's gradients must not share storage with q, k, v, out or d_out");
@@ -252,31 +242,33 @@ void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask
   kernels::shape_buffer(g.qkv.dk, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dk});
   kernels::shape_buffer(g.qkv.dv, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dv});
   const std::array<std::size_t, 3> tokens = {d.batch, d.heads, d.nk};
-  if (in.log_decay) kernels::shape_buffer(g.d_log_decay, tokens);
-  else g.d_log_decay = TokenTensor();
-  if (in.beta) kernels::shape_buffer(g.d_beta, tokens);
-  else g.d_beta = TokenTensor();
+  if (in.log_decay)
+    kernels::shape_buffer(g.d_log_decay, tokens);
+  else
+    g.d_log_decay = TokenTensor();
+  if (in.beta)
+    kernels::shape_buffer(g.d_beta, tokens);
+  else
+    g.d_beta = TokenTensor();
   g.parameters.clear();
   compute_backward_with(q, k, v, mask, in, d, out, d_out, saved, g);
 }
 
-void Attention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
-                                      const Mask& mask, const TokenInputs&, const Dims& d,
-                                      TensorRef out, TensorRef d_out, const Saved& saved,
-                                      AllGradients& g) const {
+void Attention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                      const TokenInputs&, const Dims& d, TensorRef out,
+                                      TensorRef d_out, const Saved& saved, AllGradients& g) const {
   compute_backward(q, k, v, mask, d, out, d_out, saved.lse.size() != 0 ? &saved.lse : nullptr,
                    g.qkv);
 }
 
 void Attention::compute_backward(TensorRef, TensorRef, TensorRef, const Mask&, const Dims&,
-                                 TensorRef, TensorRef, const RowLogSumExp*,
-                                 Gradients&) const {
+                                 TensorRef, TensorRef, const RowLogSumExp*, Gradients&) const {
   throw Unsupported(name(), "backward passes");  // reached only if support() claims backward
 }
 
-const RowLogSumExp& Attention::lse_or_recompute(TensorRef q, TensorRef k,
-                                                TensorRef v, const Mask& mask,
-                                                const Dims& d, const RowLogSumExp* lse,
+const RowLogSumExp& Attention::lse_or_recompute(TensorRef q, TensorRef k, TensorRef v,
+                                                const Mask& mask, const Dims& d,
+                                                const RowLogSumExp* lse,
                                                 RowLogSumExp& storage) const {
   if (lse) return *lse;
   Tensor scratch = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});
@@ -285,7 +277,9 @@ const RowLogSumExp& Attention::lse_or_recompute(TensorRef q, TensorRef k,
   return storage;
 }
 
-std::vector<ParameterTensor> Attention::parameters(std::size_t) const { return {}; }
+std::vector<ParameterTensor> Attention::parameters(std::size_t) const {
+  return {};
+}
 
 void Attention::set_parameters(const std::vector<ParameterTensor>& values) {
   if (!values.empty()) throw Unsupported(name(), "learned parameters of its own");

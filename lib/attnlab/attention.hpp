@@ -103,9 +103,9 @@ struct ParameterTensor {
 /// Gradients of everything one call read: q, k, v, the token inputs that were given, and the
 /// backend's own learned parameters.
 struct AllGradients {
-  Gradients qkv;                              ///< dq, dk, dv
-  TokenTensor d_log_decay;                    ///< dL/dg [B, H, Nk] when g was given, else empty
-  TokenTensor d_beta;                         ///< dL/dbeta [B, H, Nk] when given, else empty
+  Gradients qkv;                            ///< dq, dk, dv
+  TokenTensor d_log_decay;                  ///< dL/dg [B, H, Nk] when g was given, else empty
+  TokenTensor d_beta;                       ///< dL/dbeta [B, H, Nk] when given, else empty
   std::vector<ParameterTensor> parameters;  ///< the backend's parameters (empty: none)
 };
 
@@ -128,8 +128,7 @@ class Attention {
   /// is page-faulted in on every call (40 to 60 ms for 128 MiB on our 2-core VM, a third of
   /// linear attention's forward at N = 65536: results/linear). `out` must not share storage
   /// with q, k or v (throws Error); when a call throws, out's contents are unspecified.
-  void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-               Tensor& out) const;
+  void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, Tensor& out) const;
 
   /// forward(q, k, v, mask, out) that also saves `lse` for backward: a backend with a softmax
   /// writes the row log-sum-exp ([B, H, Nq], resized as needed); one without (linear) leaves it
@@ -144,38 +143,35 @@ class Attention {
   /// like forward, checks the shapes of out, d_out and lse (throws Error naming the argument),
   /// and throws Unsupported when support().backward is false or the mask is outside support().
   /// Each variant's header states the backward's cost and what it treats as constant.
-  Gradients backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                     TensorRef out, TensorRef d_out,
-                     const RowLogSumExp& lse = {}) const;
+  Gradients backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, TensorRef out,
+                     TensorRef d_out, const RowLogSumExp& lse = {}) const;
 
   /// The same, written into `g`, whose tensors are resized only when their shapes differ from
   /// q's, k's and v's: repeated calls at one shape reuse their storage (a fresh 8 MiB gradient
   /// costs page faults on every call, about 7% of full's backward at N = 2048). g's tensors
   /// must not share storage with any input (throws Error); when a call throws, g is unspecified.
-  void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                TensorRef out, TensorRef d_out, const RowLogSumExp& lse,
-                Gradients& g) const;
+  void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, TensorRef out,
+                TensorRef d_out, const RowLogSumExp& lse, Gradients& g) const;
 
   /// forward with per-token inputs and the full saved state: validates `in` like q, k, v
   /// (shape [B, H, Nk], finite on unpadded tokens, g <= 0, beta in [0, 1]; throws Error naming
   /// it) and refuses an input support() does not take (Unsupported). `saved` is what
   /// backward(..., saved, ...) reads.
-  void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-               const TokenInputs& in, Tensor& out, Saved& saved) const;
+  void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
+               Tensor& out, Saved& saved) const;
 
   /// forward with per-token inputs (none, or those support() takes), validated as above, that
   /// keeps nothing for a backward: no row log-sum-exp, no chunk states (the scan variants' would
   /// cost N / C states a head). What a caller that only wants the output makes, with or without
   /// token inputs.
-  void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-               const TokenInputs& in, Tensor& out) const;
+  void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
+               Tensor& out) const;
 
   /// backward with per-token inputs: `in` must be the forward's, `saved` its Saved (or a
   /// default Saved: recomputed). Fills every gradient of `g`: q, k, v, each given token input,
   /// and the backend's parameters. Validates like the backward above.
-  void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                const TokenInputs& in, TensorRef out, TensorRef d_out,
-                const Saved& saved, AllGradients& g) const;
+  void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
+                TensorRef out, TensorRef d_out, const Saved& saved, AllGradients& g) const;
 
   /// The backend's own learned tensors as `heads` heads use them (linformer: E and F), in the
   /// names and shapes backward's AllGradients::parameters reports their gradients in, so a
@@ -210,47 +206,43 @@ class Attention {
 
   /// Called with validated, supported input only; `out` is [B,H,Nq,Dv] with unspecified
   /// contents, every element of which compute must write.
-  virtual void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                       const Dims& d, Tensor& out) const = 0;
+  virtual void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
+                       Tensor& out) const = 0;
 
   /// compute() that also fills `lse`, already sized [B, H, Nq]. The default (a backend without a
   /// softmax) runs compute() and empties lse.
-  virtual void compute_saving_lse(TensorRef q, TensorRef k, TensorRef v,
-                                  const Mask& mask, const Dims& d, Tensor& out,
-                                  RowLogSumExp& lse) const;
+  virtual void compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                  const Dims& d, Tensor& out, RowLogSumExp& lse) const;
 
   /// Called with validated, supported input only, and only when support().backward is true:
   /// writes every element of g.dq, g.dk, g.dv (already shaped like q, k, v). `lse` is the
   /// caller's saved row log-sum-exp or nullptr (see lse_or_recompute).
-  virtual void compute_backward(TensorRef q, TensorRef k, TensorRef v,
-                                const Mask& mask, const Dims& d, TensorRef out,
-                                TensorRef d_out, const RowLogSumExp* lse,
-                                Gradients& g) const;
+  virtual void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                const Dims& d, TensorRef out, TensorRef d_out,
+                                const RowLogSumExp* lse, Gradients& g) const;
 
   /// forward with token inputs, called with validated input; `saved` null: keep nothing for a
   /// backward. The default (a backend that takes none, so `in` is empty here) runs
   /// compute_saving_lse into saved->lse and clears saved->state, or compute without `saved`.
   virtual void compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                            const TokenInputs& in, const Dims& d, Tensor& out,
-                            Saved* saved) const;
+                            const TokenInputs& in, const Dims& d, Tensor& out, Saved* saved) const;
 
   /// backward with token inputs, called with validated input; g.qkv is shaped, the token
   /// gradients are shaped for the inputs given. The default runs compute_backward with
   /// saved.lse and reports no parameters.
-  virtual void compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
-                                     const Mask& mask, const TokenInputs& in, const Dims& d,
-                                     TensorRef out, TensorRef d_out, const Saved& saved,
-                                     AllGradients& g) const;
+  virtual void compute_backward_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                     const TokenInputs& in, const Dims& d, TensorRef out,
+                                     TensorRef d_out, const Saved& saved, AllGradients& g) const;
 
   /// Validates a backward call like backward() does and returns its sizes: for subclasses that
   /// offer a backward with more outputs (linformer's projection gradients).
-  Dims check_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                      TensorRef out, TensorRef d_out, const RowLogSumExp& lse) const;
+  Dims check_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, TensorRef out,
+                      TensorRef d_out, const RowLogSumExp& lse) const;
 
   /// `*lse` when the caller saved it, else the row log-sum-exp of one more forward, kept in
   /// `storage`: what a softmax backend's compute_backward starts from.
-  const RowLogSumExp& lse_or_recompute(TensorRef q, TensorRef k, TensorRef v,
-                                       const Mask& mask, const Dims& d, const RowLogSumExp* lse,
+  const RowLogSumExp& lse_or_recompute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                       const Dims& d, const RowLogSumExp* lse,
                                        RowLogSumExp& storage) const;
 
  private:

@@ -29,13 +29,13 @@ int core_level(std::string_view corename) {
     int level;
   };
   static constexpr Core kCores[] = {
-      {"Unknown", 0},     {"Katmai", 0},       {"Coppermine", 0},     {"Northwood", 0},
-      {"Prescott", 0},    {"Banias", 0},       {"Atom", 0},           {"Core2", 0},
-      {"Penryn", 0},      {"Dunnington", 0},   {"Nehalem", 0},        {"Athlon", 0},
-      {"Opteron", 0},     {"Opteron(SSE3)", 0}, {"Barcelona", 0},     {"Nano", 0},
-      {"Bobcat", 0},      {"Sandybridge", 1},  {"Bulldozer", 1},      {"Piledriver", 1},
-      {"Steamroller", 1}, {"Excavator", 1},    {"Haswell", 2},        {"Zen", 2},
-      {"SkylakeX", 3},    {"Cooperlake", 3},   {"SapphireRapids", 3},
+      {"Unknown", 0},     {"Katmai", 0},        {"Coppermine", 0},     {"Northwood", 0},
+      {"Prescott", 0},    {"Banias", 0},        {"Atom", 0},           {"Core2", 0},
+      {"Penryn", 0},      {"Dunnington", 0},    {"Nehalem", 0},        {"Athlon", 0},
+      {"Opteron", 0},     {"Opteron(SSE3)", 0}, {"Barcelona", 0},      {"Nano", 0},
+      {"Bobcat", 0},      {"Sandybridge", 1},   {"Bulldozer", 1},      {"Piledriver", 1},
+      {"Steamroller", 1}, {"Excavator", 1},     {"Haswell", 2},        {"Zen", 2},
+      {"SkylakeX", 3},    {"Cooperlake", 3},    {"SapphireRapids", 3},
   };
   for (const Core& c : kCores)
     if (corename.size() == std::strlen(c.name) &&
@@ -73,9 +73,12 @@ const char* env(const char* name) {
 
 const char* source_name(CoreSource source) {
   switch (source) {
-    case CoreSource::user: return "user";
-    case CoreSource::attnlab: return "attnlab";
-    case CoreSource::openblas: break;
+    case CoreSource::user:
+      return "user";
+    case CoreSource::attnlab:
+      return "attnlab";
+    case CoreSource::openblas:
+      break;
   }
   return "openblas";
 }
@@ -104,9 +107,13 @@ std::string fitting_core(std::string_view corename, std::string_view cpu_flags) 
   return best_level > level ? best : "";
 }
 
-std::string cpu_flags() { return cpuinfo_field("flags"); }
+std::string cpu_flags() {
+  return cpuinfo_field("flags");
+}
 
-std::string cpu_model() { return cpuinfo_field("model name"); }
+std::string cpu_model() {
+  return cpuinfo_field("model name");
+}
 
 Info info() {
   Info i;
@@ -115,9 +122,15 @@ Info info() {
   i.config = openblas_get_config();
   i.better = fitting_core(i.corename, cpu_flags());
   switch (openblas_get_parallel()) {
-    case 0: i.threading = "sequential"; break;
-    case 1: i.threading = "pthreads"; break;
-    default: i.threading = "OpenMP"; break;
+    case 0:
+      i.threading = "sequential";
+      break;
+    case 1:
+      i.threading = "pthreads";
+      break;
+    default:
+      i.threading = "OpenMP";
+      break;
   }
   const char* coretype = env("OPENBLAS_CORETYPE");
   const char* detected = env(kDetectedVariable);
@@ -140,8 +153,8 @@ std::string describe(const Info& i) {
                      (i.threads == 1 ? " thread (" : " threads (");
   switch (i.source) {
     case CoreSource::attnlab:
-      text += "OPENBLAS_CORETYPE=" + i.coretype + " set by attnlab: OpenBLAS detected " +
-              i.detected;
+      text +=
+          "OPENBLAS_CORETYPE=" + i.coretype + " set by attnlab: OpenBLAS detected " + i.detected;
       break;
     case CoreSource::user:
       text += "OPENBLAS_CORETYPE=" + i.coretype + " set by the user";

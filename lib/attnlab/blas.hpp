@@ -36,7 +36,7 @@ struct Info {
   int threads = 0;       ///< openblas_get_num_threads()
   std::string config;    ///< openblas_get_config(): version and build options
   CoreSource source = CoreSource::openblas;  ///< who chose `corename`
-  std::string coretype;  ///< OPENBLAS_CORETYPE's value, "" when unset
+  std::string coretype;                      ///< OPENBLAS_CORETYPE's value, "" when unset
   /// What OpenBLAS's detection picked on its own: `corename` when source is openblas, the core
   /// it reported before the re-execution when attnlab, "" when the user chose (not known).
   std::string detected;

@@ -17,7 +17,9 @@
 namespace attnlab {
 namespace {
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -80,16 +82,19 @@ std::vector<CsvRecord> parse_csv(const std::string& text, std::size_t* torn_tail
   CsvRecord record;
   std::string field;
   bool quoted = false;
-  std::size_t start = 0;                       // where the current record began
-  std::size_t line = 1, record_line = 1;       // the line being read, the record's first
+  std::size_t start = 0;                  // where the current record began
+  std::size_t line = 1, record_line = 1;  // the line being read, the record's first
   if (first_lines) first_lines->clear();
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (c == '\n') ++line;
     if (quoted) {
-      if (c != '"') field += c;
-      else if (i + 1 < text.size() && text[i + 1] == '"') field += '"', ++i;
-      else quoted = false;
+      if (c != '"')
+        field += c;
+      else if (i + 1 < text.size() && text[i + 1] == '"')
+        field += '"', ++i;
+      else
+        quoted = false;
     } else if (c == '"') {
       quoted = true;
     } else if (c == ',') {
@@ -188,7 +193,8 @@ std::size_t CsvAppender::keep_only(const std::function<bool(const CsvRecord&)>& 
   const int fd = ::open(tmp.c_str(), O_RDWR | O_APPEND | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error("cannot write " + tmp + ": " + errno_text());
   try {
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) throw Error("cannot lock " + tmp + ": " + errno_text());
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0)
+      throw Error("cannot lock " + tmp + ": " + errno_text());
     write_fully(fd, text, tmp);
     if (::rename(tmp.c_str(), path_.c_str()) != 0)
       throw Error("cannot rename " + tmp + " to " + path_ + ": " + errno_text());

@@ -4,8 +4,8 @@
 // RFC 4180, header first. Lines are appended by one write(2) of the whole line to an O_APPEND
 // descriptor (followed by fsync, or synced when the writer says), so a killed writer leaves at
 // most a torn LAST line (a crash inside write); opening the file for appending drops such a line
-// (no trailing '\n') and truncates it away. The file is flock()ed while it is open for appending. Internal (not
-// installed).
+// (no trailing '\n') and truncates it away. The file is flock()ed while it is open for appending.
+// Internal (not installed).
 #pragma once
 
 #include <cstddef>

@@ -127,6 +127,8 @@ std::unique_ptr<Attention> make_attention(std::string_view spec) {
   return attention;
 }
 
-std::vector<std::string> attention_names() { return attention_registry().names(); }
+std::vector<std::string> attention_names() {
+  return attention_registry().names();
+}
 
 }  // namespace attnlab

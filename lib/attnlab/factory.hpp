@@ -120,8 +120,8 @@ class Registry {
   /// The maker registered as `name`; throws Error "<what>: unknown <kind> '<name>' (known: ...)".
   const Maker& at(std::string_view name, const std::string& what) const {
     if (const Maker* make = find(name)) return *make;
-    throw Error(what + ": unknown " + kind_ + " '" + std::string(name) + "' (known: " +
-                join_names(names()) + ")");
+    throw Error(what + ": unknown " + kind_ + " '" + std::string(name) +
+                "' (known: " + join_names(names()) + ")");
   }
 
  private:
@@ -178,8 +178,8 @@ using AttentionMaker = std::unique_ptr<Attention> (*)(Params&);
 /// The variants' registry (a function-local static, filled by their registrars).
 Registry<AttentionMaker>& attention_registry();
 
-/// Adds a variant to attention_registry(). `position` orders attention_names() and the --help listing
-/// (ascending; static initialisation order across files is unspecified, so it is explicit).
+/// Adds a variant to attention_registry(). `position` orders attention_names() and the --help
+/// listing (ascending; static initialisation order across files is unspecified, so it is explicit).
 /// Throws Error when the name is empty, the maker null, or the name already registered.
 void register_attention(const std::string& name, AttentionMaker make, int position);
 

@@ -47,10 +47,14 @@ InputDistribution parse_inputs(const std::string& text) {
   InputDistribution dist;
   const auto colon = text.find(':');
   const std::string name = text.substr(0, colon);
-  if (name == "gaussian") dist.kind = InputDistribution::Kind::gaussian;
-  else if (name == "lowrank") dist.kind = InputDistribution::Kind::lowrank;
-  else if (name == "local") dist.kind = InputDistribution::Kind::local;
-  else fail(text, "unknown distribution '" + name + "'");
+  if (name == "gaussian")
+    dist.kind = InputDistribution::Kind::gaussian;
+  else if (name == "lowrank")
+    dist.kind = InputDistribution::Kind::lowrank;
+  else if (name == "local")
+    dist.kind = InputDistribution::Kind::local;
+  else
+    fail(text, "unknown distribution '" + name + "'");
 
   bool has_rank = false;
   std::string rest = colon == std::string::npos ? "" : text.substr(colon + 1);
@@ -105,7 +109,8 @@ QKV make_inputs(const std::string& distribution, std::size_t batch, std::size_t 
         const double s = 1.0 / std::sqrt(dist.temp);
         for (Tensor* x : {&t.q, &t.k})
           for (std::size_t i = 0; i < n; ++i)
-            for (std::size_t c = 0; c < dim; ++c) (*x)(b, h, i, c) = static_cast<float>(s * normal(rng));
+            for (std::size_t c = 0; c < dim; ++c)
+              (*x)(b, h, i, c) = static_cast<float>(s * normal(rng));
         break;
       }
       case InputDistribution::Kind::lowrank: {

@@ -37,10 +37,10 @@ struct InputDistribution {
   /// The distribution family.
   enum class Kind { gaussian, lowrank, local };
   Kind kind = Kind::gaussian;  ///< which family
-  double temp = 1.0;   ///< gaussian, lowrank
-  std::size_t rank = 0;  ///< lowrank: r
-  double width = 32;   ///< local
-  double gap = 6;      ///< local
+  double temp = 1.0;           ///< gaussian, lowrank
+  std::size_t rank = 0;        ///< lowrank: r
+  double width = 32;           ///< local
+  double gap = 6;              ///< local
 };
 /// Parses "gaussian:temp=T", "lowrank:r=R,temp=T" or "local:width=W,gap=G".
 InputDistribution parse_inputs(const std::string& text);

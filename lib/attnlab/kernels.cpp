@@ -25,11 +25,15 @@ namespace {
 const detail::Table* table_of(Isa isa) {
   switch (isa) {
 #ifdef ATTNLAB_X86_KERNELS
-    case Isa::avx512: return &detail::avx512_table;
-    case Isa::avx2: return &detail::avx2_table;
+    case Isa::avx512:
+      return &detail::avx512_table;
+    case Isa::avx2:
+      return &detail::avx2_table;
 #endif
-    case Isa::scalar: return &detail::scalar_table;
-    default: return nullptr;  // not built on this architecture
+    case Isa::scalar:
+      return &detail::scalar_table;
+    default:
+      return nullptr;  // not built on this architecture
   }
 }
 
@@ -54,7 +58,8 @@ bool cpu_runs(Isa isa) {
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
              __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
              cpuid1_ecx(bit_F16C) && cpuid1_ecx(bit_MOVBE);
-    case Isa::scalar: return true;
+    case Isa::scalar:
+      return true;
   }
   return false;
 #else
@@ -66,7 +71,8 @@ constexpr Isa kAll[] = {Isa::scalar, Isa::avx2, Isa::avx512};
 
 std::string supported_list() {
   std::string names;
-  for (Isa isa : supported_isas()) names += (names.empty() ? "" : ", ") + std::string(isa_name(isa));
+  for (Isa isa : supported_isas())
+    names += (names.empty() ? "" : ", ") + std::string(isa_name(isa));
   return names;
 }
 
@@ -85,22 +91,28 @@ Isa chosen_at_start() {
 std::atomic<int> active{-1};  // an Isa; -1 until the first kernel call chooses one
 
 Isa current() {
-  if (const int isa = active.load(std::memory_order_relaxed); isa >= 0) return static_cast<Isa>(isa);
+  if (const int isa = active.load(std::memory_order_relaxed); isa >= 0)
+    return static_cast<Isa>(isa);
   static const Isa first = chosen_at_start();  // thread-safe; tried again if it threw
   int unset = -1;
   active.compare_exchange_strong(unset, static_cast<int>(first));  // unless use_isa came first
   return static_cast<Isa>(active.load());
 }
 
-const detail::Table& table() { return *table_of(current()); }
+const detail::Table& table() {
+  return *table_of(current());
+}
 
 }  // namespace
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::scalar: return "scalar";
-    case Isa::avx2: return "avx2";
-    case Isa::avx512: return "avx512";
+    case Isa::scalar:
+      return "scalar";
+    case Isa::avx2:
+      return "avx2";
+    case Isa::avx512:
+      return "avx512";
   }
   return "?";
 }
@@ -111,7 +123,9 @@ Isa parse_isa(const std::string& text) {
   throw Error("kernel path '" + text + "': expected scalar, avx2 or avx512");
 }
 
-bool isa_supported(Isa isa) { return table_of(isa) != nullptr && cpu_runs(isa); }
+bool isa_supported(Isa isa) {
+  return table_of(isa) != nullptr && cpu_runs(isa);
+}
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> out;
@@ -120,7 +134,9 @@ std::vector<Isa> supported_isas() {
   return out;
 }
 
-Isa active_isa() { return current(); }
+Isa active_isa() {
+  return current();
+}
 
 void use_isa(Isa isa) {
   if (!isa_supported(isa))
@@ -140,13 +156,17 @@ void gemm_tile_at(std::size_t m, std::size_t n, std::size_t k, const float* a, s
   table().gemm_tile_at(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
-void exp2_inplace(float* x, std::size_t n) { table().exp2_inplace(x, n); }
+void exp2_inplace(float* x, std::size_t n) {
+  table().exp2_inplace(x, n);
+}
 
 float exp2_shifted_sum(float* x, std::size_t n, float shift) {
   return table().exp2_shifted_sum(x, n, shift);
 }
 
-float row_max(const float* x, std::size_t n) { return table().row_max(x, n); }
+float row_max(const float* x, std::size_t n) {
+  return table().row_max(x, n);
+}
 
 void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst,
                std::size_t ldd) {
@@ -201,7 +221,12 @@ std::vector<float> transpose_keys(TensorRef k, const Dims& d, std::size_t block)
 }
 
 OnlineSoftmax::OnlineSoftmax(std::size_t dk, std::size_t dv)
-    : dk_(dk), dv_(dv), q_(kRows * dk), scores_(kRows * kCols), acc_(kRows * dv), max_(kRows),
+    : dk_(dk),
+      dv_(dv),
+      q_(kRows * dk),
+      scores_(kRows * kCols),
+      acc_(kRows * dv),
+      max_(kRows),
       sum_(kRows) {}
 
 void OnlineSoftmax::start(const float* q, std::size_t rows, float scale) {
@@ -219,8 +244,8 @@ float* OnlineSoftmax::scores(const float* kt, std::size_t ldk, std::size_t cols)
 }
 
 void OnlineSoftmax::fold(const float* v, std::size_t ldv, std::size_t cols) {
-  const detail::SoftmaxTile tile{scores_.data(), kCols, acc_.data(), max_.data(), sum_.data(),
-                                 rows_, dv_};
+  const detail::SoftmaxTile tile{scores_.data(), kCols, acc_.data(), max_.data(),
+                                 sum_.data(),    rows_, dv_};
   table().fold(tile, v, ldv, cols);
 }
 
@@ -233,12 +258,19 @@ void OnlineSoftmax::finish(float* out, std::size_t ldo, float* lse, std::size_t 
 }
 
 SoftmaxBackward::SoftmaxBackward(std::size_t dk, std::size_t dv)
-    : dk_(dk), dv_(dv), q_(kRows * dk), do_(kRows * dv), delta_(kRows), lse2_(kRows),
-      scores_(kRows * kCols), dp_(kRows * kCols), dq_(kRows * dk) {}
+    : dk_(dk),
+      dv_(dv),
+      q_(kRows * dk),
+      do_(kRows * dv),
+      delta_(kRows),
+      lse2_(kRows),
+      scores_(kRows * kCols),
+      dp_(kRows * kCols),
+      dq_(kRows * dk) {}
 
-void SoftmaxBackward::start(const float* q, std::size_t ldq, const float* out,
-                            const float* d_out, std::size_t ldo, const float* lse,
-                            std::size_t ld_lse, std::size_t rows, float scale) {
+void SoftmaxBackward::start(const float* q, std::size_t ldq, const float* out, const float* d_out,
+                            std::size_t ldo, const float* lse, std::size_t ld_lse, std::size_t rows,
+                            float scale) {
   rows_ = rows;
   scale_ = scale;
   const float log2_scale = scale * kLog2e;  // scores in base 2, as in the forward
@@ -260,9 +292,9 @@ float* SoftmaxBackward::scores(const float* kt, std::size_t ldk, std::size_t col
   return scores_.data();
 }
 
-void SoftmaxBackward::backprop(const float* k, std::size_t ldk, const float* vt,
-                               std::size_t ldvt, float* dk, std::size_t lddk, float* dv,
-                               std::size_t lddv, std::size_t cols) {
+void SoftmaxBackward::backprop(const float* k, std::size_t ldk, const float* vt, std::size_t ldvt,
+                               float* dk, std::size_t lddk, float* dv, std::size_t lddv,
+                               std::size_t cols) {
   const detail::Table& kernels = table();
   float* p = scores_.data();
   float* ds = dp_.data();
@@ -313,8 +345,8 @@ void run_backward_tiles(const Dims& d, std::size_t tiles, const TensorRef* k, co
       const std::size_t group = static_cast<std::size_t>(task) % groups;
       if (k) transpose_key_tiles(k->data() + bh * kd, d.dk, kCols, 0, d.nk, kt.data());
       if (v) transpose_key_tiles(v->data() + bh * vd, d.dv, kCols, 0, d.nk, vt.data());
-      float* dkh = group == 0 ? dk.data() + bh * kd
-                              : partial + ((group - 1) * heads + bh) * (kd + vd);
+      float* dkh =
+          group == 0 ? dk.data() + bh * kd : partial + ((group - 1) * heads + bh) * (kd + vd);
       float* dvh = group == 0 ? dv.data() + bh * vd : dkh + kd;
       for (std::size_t t = group; t < tiles; t += groups)
         tile(bh, t, k ? kt.data() : nullptr, v ? vt.data() : nullptr, dkh, dvh, grad);
@@ -344,8 +376,8 @@ void for_each_masked_tile(const float* kt, const Mask& mask, const Dims& d, std:
                           std::size_t h, std::size_t i0, std::size_t rows,
                           const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
                           Engine& engine, Consume consume) {
-  std::size_t visible[Engine::kRows];  // per row: keys [0, visible) may be seen
-  const bool* allowed[Engine::kRows];  // per row: its boolean mask row, or null
+  std::size_t visible[Engine::kRows];        // per row: keys [0, visible) may be seen
+  const bool* allowed[Engine::kRows];        // per row: its boolean mask row, or null
   std::size_t all_see = d.nk, any_sees = 0;  // keys visible to every / to some row
   for (std::size_t r = 0; r < rows; ++r) {
     visible[r] = mask.visible_keys(b, i0 + r, d);
@@ -373,34 +405,30 @@ void for_each_masked_tile(const float* kt, const Mask& mask, const Dims& d, std:
 
 }  // namespace
 
-void attend_key_ranges(TensorRef q, const float* kt, TensorRef v, const Mask& mask,
-                       const Dims& d, std::size_t b, std::size_t h, std::size_t i0,
-                       std::size_t rows,
-                       const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
-                       float scale, OnlineSoftmax& softmax, Tensor& out, float* lse) {
+void attend_key_ranges(TensorRef q, const float* kt, TensorRef v, const Mask& mask, const Dims& d,
+                       std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
+                       const std::vector<std::pair<std::size_t, std::size_t>>& ranges, float scale,
+                       OnlineSoftmax& softmax, Tensor& out, float* lse) {
   softmax.start(&q(b, h, i0, 0), rows, scale);
-  for_each_masked_tile(kt, mask, d, b, h, i0, rows, ranges, softmax,
-                       [&](std::size_t c0, std::size_t cols) {
-                         softmax.fold(&v(b, h, c0, 0), d.dv, cols);
-                       });
+  for_each_masked_tile(
+      kt, mask, d, b, h, i0, rows, ranges, softmax,
+      [&](std::size_t c0, std::size_t cols) { softmax.fold(&v(b, h, c0, 0), d.dv, cols); });
   softmax.finish(&out(b, h, i0, 0), d.dv, lse);
 }
 
-void backprop_key_ranges(TensorRef q, const float* kt, TensorRef k, const float* vt,
-                         TensorRef out, TensorRef d_out, const float* lse,
-                         const Mask& mask, const Dims& d, std::size_t b, std::size_t h,
-                         std::size_t i0, std::size_t rows,
+void backprop_key_ranges(TensorRef q, const float* kt, TensorRef k, const float* vt, TensorRef out,
+                         TensorRef d_out, const float* lse, const Mask& mask, const Dims& d,
+                         std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
                          const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
                          float scale, SoftmaxBackward& grad, Tensor& dq, float* dk, float* dv) {
   grad.start(&q(b, h, i0, 0), d.dk, &out(b, h, i0, 0), &d_out(b, h, i0, 0), d.dv, lse, 1, rows,
              scale);
   constexpr std::size_t tile = OnlineSoftmax::kCols;
-  for_each_masked_tile(kt, mask, d, b, h, i0, rows, ranges, grad,
-                       [&](std::size_t c0, std::size_t cols) {
-                         grad.backprop(&k(b, h, c0, 0), d.dk,
-                                       vt + (c0 / tile) * d.dv * tile + c0 % tile, tile,
-                                       dk + c0 * d.dk, d.dk, dv + c0 * d.dv, d.dv, cols);
-                       });
+  for_each_masked_tile(
+      kt, mask, d, b, h, i0, rows, ranges, grad, [&](std::size_t c0, std::size_t cols) {
+        grad.backprop(&k(b, h, c0, 0), d.dk, vt + (c0 / tile) * d.dv * tile + c0 % tile, tile,
+                      dk + c0 * d.dk, d.dk, dv + c0 * d.dv, d.dv, cols);
+      });
   grad.finish(&dq(b, h, i0, 0), d.dk);
 }
 

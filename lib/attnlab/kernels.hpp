@@ -147,11 +147,10 @@ class OnlineSoftmax {
 /// past what any row can see are skipped. kt is that head's transpose_keys(k, d, kCols) tiles.
 /// Writes out[b, h, i0 + r, :] and, when lse is given, the rows' log-sum-exp at lse[r]. The one
 /// fused loop behind full (one range) and bigbird (blocks).
-void attend_key_ranges(TensorRef q, const float* kt, TensorRef v, const Mask& mask,
-                       const Dims& d, std::size_t b, std::size_t h, std::size_t i0,
-                       std::size_t rows,
-                       const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
-                       float scale, OnlineSoftmax& softmax, Tensor& out, float* lse = nullptr);
+void attend_key_ranges(TensorRef q, const float* kt, TensorRef v, const Mask& mask, const Dims& d,
+                       std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
+                       const std::vector<std::pair<std::size_t, std::size_t>>& ranges, float scale,
+                       OnlineSoftmax& softmax, Tensor& out, float* lse = nullptr);
 
 /// The backward of OnlineSoftmax, FlashAttention-2's (Dao 2023): for one tile of at most kRows
 /// queries whose row log-sum-exp the forward saved, every masked score tile is turned back into
@@ -172,9 +171,8 @@ class SoftmaxBackward {
 
   /// Starts `rows` <= kRows queries: q[r * ldq + c], their forward output and its gradient
   /// out[r * ldo + c], d_out[r * ldo + c], their log-sum-exp lse[r * ld_lse] (natural log).
-  void start(const float* q, std::size_t ldq, const float* out, const float* d_out,
-             std::size_t ldo, const float* lse, std::size_t ld_lse, std::size_t rows,
-             float scale);
+  void start(const float* q, std::size_t ldq, const float* out, const float* d_out, std::size_t ldo,
+             const float* lse, std::size_t ld_lse, std::size_t rows, float scale);
 
   /// As OnlineSoftmax::scores: the current queries against `cols` <= kCols keys given
   /// transposed, kt[c * ldk + j]; the returned tile (row stride kCols) is to be masked with -inf.
@@ -201,10 +199,9 @@ class SoftmaxBackward {
 /// same way: adds the keys' gradients into dk and dv (this head's [Nk, Dk] and [Nk, Dv]) and
 /// writes dq[b, h, i0 + r, :]. kt and vt are this head's transpose_keys(k) and
 /// transpose_keys(v) tiles of kCols keys; lse points at the rows' saved log-sum-exp.
-void backprop_key_ranges(TensorRef q, const float* kt, TensorRef k, const float* vt,
-                         TensorRef out, TensorRef d_out, const float* lse,
-                         const Mask& mask, const Dims& d, std::size_t b, std::size_t h,
-                         std::size_t i0, std::size_t rows,
+void backprop_key_ranges(TensorRef q, const float* kt, TensorRef k, const float* vt, TensorRef out,
+                         TensorRef d_out, const float* lse, const Mask& mask, const Dims& d,
+                         std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
                          const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
                          float scale, SoftmaxBackward& grad, Tensor& dq, float* dk, float* dv);
 
@@ -213,8 +210,7 @@ void backprop_key_ranges(TensorRef q, const float* kt, TensorRef k, const float*
 /// was given k and v); dk and dv are the [Nk, Dk] and [Nk, Dv] accumulators this call adds into
 /// (zeroed before the first tile).
 using BackwardTile = std::function<void(std::size_t bh, std::size_t t, const float* kt,
-                                        const float* vt, float* dk, float* dv,
-                                        SoftmaxBackward&)>;
+                                        const float* vt, float* dk, float* dv, SoftmaxBackward&)>;
 
 /// Runs `tile` for tiles 0 .. tiles-1 of every head in parallel (OpenMP; call it outside your
 /// own parallel region) and leaves the sums of the key gradients in dk and dv ([B, H, Nk, Dk],

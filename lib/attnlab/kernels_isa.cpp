@@ -39,8 +39,8 @@ inline const float* a_depth(const float* a, size_t lda, size_t p) {
 }
 
 template <bool AT, size_t R, size_t W, bool Tail>
-void block(size_t k, const float* a, size_t lda, const float* b, size_t ldb, float* c,
-           size_t ldc, bool accumulate, size_t last) {
+void block(size_t k, const float* a, size_t lda, const float* b, size_t ldb, float* c, size_t ldc,
+           bool accumulate, size_t last) {
   const vec zero = splat(0.0f);
   auto load_col = [&](const float* p, size_t w) {
     return Tail && w == W - 1 ? load(p, last, zero) : load(p);
@@ -92,8 +92,8 @@ void panel(size_t m, size_t k, const float* a, size_t lda, const float* b, size_
   for (; i + kBlockRows <= m; i += kBlockRows)
     block<AT, kBlockRows, W, Tail>(k, a_rows<AT>(a, lda, i), lda, b, ldb, c + i * ldc, ldc,
                                    accumulate, last);
-  last_rows<AT, kBlockRows - 1, W, Tail>(m - i, k, a_rows<AT>(a, lda, i), lda, b, ldb,
-                                         c + i * ldc, ldc, accumulate, last);
+  last_rows<AT, kBlockRows - 1, W, Tail>(m - i, k, a_rows<AT>(a, lda, i), lda, b, ldb, c + i * ldc,
+                                         ldc, accumulate, last);
 }
 
 // The last n < kBlockVecs·kWidth columns: ceil(n / kWidth) vectors, the last one masked when
@@ -120,8 +120,7 @@ void gemm_panels(size_t m, size_t n, size_t k, const float* a, size_t lda, const
   size_t j = 0;
   for (; j + width <= n; j += width)
     panel<AT, kBlockVecs, false>(m, k, a, lda, b + j, ldb, c + j, ldc, accumulate, kWidth);
-  if (j < n)
-    last_columns<AT, kBlockVecs>(n - j, m, k, a, lda, b + j, ldb, c + j, ldc, accumulate);
+  if (j < n) last_columns<AT, kBlockVecs>(n - j, m, k, a, lda, b + j, ldb, c + j, ldc, accumulate);
 }
 
 // In slices of kDepth rows of B, so that a slice of a panel (kDepth x kBlockVecs vectors: 16 KiB
@@ -131,12 +130,12 @@ void gemm_depth_slices(size_t m, size_t n, size_t k, const float* a, size_t lda,
                        size_t ldb, float* c, size_t ldc, bool accumulate) {
   constexpr size_t kDepth = 64;
   for (size_t p = 0; p < k || p == 0; p += kDepth)
-    gemm_panels<AT>(m, n, k - p < kDepth ? k - p : kDepth, a_depth<AT>(a, lda, p), lda,
-                    b + p * ldb, ldb, c, ldc, accumulate || p > 0);
+    gemm_panels<AT>(m, n, k - p < kDepth ? k - p : kDepth, a_depth<AT>(a, lda, p), lda, b + p * ldb,
+                    ldb, c, ldc, accumulate || p > 0);
 }
 
-void gemm_tile(size_t m, size_t n, size_t k, const float* a, size_t lda, const float* b,
-               size_t ldb, float* c, size_t ldc, bool accumulate) {
+void gemm_tile(size_t m, size_t n, size_t k, const float* a, size_t lda, const float* b, size_t ldb,
+               float* c, size_t ldc, bool accumulate) {
   gemm_depth_slices<false>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
@@ -243,6 +242,6 @@ void softmax_grad(const SoftmaxGradTile& t, size_t cols) {
 
 extern const Table ATTNLAB_KERNEL_TABLE;
 const Table ATTNLAB_KERNEL_TABLE = {gemm_tile, gemm_tile_at, exp2_inplace, exp2_shifted_sum,
-                                     row_max,   transpose,    fold,         softmax_grad};
+                                    row_max,   transpose,    fold,         softmax_grad};
 
 }  // namespace attnlab::kernels::detail

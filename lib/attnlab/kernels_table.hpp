@@ -9,19 +9,19 @@ namespace attnlab::kernels::detail {
 
 /// One query tile of the online softmax (OnlineSoftmax's state).
 struct SoftmaxTile {
-  float* scores;       // rows x cols, row stride ld
+  float* scores;  // rows x cols, row stride ld
   std::size_t ld;
-  float* acc;          // rows x dv: unnormalised outputs
-  float* max;          // per row: running max (log2 units)
-  float* sum;          // per row: running sum of 2^(score - max)
+  float* acc;  // rows x dv: unnormalised outputs
+  float* max;  // per row: running max (log2 units)
+  float* sum;  // per row: running sum of 2^(score - max)
   std::size_t rows, dv;
 };
 
 /// One score tile of SoftmaxBackward: scores become P = 2^(S - lse2) in place, dP becomes
 /// dS · factor = P ∘ (dP - delta) · factor in place.
 struct SoftmaxGradTile {
-  float* scores;       // rows x cols, row stride ld: masked scores (log2 units) in, P out
-  float* dp;           // rows x cols, row stride ld: dO V^T in, dS · factor out
+  float* scores;  // rows x cols, row stride ld: masked scores (log2 units) in, P out
+  float* dp;      // rows x cols, row stride ld: dO V^T in, dS · factor out
   std::size_t ld;
   const float* lse2;   // per row: log-sum-exp in log2 units (-inf: the row sees no key)
   const float* delta;  // per row: rowsum(dO ∘ O)
@@ -33,9 +33,8 @@ struct SoftmaxGradTile {
 struct Table {
   void (*gemm_tile)(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
                     const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate);
-  void (*gemm_tile_at)(std::size_t m, std::size_t n, std::size_t k, const float* a,
-                       std::size_t lda, const float* b, std::size_t ldb, float* c,
-                       std::size_t ldc, bool accumulate);
+  void (*gemm_tile_at)(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
+                       const float* b, std::size_t ldb, float* c, std::size_t ldc, bool accumulate);
   void (*exp2_inplace)(float* x, std::size_t n);
   float (*exp2_shifted_sum)(float* x, std::size_t n, float shift);
   float (*row_max)(const float* x, std::size_t n);

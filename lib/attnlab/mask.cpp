@@ -9,9 +9,12 @@ namespace attnlab {
 
 const char* causal_name(Causal c) {
   switch (c) {
-    case Causal::top_left: return "top-left";
-    case Causal::bottom_right: return "bottom-right";
-    default: return "none";
+    case Causal::top_left:
+      return "top-left";
+    case Causal::bottom_right:
+      return "bottom-right";
+    default:
+      return "none";
   }
 }
 
@@ -43,8 +46,9 @@ void Mask::validate(const Dims& d) const {
     const bool full = s[0] == d.batch && s[1] == d.heads;
     if (!(shared || full) || s[2] != d.nq || s[3] != d.nk)
       throw Error("boolean mask has shape [" + std::to_string(s[0]) + ", " + std::to_string(s[1]) +
-                  ", " + std::to_string(s[2]) + ", " + std::to_string(s[3]) + "], expected [Nq, Nk] = [" +
-                  std::to_string(d.nq) + ", " + std::to_string(d.nk) + "] or [B, H, Nq, Nk]");
+                  ", " + std::to_string(s[2]) + ", " + std::to_string(s[3]) +
+                  "], expected [Nq, Nk] = [" + std::to_string(d.nq) + ", " + std::to_string(d.nk) +
+                  "] or [B, H, Nq, Nk]");
   }
   if (scale && !(std::isfinite(*scale) && *scale > 0))
     throw Error("scale = " + std::to_string(*scale) + ": expected a finite number > 0");

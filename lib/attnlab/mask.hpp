@@ -31,7 +31,7 @@ Causal parse_causal(const std::string& text);
 
 /// Every constraint on what a query may attend to, and the softmax scale (see above).
 struct Mask {
-  Causal causal = Causal::none;  ///< the causal alignment, or none
+  Causal causal = Causal::none;           ///< the causal alignment, or none
   std::vector<std::int64_t> key_lengths;  ///< empty: no padding
   xt::xtensor<bool, 4> allowed;           ///< empty: no boolean mask
   std::optional<double> scale;            ///< softmax scale; default 1 / sqrt(Dk)
@@ -60,8 +60,7 @@ struct Mask {
   const bool* allowed_row(std::size_t b, std::size_t h, std::size_t i) const;
 
   /// The whole rule, one key at a time: what the dense references use.
-  bool may_attend(std::size_t b, std::size_t h, std::size_t i, std::size_t j,
-                  const Dims& d) const {
+  bool may_attend(std::size_t b, std::size_t h, std::size_t i, std::size_t j, const Dims& d) const {
     if (j >= visible_keys(b, i, d)) return false;
     const bool* row = allowed_row(b, h, i);
     return row == nullptr || row[j];

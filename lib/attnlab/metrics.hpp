@@ -13,7 +13,7 @@ struct ErrorMetrics {
   double rel_fro = 0;   ///< ||out - ref||_F / ||ref||_F  (||out - ref||_F when ref is all zero)
   double max_abs = 0;   ///< max |out - ref|
   double mean_cos = 1;  ///< mean cosine similarity of rows; 1 for a pair of zero rows, 0 for one
-  double p99_row = 0;   ///< 99th percentile of per-row ||out - ref|| / ||ref|| (absolute if ref = 0)
+  double p99_row = 0;  ///< 99th percentile of per-row ||out - ref|| / ||ref|| (absolute if ref = 0)
   /// "rel_fro=... max_abs=... mean_cos=... p99_row=..." for messages and logs.
   std::string str() const;
 };

@@ -1,9 +1,9 @@
 #include "attnlab/npy.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -54,8 +54,7 @@ std::string read_all(const std::string& path) {
 
 std::string shape_text(const std::vector<std::size_t>& shape) {
   std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + (shape.size() == 1 ? ",)" : ")");
 }
 
@@ -131,7 +130,9 @@ Header parse_header(const std::string& path, const std::string& bytes) {
   if (bytes.size() < kMagicLen + 4 || bytes.compare(0, kMagicLen, kMagic, kMagicLen) != 0)
     fail(path, "not a .npy file (bad magic: the file must start with \\x93NUMPY)");
   const auto major = static_cast<unsigned char>(bytes[6]);
-  const auto byte = [&](std::size_t i) { return std::size_t(static_cast<unsigned char>(bytes[i])); };
+  const auto byte = [&](std::size_t i) {
+    return std::size_t(static_cast<unsigned char>(bytes[i]));
+  };
   std::size_t header_len = 0, start = 0;
   if (major == 1) {
     header_len = byte(8) | byte(9) << 8;
@@ -141,7 +142,8 @@ Header parse_header(const std::string& path, const std::string& bytes) {
     header_len = byte(8) | byte(9) << 8 | byte(10) << 16 | byte(11) << 24;
     start = 12;
   } else {
-    fail(path, "unsupported .npy format version " + std::to_string(major) + " (expected 1, 2 or 3)");
+    fail(path,
+         "unsupported .npy format version " + std::to_string(major) + " (expected 1, 2 or 3)");
   }
   if (header_len > kMaxHeader)
     fail(path, "bad .npy header: " + std::to_string(header_len) + " bytes long, more than the " +
@@ -162,7 +164,9 @@ Header parse_header(const std::string& path, const std::string& bytes) {
   return h;
 }
 
-std::size_t item_size(Dtype d) { return d == Dtype::f64 ? 8 : d == Dtype::f32 ? 4 : 1; }
+std::size_t item_size(Dtype d) {
+  return d == Dtype::f64 ? 8 : d == Dtype::f32 ? 4 : 1;
+}
 
 // Parses the header and checks the rank and the data length; returns the element count.
 std::size_t check_layout(const std::string& path, const std::string& bytes, const Header& h,
@@ -182,7 +186,8 @@ std::size_t check_layout(const std::string& path, const std::string& bytes, cons
     if (n != 0 && __builtin_mul_overflow(nonzero, n, &nonzero))
       fail(path, "shape " + shape_text(h.shape) + " has more elements than fit in 64 bits");
   }
-  if (__builtin_mul_overflow(nonzero, static_cast<std::int64_t>(item_size(h.dtype)), &nonzero_bytes))
+  if (__builtin_mul_overflow(nonzero, static_cast<std::int64_t>(item_size(h.dtype)),
+                             &nonzero_bytes))
     fail(path, "shape " + shape_text(h.shape) + " needs more bytes than fit in 64 bits");
   const auto count = empty ? std::size_t{0} : static_cast<std::size_t>(nonzero);
   const auto need = empty ? std::size_t{0} : static_cast<std::size_t>(nonzero_bytes);
@@ -244,7 +249,8 @@ xt::xarray<bool> load_npy_mask(const std::string& path, const std::vector<std::s
 
 void save_npy(const std::string& path, const xt::xarray<float>& a) {
   std::vector<std::size_t> shape(a.shape().begin(), a.shape().end());
-  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
+  std::string dict =
+      "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
   // numpy pads the header with spaces so the data starts on a 64-byte boundary.
   const std::size_t unpadded = kMagicLen + 4 + dict.size() + 1;
   dict.append((64 - unpadded % 64) % 64, ' ');
@@ -288,10 +294,15 @@ void save_npy(const std::string& path, const xt::xarray<float>& a) {
 Tensor to_bhnd(const xt::xarray<float>& a, const std::string& what) {
   const auto& s = a.shape();
   Tensor t;
-  if (s.size() == 2) t = Tensor::from_shape({1, 1, s[0], s[1]});
-  else if (s.size() == 3) t = Tensor::from_shape({1, s[0], s[1], s[2]});
-  else if (s.size() == 4) t = Tensor::from_shape({s[0], s[1], s[2], s[3]});
-  else throw Error(what + ": rank " + std::to_string(s.size()) + ", expected [N, D], [H, N, D] or [B, H, N, D]");
+  if (s.size() == 2)
+    t = Tensor::from_shape({1, 1, s[0], s[1]});
+  else if (s.size() == 3)
+    t = Tensor::from_shape({1, s[0], s[1], s[2]});
+  else if (s.size() == 4)
+    t = Tensor::from_shape({s[0], s[1], s[2], s[3]});
+  else
+    throw Error(what + ": rank " + std::to_string(s.size()) +
+                ", expected [N, D], [H, N, D] or [B, H, N, D]");
   std::copy(a.begin(), a.end(), t.begin());
   return t;
 }
@@ -299,21 +310,27 @@ Tensor to_bhnd(const xt::xarray<float>& a, const std::string& what) {
 xt::xtensor<bool, 4> mask_to_bhnd(const xt::xarray<bool>& a, const std::string& what) {
   const auto& s = a.shape();
   xt::xtensor<bool, 4> t;
-  if (s.size() == 2) t = xt::xtensor<bool, 4>::from_shape({1, 1, s[0], s[1]});
-  else if (s.size() == 3) t = xt::xtensor<bool, 4>::from_shape({1, s[0], s[1], s[2]});
-  else if (s.size() == 4) t = xt::xtensor<bool, 4>::from_shape({s[0], s[1], s[2], s[3]});
-  else throw Error(what + ": rank " + std::to_string(s.size()) + ", expected [Nq, Nk], [H, Nq, Nk] or [B, H, Nq, Nk]");
+  if (s.size() == 2)
+    t = xt::xtensor<bool, 4>::from_shape({1, 1, s[0], s[1]});
+  else if (s.size() == 3)
+    t = xt::xtensor<bool, 4>::from_shape({1, s[0], s[1], s[2]});
+  else if (s.size() == 4)
+    t = xt::xtensor<bool, 4>::from_shape({s[0], s[1], s[2], s[3]});
+  else
+    throw Error(what + ": rank " + std::to_string(s.size()) +
+                ", expected [Nq, Nk], [H, Nq, Nk] or [B, H, Nq, Nk]");
   std::copy(a.begin(), a.end(), t.begin());
   return t;
 }
 
 xt::xarray<float> from_bhnd(const Tensor& t, std::size_t rank) {
-  if (rank < 2 || rank > 4) throw Error("output rank " + std::to_string(rank) + ": expected 2, 3 or 4");
+  if (rank < 2 || rank > 4)
+    throw Error("output rank " + std::to_string(rank) + ": expected 2, 3 or 4");
   const auto& s = t.shape();
   for (std::size_t a = 0; a < 4 - rank; ++a)
     if (s[a] != 1)
-      throw Error("cannot write a " + shape_string(t) + " tensor with rank " + std::to_string(rank) +
-                  ": axis " + std::to_string(a) + " is not 1");
+      throw Error("cannot write a " + shape_string(t) + " tensor with rank " +
+                  std::to_string(rank) + ": axis " + std::to_string(a) + " is not 1");
   std::vector<std::size_t> shape(s.begin() + static_cast<std::ptrdiff_t>(4 - rank), s.end());
   xt::xarray<float> a = xt::xarray<float>::from_shape(shape);
   std::copy(t.begin(), t.end(), a.begin());

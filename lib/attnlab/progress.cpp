@@ -31,9 +31,12 @@ std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
   const long t = std::lround(s);
   char buf[32];
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, t / 60 % 60);
-  else if (t >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
-  else std::snprintf(buf, sizeof buf, "%lds", t);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, t / 60 % 60);
+  else if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%lds", t);
   return buf;
 }
 

@@ -30,8 +30,8 @@ Dims dims_of(const xt::xtensor<T, 4>& q, const xt::xtensor<T, 4>& k, const xt::x
 // allowed); false when no key is allowed.
 template <class T>
 bool softmax_row(const xt::xtensor<T, 4>& q, const xt::xtensor<T, 4>& k, const Dims& d,
-                 double scale, const Pattern& allowed, std::size_t b, std::size_t h,
-                 std::size_t i, std::vector<double>& p) {
+                 double scale, const Pattern& allowed, std::size_t b, std::size_t h, std::size_t i,
+                 std::vector<double>& p) {
   double top = kNegInf;
   for (std::size_t j = 0; j < d.nk; ++j) {
     p[j] = kNegInf;
@@ -89,14 +89,14 @@ Tensor64 reference_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
   return attention64(q, k, v, scale, allowed, rows);
 }
 
-Tensor64 reference_attention(const Tensor64& q, const Tensor64& k, const Tensor64& v,
-                             double scale, const Pattern& allowed) {
+Tensor64 reference_attention(const Tensor64& q, const Tensor64& k, const Tensor64& v, double scale,
+                             const Pattern& allowed) {
   return attention64(q, k, v, scale, allowed, {});
 }
 
-Gradients64 reference_attention_backward(const Tensor64& q, const Tensor64& k,
-                                         const Tensor64& v, double scale,
-                                         const Pattern& allowed, const Tensor64& d_out) {
+Gradients64 reference_attention_backward(const Tensor64& q, const Tensor64& k, const Tensor64& v,
+                                         double scale, const Pattern& allowed,
+                                         const Tensor64& d_out) {
   const Dims d = dims_of(q, k, v);
   const std::array<std::size_t, 4> out_shape = {d.batch, d.heads, d.nq, d.dv};
   if (!std::equal(out_shape.begin(), out_shape.end(), d_out.shape().begin()))
@@ -132,9 +132,9 @@ Gradients64 reference_attention_backward(const Tensor& q, const Tensor& k, const
                                          const Mask& mask, const Tensor& d_out) {
   const Dims d = check_qkv(q, k, v);
   mask.validate(d);
-  return reference_attention_backward(xt::cast<double>(q), xt::cast<double>(k),
-                                      xt::cast<double>(v), mask.softmax_scale(d.dk),
-                                      mask_pattern(mask, d), xt::cast<double>(d_out));
+  return reference_attention_backward(xt::cast<double>(q), xt::cast<double>(k), xt::cast<double>(v),
+                                      mask.softmax_scale(d.dk), mask_pattern(mask, d),
+                                      xt::cast<double>(d_out));
 }
 
 Tensor64 reference_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,

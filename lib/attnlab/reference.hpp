@@ -24,8 +24,8 @@ Tensor64 reference_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
                              const std::vector<std::size_t>& rows = {});
 
 /// The same on float64 inputs (all rows): what finite differences in fp64 perturb.
-Tensor64 reference_attention(const Tensor64& q, const Tensor64& k, const Tensor64& v,
-                             double scale, const Pattern& allowed);
+Tensor64 reference_attention(const Tensor64& q, const Tensor64& k, const Tensor64& v, double scale,
+                             const Pattern& allowed);
 
 /// dL/dq, dL/dk, dL/dv in float64, shaped like q, k, v.
 struct Gradients64 {
@@ -37,9 +37,9 @@ struct Gradients64 {
 /// The gradients of reference_attention(q, k, v, scale, allowed) given d_out = dL/d(out)
 /// [B, H, Nq, Dv], dense and in float64: dS = P ∘ (dO V^T - rowsum(dO ∘ O)), dQ = scale · dS K,
 /// dK = scale · dS^T Q, dV = P^T dO. A row with no allowed key has no gradient.
-Gradients64 reference_attention_backward(const Tensor64& q, const Tensor64& k,
-                                         const Tensor64& v, double scale,
-                                         const Pattern& allowed, const Tensor64& d_out);
+Gradients64 reference_attention_backward(const Tensor64& q, const Tensor64& k, const Tensor64& v,
+                                         double scale, const Pattern& allowed,
+                                         const Tensor64& d_out);
 
 /// The same under a Mask (validated here), from the float32 inputs a backend sees.
 Gradients64 reference_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,

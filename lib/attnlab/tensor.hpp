@@ -31,8 +31,8 @@ class TensorRef {
   /// and the shape holds a float.
   TensorRef(const float* data, const Shape& shape);
 
-  const float* data() const { return data_; }                          ///< the first float
-  const Shape& shape() const { return shape_; }                        ///< [B, H, N, D]
+  const float* data() const { return data_; }                         ///< the first float
+  const Shape& shape() const { return shape_; }                       ///< [B, H, N, D]
   std::size_t shape(std::size_t axis) const { return shape_[axis]; }  ///< one extent
   /// The number of floats, B·H·N·D.
   std::size_t size() const { return shape_[0] * shape_[1] * shape_[2] * shape_[3]; }

@@ -47,18 +47,17 @@ xt::xtensor<T, R> to_tensor(const py::array_t<T, py::array::c_style>& a) {
 // The caller (Python) has checked dtype, rank and layout; the array outlives the call.
 attnlab::TensorRef view(const Floats& a) {
   if (a.ndim() != 4) throw attnlab::Error("expected a rank-4 array");
-  return attnlab::TensorRef(a.data(), {static_cast<std::size_t>(a.shape(0)),
-                                       static_cast<std::size_t>(a.shape(1)),
-                                       static_cast<std::size_t>(a.shape(2)),
-                                       static_cast<std::size_t>(a.shape(3))});
+  return attnlab::TensorRef(
+      a.data(), {static_cast<std::size_t>(a.shape(0)), static_cast<std::size_t>(a.shape(1)),
+                 static_cast<std::size_t>(a.shape(2)), static_cast<std::size_t>(a.shape(3))});
 }
 
 // A C-contiguous float32 array of rank 3 (g or beta, [B, H, Nk]) read in place, as q, k, v are.
 attnlab::TokenRef token_view(const Floats& a) {
   if (a.ndim() != 3) throw attnlab::Error("expected a rank-3 array");
-  return attnlab::TokenRef(a.data(), {static_cast<std::size_t>(a.shape(0)),
-                                      static_cast<std::size_t>(a.shape(1)),
-                                      static_cast<std::size_t>(a.shape(2))});
+  return attnlab::TokenRef(
+      a.data(), {static_cast<std::size_t>(a.shape(0)), static_cast<std::size_t>(a.shape(1)),
+                 static_cast<std::size_t>(a.shape(2))});
 }
 
 // What a forward saved for its backward (attnlab::Saved: a softmax variant's row log-sum-exp, the
@@ -181,8 +180,8 @@ class Backend {
     {
       py::gil_scoped_release release;
       static const attnlab::Saved recompute;
-      attention_->backward(view(q), view(k), view(v), mask, token_views(t),
-                           view(out), view(d_out), state ? state->saved : recompute, g);
+      attention_->backward(view(q), view(k), view(v), mask, token_views(t), view(out), view(d_out),
+                           state ? state->saved : recompute, g);
     }
     py::dict d;
     d["dq"] = to_numpy(std::move(g.qkv.dq));
@@ -283,8 +282,8 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init<const std::string&>(), py::arg("spec"))
       .def_property_readonly("spec", &Backend::spec)
       .def_property_readonly("support", &Backend::support)
-      .def("forward", &Backend::forward, py::arg("q"), py::arg("k"), py::arg("v"),
-           py::arg("mask"), py::arg("tokens"), py::arg("save") = false)
+      .def("forward", &Backend::forward, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask"),
+           py::arg("tokens"), py::arg("save") = false)
       .def("backward", &Backend::backward, py::arg("q"), py::arg("k"), py::arg("v"),
            py::arg("mask"), py::arg("tokens"), py::arg("out"), py::arg("d_out"),
            py::arg("saved") = py::none())

@@ -11,7 +11,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
     attnlab::Mask mask;
-    mask.allowed = attnlab::mask_to_bhnd(attnlab::load_npy_mask(memfd_path(data, size)), "fuzz.npy");
+    mask.allowed =
+        attnlab::mask_to_bhnd(attnlab::load_npy_mask(memfd_path(data, size)), "fuzz.npy");
     mask.validate(attnlab::Dims{1, 2, 4, 4, 8, 8});
   } catch (const attnlab::Error&) {
   }

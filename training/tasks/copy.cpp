@@ -16,9 +16,12 @@ class Copy final : public Task {
  public:
   Copy(Params& p, std::size_t n) : n_(n) {
     vocab_ = bounded(p, "vocab", 10, 3, 65536);
-    if (n < 3) throw Error("task '" + p.spec() + "': N = " + std::to_string(n) + ": expected N >= 3");
+    if (n < 3)
+      throw Error("task '" + p.spec() + "': N = " + std::to_string(n) + ": expected N >= 3");
   }
-  std::string spec() const override { return SpecWriter("copy").add("vocab", std::int64_t(vocab_)).str(); }
+  std::string spec() const override {
+    return SpecWriter("copy").add("vocab", std::int64_t(vocab_)).str();
+  }
   std::size_t vocab() const override { return vocab_; }
   std::size_t classes() const override { return vocab_; }
   Output output() const override { return Output::per_token; }
@@ -44,7 +47,9 @@ class Copy final : public Task {
   std::size_t n_, vocab_;
 };
 
-std::unique_ptr<Task> make_copy(Params& p, std::size_t n) { return std::make_unique<Copy>(p, n); }
+std::unique_ptr<Task> make_copy(Params& p, std::size_t n) {
+  return std::make_unique<Copy>(p, n);
+}
 
 const Registrar<TaskMaker> kRegistrar(task_registry(), "copy", {make_copy, "vocab=10"}, 30);
 

@@ -13,7 +13,15 @@ using detail::empty_batch;
 using detail::Random;
 
 // ListOps token ids.
-enum : std::int64_t { kPad = 0, kDigit0 = 1, kMin = 11, kMax = 12, kMed = 13, kSumMod = 14, kEnd = 15 };
+enum : std::int64_t {
+  kPad = 0,
+  kDigit0 = 1,
+  kMin = 11,
+  kMax = 12,
+  kMed = 13,
+  kSumMod = 14,
+  kEnd = 15
+};
 
 class ListOps final : public Task {
  public:
@@ -24,9 +32,12 @@ class ListOps final : public Task {
     args_ = bounded(p, "args", 10, 2, 64);
   }
   std::string spec() const override {
-    return SpecWriter("listops").add("max_len", std::int64_t(max_len_))
-        .add("min_len", std::int64_t(min_len_)).add("depth", std::int64_t(depth_))
-        .add("args", std::int64_t(args_)).str();
+    return SpecWriter("listops")
+        .add("max_len", std::int64_t(max_len_))
+        .add("min_len", std::int64_t(min_len_))
+        .add("depth", std::int64_t(depth_))
+        .add("args", std::int64_t(args_))
+        .str();
   }
   std::size_t vocab() const override { return 16; }
   std::size_t classes() const override { return 10; }
@@ -79,26 +90,33 @@ class ListOps final : public Task {
     std::sort(values.begin(), values.end());
     const std::size_t m = values.size();
     switch (op) {
-      case kMin: return values.front();
-      case kMax: return values.back();
+      case kMin:
+        return values.front();
+      case kMax:
+        return values.back();
       case kMed:  // int(np.median(values)): the mean of the middle two, truncated
         return m % 2 ? values[m / 2] : (values[m / 2 - 1] + values[m / 2]) / 2;
-      default: return std::accumulate(values.begin(), values.end(), 0) % 10;
+      default:
+        return std::accumulate(values.begin(), values.end(), 0) % 10;
     }
   }
 
   std::size_t n_, max_len_, min_len_, depth_, args_;
 };
 
-std::unique_ptr<Task> make_listops(Params& p, std::size_t n) { return std::make_unique<ListOps>(p, n); }
+std::unique_ptr<Task> make_listops(Params& p, std::size_t n) {
+  return std::make_unique<ListOps>(p, n);
+}
 
-const Registrar<TaskMaker> kRegistrar(task_registry(), "listops", {make_listops, "max_len=N,min_len=max_len/4,depth=10,args=10"}, 20);
+const Registrar<TaskMaker> kRegistrar(
+    task_registry(), "listops", {make_listops, "max_len=N,min_len=max_len/4,depth=10,args=10"}, 20);
 
 }  // namespace
 
 const std::vector<std::string>& listops_tokens() {
-  static const std::vector<std::string> names = {"<pad>", "0", "1", "2", "3", "4", "5", "6", "7",
-                                                 "8", "9", "[MIN", "[MAX", "[MED", "[SM", "]"};
+  static const std::vector<std::string> names = {"<pad>", "0",    "1",   "2", "3", "4",
+                                                 "5",     "6",    "7",   "8", "9", "[MIN",
+                                                 "[MAX",  "[MED", "[SM", "]"};
   return names;
 }
 

@@ -33,7 +33,8 @@ class Mqar final : public Task {
  public:
   Mqar(Params& p, std::size_t n) : n_(n) {
     const auto most = static_cast<std::int64_t>(n / 4);
-    pairs_ = bounded(p, "pairs", std::max<std::int64_t>(1, most / 4), 1, std::max<std::int64_t>(1, most));
+    pairs_ = bounded(p, "pairs", std::max<std::int64_t>(1, most / 4), 1,
+                     std::max<std::int64_t>(1, most));
     vocab_ = bounded(p, "vocab", 256, 6, 65536);
     if (4 * pairs_ > n) p.fail("pairs", "expected 4 * pairs <= N = " + std::to_string(n));
     if (pairs_ > vocab_ / 2 - 1)
@@ -41,7 +42,10 @@ class Mqar final : public Task {
                           " (distinct keys from [1, vocab / 2))");
   }
   std::string spec() const override {
-    return SpecWriter("mqar").add("pairs", std::int64_t(pairs_)).add("vocab", std::int64_t(vocab_)).str();
+    return SpecWriter("mqar")
+        .add("pairs", std::int64_t(pairs_))
+        .add("vocab", std::int64_t(vocab_))
+        .str();
   }
   std::size_t vocab() const override { return vocab_; }
   std::size_t classes() const override { return vocab_; }
@@ -84,9 +88,12 @@ class Mqar final : public Task {
   std::size_t n_, pairs_, vocab_;
 };
 
-std::unique_ptr<Task> make_mqar(Params& p, std::size_t n) { return std::make_unique<Mqar>(p, n); }
+std::unique_ptr<Task> make_mqar(Params& p, std::size_t n) {
+  return std::make_unique<Mqar>(p, n);
+}
 
-const Registrar<TaskMaker> kRegistrar(task_registry(), "mqar", {make_mqar, "pairs=N/16,vocab=256"}, 10);
+const Registrar<TaskMaker> kRegistrar(task_registry(), "mqar", {make_mqar, "pairs=N/16,vocab=256"},
+                                      10);
 
 }  // namespace
 

@@ -50,11 +50,13 @@ std::string read_bible() {
   close(out[0]);
   if (spawned != 0) throw Error(missing);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw Error(missing + ": it failed (exit status " + std::to_string(WEXITSTATUS(status)) + ")");
   if (text.size() < 4'000'000)
-    throw Error(missing + ": it printed " + std::to_string(text.size()) + " bytes, expected the "
+    throw Error(missing + ": it printed " + std::to_string(text.size()) +
+                " bytes, expected the "
                 "whole Bible (4.3 MB)");
   return text;
 }
@@ -82,7 +84,9 @@ class Text final : public Task {
   std::size_t length() const override { return n_; }
   bool needs_causal() const override { return true; }
 
-  Batch batch(std::size_t size, std::uint64_t seed) const override { return windows(size, seed, 0, split_); }
+  Batch batch(std::size_t size, std::uint64_t seed) const override {
+    return windows(size, seed, 0, split_);
+  }
   Batch held_out(std::size_t size, std::uint64_t seed) const override {
     return windows(size, seed, split_, corpus_.size());
   }
@@ -95,7 +99,8 @@ class Text final : public Task {
     Batch b = detail::empty_batch(size, n_, n_);
     const std::size_t starts = end - begin - n_;  // windows [s, s + n] with s + n < end
     for (std::size_t e = 0; e < size; ++e) {
-      const auto* bytes = reinterpret_cast<const unsigned char*>(corpus_.data()) + begin + rng.below(starts);
+      const auto* bytes =
+          reinterpret_cast<const unsigned char*>(corpus_.data()) + begin + rng.below(starts);
       for (std::size_t i = 0; i < n_; ++i) {
         b.tokens(e, i) = bytes[i];
         b.targets(e, i) = bytes[i + 1];
@@ -109,14 +114,20 @@ class Text final : public Task {
   std::size_t split_;
 };
 
-std::unique_ptr<Task> make_text(Params&, std::size_t n) { return std::make_unique<Text>(n); }
+std::unique_ptr<Task> make_text(Params&, std::size_t n) {
+  return std::make_unique<Text>(n);
+}
 
 const Registrar<TaskMaker> kRegistrar(task_registry(), "text", {make_text, ""}, 40);
 
 }  // namespace
 
-const std::string& text_corpus() { return bible(); }
+const std::string& text_corpus() {
+  return bible();
+}
 
-std::size_t text_split(std::size_t bytes) { return bytes - bytes / 20; }
+std::size_t text_split(std::size_t bytes) {
+  return bytes - bytes / 20;
+}
 
 }  // namespace attnlab::training
