@@ -1,7 +1,7 @@
 """attnlab from Python: every attention variant of the C++ library on NumPy arrays.
 
     import attnlab
-    out = attnlab.attention(q, k, v, spec="sliding:window=64", causal="top-left")
+    out = attnlab.attention(q, k, v, spec="sliding:left=64,right=0", causal="top-left")
 
 Arrays are float32 [B, H, N, D], [H, N, D] or [N, D] (all three of one rank, as the CLI takes
 them); the output has the same rank. Bad input raises before anything runs: TypeError for a wrong
@@ -221,7 +221,7 @@ def _remake(spec, learned):
 
 
 def make(spec):
-    """The backend a factory string names ("full", "sliding:window=64", ...): an Attention."""
+    """The backend a factory string names ("full", "sliding:left=64", ...): an Attention."""
     return Attention(spec)
 
 

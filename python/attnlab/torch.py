@@ -2,7 +2,7 @@
 
     from attnlab.torch import attention, MultiheadAttention
     out = attention(q, k, v, spec="linear:feature=elu1", causal="top-left")   # differentiable
-    layer.self_attn = MultiheadAttention(512, 8, batch_first=True, spec="sliding:window=64")
+    layer.self_attn = MultiheadAttention(512, 8, batch_first=True, spec="sliding:left=64,right=64")
 
 Masks follow the torch API each one mirrors (docs/python.md):
   attention(attn_mask=)     as torch 2's scaled_dot_product_attention: bool True = may attend
