@@ -1,11 +1,11 @@
 #!/usr/bin/python3
-"""Renders results/backward/README.md from bench_backward.json, load_after.txt and, when present,
-the hand-written notes.md (the run's circumstances and discussion)."""
+"""Renders results/backward/README.md from bench_backward.json, load_after.txt and a link to the
+hand-written notes.md (the run's circumstances and discussion) when there is one."""
 import json
 import sys
 from pathlib import Path
 
-from report_parts import met
+from report_parts import met, notes_link
 from sgemm_rates import sgemm_rates, sgemm_table
 
 out = Path(sys.argv[1])
@@ -101,6 +101,5 @@ for key in ["date", "host_name", "num_cpus", "mhz_per_cpu", "git_commit", "compi
 print(f"- load average (1, 5, 15 min) before the run: {ctx.get('load_before', '—')}, after: {load_after}")
 print(f"- Google Benchmark's own library build (Debian package): {ctx.get('library_build_type', '—')}")
 
-notes = out / "notes.md"
-if notes.exists():
-    print("\n" + notes.read_text().strip())
+if notes_link(out):
+    print("\n" + notes_link(out))

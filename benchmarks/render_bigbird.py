@@ -5,7 +5,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from report_parts import met, profile_section
+from report_parts import met, notes_link, profile_section
 from sgemm_rates import sgemm_rates, sgemm_table
 
 out = Path(sys.argv[1])
@@ -79,6 +79,5 @@ print("  above the core count means other jobs ran at the same time and absolute
 print("  inflated: read the ratios, which come from one interleaved run.")
 if profile_section(out):
     print("\n" + profile_section(out).rstrip())
-notes = out / "notes.md"
-if notes.exists():
-    print("\n" + notes.read_text().rstrip())
+if notes_link(out):
+    print("\n" + notes_link(out))

@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """Renders results/full/README.md from bench_full.json, bench_full_long.json, numpy.json,
-load_after.txt and, when present, the hand-written analysis notes.md (profile and discussion)."""
+load_after.txt and a link to the hand-written analysis
+notes.md (profile and discussion) when there is one."""
 import json
 import statistics
 import sys
 from pathlib import Path
 
-from report_parts import profile_section
+from report_parts import notes_link, profile_section
 from sgemm_rates import sgemm_rates, sgemm_table
 
 out = Path(sys.argv[1])
@@ -117,6 +118,5 @@ print(f"- NumPy {numpy['numpy']}, BLAS: "
       f"{', '.join(i.get('internal_api', '') + ' ' + str(i.get('num_threads', '')) for i in numpy['blas']) or 'threadpoolctl not installed'}")
 if profile_section(out):
     print("\n" + profile_section(out).rstrip())
-notes = out / "notes.md"
-if notes.exists():
-    print("\n" + notes.read_text().rstrip())
+if notes_link(out):
+    print("\n" + notes_link(out))

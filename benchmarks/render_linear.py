@@ -5,6 +5,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from report_parts import notes_link
+
 out = Path(sys.argv[1])
 bench = json.loads((out / "bench_linear.json").read_text())
 load_after = (out / "load_after.txt").read_text().strip() if (out / "load_after.txt").exists() else "?"
@@ -213,6 +215,5 @@ if ab.exists():
           "time, the others CPU time); gla, retnet, delta: `bench_linear_family` (causal; g and "
           "beta where taken).")
 
-notes = out / "notes.md"
-if notes.exists():
-    print("\n" + notes.read_text().strip())
+if notes_link(out):
+    print("\n" + notes_link(out))

@@ -1,24 +1,20 @@
 #!/usr/bin/python3
 """Renders results/linear-family/README.md from bench_linear_family.json (one run)."""
 import json
-import statistics
 import sys
 from pathlib import Path
+
+from report_parts import benchmark_medians, notes_link
 
 out = Path(sys.argv[1])
 bench = json.loads((out / "bench_linear_family.json").read_text())
 load_after = (out / "load_after.txt").read_text().strip() if (out / "load_after.txt").exists() else "?"
 
 # Medians over the repetitions of each run's real time (ms) and GFLOP/s.
-times, flops = {}, {}
-for b in bench["benchmarks"]:
-    if b.get("run_type") != "iteration":
-        continue
-    times.setdefault(b["run_name"], []).append(b["real_time"])
-    if "FLOPS" in b:
-        flops.setdefault(b["run_name"], []).append(b["FLOPS"] / 1e9)
-time = {k: statistics.median(v) for k, v in times.items()}
-gflops = {k: statistics.median(v) for k, v in flops.items()}
+time = benchmark_medians(bench)
+gflops = benchmark_medians(bench, "FLOPS", 1e-9)
+repetitions = min(sum(b.get("run_type") == "iteration" and b["run_name"] == name
+                      for b in bench["benchmarks"]) for name in time)
 sgemm = max(v for k, v in gflops.items() if k.startswith("BM_sgemm"))
 specs = ["delta", "gated-delta", "retnet", "gla", "linear", "linear:rule=delta"]
 ctx = bench["context"]
@@ -27,7 +23,7 @@ print("# Linear family: the scan engine's clients, causal forward and backward\n
 print("B = 1, H = 8, D = 64, causal; g = logsigmoid(N(2, 1)) and beta ~ U[0, 1] for the variants")
 print("that take them (benchmarks/bench_linear_family.cpp; rendered by")
 print("benchmarks/render_linear_family.py from bench_linear_family.json, medians of "
-      f"{min(len(v) for v in times.values())} repetitions).\n")
+      f"{repetitions} repetitions).\n")
 print(f"Commit {ctx.get('git_commit')}, {ctx.get('cpu')}, OPENBLAS_CORETYPE "
       f"{ctx.get('openblas_coretype')}, OMP_NUM_THREADS {ctx.get('omp_num_threads')}, "
       f"build {ctx.get('build')}, date {ctx.get('date')}, load before {ctx.get('load_before')}, "
@@ -68,13 +64,12 @@ print("\n".join(rows))
 print("""- >= 10x faster than the sequential causal delta rule at N = 16384: measured apart, against a
   build of the last commit that had it (`scaling.txt`, benchmarks/run_linear_scaling.sh).
 
-Caveats: the machine has 2 cores and may be shared (the load above; notes.md below says what
-ran beside): under load the smallest N waits for a core and the N-scaling ratio flatters, so
+Caveats: the machine has 2 cores and may be shared (the load above; notes.md says what ran
+beside): under load the smallest N waits for a core and the N-scaling ratio flatters, so
 ratios within one run (x sgemm, backward / forward) are the figures to compare.""")
 
-notes = out / "notes.md"
-if notes.exists():
-    print("\n" + notes.read_text().rstrip())
+if notes_link(out):
+    print("\n" + notes_link(out))
 
 profile = out / "profile_delta.txt"
 if profile.exists():

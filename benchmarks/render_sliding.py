@@ -4,7 +4,7 @@ import json
 import sys
 from pathlib import Path
 
-from report_parts import met, profile_section
+from report_parts import met, notes_link, profile_section
 from sgemm_rates import sgemm_rates, sgemm_table
 
 out = Path(sys.argv[1])
@@ -102,6 +102,5 @@ print("- The machine is shared: a load average above the core count means other 
 print("  same time, so absolute times are pessimistic and ratios carry that noise.")
 if profile_section(out):
     print("\n" + profile_section(out).rstrip())
-notes = out / "notes.md"
-if notes.exists():
-    print("\n" + notes.read_text().rstrip())
+if notes_link(out):
+    print("\n" + notes_link(out))

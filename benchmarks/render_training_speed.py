@@ -1,16 +1,38 @@
 #!/usr/bin/python3
 """Renders DIR/README.md's table from DIR/rows.csv and DIR/context.json (training_speed.py).
 
-Usage: benchmarks/render_training_speed.py DIR [NOTES.md]
+Usage: benchmarks/render_training_speed.py DIR
 Per model and N: the median over rounds of each side's step time (each round's value is itself a
-median of steps), PyTorch / attnlab, and attnlab's split of its step. NOTES.md, when given, is
-appended as it is.
+median of steps), PyTorch / attnlab, and attnlab's split of its step; a link to DIR/notes.md, the
+findings written by hand, when there is one.
 """
 import csv
 import json
 import pathlib
 import statistics
 import sys
+
+from report_parts import notes_link
+
+
+def step_table(rows):
+    """Per model and N (rows of rows.csv): the model's words, N, each side's median step time in
+    seconds and attnlab's split of its step in percent. scripts/render-readme.py reads it too."""
+    keys = sorted({(int(r["layers"]), int(r["d_model"]), int(r["heads"]), int(r["ffn"]),
+                    int(r["n"])) for r in rows})
+    table = []
+    for layers, dm, heads, ffn, n in keys:
+        mine = [r for r in rows if (int(r["layers"]), int(r["d_model"]), int(r["n"])) ==
+                (layers, dm, n)]
+        med = lambda side, col: statistics.median(float(r[col]) for r in mine if r["side"] == side)
+        ours = med("attnlab", "step_s")
+        table.append({"model": f"{layers} layers, d_model {dm}, {heads} heads, FFN {ffn}, batch "
+                               f"{mine[0]['batch']}",
+                      "layers": layers, "d_model": dm, "n": n, "attnlab_s": ours,
+                      "torch_s": med("torch", "step_s"),
+                      **{part: 100 * med("attnlab", f"{part}_s") / ours
+                         for part in ("attention", "gemm", "rest")}})
+    return table
 
 
 def main():
@@ -42,23 +64,15 @@ def main():
         "GEMMs | rest |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    keys = sorted({(int(r["layers"]), int(r["d_model"]), int(r["heads"]), int(r["ffn"]),
-                    int(r["n"])) for r in rows})
-    for layers, dm, heads, ffn, n in keys:
-        mine = [r for r in rows if (int(r["layers"]), int(r["d_model"]), int(r["n"])) ==
-                (layers, dm, n)]
-        med = lambda side, col: statistics.median(float(r[col]) for r in mine if r["side"] == side)
-        ours, theirs = med("attnlab", "step_s"), med("torch", "step_s")
-        part = lambda col: f"{100 * med('attnlab', col) / ours:.0f}%"
-        lines.append(f"| {layers} layers, d_model {dm}, {heads} heads, FFN {ffn}, batch "
-                     f"{mine[0]['batch']} | {n} | {ours * 1e3:.1f} ms | {theirs * 1e3:.1f} ms | "
-                     f"{theirs / ours:.2f}x | {part('attention_s')} | {part('gemm_s')} | "
-                     f"{part('rest_s')} |")
+    for step in step_table(rows):
+        lines.append(f"| {step['model']} | {step['n']} | {step['attnlab_s'] * 1e3:.1f} ms | "
+                     f"{step['torch_s'] * 1e3:.1f} ms | {step['torch_s'] / step['attnlab_s']:.2f}x | "
+                     f"{step['attention']:.0f}% | {step['gemm']:.0f}% | {step['rest']:.0f}% |")
     lines.append("")
     lines.append("The split is training::measure_split's: the step's attention calls and its GEMMs "
                  "timed alone at the step's shapes, the rest what remains of the step.")
-    if len(sys.argv) > 2:
-        lines += ["", pathlib.Path(sys.argv[2]).read_text().rstrip()]
+    if notes_link(d):
+        lines += ["", notes_link(d)]
     (d / "README.md").write_text("\n".join(lines) + "\n")
 
 

@@ -1,6 +1,27 @@
-"""Pieces shared by the results renderers: whether a target is met, and the "where the time
-goes" section from the profiles the run scripts saved."""
+"""Pieces shared by the results renderers: the medians of a Google Benchmark run, whether a
+target is met, the "where the time goes" section from the profiles the run scripts saved, and
+the link to a folder's hand-written findings."""
+import statistics
 from pathlib import Path
+
+
+def benchmark_medians(bench, key="real_time", scale=1.0):
+    """{run_name: the median over the repetitions of `key` times `scale`} of a Google Benchmark
+    JSON (iteration rows only; runs without `key` are left out)."""
+    values = {}
+    for b in bench["benchmarks"]:
+        if b.get("run_type") == "iteration" and key in b:
+            values.setdefault(b["run_name"], []).append(b[key] * scale)
+    return {name: statistics.median(v) for name, v in values.items()}
+
+
+def notes_link(out: Path) -> str:
+    """The line that points to the folder's hand-written findings, notes.md, when it has one:
+    the page links them instead of copying them, so each sentence lives in one file."""
+    if not (out / "notes.md").exists():
+        return ""
+    return ("## Findings\n\nWritten by hand beside this run, citing the tables above: "
+            "[notes.md](notes.md).")
 
 
 def met(value, target):

@@ -1,26 +1,32 @@
 #!/usr/bin/env bash
-# Regenerates the committed reference results, each from a fresh run, with its report and plots
-# (a plain `attnlab sweep` or `./dev run` measures into the git-ignored runs/ instead):
-#   results/default/     attnlab sweep --peers (the built-in default grid, ~15 min with the peers)
-#   results/full-sweep/  benchmarks/configs/full-sweep.toml (N = 256 ... 65536, ~15 min)
-#   results/microbench/  benchmarks/bench_variants (Google Benchmark JSON)
-#   results/studies/     attnlab study NAME, every study at its documented size (~10 min)
-#   results/studies/trained/, prune/   the studies of trained checkpoints: trains the text LM with
-#                        seeds 1-3 and an MQAR model into runs/trained/ (~20 min; a rerun resumes
-#                        or reuses them), then runs trained and prune on each (part `trained`, not
-#                        a default part)
-# Usage: scripts/regenerate-results.sh [build-dir] [default|full|micro|studies|trained|report ...]
-#   (default build dir: build; default parts: default full micro studies). `report` only re-renders the
-#   reports of the existing rows. Set KEEP=1 to resume a sweep that was interrupted instead of
-#   starting it afresh (done points are skipped; see docs/sweep.md).
+# Re-renders or re-measures what is committed under results/. Every folder that
+# results/README.md indexes (one with an about.json) names its two commands there:
+#   render   its tables and pages from its committed data alone (rows.csv, Google Benchmark
+#            JSON, training summaries), re-running nothing; the studies, python/ and
+#            training/torch-check write their pages as they run and have nothing to render apart
+#   rerun    a fresh measurement (minutes to hours; speed belongs on a quiet machine: check the
+#            load it records before committing it)
+# Usage:
+#   scripts/regenerate-results.sh [build-dir] render [FOLDER...]   every folder (or those), then
+#                                 the index results/README.md and the README's headline table
+#   scripts/regenerate-results.sh [build-dir] rerun FOLDER...      those folders' rerun commands,
+#                                 then render as above (e.g. rerun default full-sweep)
+#   scripts/regenerate-results.sh [build-dir] default|full|micro|studies|trained
+#                                 the named measurements the rerun commands call (below)
+# FOLDER is a path below results/ as the index shows it (training/zoology, archive/full, ...);
+# a rerun of an archived folder writes the current folder anew (results/full, not
+# results/archive/full), which then needs an about.json, its archive copy's without `archived`.
+# Default build dir: build. KEEP=1 resumes an interrupted sweep instead of starting it afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
-shift || true
-parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(default full micro studies)
+build=build
+case ${1:-} in
+  render | rerun | default | full | micro | studies | trained | "") ;;
+  *) build=$1; shift ;;
+esac
+usage() { awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0" >&2; }
+[[ $# -gt 0 ]] || { usage; exit 2; }
 [ -d "$build" ] || meson setup "$build"
-ninja -C "$build" cli/attnlab benchmarks/bench_variants
 attnlab="$build/cli/attnlab"
 
 sweep() {  # sweep DIR [sweep flags...]: the sweep renders DIR/report.md and DIR/plots/ itself
@@ -32,7 +38,7 @@ sweep() {  # sweep DIR [sweep flags...]: the sweep renders DIR/report.md and DIR
   echo "== $dir: load after $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$dir/load_after.txt"
 }
 
-studies() {  # every study into results/studies/NAME (report.md, rows.csv, meta.json, plots/)
+studies() {  # the studies of seeded weights into results/studies/NAME
   local name
   for name in spectrum rank-collapse capacity symmetry heads swap; do
     rm -rf "results/studies/$name"
@@ -40,7 +46,9 @@ studies() {  # every study into results/studies/NAME (report.md, rows.csv, meta.
   done
 }
 
-# The trained models of results/studies/trained and prune, and both studies on each.
+# The trained models of results/studies/trained and prune, and both studies on each: trains the
+# text LM with seeds 1-3 and an MQAR model into runs/trained/ (~20 min; a rerun resumes or
+# reuses them).
 trained_studies() {
   local seed run name
   export OMP_NUM_THREADS=1
@@ -59,15 +67,48 @@ trained_studies() {
   done
 }
 
-for part in "${parts[@]}"; do
-  case $part in
-    default) sweep results/default --peers ;;
-    full) sweep results/full-sweep --config benchmarks/configs/full-sweep.toml ;;
-    micro) benchmarks/run_microbench.sh "$build" ;;
-    studies) studies ;;
-    trained) trained_studies ;;
-    report) for d in results/default results/full-sweep; do
-              [ -f "$d/rows.csv" ] && "$attnlab" report "$d"; done ;;
-    *) echo "unknown part '$part' (default|full|micro|studies|trained|report)" >&2; exit 2 ;;
-  esac
-done
+# Runs each command that scripts/results-index.py prints for KIND (render|rerun) and FOLDERS.
+run_commands() {
+  local kind=$1 command
+  shift
+  while IFS= read -r command; do
+    echo "== $command"
+    bash -c "$command"
+  done < <(/usr/bin/python3 scripts/results-index.py commands "$kind" "$build" "$@")
+}
+
+render() {
+  ninja -C "$build" cli/attnlab  # the sweeps' reports
+  run_commands render "$@"
+  /usr/bin/python3 scripts/results-index.py
+  /usr/bin/python3 scripts/render-readme.py
+}
+
+case $1 in
+  render)
+    shift
+    render "$@"
+    ;;
+  rerun)
+    shift
+    [[ $# -gt 0 ]] || { echo "rerun: name the folders (results/README.md lists them)" >&2; exit 2; }
+    ninja -C "$build" cli/attnlab benchmarks/bench_variants
+    run_commands rerun "$@"
+    render
+    ;;
+  default | full | micro | studies | trained)
+    ninja -C "$build" cli/attnlab benchmarks/bench_variants
+    case $1 in
+      default) sweep results/default --peers ;;
+      full) sweep results/full-sweep --config benchmarks/configs/full-sweep.toml ;;
+      micro) benchmarks/run_microbench.sh "$build" ;;
+      studies) studies ;;
+      trained) trained_studies ;;
+    esac
+    ;;
+  *)
+    echo "unknown part '$1' (render|rerun|default|full|micro|studies|trained)" >&2
+    usage
+    exit 2
+    ;;
+esac

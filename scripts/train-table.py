@@ -348,9 +348,9 @@ def render(table, t, runs, out):
         lines += ["", "Context of the first run (every run's summary.json is in raw/): `" +
                   json.dumps(keep) + "`"]
     lines += torch_twin(folder, t, raw)
-    notes = folder / "notes.md"
-    if notes.exists():
-        lines += ["", notes.read_text().rstrip()]
+    if (folder / "notes.md").exists():  # linked, not copied: each sentence lives in one file
+        lines += ["", "## Findings", "", "Written by hand, citing the tables above: "
+                  "[notes.md](notes.md)."]
     (folder / "README.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {folder / 'README.md'}")
 
