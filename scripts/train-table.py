@@ -322,12 +322,13 @@ def render(table, t, runs, out):
               f"| variant | best rate | {t['metric']} (mean +/- sd) | seeds | s/step (mean) | "
               "every rate: mean (seeds finished) | load (1-min avg, before/after) |",
               ("|---" if has_grid else "") + "|---|---|---|---|---|---|---|"]
-    means, not_run = {}, {}
+    means, not_run, best = {}, {}, {}
     for point in grid(t):
         for variant in t["variants"]:
             cells, summary = cell(t, runs, table, point, variant, raw)
             if summary:
                 means[(point["name"], variant)] = summary
+                best[(point["name"], variant)] = f"{cells[2]} ({cells[1]})"
             elif has_grid:  # a grid's unrun cells are listed below it, not as rows
                 not_run.setdefault(point["name"], []).append(f"`{variant}`")
                 continue
@@ -336,6 +337,13 @@ def render(table, t, runs, out):
     if not_run:
         lines += ["", "Not run (no seed finished): " + "; ".join(
             f"`{name}`: {', '.join(variants)}" for name, variants in not_run.items()) + "."]
+    if has_grid and best:  # the same cells as a grid, variants down and points across
+        points = [p["name"] for p in t["grid"] if any((p["name"], v) in best for v in t["variants"])]
+        lines += ["", "The grid: each variant's cell at each point, as above (best rate in brackets).",
+                  "", "| variant | " + " | ".join(f"`{p}`" for p in points) + " |",
+                  "|---" * (len(points) + 1) + "|"]
+        lines += [f"| `{v}` | " + " | ".join(best.get((p, v), "not run") for p in points) + " |"
+                  for v in t["variants"]]
     folder.mkdir(parents=True, exist_ok=True)
     if has_grid and means:
         plot_grid(folder, t, means)
