@@ -2,8 +2,8 @@
 # Re-renders or re-measures what is committed under results/. Every folder that
 # results/README.md indexes (one with an about.json) names its two commands there:
 #   render   its tables and pages from its committed data alone (rows.csv, Google Benchmark
-#            JSON, training summaries), re-running nothing; the studies, python/ and
-#            training/torch-check write their pages as they run and have nothing to render apart
+#            JSON, training summaries), re-running nothing; the studies of seeded weights,
+#            python/ and training/torch-check write their pages as they run: nothing to render
 #   rerun    a fresh measurement (minutes to hours; speed belongs on a quiet machine: check the
 #            load it records before committing it)
 # Usage:
