@@ -104,6 +104,13 @@ def neutral_commits():
     return out
 
 
+def in_history(commit):
+    """Whether `commit` is HEAD or one of its ancestors (not merely an object in the store)."""
+    done = subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", commit, "HEAD"],
+                          capture_output=True)
+    return done.returncode == 0
+
+
 def oldest(commits):
     """The earliest of `commits` by commit date (the run every later one followed)."""
     log = git("log", "--no-walk", "--format=%ct %H", *sorted(set(commits))).split("\n")
@@ -127,17 +134,21 @@ def describe(folder, neutral):
     about = json.loads((folder / "about.json").read_text())
     runs = run_context(folder, about)
     commits = [r["commit"] for r in runs if r["commit"]]
-    for c in set(commits):
-        git("cat-file", "-e", c + "^{commit}")
-    base = oldest(commits)
-    changed = staleness(about, base, neutral)
+    # A run at a commit this history lacks (a branch rebased before it landed) is named, and the
+    # staleness is judged from the runs whose commits it has.
+    known = [c for c in set(commits) if in_history(c)]
+    base = oldest(known) if known else None
+    changed = staleness(about, base, neutral) if base else None
     loads = [x for r in runs for x in r["load"] + r["after"]]
     cores = min(r["cores"] for r in runs)
     heavy = bool(loads) and max(loads) > HEAVY_PER_CORE * cores
     dates = sorted(r["date"][:10] for r in runs)
     return {
         "folder": folder.relative_to(RESULTS).as_posix(), "about": about, "runs": len(runs),
-        "commit": base[:7] + (f" (+{len(set(commits)) - 1} later)" if len(set(commits)) > 1 else "")
+        "commit": (base[:7] if base else min(commits)[:7])
+                  + (f" (+{len(known) - 1} later)" if len(known) > 1 else "")
+                  + (f" ({len(set(commits)) - len(known)} not in this history)"
+                     if len(set(commits)) > len(known) else "")
                   + (", dirty" if any(r["dirty"] for r in runs) else ""),
         "date": dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}",
         "cpu": ", ".join(sorted({r["cpu"] for r in runs})) + f", {cores} cores",
@@ -155,6 +166,8 @@ def page(folder):
 
 
 def stale_cell(changed):
+    if changed is None:
+        return "unknown (its commit is not in this history)"
     if not changed:
         return "no"
     more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
@@ -239,6 +252,8 @@ def main():
     if args not in ([], ["--check"]):
         sys.exit(__doc__.split("\n\n")[1])
     try:
+        if git("rev-parse", "--is-shallow-repository").strip() == "true":
+            raise NoHistory("a shallow clone")
         text = render()
     except NoHistory as e:
         print(f"results-index.py: skipped, no git history to judge staleness by: {e}")
