@@ -11,6 +11,7 @@
 
 #include "attnlab/blas.hpp"
 #include "attnlab/error.hpp"
+#include "models/step_clock.hpp"
 
 namespace attnlab::models {
 void add(const float* a, const float* b, float* out, std::size_t size) {
@@ -33,9 +34,40 @@ void affine(const float* x, std::size_t rows, std::size_t in, std::size_t ldx, c
   }
   if (rows == 0 || out == 0) return;
   blas::warn_if_slow();  // once: every model's forward passes here
+  const TimedPart timed(StepPart::gemm);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
               static_cast<int>(out), static_cast<int>(in), 1.0f, x, static_cast<int>(ldx), w,
               static_cast<int>(ldw), 1.0f, y, static_cast<int>(ldy));
+}
+
+void affine_backward(const float* x, std::size_t rows, std::size_t in, std::size_t ldx,
+                     const float* w, std::size_t out, std::size_t ldw, const float* dy,
+                     std::size_t lddy, float* dx, std::size_t lddx, float* dw, float* db,
+                     bool accumulate) {
+  if (rows == 0) return;
+  {
+    const TimedPart timed(StepPart::gemm);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(out), int(in), int(rows), 1.0f, dy,
+                int(lddy), x, int(ldx), accumulate ? 1.0f : 0.0f, dw, int(ldw));
+  }
+  if (db) {
+    if (!accumulate) std::fill_n(db, out, 0.0f);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < out; ++c) db[c] += dy[r * lddy + c];
+  }
+  if (dx) {
+    const TimedPart timed(StepPart::gemm);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(in), int(out), 1.0f, dy,
+                int(lddy), w, int(ldw), 0.0f, dx, int(lddx));
+  }
+}
+
+void require_gradient_shape(const Activations& dy, std::size_t batch, std::size_t n,
+                            std::size_t features, const char* what) {
+  if (dy.shape()[0] != batch || dy.shape()[1] != n || dy.shape()[2] != features)
+    throw Error(std::string(what) + ": gradient " + shape_text(dy) + ", expected [" +
+                std::to_string(batch) + ", " + std::to_string(n) + ", " + std::to_string(features) +
+                "] (the output's shape)");
 }
 
 Linear::Linear(std::size_t in_features, std::size_t out_features)
@@ -62,6 +94,23 @@ void Linear::forward(const Activations& x, Activations& y) const {
          y.data(), out);
 }
 
+Activations backward(const Linear& layer, const Activations& x, const Activations& dy,
+                     Linear& grad) {
+  Activations dx;
+  backward(layer, x, dy, grad, dx);
+  return dx;
+}
+
+void backward(const Linear& layer, const Activations& x, const Activations& dy, Linear& grad,
+              Activations& dx) {
+  const std::size_t in = layer.weight.shape()[1], out = layer.weight.shape()[0];
+  if (x.shape()[2] != in) layer.forward(x);  // throws the forward's message
+  require_gradient_shape(dy, x.shape()[0], x.shape()[1], out, "linear layer backward");
+  shape_buffer(dx, x.shape());
+  affine_backward(x.data(), x.shape()[0] * x.shape()[1], in, in, layer.weight.data(), out, in,
+                  dy.data(), out, dx.data(), in, grad.weight.data(), grad.bias.data(), true);
+}
+
 void Linear::initialize(std::uint64_t seed, const std::string& prefix) {
   Parameters p;
   parameters(prefix, p);
@@ -72,89 +121,6 @@ void Linear::initialize(std::uint64_t seed, const std::string& prefix) {
 void Linear::parameters(const std::string& prefix, Parameters& out) {
   out.push_back(parameter(prefix + "weight", weight));
   out.push_back(parameter(prefix + "bias", bias));
-}
-
-LayerNorm::LayerNorm(std::size_t features, double eps)
-    : weight(Vector::from_shape({features})), bias(Vector::from_shape({features})), eps(eps) {
-  initialize();
-}
-
-Activations LayerNorm::forward(Activations x) const {
-  forward(x, x);
-  return x;
-}
-
-void LayerNorm::forward(const Activations& x, Activations& y) const {
-  const std::size_t d = weight.size();
-  if (x.shape()[2] != d)
-    throw Error("LayerNorm(" + std::to_string(d) + "): input " + shape_text(x) + " has " +
-                std::to_string(x.shape()[2]) + " features");
-  if (&y != &x) shape_buffer(y, x.shape());
-  const std::size_t rows = x.shape()[0] * x.shape()[1];
-  const float* gamma = weight.data();
-  const float* beta = bias.data();
-#pragma omp parallel for schedule(static) if (rows * d > kParallelFloats)
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float* row = x.data() + r * d;
-    float* out = y.data() + r * d;
-    double mean = 0, var = 0;  // each sum in SIMD lanes: a fixed order, whatever the threads
-#pragma omp simd reduction(+ : mean)
-    for (std::size_t c = 0; c < d; ++c) mean += row[c];
-    mean /= static_cast<double>(d);
-#pragma omp simd reduction(+ : var)
-    for (std::size_t c = 0; c < d; ++c) var += (row[c] - mean) * (row[c] - mean);
-    const double inv = 1.0 / std::sqrt(var / static_cast<double>(d) + eps);
-    for (std::size_t c = 0; c < d; ++c)
-      out[c] = static_cast<float>((row[c] - mean) * inv) * gamma[c] + beta[c];
-  }
-}
-
-void LayerNorm::initialize() {
-  weight.fill(1);
-  bias.fill(0);
-}
-
-void LayerNorm::parameters(const std::string& prefix, Parameters& out) {
-  out.push_back(parameter(prefix + "weight", weight));
-  out.push_back(parameter(prefix + "bias", bias));
-}
-
-FeedForward::FeedForward(std::size_t d_model, std::size_t hidden)
-    : linear1(d_model, hidden), linear2(hidden, d_model) {}
-
-Activations FeedForward::forward(const Activations& x) const {
-  Activations y;
-  forward(x, y);
-  return y;
-}
-
-void FeedForward::forward(const Activations& x, Activations& y) const {
-  const std::size_t d = linear1.weight.shape()[1], hidden = linear1.weight.shape()[0];
-  if (x.shape()[2] != d)
-    throw Error("feed-forward " + std::to_string(d) + " -> " + std::to_string(hidden) + " -> " +
-                std::to_string(d) + ": input " + shape_text(x) + " has " +
-                std::to_string(x.shape()[2]) + " features, expected " + std::to_string(d));
-  shape_buffer(y, x.shape());
-  const std::size_t rows = x.shape()[0] * x.shape()[1];
-  auto h = uninitialized<Matrix>({std::min(rows, kRowBlock), hidden});
-  for (std::size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
-    const std::size_t n = std::min(kRowBlock, rows - r0);
-    affine(x.data() + r0 * d, n, d, d, linear1.weight.data(), hidden, d, linear1.bias.data(),
-           h.data(), hidden);
-    for (std::size_t i = 0; i < n * hidden; ++i) h.data()[i] = std::max(h.data()[i], 0.0f);
-    affine(h.data(), n, hidden, hidden, linear2.weight.data(), d, hidden, linear2.bias.data(),
-           y.data() + r0 * d, d);
-  }
-}
-
-void FeedForward::initialize(std::uint64_t seed, const std::string& prefix) {
-  linear1.initialize(seed, prefix + "linear1.");
-  linear2.initialize(seed, prefix + "linear2.");
-}
-
-void FeedForward::parameters(const std::string& prefix, Parameters& out) {
-  linear1.parameters(prefix + "linear1.", out);
-  linear2.parameters(prefix + "linear2.", out);
 }
 
 Embedding::Embedding(std::size_t vocab, std::size_t dim)

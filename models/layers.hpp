@@ -1,7 +1,22 @@
-// The small layers a Transformer is built from, each a class holding its learned tensors as named
-// public members (PyTorch's names and layouts, models/weights.hpp) with forward(),
-// initialize(seed, prefix) and parameters(prefix, out). No dropout; each layer's backward pass is
-// in models/backward.hpp.
+// The primitives the model layers are built from (Linear, Embedding, the affine product and its
+// backward), each a class holding its learned tensors as named public members (PyTorch's names
+// and layouts, models/weights.hpp) with forward(), its backward beside it, initialize(seed,
+// prefix) and parameters(prefix, out). No dropout. The norms are in models/norm.hpp, the
+// feed-forward in models/feed_forward.hpp, attention in models/multi_head_attention.hpp.
+//
+// Backward passes, here and in every layer of models/: a backward returns (or writes) the
+// gradient of the layer's input and adds the gradients of its parameters into `grad`, an object
+// of the layer's own type and shape whose tensors hold gradients (zero_like): grad.parameters()
+// lists them under the model's names and in its order, which is how an optimizer
+// (models/optimizer.hpp) pairs them. Gradients accumulate, so several backward calls
+// (micro-batches) add up. The loss L is the caller's: backward takes dy = dL/d(output).
+// A layer whose backward needs more than its input has one forward that keeps it in a trace
+// when given one (`keep`) and keeps nothing otherwise: training and evaluation run the same
+// code. The traces are also a training step's workspace: a forward writes its activations into
+// its trace and a backward its gradients, each buffer reshaped only when its shape changes
+// (shape_buffer), so a trace kept from one step to the next makes every step after the first
+// allocate nothing large (a fresh buffer costs page faults about as long as the GEMM that fills
+// it).
 // Matrix products go through OpenBLAS (cblas_sgemm); everything else is one pass over the data.
 #pragma once
 
@@ -39,6 +54,29 @@ void add(const float* a, const float* b, float* out, std::size_t size);
 void affine(const float* x, std::size_t rows, std::size_t in, std::size_t ldx, const float* w,
             std::size_t out, std::size_t ldw, const float* b, float* y, std::size_t ldy);
 
+/// The backward of affine over `rows` rows given dy (leading dimension lddy): dw (+)= dy^T x,
+/// db (+)= the column sums of dy (db may be null: no bias), and, when dx is not null,
+/// dx = dy w. `accumulate`: add into dw and db instead of overwriting them.
+void affine_backward(const float* x, std::size_t rows, std::size_t in, std::size_t ldx,
+                     const float* w, std::size_t out, std::size_t ldw, const float* dy,
+                     std::size_t lddy, float* dx, std::size_t lddx, float* dw, float* db,
+                     bool accumulate);
+
+/// Throws Error "<what>: gradient [..], expected [batch, n, features] (the output's shape)" when
+/// a backward's dy does not have the shape of the forward's output.
+void require_gradient_shape(const Activations& dy, std::size_t batch, std::size_t n,
+                            std::size_t features, const char* what);
+
+/// A copy of `layer` with every parameter zero: a gradient accumulator for its backward.
+template <class Layer>
+Layer zero_like(const Layer& layer) {
+  Layer grad = layer;
+  Parameters params;
+  grad.parameters("", params);
+  for (const ParameterRef& p : params) fill_constant(p, 0.0f);
+  return grad;
+}
+
 /// torch.nn.Linear: y = x W^T + b over the last axis.
 class Linear {
  public:
@@ -57,58 +95,6 @@ class Linear {
   void initialize(std::uint64_t seed, const std::string& prefix);
 
   /// Appends prefix + "weight", prefix + "bias".
-  void parameters(const std::string& prefix, Parameters& out);
-};
-
-/// torch.nn.LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * weight + bias, with the
-/// biased variance.
-class LayerNorm {
- public:
-  /// weight 1, bias 0 (PyTorch's initialisation; initialize() restores it).
-  LayerNorm(std::size_t features, double eps = 1e-5);
-
-  Vector weight;  ///< gamma [features]
-  Vector bias;    ///< beta [features]
-  double eps;     ///< added to the variance
-
-  /// x [B, N, features] -> the same shape, normalised in x's own storage (pass an rvalue to
-  /// spare a fresh buffer). Throws Error on a feature-size mismatch.
-  Activations forward(Activations x) const;
-  /// The same into y (shaped by shape_buffer; y may be x): rows in parallel, each row computed
-  /// as forward(x) computes it, so the result is bitwise the same.
-  void forward(const Activations& x, Activations& y) const;
-
-  /// weight 1, bias 0.
-  void initialize();
-
-  /// Appends prefix + "weight", prefix + "bias".
-  void parameters(const std::string& prefix, Parameters& out);
-};
-
-/// The position-wise FFN of Vaswani et al.: linear2(relu(linear1(x))), named "linear1.*" and
-/// "linear2.*" inside a layer as in torch.nn.TransformerEncoderLayer.
-class FeedForward {
- public:
-  /// linear1: d_model -> hidden, linear2: hidden -> d_model.
-  FeedForward(std::size_t d_model, std::size_t hidden);
-
-  Linear linear1;  ///< d_model -> hidden
-  Linear linear2;  ///< hidden -> d_model
-
-  /// x [B, N, d_model] -> [B, N, d_model], kRowBlock token rows at a time: the hidden
-  /// activations are never held for all B·N rows (128 MiB at the LRA size, B = 4, and a fresh
-  /// buffer of that size costs as much in page faults as the GEMMs that fill it on our VM).
-  Activations forward(const Activations& x) const;
-  /// The same into y (shaped by shape_buffer; y must not be x).
-  void forward(const Activations& x, Activations& y) const;
-
-  /// Token rows per block of forward().
-  static constexpr std::size_t kRowBlock = 512;
-
-  /// Both linears, PyTorch's default initialisation.
-  void initialize(std::uint64_t seed, const std::string& prefix);
-
-  /// Appends prefix + "linear1.weight", ..., prefix + "linear2.bias".
   void parameters(const std::string& prefix, Parameters& out);
 };
 
@@ -142,5 +128,13 @@ Tokens random_tokens(std::size_t batch, std::size_t n, std::size_t vocab, std::u
 
 /// The shape as text, "[2, 16, 64]", for error messages.
 std::string shape_text(const Activations& x);
+
+/// dL/dx of Linear::forward at input x, given dy [B, N, out]; adds dL/dW, dL/db into grad.
+/// Throws Error when the shapes do not fit the layer.
+Activations backward(const Linear& layer, const Activations& x, const Activations& dy,
+                     Linear& grad);
+/// The same into dx (shaped by shape_buffer; not x or dy).
+void backward(const Linear& layer, const Activations& x, const Activations& dy, Linear& grad,
+              Activations& dx);
 
 }  // namespace attnlab::models

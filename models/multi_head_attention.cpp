@@ -10,6 +10,7 @@
 #include "attnlab/error.hpp"
 #include "attnlab/factory.hpp"
 #include "attnlab/kernels.hpp"
+#include "models/step_clock.hpp"
 
 namespace attnlab::models {
 namespace {
@@ -256,19 +257,43 @@ Activations MultiHeadAttention::forward(const Activations& x, const Mask& mask) 
 
 Activations MultiHeadAttention::forward(const Activations& query, const Activations& memory,
                                         const Mask& mask) const {
-  const QKV in = project(query, memory);
-  auto heads =
-      uninitialized<Tensor>({in.q.shape()[0], in.q.shape()[1], in.q.shape()[2], in.v.shape()[3]});
-  const Gates g = gates(memory);
-  if (g.inputs().empty()) {
-    attention().forward(in.q, in.k, in.v, mask, heads);
-  } else {
-    Saved saved;
-    attention().forward(in.q, in.k, in.v, mask, g.inputs(), heads, saved);
+  Activations y;
+  forward(query, memory, mask, y);
+  return y;
+}
+
+void MultiHeadAttention::forward(const Activations& query, const Activations& memory,
+                                 const Mask& mask, Activations& y, AttentionTrace* keep) const {
+  AttentionTrace scratch;  // without `keep`: freed on return
+  AttentionTrace& t = keep ? *keep : scratch;
+  if (keep) {
+    t.query = query;  // copies into the same storage each step
+    t.memory = memory;
+    t.mask = mask;
   }
-  if (head_norm_weight) normalise_heads(heads, heads);
-  apply_head_mask(heads);
-  return out_proj.forward(merge_heads(heads));
+  project(query, memory, t.in, t.projected);
+  t.gates = gates(memory);
+  {
+    const Attention& core = attention();
+    const TimedPart timed(StepPart::attention);
+    if (keep)
+      core.forward(t.in.q, t.in.k, t.in.v, mask, t.gates.inputs(), t.heads, t.saved);
+    else
+      core.forward(t.in.q, t.in.k, t.in.v, mask, t.gates.inputs(), t.heads);
+  }
+  // Kept, t.heads stays the core's own output, which its backward needs; else in place.
+  Tensor* heads = &t.heads;
+  if (head_norm_weight) {
+    Tensor& normed = keep ? t.normed_heads : t.heads;
+    normalise_heads(t.heads, normed);
+    heads = &normed;
+  }
+  if (!head_mask.empty()) {
+    if (keep) heads = &(t.masked_heads = *heads);
+    apply_head_mask(*heads);
+  }
+  merge_heads(*heads, t.merged);
+  out_proj.forward(t.merged, y);
 }
 
 void MultiHeadAttention::short_conv_backward(std::size_t which, std::size_t batch, std::size_t n,
@@ -423,6 +448,98 @@ void MultiHeadAttention::check_tied(const std::string& where) const {
     throw Error(where + "in_proj_weight / in_proj_bias: tied W_Q = W_K needs the K block (rows " +
                 std::to_string(d) + ".." + std::to_string(2 * d - 1) +
                 ") equal to the Q block (rows 0.." + std::to_string(d - 1) + ")");
+}
+
+const Activations& forward(const MultiHeadAttention& mha, const Activations& query,
+                           const Activations& memory, const Mask& mask, AttentionTrace& trace) {
+  mha.forward(query, memory, mask, trace.output, &trace);
+  return trace.output;
+}
+
+AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& trace,
+                              const Activations& dy, MultiHeadAttention& grad) {
+  const std::size_t d = mha.d_model(), batch = trace.query.shape()[0];
+  const std::size_t nq = trace.query.shape()[1];
+  require_gradient_shape(dy, batch, nq, d, "multi-head attention backward");
+  backward(mha.out_proj, trace.merged, dy, grad.out_proj, trace.d_merged);
+  split_heads(trace.d_merged.data(), batch, nq, mha.heads(), mha.head_dim(), trace.d_heads);
+  mha.apply_head_mask(trace.d_heads);  // d(heads · m) / d(heads) = m
+  if (mha.head_norm_weight)
+    mha.normalise_heads_backward(trace.heads, trace.d_heads, *grad.head_norm_weight);
+  AllGradients& all = trace.core_grads;
+  {
+    const Attention& core = mha.attention();
+    const TimedPart timed(StepPart::attention);
+    core.backward(trace.in.q, trace.in.k, trace.in.v, trace.mask, trace.gates.inputs(), trace.heads,
+                  trace.d_heads, trace.saved, all);
+  }
+  const Gradients& g = all.qkv;
+  // q = query W_Q^T + b_Q, k = memory W_K^T + b_K, v = memory W_V^T + b_V: this call's block
+  // gradients first (a tie adds them before they join the accumulator).
+  merge_heads(g.dq, trace.dq);
+  merge_heads(g.dk, trace.dk);
+  merge_heads(g.dv, trace.dv);
+  Matrix& dw = shape_buffer(trace.d_in_proj_weight, {3 * d, d});
+  Vector& db = shape_buffer(trace.d_in_proj_bias, {3 * d});
+  AttentionInputGrads& out = trace.grads;
+  shape_buffer(out.query, trace.query.shape());
+  shape_buffer(out.memory, trace.memory.shape());
+  Activations& dmemory_v = shape_buffer(trace.d_memory_v, trace.memory.shape());
+  const float* w = mha.in_proj_weight.data();
+  Activations* blocks[] = {&trace.dq, &trace.dk, &trace.dv};
+  const std::size_t rows = trace.projected.shape()[0] / (mha.short_conv() ? 3 : 1);
+  for (std::size_t which = 0; which < 3; ++which) {
+    const Activations& x = which == 0 ? trace.query : trace.memory;
+    const std::size_t n = x.shape()[1];
+    float* dx = which == 0 ? out.query.data() : which == 1 ? out.memory.data() : dmemory_v.data();
+    const float* d_projection = blocks[which]->data();
+    if (mha.short_conv()) {  // back through SiLU and the convolution to the projection
+      shape_buffer(trace.d_projection, {batch, n, d});
+      mha.short_conv_backward(which, batch, n, trace.projected.data() + which * rows * d,
+                              blocks[which]->data(), trace.d_projection.data(), *grad.conv_weight);
+      d_projection = trace.d_projection.data();
+    }
+    affine_backward(x.data(), batch * n, d, d, w + which * d * d, d, d, d_projection, d, dx, d,
+                    dw.data() + which * d * d, db.data() + which * d, false);
+  }
+  add(out.memory.data(), dmemory_v.data(), out.memory.data(), out.memory.size());
+  // g = logsigmoid(pre) / tau: dpre = dg sigmoid(-pre) / tau; beta = sigmoid(pre): dpre =
+  // dbeta beta (1 - beta). Then the projections' own backward adds to dmemory.
+  const auto gate_backward = [&](const TokenTensor& d_token, const Activations& pre,
+                                 const std::optional<Linear>& proj,
+                                 std::optional<Linear>& proj_grad, bool log_decay) {
+    if (!proj || d_token.size() == 0) return;
+    Activations d_pre = Activations::from_shape(pre.shape());
+    for (std::size_t b = 0; b < pre.shape()[0]; ++b)
+      for (std::size_t j = 0; j < pre.shape()[1]; ++j)
+        for (std::size_t h = 0; h < pre.shape()[2]; ++h) {
+          const double x = pre(b, j, h), s = 1.0 / (1.0 + std::exp(-x));
+          d_pre(b, j, h) = static_cast<float>(
+              d_token(b, h, j) *
+              (log_decay ? (1.0 - s) / MultiHeadAttention::kGateTau : s * (1.0 - s)));
+        }
+    const Activations d_memory = backward(*proj, trace.memory, d_pre, *proj_grad);
+    add(out.memory.data(), d_memory.data(), out.memory.data(), out.memory.size());
+  };
+  gate_backward(all.d_log_decay, trace.gates.g_pre, mha.gate_proj, grad.gate_proj, true);
+  gate_backward(all.d_beta, trace.gates.beta_pre, mha.beta_proj, grad.beta_proj, false);
+  // The core's learned tensors: its gradients, named and shaped as attention_parameters.
+  for (const ParameterTensor& d_core : all.parameters) {
+    const auto into =
+        std::find_if(grad.attention_parameters.begin(), grad.attention_parameters.end(),
+                     [&](const ParameterTensor& p) { return p.name == d_core.name; });
+    if (into == grad.attention_parameters.end() || into->values.size() != d_core.values.size())
+      throw Error("multi-head attention backward: the core's gradient of " + d_core.name +
+                  " has no parameter of its size in the gradients");
+    add(into->values.data(), d_core.values.data(), into->values.data(), into->values.size());
+  }
+  if (mha.tied_qk()) {  // one matrix in two places: both blocks get the sum
+    for (std::size_t i = 0; i < d * d; ++i) dw.data()[i] = dw.data()[d * d + i] += dw.data()[i];
+    for (std::size_t i = 0; i < d; ++i) db.data()[i] = db.data()[d + i] += db.data()[i];
+  }
+  for (std::size_t i = 0; i < dw.size(); ++i) grad.in_proj_weight.data()[i] += dw.data()[i];
+  for (std::size_t i = 0; i < db.size(); ++i) grad.in_proj_bias.data()[i] += db.data()[i];
+  return out;
 }
 
 }  // namespace attnlab::models

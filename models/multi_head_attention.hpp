@@ -44,8 +44,14 @@
 // softmax scale), a softmax returns a convex combination of values: this gives both one scale.
 // Head mask (Michel et al. 2019, "Are Sixteen Heads Really Better than One?"): head_mask[h]
 // multiplies head h's output before the heads are merged and projected by W_O, in the forward
-// (and the traced forward and backward of models/backward.hpp); 0 removes the head, so the layer
-// returns b_O from it. Empty (the default) keeps every head; all ones is bitwise the same.
+// and in the backward; 0 removes the head, so the layer returns b_O from it. Empty (the default)
+// keeps every head; all ones is bitwise the same.
+// Backward (conventions of models/layers.hpp): the core through Attention::backward (every
+// backend that has one); its gates' gradients dg and dbeta come back from AllGradients and pass
+// through logsigmoid / 16 and sigmoid; the short convolution's filters through SiLU and the
+// convolution; the head norm's gain through the normalisation; the core's own learned tensors
+// get AllGradients::parameters. Tied W_Q = W_K: the K block's gradient is added to the Q block's
+// and both blocks hold the sum, so that an update keeps them equal.
 // Cost: 2·B·(Nq + 2·Nk)·d_model² + 2·B·Nq·d_model² FLOPs of GEMMs plus the core's own.
 #pragma once
 
@@ -72,6 +78,43 @@ struct Gates {
   Activations beta_pre;  ///< memory W_beta^T + b_beta [B, Nk, H]
   /// Pointers to the ones present, for Attention::forward.
   TokenInputs inputs() const;
+};
+
+/// The gradients of multi-head attention's two inputs (for self-attention, their sum is the
+/// input's).
+struct AttentionInputGrads {
+  Activations query;   ///< dL/dquery
+  Activations memory;  ///< dL/dmemory
+};
+
+/// What multi-head attention's backward needs: inputs, the heads' q, k, v, the gates, the core's
+/// output [B, H, Nq, dk] and what its forward saved, the merged heads, the mask; then the
+/// buffers of the forward's output and of the backward.
+struct AttentionTrace {
+  Activations query;    ///< the queries' input [B, Nq, d_model]
+  Activations memory;   ///< the keys' and values' input [B, Nk, d_model]
+  QKV in;               ///< the heads' q, k, v
+  Tensor heads;         ///< the core's output [B, H, Nq, dk]
+  Tensor normed_heads;  ///< with the head norm: heads normalised
+  Tensor masked_heads;  ///< with a head mask: the heads times it
+  Gates gates;          ///< the core's per-token inputs (empty without)
+  Saved saved;          ///< what the core's forward saved (a softmax's row log-sum-exp, ...)
+  Activations merged;   ///< the heads (normalised, times head_mask) concatenated: out_proj's input
+  Mask mask;            ///< the mask the core saw
+  Matrix projected;     ///< the forward's projection rows (MultiHeadAttention::project)
+  Activations output;   ///< the forward's result (the free forward() writes it here)
+  // The backward's buffers, kept from step to step:
+  Activations d_merged;       ///< out_proj's input gradient [B, N, d_model]
+  Tensor d_heads;             ///< d_merged split into heads [B, H, N, head_dim]
+  AllGradients core_grads;    ///< the attention core's gradients
+  Activations dq;             ///< dL/dq merged from heads [B, N, d_model]
+  Activations dk;             ///< dL/dk merged from heads
+  Activations dv;             ///< dL/dv merged from heads
+  Activations d_projection;   ///< with the short convolution: dL/d(one block's projection)
+  Matrix d_in_proj_weight;    ///< in_proj_weight's gradient of this call
+  Vector d_in_proj_bias;      ///< in_proj_bias's gradient of this call
+  Activations d_memory_v;     ///< the V block's dL/dmemory
+  AttentionInputGrads grads;  ///< the backward's result
 };
 
 /// See the header comment. Copies share the attention core, unless it has learned tensors: a
@@ -126,6 +169,13 @@ class MultiHeadAttention {
   /// Cross-attention: query [B, Nq, d_model], memory [B, Nk, d_model] -> [B, Nq, d_model].
   /// Throws Error naming the mismatch when the shapes do not fit.
   Activations forward(const Activations& query, const Activations& memory, const Mask& mask) const;
+
+  /// The one forward behind both, into y (shaped by shape_buffer; not query or memory). With
+  /// `keep`, everything the backward reads stays in it (the inputs, q, k, v, the gates, the
+  /// core's output and what the core saved for its backward) and its buffers are reused; without,
+  /// the core saves nothing and the intermediates are freed on return.
+  void forward(const Activations& query, const Activations& memory, const Mask& mask,
+               Activations& y, AttentionTrace* keep = nullptr) const;
 
   /// The heads' inputs: q [B, H, Nq, d_k] from `query`, k and v [B, H, Nk, d_k] from `memory`.
   QKV project(const Activations& query, const Activations& memory) const;
@@ -219,6 +269,15 @@ void split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t h
 Activations merge_heads(const Tensor& t);
 /// The same into `out` (shaped by shape_buffer).
 void merge_heads(const Tensor& t, Activations& out);
+
+/// MultiHeadAttention::forward(query, memory, mask), keeping the trace; returns trace.output.
+const Activations& forward(const MultiHeadAttention& mha, const Activations& query,
+                           const Activations& memory, const Mask& mask, AttentionTrace& trace);
+
+/// dL/dquery and dL/dmemory given dy (in trace.grads, returned); adds every parameter's gradient
+/// into grad. The core's backward may throw Unsupported (a backend without one).
+AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& trace,
+                              const Activations& dy, MultiHeadAttention& grad);
 
 /// softmax(q k^T · scale) under `mask` for q [B, H, Nq, Dk], k [B, H, Nk, Dk]: the dense
 /// [B, H, Nq, Nk] probabilities exact attention weighs the values with (rows that see no key are

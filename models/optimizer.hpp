@@ -1,6 +1,6 @@
 // Adam with decoupled weight decay (AdamW: Kingma & Ba 2015, "Adam"; Loshchilov & Hutter 2019,
 // "Decoupled Weight Decay Regularization") and a linear learning-rate warm-up, over a model's
-// parameters and the gradient accumulator of the same shape (models/backward.hpp: zero_like).
+// parameters and the gradient accumulator of the same shape (models/layers.hpp: zero_like).
 //
 // Step t = 1, 2, ... with gradient g of parameter p:
 //   lr_t = lr · min(1, t / warmup)                    (warmup = 0: lr from the first step)

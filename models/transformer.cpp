@@ -34,15 +34,56 @@ void add_into(Activations& y, const Activations& x) {
   add(y.data(), x.data(), y.data(), y.size());
 }
 
-// One residual sublayer: x + f(LN(x)) under pre-LN, LN(x + f(x)) under post-LN, without the
-// parts that are switched off.
+// One residual sublayer into y: x + f(LN(x)) under pre-LN, LN(x + f(x)) under post-LN, without
+// the parts that are switched off; with `keep`, what its LayerNorm saw stays there for the
+// backward. f(input, output) writes the branch's output.
 template <class F>
-Activations sublayer(const LayerConfig& c, const Activations& x,
-                     const std::optional<LayerNorm>& norm, F&& f) {
-  Activations y = c.pre_ln && norm ? f(norm->forward(x)) : f(x);
-  if (c.skip) add_into(y, x);
-  if (!c.pre_ln && norm) return norm->forward(std::move(y));  // in y's storage
-  return y;
+void sublayer(const LayerConfig& c, const Activations& x, const std::optional<LayerNorm>& norm,
+              Activations& y, SublayerTrace* keep, F&& f) {
+  const bool pre = c.pre_ln && norm, post = !c.pre_ln && norm;
+  SublayerTrace scratch;  // without `keep`: freed on return
+  SublayerTrace& t = keep ? *keep : scratch;
+  const Activations* input = &x;
+  if (pre) {
+    if (keep) t.norm_input = x;  // a copy into the same storage each step
+    norm->forward(x, t.normed);
+    input = &t.normed;
+  }
+  if (!c.skip && !post) return f(*input, y);
+  f(*input, t.branch);
+  Activations& sum = post ? t.norm_input : y;  // post-LN: the sum is what the norm sees
+  if (c.skip) {
+    shape_buffer(sum, t.branch.shape());
+    add(t.branch.data(), x.data(), sum.data(), sum.size());
+  } else {
+    sum = t.branch;
+  }
+  if (post) norm->forward(sum, y);
+}
+
+// Its backward: back(d) is the gradient of f's input given d = the gradient of f's output, a
+// buffer of f's trace that this may change.
+template <class B>
+Activations& sublayer_backward(const LayerConfig& c, const Activations& dy,
+                               const std::optional<LayerNorm>& norm,
+                               std::optional<LayerNorm>& norm_grad, SublayerTrace& t, B&& back) {
+  const bool pre = c.pre_ln && norm, post = !c.pre_ln && norm;
+  if (post) backward(*norm, t.norm_input, dy, *norm_grad, t.d_norm);
+  const Activations& dz = post ? t.d_norm : dy;
+  Activations& branch = back(dz);
+  if (pre) backward(*norm, t.norm_input, branch, *norm_grad, t.d_input);
+  Activations& dx = pre ? t.d_input : branch;
+  if (c.skip) add_into(dx, dz);
+  return dx;
+}
+
+// Self-attention's input gradient: the query's and the memory's summed (one input), in the
+// query's buffer.
+Activations& self_attention_backward(const MultiHeadAttention& mha, AttentionTrace& trace,
+                                     const Activations& dy, MultiHeadAttention& grad) {
+  AttentionInputGrads& g = backward(mha, trace, dy, grad);
+  add_into(g.query, g.memory);
+  return g.query;
 }
 
 std::optional<LayerNorm> make_norm(const LayerConfig& c, bool present) {
@@ -131,10 +172,24 @@ Activations EncoderLayer::attention_input(const Activations& x) const {
 }
 
 Activations EncoderLayer::forward(const Activations& x, const Mask& mask) const {
-  Activations h =
-      sublayer(config_, x, norm1, [&](const Activations& a) { return self_attn.forward(a, mask); });
-  if (!ffn) return h;
-  return sublayer(config_, h, norm2, [&](const Activations& a) { return ffn->forward(a); });
+  Activations y;
+  forward(x, mask, y);
+  return y;
+}
+
+void EncoderLayer::forward(const Activations& x, const Mask& mask, Activations& y,
+                           EncoderLayerTrace* keep) const {
+  Activations scratch;
+  Activations& h = !ffn ? y : keep ? keep->attended : scratch;
+  sublayer(config_, x, norm1, h, keep ? &keep->sublayer1 : nullptr,
+           [&](const Activations& a, Activations& out) {
+             self_attn.forward(a, a, mask, out, keep ? &keep->attention : nullptr);
+           });
+  if (!ffn) return;
+  sublayer(config_, h, norm2, y, keep ? &keep->sublayer2 : nullptr,
+           [&](const Activations& a, Activations& out) {
+             ffn->forward(a, out, keep ? &keep->ffn : nullptr);
+           });
 }
 
 void EncoderLayer::initialize(std::uint64_t seed, const std::string& prefix) {
@@ -177,15 +232,32 @@ DecoderLayer::DecoderLayer(const LayerConfig& config)
 
 Activations DecoderLayer::forward(const Activations& x, const Activations& memory,
                                   const Mask& self_mask, const Mask& memory_mask) const {
+  Activations y;
+  forward(x, memory, self_mask, memory_mask, y);
+  return y;
+}
+
+void DecoderLayer::forward(const Activations& x, const Activations& memory, const Mask& self_mask,
+                           const Mask& memory_mask, Activations& y, DecoderLayerTrace* keep) const {
   Mask causal = self_mask;
   if (causal.causal == Causal::none) causal.causal = Causal::top_left;
-  Activations h = sublayer(config_, x, norm1,
-                           [&](const Activations& a) { return self_attn.forward(a, causal); });
-  h = sublayer(config_, h, norm2, [&](const Activations& a) {
-    return multihead_attn.forward(a, memory, memory_mask);
-  });
-  if (!ffn) return h;
-  return sublayer(config_, h, norm3, [&](const Activations& a) { return ffn->forward(a); });
+  Activations scratch1, scratch2;
+  Activations& h1 = keep ? keep->attended : scratch1;
+  Activations& h2 = !ffn ? y : keep ? keep->crossed : scratch2;
+  sublayer(config_, x, norm1, h1, keep ? &keep->sublayer1 : nullptr,
+           [&](const Activations& a, Activations& out) {
+             self_attn.forward(a, a, causal, out, keep ? &keep->self_attention : nullptr);
+           });
+  sublayer(config_, h1, norm2, h2, keep ? &keep->sublayer2 : nullptr,
+           [&](const Activations& a, Activations& out) {
+             multihead_attn.forward(a, memory, memory_mask, out,
+                                    keep ? &keep->cross_attention : nullptr);
+           });
+  if (!ffn) return;
+  sublayer(config_, h2, norm3, y, keep ? &keep->sublayer3 : nullptr,
+           [&](const Activations& a, Activations& out) {
+             ffn->forward(a, out, keep ? &keep->ffn : nullptr);
+           });
 }
 
 void DecoderLayer::initialize(std::uint64_t seed, const std::string& prefix) {
@@ -251,34 +323,67 @@ template class Stack<DecoderLayer>;
 
 namespace {
 
-// Runs `layers` in turn (step(layer, h) -> the layer's output), observed, then the final norm.
-template <class Layers, class Step>
-Activations run_layers(const Layers& layers, const std::optional<LayerNorm>& norm,
-                       const Activations& x, const LayerObserver& observe, Step step) {
-  Activations h = x;
+// Runs `layers` in turn, step(layer, input, output, keep) writing each one's output (into its
+// trace when keeping, else into two buffers used in turn; the last straight into y when no norm
+// follows), observed, then the final norm into y.
+template <class Layer, class Trace, class StackTrace, class Step>
+void run_layers(const std::vector<Layer>& layers, const std::optional<LayerNorm>& norm,
+                const Activations& x, Activations& y, StackTrace* keep,
+                const LayerObserver& observe, Step step) {
+  if (keep) keep->layers.resize(layers.size());
+  Activations buffers[2];
+  const Activations* h = &x;
   for (std::size_t i = 0; i < layers.size(); ++i) {
-    Activations next = step(layers[i], h);
-    if (observe) observe(i, h, next);
-    h = std::move(next);
+    Trace* layer_keep = keep ? &keep->layers[i] : nullptr;
+    Activations& out = i + 1 == layers.size() && !norm ? y
+                       : layer_keep                    ? layer_keep->output
+                                                       : buffers[i % 2];
+    step(layers[i], *h, out, layer_keep);
+    if (observe) observe(i, *h, out);
+    h = &out;
   }
-  if (norm) return norm->forward(std::move(h));
-  return h;
+  if (!norm) {
+    if (h != &y) y = *h;  // no layers
+    return;
+  }
+  if (!keep) return norm->forward(*h, y);
+  keep->norm_input = *h;  // a copy into the same storage each step
+  norm->forward(keep->norm_input, y);
 }
 
 }  // namespace
 
 Activations Encoder::forward(const Activations& x, const Mask& mask,
                              const LayerObserver& observe) const {
-  return run_layers(layers, norm, x, observe, [&](const EncoderLayer& layer, const Activations& h) {
-    return layer.forward(h, mask);
-  });
+  Activations y;
+  forward(x, mask, y, nullptr, observe);
+  return y;
+}
+
+void Encoder::forward(const Activations& x, const Mask& mask, Activations& y, EncoderTrace* keep,
+                      const LayerObserver& observe) const {
+  run_layers<EncoderLayer, EncoderLayerTrace>(
+      layers, norm, x, y, keep, observe,
+      [&](const EncoderLayer& layer, const Activations& h, Activations& out, EncoderLayerTrace* t) {
+        layer.forward(h, mask, out, t);
+      });
 }
 
 Activations Decoder::forward(const Activations& x, const Activations& memory, const Mask& self_mask,
                              const Mask& memory_mask, const LayerObserver& observe) const {
-  return run_layers(layers, norm, x, observe, [&](const DecoderLayer& layer, const Activations& h) {
-    return layer.forward(h, memory, self_mask, memory_mask);
-  });
+  Activations y;
+  forward(x, memory, self_mask, memory_mask, y, nullptr, observe);
+  return y;
+}
+
+void Decoder::forward(const Activations& x, const Activations& memory, const Mask& self_mask,
+                      const Mask& memory_mask, Activations& y, DecoderTrace* keep,
+                      const LayerObserver& observe) const {
+  run_layers<DecoderLayer, DecoderLayerTrace>(
+      layers, norm, x, y, keep, observe,
+      [&](const DecoderLayer& layer, const Activations& h, Activations& out, DecoderLayerTrace* t) {
+        layer.forward(h, memory, self_mask, memory_mask, out, t);
+      });
 }
 
 // ------------------------------------------------------------------------------ EncoderModel
@@ -365,7 +470,18 @@ void EncoderModel::embed(const Tokens& tokens, Activations& x, Matrix& positions
 
 Activations EncoderModel::forward(const Tokens& tokens, const Mask& mask,
                                   const LayerObserver& observe) const {
-  return encoder.forward(embed(tokens), mask, observe);
+  Activations y;
+  forward(tokens, mask, y, nullptr, observe);
+  return y;
+}
+
+void EncoderModel::forward(const Tokens& tokens, const Mask& mask, Activations& y, ModelTrace* keep,
+                           const LayerObserver& observe) const {
+  ModelTrace scratch;  // without `keep`: freed on return
+  ModelTrace& t = keep ? *keep : scratch;
+  if (keep) t.tokens = tokens;
+  embed(tokens, t.embedded, t.positions);
+  encoder.forward(t.embedded, mask, y, keep ? &keep->encoder : nullptr, observe);
 }
 
 Parameters EncoderModel::parameters() {
@@ -392,6 +508,145 @@ EncoderModel EncoderModel::with_attention(const std::string& spec) const {
   copy.encoder.set_attention(spec);
   copy.config_.layer.spec = spec;
   return copy;
+}
+
+// ------------------------------------------------------------------------------ backward
+
+const Activations& forward(const EncoderLayer& layer, const Activations& x, const Mask& mask,
+                           EncoderLayerTrace& trace) {
+  layer.forward(x, mask, trace.output, &trace);
+  return trace.output;
+}
+
+const Activations& forward(const Encoder& encoder, const Activations& x, const Mask& mask,
+                           EncoderTrace& trace) {
+  encoder.forward(x, mask, trace.output, &trace);
+  return trace.output;
+}
+
+const Activations& forward(const DecoderLayer& layer, const Activations& x,
+                           const Activations& memory, const Mask& self_mask,
+                           const Mask& memory_mask, DecoderLayerTrace& trace) {
+  layer.forward(x, memory, self_mask, memory_mask, trace.output, &trace);
+  return trace.output;
+}
+
+const Activations& forward(const Decoder& decoder, const Activations& x, const Activations& memory,
+                           const Mask& self_mask, const Mask& memory_mask, DecoderTrace& trace) {
+  decoder.forward(x, memory, self_mask, memory_mask, trace.output, &trace);
+  return trace.output;
+}
+
+const Activations& forward(const EncoderModel& model, const Tokens& tokens, const Mask& mask,
+                           ModelTrace& trace) {
+  model.forward(tokens, mask, trace.encoder.output, &trace);
+  return trace.encoder.output;
+}
+
+EncoderModel zero_like(const EncoderModel& model) {
+  EncoderModel grad = model;
+  for (const ParameterRef& p : grad.parameters()) fill_constant(p, 0.0f);
+  return grad;
+}
+
+Activations& backward(const EncoderLayer& layer, EncoderLayerTrace& trace, const Activations& dy,
+                      EncoderLayer& grad) {
+  const LayerConfig& c = layer.config();
+  const Activations* dh = &dy;
+  if (layer.ffn)
+    dh = &sublayer_backward(c, dy, layer.norm2, grad.norm2, trace.sublayer2,
+                            [&](const Activations& d) -> Activations& {
+                              return backward(*layer.ffn, trace.ffn, d, *grad.ffn);
+                            });
+  return sublayer_backward(
+      c, *dh, layer.norm1, grad.norm1, trace.sublayer1, [&](const Activations& d) -> Activations& {
+        return self_attention_backward(layer.self_attn, trace.attention, d, grad.self_attn);
+      });
+}
+
+namespace {
+
+// Swaps the buffers that a layer's backward uses only while it runs (all but its result), so
+// that one set serves every layer of a stack in turn instead of one set per layer (the FFN's
+// d_hidden alone is B·N·ffn floats).
+void swap_backward_scratch(EncoderLayerTrace& a, EncoderLayerTrace& b) {
+  std::swap(a.ffn.d_hidden, b.ffn.d_hidden);
+  std::swap(a.ffn.dx, b.ffn.dx);
+  AttentionTrace &s = a.attention, &t = b.attention;
+  std::swap(s.d_merged, t.d_merged);
+  std::swap(s.d_heads, t.d_heads);
+  std::swap(s.core_grads, t.core_grads);
+  std::swap(s.dq, t.dq);
+  std::swap(s.dk, t.dk);
+  std::swap(s.dv, t.dv);
+  std::swap(s.d_memory_v, t.d_memory_v);
+  std::swap(s.grads.memory, t.grads.memory);
+}
+
+}  // namespace
+
+const Activations& backward(const Encoder& encoder, EncoderTrace& trace, const Activations& dy,
+                            Encoder& grad) {
+  if (encoder.norm) backward(*encoder.norm, trace.norm_input, dy, *grad.norm, trace.d_norm);
+  const Activations* d = encoder.norm ? &trace.d_norm : &dy;
+  // The scratch set moves down with the layers: layer 0 holds it after a backward, so the
+  // top layer takes it from there.
+  for (std::size_t i = encoder.layers.size(); i-- > 0;) {
+    swap_backward_scratch(trace.layers[i], trace.layers[i + 1 < encoder.layers.size() ? i + 1 : 0]);
+    d = &backward(encoder.layers[i], trace.layers[i], *d, grad.layers[i]);
+  }
+  return *d;
+}
+
+DecoderInputGrads backward(const DecoderLayer& layer, DecoderLayerTrace& trace,
+                           const Activations& dy, DecoderLayer& grad) {
+  const LayerConfig& c = layer.config();
+  const Activations* dh = &dy;
+  if (layer.ffn)
+    dh = &sublayer_backward(c, dy, layer.norm3, grad.norm3, trace.sublayer3,
+                            [&](const Activations& d) -> Activations& {
+                              return backward(*layer.ffn, trace.ffn, d, *grad.ffn);
+                            });
+  Activations* dmemory = nullptr;
+  dh = &sublayer_backward(
+      c, *dh, layer.norm2, grad.norm2, trace.sublayer2, [&](const Activations& d) -> Activations& {
+        AttentionInputGrads& g =
+            backward(layer.multihead_attn, trace.cross_attention, d, grad.multihead_attn);
+        dmemory = &g.memory;
+        return g.query;
+      });
+  const Activations& dx = sublayer_backward(
+      c, *dh, layer.norm1, grad.norm1, trace.sublayer1, [&](const Activations& d) -> Activations& {
+        return self_attention_backward(layer.self_attn, trace.self_attention, d, grad.self_attn);
+      });
+  return {dx, *dmemory};
+}
+
+DecoderInputGrads backward(const Decoder& decoder, DecoderTrace& trace, const Activations& dy,
+                           Decoder& grad) {
+  if (decoder.norm) backward(*decoder.norm, trace.norm_input, dy, *grad.norm, trace.d_norm);
+  DecoderInputGrads out{decoder.norm ? trace.d_norm : dy, {}};
+  for (std::size_t i = decoder.layers.size(); i-- > 0;) {
+    DecoderInputGrads g = backward(decoder.layers[i], trace.layers[i], out.x, grad.layers[i]);
+    out.x = std::move(g.x);
+    if (out.memory.size() == 0)
+      out.memory = std::move(g.memory);
+    else
+      add_into(out.memory, g.memory);
+  }
+  return out;
+}
+
+void backward(const EncoderModel& model, ModelTrace& trace, const Activations& dy,
+              EncoderModel& grad) {
+  const Activations& dx = backward(model.encoder, trace.encoder, dy, grad.encoder);
+  const std::size_t dim = model.embedding.weight.shape()[1];
+  const float scale = static_cast<float>(std::sqrt(static_cast<double>(dim)));
+  for (std::size_t i = 0; i < trace.tokens.size(); ++i) {  // the positions add no parameter
+    float* row =
+        grad.embedding.weight.data() + static_cast<std::size_t>(trace.tokens.data()[i]) * dim;
+    for (std::size_t c = 0; c < dim; ++c) row[c] += scale * dx.data()[i * dim + c];
+  }
 }
 
 }  // namespace attnlab::models

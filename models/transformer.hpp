@@ -1,6 +1,7 @@
 // Transformer layers as in Vaswani et al. 2017 ("Attention Is All You Need"), with any attnlab
-// backend as the attention core (LayerConfig::spec), without dropout; their backward passes are in
-// models/backward.hpp.
+// backend as the attention core (LayerConfig::spec), without dropout. Each layer, stack and the
+// model has one forward, which keeps what its backward needs in a trace when given one, and its
+// backward beside it (conventions of models/layers.hpp).
 //
 // Encoder layer, post-LN (the paper):  x = LN1(x + SelfAttn(x));  x = LN2(x + FFN(x))
 //                pre-LN (pre_ln):      x = x + SelfAttn(LN1(x));  x = x + FFN(LN2(x))
@@ -22,7 +23,10 @@
 //   head-norm   every attention's heads normalised (RMS) with a learned gain before W_O (Gated
 //               DeltaNet's output norm; models/multi_head_attention.hpp): "*.head_norm.weight"
 // Stacks: Encoder and Decoder run L layers in turn; EncoderModel adds the token embedding scaled
-// by sqrt(d_model) and the sinusoidal positional encoding in front of an Encoder.
+// by sqrt(d_model) and the sinusoidal positional encoding in front of an Encoder. What is not
+// learned gets no gradient: the positional encoding is a constant added to the scaled embedding.
+// A stack's backward moves one set of backward scratch down the layers (the FFN's d_hidden alone
+// is B·N·ffn floats) instead of keeping one set per layer.
 //
 // Parameter names (the weights folder, models/weights.hpp) are torch.nn's:
 //   EncoderLayer   self_attn.{in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias},
@@ -46,8 +50,10 @@
 #include <vector>
 
 #include "attnlab/mask.hpp"
+#include "models/feed_forward.hpp"
 #include "models/layers.hpp"
 #include "models/multi_head_attention.hpp"
+#include "models/norm.hpp"
 
 namespace attnlab::models {
 
@@ -87,6 +93,63 @@ std::string switches_text(const LayerConfig& config);
 using LayerObserver =
     std::function<void(std::size_t layer, const Activations& input, const Activations& output)>;
 
+/// One residual sublayer's LayerNorm and sum (x + f(LN(x)) or LN(x + f(x))): what its
+/// LayerNorm saw, and the buffers of its forward and backward.
+struct SublayerTrace {
+  Activations norm_input;  ///< what the LayerNorm saw (unused without it)
+  Activations normed;      ///< pre-LN: the LayerNorm's output, f's input
+  Activations branch;      ///< f's output, when a sum or a norm follows it
+  Activations d_norm;      ///< the backward through a post-LN LayerNorm
+  Activations d_input;     ///< the backward through a pre-LN LayerNorm
+};
+
+/// What an encoder layer's backward needs: its sublayers' traces.
+struct EncoderLayerTrace {
+  AttentionTrace attention;  ///< the self-attention's
+  FeedForwardTrace ffn;      ///< the FFN's (unused under no-ffn)
+  SublayerTrace sublayer1;   ///< around the self-attention (norm1)
+  SublayerTrace sublayer2;   ///< around the FFN (norm2; unused under no-ffn)
+  Activations attended;      ///< the first sublayer's output, the FFN sublayer's input
+  Activations output;        ///< the layer's output
+};
+
+/// What a decoder layer's backward needs: its three sublayers' traces.
+struct DecoderLayerTrace {
+  AttentionTrace self_attention;   ///< the causal self-attention's
+  AttentionTrace cross_attention;  ///< the cross-attention's
+  FeedForwardTrace ffn;            ///< the FFN's (unused under no-ffn)
+  SublayerTrace sublayer1;         ///< around the self-attention (norm1)
+  SublayerTrace sublayer2;         ///< around the cross-attention (norm2)
+  SublayerTrace sublayer3;         ///< around the FFN (norm3; unused under no-ffn)
+  Activations attended;            ///< the first sublayer's output
+  Activations crossed;             ///< the second sublayer's output
+  Activations output;              ///< the layer's output
+};
+
+/// The stack's layer traces and what its final LayerNorm saw (pre-LN), with that norm's buffers.
+struct EncoderTrace {
+  std::vector<EncoderLayerTrace> layers;  ///< one per layer, in order
+  Activations norm_input;                 ///< what the final norm saw (pre-LN)
+  Activations output;                     ///< the stack's output
+  Activations d_norm;                     ///< the backward through the final norm
+};
+
+/// The decoder stack's layer traces and what its final LayerNorm saw (pre-LN).
+struct DecoderTrace {
+  std::vector<DecoderLayerTrace> layers;  ///< one per layer, in order
+  Activations norm_input;                 ///< what the final norm saw (pre-LN)
+  Activations output;                     ///< the stack's output
+  Activations d_norm;                     ///< the backward through the final norm
+};
+
+/// The token ids, the embedded input (and the positions added to it) and the encoder's trace.
+struct ModelTrace {
+  Tokens tokens;         ///< the input ids
+  Activations embedded;  ///< EncoderModel::embed(tokens), the encoder's input
+  Matrix positions;      ///< sinusoidal_positions(N, d_model), kept while N is the same
+  EncoderTrace encoder;  ///< the stack's
+};
+
 /// torch.nn.TransformerEncoderLayer (see the header comment).
 class EncoderLayer {
  public:
@@ -100,6 +163,10 @@ class EncoderLayer {
 
   /// x [B, N, d_model] -> [B, N, d_model]; `mask` goes to the self-attention.
   Activations forward(const Activations& x, const Mask& mask = {}) const;
+  /// The same into y (shaped by shape_buffer; not x), keeping what the backward needs in `keep`
+  /// when given.
+  void forward(const Activations& x, const Mask& mask, Activations& y,
+               EncoderLayerTrace* keep = nullptr) const;
 
   /// What self_attn sees of x: norm1(x) under pre-LN, x otherwise.
   Activations attention_input(const Activations& x) const;
@@ -142,6 +209,10 @@ class DecoderLayer {
   /// cross-attention (e.g. the source's key padding).
   Activations forward(const Activations& x, const Activations& memory, const Mask& self_mask = {},
                       const Mask& memory_mask = {}) const;
+  /// The same into y (shaped by shape_buffer; not x or memory), keeping what the backward needs
+  /// in `keep` when given.
+  void forward(const Activations& x, const Activations& memory, const Mask& self_mask,
+               const Mask& memory_mask, Activations& y, DecoderLayerTrace* keep = nullptr) const;
 
   /// Seeded initialisation of every part.
   void initialize(std::uint64_t seed, const std::string& prefix);
@@ -193,6 +264,10 @@ class Encoder : public Stack<EncoderLayer> {
   /// (the final norm comes after the last observation).
   Activations forward(const Activations& x, const Mask& mask = {},
                       const LayerObserver& observe = {}) const;
+  /// The same into y (shaped by shape_buffer; not x), keeping what the backward needs in `keep`
+  /// when given (the layers' outputs then live in it, else in two buffers used in turn).
+  void forward(const Activations& x, const Mask& mask, Activations& y, EncoderTrace* keep,
+               const LayerObserver& observe = {}) const;
 };
 
 /// torch.nn.TransformerDecoder: L decoder layers, then `norm` under pre-LN (see Stack).
@@ -204,6 +279,11 @@ class Decoder : public Stack<DecoderLayer> {
   /// x [B, Nt, d_model], memory [B, Ns, d_model] -> [B, Nt, d_model] (see DecoderLayer).
   Activations forward(const Activations& x, const Activations& memory, const Mask& self_mask = {},
                       const Mask& memory_mask = {}, const LayerObserver& observe = {}) const;
+  /// The same into y (shaped by shape_buffer; not x or memory), keeping what the backward needs
+  /// in `keep` when given.
+  void forward(const Activations& x, const Activations& memory, const Mask& self_mask,
+               const Mask& memory_mask, Activations& y, DecoderTrace* keep,
+               const LayerObserver& observe = {}) const;
 };
 
 /// A token-level encoder's sizes. The defaults are the Long Range Arena text model (Tay et al.
@@ -254,6 +334,10 @@ class EncoderModel {
   /// tokens [B, N] -> the encoder's output [B, N, d_model].
   Activations forward(const Tokens& tokens, const Mask& mask = {},
                       const LayerObserver& observe = {}) const;
+  /// The same into y (shaped by shape_buffer), keeping what the backward needs in `keep` when
+  /// given.
+  void forward(const Tokens& tokens, const Mask& mask, Activations& y, ModelTrace* keep,
+               const LayerObserver& observe = {}) const;
 
   /// Every parameter, in state_dict order.
   Parameters parameters();
@@ -275,5 +359,59 @@ class EncoderModel {
   EncoderModel(const ModelConfig& config, bool initialise);
   ModelConfig config_;
 };
+
+/// The same as zero_like(layer) for a whole model (its parameters() takes no prefix).
+EncoderModel zero_like(const EncoderModel& model);
+
+/// EncoderLayer::forward(x, mask), keeping the trace; returns trace.output.
+const Activations& forward(const EncoderLayer& layer, const Activations& x, const Mask& mask,
+                           EncoderLayerTrace& trace);
+
+/// dL/dx given dy (in a buffer of the trace, returned); adds every parameter's gradient into
+/// grad (pre- and post-LN, every switch).
+Activations& backward(const EncoderLayer& layer, EncoderLayerTrace& trace, const Activations& dy,
+                      EncoderLayer& grad);
+
+/// Encoder::forward(x, mask), keeping the trace; returns trace.output.
+const Activations& forward(const Encoder& encoder, const Activations& x, const Mask& mask,
+                           EncoderTrace& trace);
+
+/// dL/dx given dy, through the final norm and every layer in reverse; adds into grad. Returns a
+/// buffer of the trace.
+const Activations& backward(const Encoder& encoder, EncoderTrace& trace, const Activations& dy,
+                            Encoder& grad);
+
+/// DecoderLayer::forward(x, memory, self_mask, memory_mask), keeping the trace; returns
+/// trace.output.
+const Activations& forward(const DecoderLayer& layer, const Activations& x,
+                           const Activations& memory, const Mask& self_mask,
+                           const Mask& memory_mask, DecoderLayerTrace& trace);
+
+/// The gradients of a decoder's two inputs: its target-side x and the encoder's output.
+struct DecoderInputGrads {
+  Activations x;       ///< dL/dx
+  Activations memory;  ///< dL/dmemory
+};
+
+/// dL/dx and dL/dmemory given dy; adds every parameter's gradient into grad.
+DecoderInputGrads backward(const DecoderLayer& layer, DecoderLayerTrace& trace,
+                           const Activations& dy, DecoderLayer& grad);
+
+/// Decoder::forward(x, memory, self_mask, memory_mask), keeping the trace; returns trace.output.
+const Activations& forward(const Decoder& decoder, const Activations& x, const Activations& memory,
+                           const Mask& self_mask, const Mask& memory_mask, DecoderTrace& trace);
+
+/// dL/dx and dL/dmemory (summed over the layers, which all read it) given dy; adds into grad.
+DecoderInputGrads backward(const Decoder& decoder, DecoderTrace& trace, const Activations& dy,
+                           Decoder& grad);
+
+/// EncoderModel::forward(tokens, mask), keeping the trace; returns a buffer of the trace.
+const Activations& forward(const EncoderModel& model, const Tokens& tokens, const Mask& mask,
+                           ModelTrace& trace);
+
+/// Adds every parameter's gradient into grad given dy: the encoder's, and the embedding rows of
+/// the tokens seen (scaled by sqrt(d_model), as the forward scales the embedding).
+void backward(const EncoderModel& model, ModelTrace& trace, const Activations& dy,
+              EncoderModel& grad);
 
 }  // namespace attnlab::models

@@ -16,8 +16,8 @@
 #include "attnlab/npy.hpp"
 #include "grad_helpers.hpp"
 #include "helpers.hpp"
-#include "models/backward.hpp"
 #include "models/optimizer.hpp"
+#include "models/transformer.hpp"
 #include "npy_helpers.hpp"
 
 using namespace attnlab;

@@ -11,7 +11,6 @@
 #include "attnlab/npy.hpp"
 #include "helpers.hpp"
 #include "model_helpers.hpp"
-#include "models/backward.hpp"
 #include "models/transformer.hpp"
 #include "npy_helpers.hpp"
 

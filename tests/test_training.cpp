@@ -21,7 +21,7 @@
 #include "attnlab/error.hpp"
 #include "attnlab/npy.hpp"
 #include "helpers.hpp"
-#include "models/backward.hpp"
+#include "models/transformer.hpp"
 #include "npy_helpers.hpp"
 #include "training/run.hpp"
 #include "training/trainer.hpp"

@@ -8,7 +8,7 @@
 
 #include "attnlab/error.hpp"
 #include "attnlab/kernels.hpp"
-#include "models/backward.hpp"
+#include "models/transformer.hpp"
 #include "models/weights.hpp"
 
 namespace attnlab::training {

@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "attnlab/mask.hpp"
-#include "models/backward.hpp"
 #include "models/transformer.hpp"
 #include "training/tasks.hpp"
 
@@ -93,7 +92,7 @@ class TaskModel {
 /// A copy of `model` with every parameter zero: the gradient accumulator of loss_and_gradients.
 TaskModel zero_like(const TaskModel& model);
 
-/// The buffers of a training step: the model's trace (models/backward.hpp) and the head's
+/// The buffers of a training step: the model's trace (models/transformer.hpp) and the head's
 /// input, logits and their gradients. Kept from one step to the next (the Trainer owns one), a
 /// step after the first allocates nothing large.
 struct StepWorkspace {

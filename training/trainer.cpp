@@ -1,12 +1,9 @@
 #include "training/trainer.hpp"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "attnlab/error.hpp"
@@ -14,7 +11,7 @@
 #include "attnlab/npy.hpp"
 #include "attnlab/seed.hpp"
 #include "attnlab/stats.hpp"
-#include "models/backward.hpp"
+#include "models/step_clock.hpp"
 
 namespace attnlab::training {
 namespace fs = std::filesystem;
@@ -116,7 +113,7 @@ double TrainConfig::memory_bytes() const {
   const double tokens = double(batch) * double(n);
   const double logits = double(head_rows(*task_, batch)) * classes;
   // Per layer its trace (activations and the gradient buffers it keeps), then the one set of
-  // backward scratch the layers share (models/backward.hpp).
+  // backward scratch the layers share (models/transformer.hpp).
   const double activations = double(layers) * tokens * (20 * d + double(ffn)) +
                              tokens * (12 * d + double(ffn)) + 2 * logits;
   const double held_out = 2.0 * double(eval_size) * double(n) * sizeof(std::int64_t);
@@ -351,37 +348,6 @@ void Trainer::load(const std::string& path) {
   seconds = seconds_so_far;
 }
 
-namespace {
-
-// One Linear's GEMMs in a training step, as models/ calls them: forward y = x W^T, backward
-// dW = dy^T x and dx = dy W, on buffers of its sizes.
-struct LinearGemms {
-  std::size_t rows, in, out;
-  std::vector<float> x, w, y, dw, dx;
-
-  LinearGemms(std::size_t rows_, std::size_t in_, std::size_t out_)
-      : rows(rows_),
-        in(in_),
-        out(out_),
-        x(rows * in, 0.5f),
-        w(out * in, 0.01f),
-        y(rows * out),
-        dw(out * in),
-        dx(rows * in) {}
-
-  void run() {
-    const int r = int(rows), i = int(in), o = int(out);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r, o, i, 1.0f, x.data(), i, w.data(), i,
-                0.0f, y.data(), o);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o, i, r, 1.0f, y.data(), o, x.data(), i,
-                1.0f, dw.data(), i);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r, i, o, 1.0f, y.data(), o, w.data(), i,
-                0.0f, dx.data(), i);
-  }
-};
-
-}  // namespace
-
 StepSplit measure_split(const Trainer& trainer, std::size_t rounds) {
   if (rounds == 0) return {};
   const TrainConfig& c = trainer.config();
@@ -390,48 +356,21 @@ StepSplit measure_split(const Trainer& trainer, std::size_t rounds) {
   StepWorkspace workspace;
   models::Adam adam(c.adam);
   const Batch batch = trainer.task().batch(c.batch, data_seed(c.seed, 3, 0));
-  const Mask mask = model.mask(batch);
-
-  // The attention calls: one per layer, at the step's shapes, through the factory.
-  const auto attention = make_attention(c.spec);
-  const std::size_t dk = c.d_model / c.heads;
-  std::mt19937_64 rng(c.seed);
-  std::normal_distribution<float> normal;
-  Tensor q = Tensor::from_shape({c.batch, c.heads, c.n, dk}), k = q, v = q, d_out = q, out;
-  for (Tensor* t : {&q, &k, &v, &d_out})
-    for (float& x : *t) x = normal(rng);
-  RowLogSumExp lse;
-  Gradients g;
-
-  // The GEMMs: per layer W_Q, W_K, W_V, W_O, linear1, linear2; the head once.
-  const std::size_t rows = c.batch * c.n, d = c.d_model;
-  std::vector<LinearGemms> gemms;
-  for (std::size_t l = 0; l < c.layers; ++l) {
-    for (int i = 0; i < 4; ++i) gemms.emplace_back(rows, d, d);
-    gemms.emplace_back(rows, d, c.ffn);
-    gemms.emplace_back(rows, c.ffn, d);
-  }
-  gemms.emplace_back(head_rows(trainer.task(), c.batch), d, trainer.task().classes());
 
   // One untimed step first: the workspace's buffers are allocated then, as in a run's first step.
   loss_and_gradients(model, batch, grad, workspace);
   std::vector<double> step_s, attention_s, gemm_s;
   for (std::size_t r = 0; r < rounds; ++r) {
-    auto start = Clock::now();
+    models::StepClock clock;
+    const models::RunningClock running(clock);
+    const auto start = Clock::now();
     auto params = model.parameters(), grads = grad.parameters();
     models::zero_gradients(grads);
     loss_and_gradients(model, batch, grad, workspace);
     adam.step(params, grads);
     step_s.push_back(since(start));
-    start = Clock::now();
-    for (std::size_t l = 0; l < c.layers; ++l) {
-      attention->forward(q, k, v, mask, out, lse);
-      attention->backward(q, k, v, mask, out, d_out, lse, g);
-    }
-    attention_s.push_back(since(start));
-    start = Clock::now();
-    for (LinearGemms& m : gemms) m.run();
-    gemm_s.push_back(since(start));
+    attention_s.push_back(clock.attention);
+    gemm_s.push_back(clock.gemm);
   }
   return {median(step_s), median(attention_s), median(gemm_s), rounds};
 }

@@ -30,7 +30,8 @@
 // step for step (tests/torch_train.py).
 //
 // Not learned here: an attention core's own tensors (linformer's E and F stay at their seeded
-// initialisation); the model's parameters are the layers' (models/backward.hpp).
+// initialisation); the model's parameters are the layers' (their backward passes,
+// models/layers.hpp).
 #pragma once
 
 #include <cstddef>
@@ -152,15 +153,15 @@ class Trainer {
 /// The time of a training step split into its attention calls, its GEMMs and the rest.
 struct StepSplit {
   double step = 0;         ///< a whole step (forward, loss, backward, Adam), median of rounds
-  double attention = 0;    ///< its L attention forwards (saving lse) and backwards, measured alone
-  double gemm = 0;         ///< its projection, FFN and head GEMMs (forward and backward), alone
+  double attention = 0;    ///< the time inside its L attention cores (forward and backward)
+  double gemm = 0;         ///< the time inside its GEMMs (projections, FFN, head; both ways)
   std::size_t rounds = 0;  ///< rounds measured
 };
 
 /// Measures a StepSplit at the trainer's config on copies of its model (the trainer does not
-/// change), the steps in one StepWorkspace as Trainer::step runs them: `rounds` rounds of (one
-/// step, the attention calls alone, the GEMMs alone), alternated so that a shared machine's drift
-/// hits all three alike; medians.
+/// change): `rounds` training steps on one batch in one StepWorkspace, as Trainer::step runs
+/// them, each timed whole while the layers time their own attention cores and GEMMs
+/// (models/step_clock.hpp); the medians of each over the rounds.
 StepSplit measure_split(const Trainer& trainer, std::size_t rounds);
 
 }  // namespace attnlab::training
