@@ -34,7 +34,7 @@ fi
 # OpenBLAS's OpenMP build instead of Debian's default, its pthreads build, for every program
 # (PyTorch and NumPy too, so the peers run on the same OpenBLAS): attnlab's kernels and loops run
 # on OpenMP, and the pthreads build's own pool of threads, spinning beside OpenMP's, made a
-# training step up to twice as slow on 2 cores (results/training-speed/intel-167-openmp/).
+# training step slower on 2 cores (results/archive/training-speed/intel-167-openmp/).
 # The OpenMP build runs OpenBLAS on OpenMP's threads: one pool.
 arch=$(gcc -print-multiarch)
 for link in libopenblas.so.0 libopenblas.so libblas.so.3 libblas.so liblapack.so.3 liblapack.so; do
