@@ -24,6 +24,16 @@ inline Tensor random_tensor(std::size_t b, std::size_t h, std::size_t n, std::si
   return t;
 }
 
+/// Entries uniform in [lo, hi) of shape [b, h, n] (a per-token input: g, beta), from `seed`.
+inline TokenTensor uniform_tokens(std::size_t b, std::size_t h, std::size_t n, double lo, double hi,
+                                  std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  TokenTensor t = TokenTensor::from_shape({b, h, n});
+  for (float& x : t) x = static_cast<float>(dist(rng));
+  return t;
+}
+
 /// |out - ref| <= atol + rtol * |ref| everywhere; on failure reports the first bad element.
 inline void require_close(const Tensor& out, const Tensor64& ref, double rtol, double atol) {
   REQUIRE(std::equal(out.shape().begin(), out.shape().end(), ref.shape().begin()));

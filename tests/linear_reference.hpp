@@ -1,7 +1,8 @@
 // Linear attention written out in float64 from its definitions (variants/linear.hpp), on
 // float32 or float64 inputs: the O(N^2) kernel-matrix form of the sum rule and the fast-weight
-// recurrence of the delta rule, independent of the kernels. What the forward tests compare
-// against and the backward tests take finite differences of.
+// recurrence of the delta rule, independent of the kernels; and the scan family's recurrences
+// (variants/linear_scan.hpp). What the forward tests compare against and the backward tests
+// take finite differences of, from a zero or a given initial state.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "attnlab/attnlab.hpp"
 #include "variants/linear.hpp"
+#include "variants/linear_scan.hpp"
 
 namespace attnlab::test {
 
@@ -70,12 +72,20 @@ inline std::vector<double> row_phi(const LinearConfig& c, std::vector<double> f,
   return f;
 }
 
+// A recurrent state in fp64: S [B, H, P, Dv] and, for the sum rule, z [B, H, P].
+struct State64 {
+  xt::xarray<double> memory, key_sum;
+};
+
 // The O(N^2) form in fp64: the sum rule with the kernel matrix K_ij = phi(q_i)·phi(k_j)
-// materialised row by row; the delta rule as its definition, W updated key by key.
+// materialised row by row; the delta rule as its definition, W updated key by key. From
+// `initial` (S_0, z_0; not favor's sum rule) when given: num_i = phi(q_i)^T S_0 + ..., den_i =
+// phi(q_i)^T z_0 + ..., W_0 = S_0^T; `final` gets the state after the last valid key.
 template <class T>
 inline Tensor64 linear_reference(const LinearConfig& c, const xt::xtensor<T, 4>& q,
                                  const xt::xtensor<T, 4>& k, const xt::xtensor<T, 4>& v,
-                                 const Mask& mask) {
+                                 const Mask& mask, const State64* initial = nullptr,
+                                 State64* final = nullptr) {
   const Dims d{q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3]};
   const double scale = mask.softmax_scale(d.dk);
   const xt::xtensor<float, 2> w =
@@ -87,7 +97,14 @@ inline Tensor64 linear_reference(const LinearConfig& c, const xt::xtensor<T, 4>&
       std::vector<std::vector<double>> fk, fq;
       for (std::size_t j = 0; j < d.nk; ++j) fk.push_back(phi64(c, w, &k(b, h, j, 0), d.dk, scale));
       for (std::size_t i = 0; i < d.nq; ++i) fq.push_back(phi64(c, w, &q(b, h, i, 0), d.dk, scale));
-      const std::size_t p = fk[0].size();
+      const std::size_t p = fq[0].size();
+      const std::size_t valid = mask.valid_keys(b, d.nk);
+      if (final && b == 0 && h == 0) {
+        final->memory = xt::zeros<double>({d.batch, d.heads, p, d.dv});
+        final->key_sum = c.rule == LinearRule::sum
+                             ? xt::xarray<double>(xt::zeros<double>({d.batch, d.heads, p}))
+                             : xt::xarray<double>();
+      }
       if (c.rule == LinearRule::sum) {
         for (std::size_t i = 0; i < d.nq; ++i) {
           const std::size_t n = mask.visible_keys(b, i, d);
@@ -97,6 +114,12 @@ inline Tensor64 linear_reference(const LinearConfig& c, const xt::xtensor<T, 4>&
             for (std::size_t j = 0; j < n; ++j) ck = std::max(ck, max_of(fk[j]));
           std::vector<double> num(d.dv, 0.0);
           double den = 0;
+          if (initial)
+            for (std::size_t r = 0; r < p; ++r) {
+              for (std::size_t col = 0; col < d.dv; ++col)
+                num[col] += phq[r] * initial->memory(b, h, r, col);
+              den += phq[r] * initial->key_sum(b, h, r);
+            }
           for (std::size_t j = 0; j < n; ++j) {
             double kij = 0;
             for (std::size_t r = 0; r < p; ++r)
@@ -107,10 +130,24 @@ inline Tensor64 linear_reference(const LinearConfig& c, const xt::xtensor<T, 4>&
           for (std::size_t col = 0; col < d.dv; ++col)
             out(b, h, i, col) = den > 0 ? num[col] / (den + c.eps) : 0.0;
         }
+        if (final)  // favor's is relative to its stabiliser: not compared
+          for (std::size_t r = 0; r < p; ++r) {
+            double z = initial ? initial->key_sum(b, h, r) : 0.0;
+            for (std::size_t j = 0; j < valid; ++j) z += fk[j][r];
+            final->key_sum(b, h, r) = z;
+            for (std::size_t col = 0; col < d.dv; ++col) {
+              double m = initial ? initial->memory(b, h, r, col) : 0.0;
+              for (std::size_t j = 0; j < valid; ++j) m += fk[j][r] * v(b, h, j, col);
+              final->memory(b, h, r, col) = m;
+            }
+          }
         continue;
       }
       std::vector<double> mem(d.dv * p, 0.0);  // W [Dv x P]
-      const std::size_t valid = mask.has_key_lengths() ? mask.key_lengths[b] : d.nk;
+      if (initial)
+        for (std::size_t r = 0; r < p; ++r)
+          for (std::size_t col = 0; col < d.dv; ++col)
+            mem[col * p + r] = initial->memory(b, h, r, col);
       auto write = [&](std::size_t j) {
         const std::vector<double> phk = row_phi(c, fk[j], true);
         for (std::size_t col = 0; col < d.dv; ++col) {
@@ -137,8 +174,104 @@ inline Tensor64 linear_reference(const LinearConfig& c, const xt::xtensor<T, 4>&
         for (std::size_t j = 0; j < valid; ++j) write(j);
         for (std::size_t i = 0; i < d.nq; ++i) read(i);
       }
+      if (final)  // after the causal loop's padded tokens too: they do not write
+        for (std::size_t r = 0; r < p; ++r)
+          for (std::size_t col = 0; col < d.dv; ++col)
+            final->memory(b, h, r, col) = mem[col * p + r];
     }
   return out;
+}
+
+// The scan family's recurrence in float64, from the equations of DeltaNet (Schlag et al.
+// 2021), RetNet (Sun et al. 2023), GLA / Mamba-2 scalar gates and Gated DeltaNet (Yang et al.
+// 2024): S_t = a_t S_{t-1} + k_t u_t^T with u_t = v_t (sum) or beta_t (v_t - a_t S_{t-1}^T k_t),
+// from S_0 = 0 or a given initial state.
+struct Recurrence {
+  bool delta = false, normalise = false, causal = true;
+  double beta_value = 1.0;
+  std::vector<double> head_g;  // per-head log-decay when no g is given (retnet)
+  std::vector<std::int64_t> lengths;
+  double scale = 0.0;
+
+  // x = {q, k, v[, g][, beta][, S_0]}; has_g / has_beta / has_state say which are present. The
+  // output [B, H, Nq, Dv]; `final`, when not null, gets the state after the last token
+  // [B, H, Dk, Dv].
+  xt::xarray<double> operator()(const std::vector<xt::xarray<double>>& x, bool has_g, bool has_beta,
+                                bool has_state = false, xt::xarray<double>* final = nullptr) const {
+    const auto& q = x[0];
+    const auto& k = x[1];
+    const auto& v = x[2];
+    std::size_t next = 3;
+    const xt::xarray<double>* g = has_g ? &x[next++] : nullptr;
+    const xt::xarray<double>* beta = has_beta ? &x[next++] : nullptr;
+    const xt::xarray<double>* s0 = has_state ? &x[next++] : nullptr;
+    const std::size_t B = q.shape()[0], H = q.shape()[1], nq = q.shape()[2], nk = k.shape()[2];
+    const std::size_t dk = q.shape()[3], dv = v.shape()[3];
+    xt::xarray<double> out = xt::zeros<double>({B, H, nq, dv});
+    if (final) *final = xt::zeros<double>({B, H, dk, dv});
+    auto row = [&](const xt::xarray<double>& t, std::size_t b, std::size_t h, std::size_t i,
+                   double s) {
+      std::vector<double> r(dk);
+      double sq = 0;
+      for (std::size_t c = 0; c < dk; ++c) sq += t(b, h, i, c) * t(b, h, i, c);
+      const double f = s / (normalise ? std::sqrt(sq + 1e-6) : 1.0);
+      for (std::size_t c = 0; c < dk; ++c) r[c] = f * t(b, h, i, c);
+      return r;
+    };
+    for (std::size_t b = 0; b < B; ++b)
+      for (std::size_t h = 0; h < H; ++h) {
+        std::vector<double> s(dk * dv, 0.0);
+        if (s0)
+          for (std::size_t r = 0; r < dk; ++r)
+            for (std::size_t c = 0; c < dv; ++c) s[r * dv + c] = (*s0)(b, h, r, c);
+        auto read = [&](std::size_t i) {
+          const auto qi = row(q, b, h, i, scale);
+          for (std::size_t c = 0; c < dv; ++c) {
+            double acc = 0;
+            for (std::size_t r = 0; r < dk; ++r) acc += s[r * dv + c] * qi[r];
+            out(b, h, i, c) = acc;
+          }
+        };
+        const std::size_t len = lengths.empty() ? nk : std::size_t(lengths[b]);
+        for (std::size_t t = 0; t < nk; ++t) {
+          if (t < len) {
+            const double a = std::exp(g ? (*g)(b, h, t) : head_g.empty() ? 0.0 : head_g[h]);
+            for (double& e : s) e *= a;
+            const auto kt = row(k, b, h, t, 1.0);
+            for (std::size_t c = 0; c < dv; ++c) {
+              double u = v(b, h, t, c);
+              if (delta) {
+                double pred = 0;
+                for (std::size_t r = 0; r < dk; ++r) pred += s[r * dv + c] * kt[r];
+                u = (beta ? (*beta)(b, h, t) : beta_value) * (u - pred);
+              }
+              for (std::size_t r = 0; r < dk; ++r) s[r * dv + c] += kt[r] * u;
+            }
+          }
+          if (causal) read(t);
+        }
+        if (!causal)
+          for (std::size_t i = 0; i < nq; ++i) read(i);
+        if (final)
+          for (std::size_t r = 0; r < dk; ++r)
+            for (std::size_t c = 0; c < dv; ++c) (*final)(b, h, r, c) = s[r * dv + c];
+      }
+    return out;
+  }
+};
+
+// The recurrence `a` runs under `mask` for head size dk and `heads` heads.
+inline Recurrence recurrence_of(const ScanAttention& a, const Mask& mask, std::size_t dk,
+                                std::size_t heads) {
+  Recurrence r;
+  r.delta = a.rule().delta;
+  r.normalise = a.rule().normalise;
+  r.beta_value = a.rule().beta;
+  r.causal = mask.causal != Causal::none;
+  r.scale = mask.softmax_scale(dk);
+  r.lengths = mask.key_lengths;
+  for (std::size_t h = 0; h < heads; ++h) r.head_g.push_back(a.head_log_decay(h, heads));
+  return r;
 }
 
 }  // namespace attnlab::test

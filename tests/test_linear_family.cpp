@@ -10,104 +10,21 @@
 
 #include "grad_helpers.hpp"
 #include "helpers.hpp"
+#include "linear_reference.hpp"
 #include "variants/linear_scan.hpp"
 #include "variants/retnet.hpp"
 
 using namespace attnlab;
 using attnlab::test::Arrays64;
 using attnlab::test::random_tensor;
+using attnlab::test::Recurrence;
+using attnlab::test::recurrence_of;
 using attnlab::test::require_close;
 using attnlab::test::require_close_grad;
 using attnlab::test::require_error;
+using attnlab::test::uniform_tokens;
 
 namespace {
-
-// The recurrence of one variant in float64, from the equations of DeltaNet (Schlag et al.
-// 2021), RetNet (Sun et al. 2023), GLA / Mamba-2 scalar gates and Gated DeltaNet (Yang et al.
-// 2024): S_t = a_t S_{t-1} + k_t u_t^T with u_t = v_t (sum) or beta_t (v_t - a_t S_{t-1}^T k_t).
-struct Recurrence {
-  bool delta = false, normalise = false, causal = true;
-  double beta_value = 1.0;
-  std::vector<double> head_g;  // per-head log-decay when no g is given (retnet)
-  std::vector<std::int64_t> lengths;
-  double scale = 0.0;
-
-  // x = {q, k, v[, g][, beta]}; has_g / has_beta say which are present.
-  xt::xarray<double> operator()(const Arrays64& x, bool has_g, bool has_beta) const {
-    const auto& q = x[0];
-    const auto& k = x[1];
-    const auto& v = x[2];
-    const xt::xarray<double>* g = has_g ? &x[3] : nullptr;
-    const xt::xarray<double>* beta = has_beta ? &x[has_g ? 4 : 3] : nullptr;
-    const std::size_t B = q.shape()[0], H = q.shape()[1], nq = q.shape()[2], nk = k.shape()[2];
-    const std::size_t dk = q.shape()[3], dv = v.shape()[3];
-    xt::xarray<double> out = xt::zeros<double>({B, H, nq, dv});
-    auto row = [&](const xt::xarray<double>& t, std::size_t b, std::size_t h, std::size_t i,
-                   double s) {
-      std::vector<double> r(dk);
-      double sq = 0;
-      for (std::size_t c = 0; c < dk; ++c) sq += t(b, h, i, c) * t(b, h, i, c);
-      const double f = s / (normalise ? std::sqrt(sq + 1e-6) : 1.0);
-      for (std::size_t c = 0; c < dk; ++c) r[c] = f * t(b, h, i, c);
-      return r;
-    };
-    for (std::size_t b = 0; b < B; ++b)
-      for (std::size_t h = 0; h < H; ++h) {
-        std::vector<double> s(dk * dv, 0.0);
-        auto read = [&](std::size_t i) {
-          const auto qi = row(q, b, h, i, scale);
-          for (std::size_t c = 0; c < dv; ++c) {
-            double acc = 0;
-            for (std::size_t r = 0; r < dk; ++r) acc += s[r * dv + c] * qi[r];
-            out(b, h, i, c) = acc;
-          }
-        };
-        const std::size_t len = lengths.empty() ? nk : std::size_t(lengths[b]);
-        for (std::size_t t = 0; t < nk; ++t) {
-          if (t < len) {
-            const double a = std::exp(g ? (*g)(b, h, t) : head_g.empty() ? 0.0 : head_g[h]);
-            for (double& e : s) e *= a;
-            const auto kt = row(k, b, h, t, 1.0);
-            for (std::size_t c = 0; c < dv; ++c) {
-              double u = v(b, h, t, c);
-              if (delta) {
-                double pred = 0;
-                for (std::size_t r = 0; r < dk; ++r) pred += s[r * dv + c] * kt[r];
-                u = (beta ? (*beta)(b, h, t) : beta_value) * (u - pred);
-              }
-              for (std::size_t r = 0; r < dk; ++r) s[r * dv + c] += kt[r] * u;
-            }
-          }
-          if (causal) read(t);
-        }
-        if (!causal)
-          for (std::size_t i = 0; i < nq; ++i) read(i);
-      }
-    return out;
-  }
-};
-
-Recurrence recurrence_of(const ScanAttention& a, const Mask& mask, std::size_t dk,
-                         std::size_t heads) {
-  Recurrence r;
-  r.delta = a.rule().delta;
-  r.normalise = a.rule().normalise;
-  r.beta_value = a.rule().beta;
-  r.causal = mask.causal != Causal::none;
-  r.scale = mask.softmax_scale(dk);
-  r.lengths = mask.key_lengths;
-  for (std::size_t h = 0; h < heads; ++h) r.head_g.push_back(a.head_log_decay(h, heads));
-  return r;
-}
-
-TokenTensor uniform_tokens(std::size_t b, std::size_t h, std::size_t n, double lo, double hi,
-                           std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  TokenTensor t = TokenTensor::from_shape({b, h, n});
-  for (float& x : t) x = static_cast<float>(dist(rng));
-  return t;
-}
 
 std::unique_ptr<ScanAttention> make_scan(const std::string& spec) {
   return std::unique_ptr<ScanAttention>(

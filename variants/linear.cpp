@@ -124,6 +124,26 @@ scan::Head prepare(const FeatureMap& map, const LinearConfig& c, const float* q,
   return h;
 }
 
+// The sum rule with favor: S and z are kept relative to the keys' running max log-feature.
+bool favor_stabilised(const LinearConfig& c) {
+  return c.feature == Feature::favor && c.rule == LinearRule::sum;
+}
+
+// Head bh's slice of a state the call hands back (S, and z for the sum rule), or nothing.
+scan::StateOut head_state(RecurrentState* state, std::size_t bh, std::size_t p, std::size_t dv) {
+  if (!state || state->empty()) return {};
+  return {state->memory.data() + bh * p * dv,
+          state->key_sum.size() != 0 ? state->key_sum.data() + bh * p : nullptr};
+}
+
+// The call's initial state for head bh (S [p x dv], and z for the sum rule), when given.
+void with_initial_state(scan::Head& h, const TokenInputs& in, std::size_t bh, std::size_t p,
+                        std::size_t dv) {
+  if (!in.initial_state) return;
+  h.initial = in.initial_state->memory.data() + bh * p * dv;
+  if (in.initial_state->key_sum) h.initial_key_sum = in.initial_state->key_sum->data() + bh * p;
+}
+
 // 1 / (den + eps), or 0 where den = 0 (such a row outputs zeros).
 float inverse_den(float den, float eps) {
   return den > 0.0f ? 1.0f / (den + eps) : 0.0f;
@@ -173,7 +193,22 @@ Support LinearAttention::support() const {
   s.backward = true;
   s.causal_cross = false;  // the causal forms pair query i with key i
   s.allowed = false;       // no per-pair weights exist to mask
+  s.state = !favor_stabilised(config_);
   return s;
+}
+
+StateDims LinearAttention::state_dims(const Dims& d) const {
+  const std::size_t rows = config_.feature == Feature::favor  ? std::size_t(config_.m)
+                           : config_.feature == Feature::dpfp ? 2 * d.dk * std::size_t(config_.nu)
+                                                              : d.dk;
+  return {rows, d.dv, config_.rule == LinearRule::sum};
+}
+
+std::string LinearAttention::why_unsupported(const std::string& feature) const {
+  if (feature == "a recurrent state")
+    return "feature=favor with rule=sum keeps its keys' running stabiliser outside S and z "
+           "(rule=delta, or another feature map, has a state)";
+  return {};
 }
 
 double LinearAttention::flops(const Dims& d, const Mask& mask) const {
@@ -201,6 +236,22 @@ FeatureMap LinearAttention::feature_map(std::size_t dk, double scale) const {
 
 void LinearAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                               const Dims& d, Tensor& out) const {
+  run(q, k, v, mask, {}, d, out, nullptr);
+}
+
+void LinearAttention::compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                   const TokenInputs& in, const Dims& d, Tensor& out,
+                                   Saved* saved) const {
+  if (saved) {  // the backward recomputes what it needs: nothing saved but the final state
+    saved->lse = RowLogSumExp();
+    saved->state.reset();
+  }
+  run(q, k, v, mask, in, d, out, saved ? &saved->final_state : nullptr);
+}
+
+void LinearAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                          const TokenInputs& in, const Dims& d, Tensor& out,
+                          RecurrentState* final_state) const {
   const FeatureMap map = feature_map(d.dk, mask.softmax_scale(d.dk));
   const bool causal = mask.causal != Causal::none;
   const float eps = static_cast<float>(config_.eps);
@@ -214,24 +265,37 @@ void LinearAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask&
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t t = 0; t < heads; ++t) {
       const std::size_t bh = static_cast<std::size_t>(t), b = bh / d.heads;
-      const scan::Head h =
+      scan::Head h =
           prepare(map, config_, q.data() + bh * d.nq * d.dk, k.data() + bh * d.nk * d.dk,
                   v.data() + bh * d.nk * d.dv, d.nq, d.nk, mask.valid_keys(b, d.nk), causal, w);
+      with_initial_state(h, in, bh, p, d.dv);
       float* oh = out.data() + bh * d.nq * d.dv;
+      const scan::StateOut final_head = head_state(final_state, bh, p, d.dv);
       if (config_.rule == LinearRule::delta) {
-        scan::forward(h, p, d.dv, oh, nullptr, nullptr);
+        scan::forward(h, p, d.dv, oh, nullptr, nullptr, final_head);
         continue;
       }
       w.den.resize(d.nq);
-      scan::forward(h, p, d.dv, oh, w.den.data(), nullptr);
+      scan::forward(h, p, d.dv, oh, w.den.data(), nullptr, final_head);
       divide_rows(oh, w.den.data(), d.nq, d.dv, eps);
     }
   }
 }
 
 void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                       const Dims& d, TensorRef, TensorRef d_out,
+                                       const Dims& d, TensorRef out, TensorRef d_out,
                                        const RowLogSumExp*, Gradients& grads) const {
+  AllGradients all;
+  all.qkv = std::move(grads);
+  compute_backward_with(q, k, v, mask, {}, d, out, d_out, Saved(), all);
+  grads = std::move(all.qkv);
+}
+
+void LinearAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                            const TokenInputs& in, const Dims& d, TensorRef,
+                                            TensorRef d_out, const Saved&,
+                                            AllGradients& all) const {
+  Gradients& grads = all.qkv;
   const FeatureMap map = feature_map(d.dk, mask.softmax_scale(d.dk));
   const bool causal = mask.causal != Causal::none;
   const float eps = static_cast<float>(config_.eps);
@@ -252,13 +316,20 @@ void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, co
       float* dq = grads.dq.data() + bh * d.nq * d.dk;
       float* dk = grads.dk.data() + bh * d.nk * d.dk;
       float* dval = grads.dv.data() + bh * d.nk * dv;
-      const scan::Head h =
+      scan::Head h =
           prepare(map, config_, qh, kh, v.data() + bh * d.nk * dv, d.nq, d.nk, valid, causal, w);
+      with_initial_state(h, in, bh, p, dv);
+      scan::StateIn d_final;
+      if (in.d_final_state) {
+        d_final.memory = in.d_final_state->memory.data() + bh * p * dv;
+        if (in.d_final_state->key_sum) d_final.key_sum = in.d_final_state->key_sum->data() + bh * p;
+      }
+      const scan::StateOut d_initial = head_state(&all.d_initial_state, bh, p, dv);
       w.dfq.resize(d.nq * p);
       w.dfk.resize(d.nk * p);
       if (config_.rule == LinearRule::delta) {
         scan::backward(h, p, dv, gh, nullptr, nullptr, w.dfq.data(), w.dfk.data(), dval, nullptr,
-                       nullptr);
+                       nullptr, d_final, d_initial);
         hat_backward(w.hq.data(), w.sq.data(), d.nq, p, w.dfq.data());
         hat_backward(w.hk.data(), w.sk.data(), valid, p, w.dfk.data());
       } else {
@@ -281,7 +352,7 @@ void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, co
         }
         scan::backward(h, p, dv, w.dnum.data(), w.dden.data(),
                        causal ? w.checkpoints.data() : nullptr, w.dfq.data(), w.dfk.data(), dval,
-                       nullptr, nullptr);
+                       nullptr, nullptr, d_final, d_initial);
       }
       map.backward(qh, d.nq, w.fq.data(), w.dfq.data(), dq);
       if (valid > 0) map.backward(kh, valid, w.fk.data(), w.dfk.data(), dk);

@@ -48,6 +48,11 @@
 //   row for its projection; elementwise feature maps are not counted.
 // Masks: causal (Nq == Nk), key padding (padded keys write nothing), cross-attention for the
 //   non-causal forms, Dv != Dk. Boolean masks: Unsupported (no per-pair weights exist).
+// Recurrent state (TokenInputs::initial_state, Saved::final_state): S [B, H, Dphi, Dv], plus
+//   the key sum z [B, H, Dphi] under rule=sum (the delta rule's W_0 is S_0^T); both enter the
+//   sums above (num = phi(q)^T (S_0 + ...), den = phi(q)^T (z_0 + ...)). Not for favor with
+//   rule=sum, whose stabilised S and z are relative to a running max kept outside them
+//   (Unsupported).
 // Exactness: none against softmax; feature=favor approaches softmax attention as m grows.
 // Backward (every form above, every feature map; favor's stabilisers held constant, as
 // Performer implementations do: they cancel up to eps, and exactly under the delta rule): the
@@ -108,6 +113,8 @@ class LinearAttention final : public Attention {
 
   /// The recurrent form's FLOPs (see the header comment).
   double flops(const Dims& d, const Mask& mask) const override;
+  /// S [Dphi x Dv], and z [Dphi] for the sum rule.
+  StateDims state_dims(const Dims& d) const override;
 
   /// phi for head size dk and q·k scale; throws Error when nu >= 2·dk under dpfp.
   FeatureMap feature_map(std::size_t dk, double scale) const;
@@ -122,8 +129,18 @@ class LinearAttention final : public Attention {
   void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
                         TensorRef out, TensorRef d_out, const RowLogSumExp* lse,
                         Gradients& g) const override;
+  void compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
+                    const Dims& d, Tensor& out, Saved* saved) const override;
+  void compute_backward_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                             const TokenInputs& in, const Dims& d, TensorRef out, TensorRef d_out,
+                             const Saved& saved, AllGradients& g) const override;
+  std::string why_unsupported(const std::string& feature) const override;
 
  private:
+  /// The forward, from in.initial_state when given, writing the final state when not null.
+  void run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
+           const Dims& d, Tensor& out, RecurrentState* final_state) const;
+
   LinearConfig config_;
 };
 

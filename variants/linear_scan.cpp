@@ -292,7 +292,9 @@ void run_chunks(const Head& h, std::size_t dk, std::size_t dv, bool key_sum, flo
                 float* den, float* checkpoints, Chunk& w) {
   const std::size_t state = state_floats(dk, dv);
   std::fill(s, s + state, 0.0f);
+  if (h.initial) std::copy(h.initial, h.initial + dk * dv, s);
   float* z = key_sum ? s + dk * dv : nullptr;
+  if (z && h.initial_key_sum) std::copy(h.initial_key_sum, h.initial_key_sum + dk, z);
   const std::size_t positions = h.causal ? h.nk : h.valid;
   for (std::size_t t0 = 0, c = 0; t0 < positions; t0 += C, ++c) {
     if (checkpoints) std::copy(s, s + state, checkpoints + c * state);
@@ -528,11 +530,18 @@ std::size_t checkpoint_floats(std::size_t nk, std::size_t dk, std::size_t dv) {
   return (nk + C - 1) / C * state_floats(dk, dv);
 }
 
+// Copies a state (S, then z where carried) out where asked.
+void write_state(const float* s, std::size_t dk, std::size_t dv, bool key_sum, StateOut to) {
+  if (to.memory) std::copy(s, s + dk * dv, to.memory);
+  if (key_sum && to.key_sum) std::copy(s + dk * dv, s + dk * dv + dk, to.key_sum);
+}
+
 void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* den,
-             float* checkpoints) {
+             float* checkpoints, StateOut final_state) {
   std::vector<float> s(state_floats(dk, dv));
   Chunk w(dk, dv);
   run_chunks(h, dk, dv, den != nullptr, s.data(), out, den, checkpoints, w);
+  write_state(s.data(), dk, dv, den != nullptr, final_state);
   if (h.causal) return;
   for (std::size_t i0 = 0; i0 < h.nq; i0 += C) {  // every query reads the last state
     const std::size_t rows = std::min(C, h.nq - i0);
@@ -566,7 +575,7 @@ void step(float* s, float* z, const float* q, const float* k, const float* v, fl
 
 void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out, const float* d_den,
               const float* checkpoints, float* dq, float* dk_out, float* dv_out, float* dg,
-              float* dbeta) {
+              float* dbeta, StateIn d_final, StateOut d_initial) {
   const std::size_t pv = dk * dv, state = state_floats(dk, dv);
   const bool key_sum = d_den != nullptr;
   const std::size_t positions = h.causal ? h.nk : h.valid;
@@ -578,8 +587,10 @@ void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
     run_chunks(h, dk, dv, key_sum, s.data(), nullptr, nullptr, saved.data(), w);
     checkpoints = saved.data();
   }
-  std::vector<float> ds(state, 0.0f);  // the gradient of S, then of z
+  std::vector<float> ds(state, 0.0f);  // the gradient of S, then of z: the final state's first
   float* dz = key_sum ? ds.data() + pv : nullptr;
+  if (d_final.memory) std::copy(d_final.memory, d_final.memory + pv, ds.data());
+  if (dz && d_final.key_sum) std::copy(d_final.key_sum, d_final.key_sum + dk, dz);
   if (!h.causal) {  // dS = Q^T dO, dz = Q^T d_den, dq = dO S^T + d_den z^T, C queries at a time
     kernels::transpose(dk, dv, s.data(), dv, w.st.data(), dk);
     for (std::size_t i0 = 0; i0 < h.nq; i0 += C) {
@@ -608,6 +619,7 @@ void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
     const std::size_t kv = std::min(rows, h.valid > t0 ? h.valid - t0 : 0);
     chunk_backward(h, t0, rows, kv, checkpoints + c * state, ds.data(), dz, gr, w);
   }
+  write_state(ds.data(), dk, dv, key_sum, d_initial);
 }
 
 }  // namespace scan
@@ -647,7 +659,14 @@ scan::Head prepare_head(const ScanRule& rule, double head_g, TensorRef q, Tensor
     w.beta.assign(d.nk, static_cast<float>(rule.beta));
     h.beta = w.beta.data();
   }
+  if (in.initial_state) h.initial = in.initial_state->memory.data() + bh * d.dk * d.dv;
   return h;
+}
+
+// Head bh's slice of a state the call hands back (nothing where it is empty).
+scan::StateOut state_out(RecurrentState* state, std::size_t bh, std::size_t floats) {
+  if (!state || state->empty()) return {};
+  return {state->memory.data() + bh * floats, nullptr};
 }
 
 // The chunk states a causal forward saved through Saved, for its backward; with the call's
@@ -685,6 +704,7 @@ Support ScanAttention::support() const {
   s.allowed = false;       // no per-pair weights exist to mask
   s.log_decay = rule_.decay == ScanRule::Decay::input;
   s.beta = rule_.delta && rule_.beta_input;
+  s.state = true;
   return s;
 }
 
@@ -708,7 +728,8 @@ double ScanAttention::head_log_decay(std::size_t, std::size_t) const {
 
 void ScanAttention::run_forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                                 const TokenInputs& in, const Dims& d, Tensor& out,
-                                std::vector<float>* checkpoints) const {
+                                std::vector<float>* checkpoints,
+                                RecurrentState* final_state) const {
   const std::size_t per_head = scan::checkpoint_floats(d.nk, d.dk, d.dv);
   if (checkpoints) checkpoints->resize(d.batch * d.heads * per_head);
   const auto heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
@@ -721,30 +742,32 @@ void ScanAttention::run_forward(TensorRef q, TensorRef k, TensorRef v, const Mas
       const scan::Head h =
           prepare_head(rule_, head_log_decay(bh % d.heads, d.heads), q, k, v, mask, in, d, bh, w);
       scan::forward(h, d.dk, d.dv, out.data() + bh * d.nq * d.dv, nullptr,
-                    checkpoints ? checkpoints->data() + bh * per_head : nullptr);
+                    checkpoints ? checkpoints->data() + bh * per_head : nullptr,
+                    state_out(final_state, bh, d.dk * d.dv));
     }
   }
 }
 
 void ScanAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
                             Tensor& out) const {
-  run_forward(q, k, v, mask, {}, d, out, nullptr);
+  run_forward(q, k, v, mask, {}, d, out, nullptr, nullptr);
 }
 
 void ScanAttention::compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                                  const TokenInputs& in, const Dims& d, Tensor& out,
                                  Saved* saved) const {
+  if (!saved) return run_forward(q, k, v, mask, in, d, out, nullptr, nullptr);
+  saved->lse = RowLogSumExp();
   // Non-causal: the backward recomputes the last state anyway, so nothing is kept.
-  if (!saved || mask.causal == Causal::none) {
-    if (saved) *saved = Saved();
-    run_forward(q, k, v, mask, in, d, out, nullptr);
+  if (mask.causal == Causal::none) {
+    saved->state.reset();
+    run_forward(q, k, v, mask, in, d, out, nullptr, &saved->final_state);
     return;
   }
   ScanSaved state{d, valid_keys(mask, d), {}};
   if (auto* kept = std::any_cast<ScanSaved>(&saved->state))  // a training loop's last step's:
     state.checkpoints = std::move(kept->checkpoints);        // no fresh pages per call
-  run_forward(q, k, v, mask, in, d, out, &state.checkpoints);
-  saved->lse = RowLogSumExp();
+  run_forward(q, k, v, mask, in, d, out, &state.checkpoints, &saved->final_state);
   saved->state = std::move(state);
 }
 
@@ -779,9 +802,13 @@ void ScanAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
       float* dbeta = in.beta ? grads.d_beta.data() + bh * d.nk : nullptr;
       float* dq = grads.qkv.dq.data() + bh * d.nq * d.dk;
       float* dk = grads.qkv.dk.data() + bh * d.nk * d.dk;
+      const std::size_t floats = d.dk * d.dv;
+      scan::StateIn d_final;
+      if (in.d_final_state) d_final.memory = in.d_final_state->memory.data() + bh * floats;
       scan::backward(h, d.dk, d.dv, d_out.data() + bh * d.nq * d.dv, nullptr,
                      state ? state->checkpoints.data() + bh * per_head : nullptr, dq, dk,
-                     grads.qkv.dv.data() + bh * d.nk * d.dv, dg, dbeta);
+                     grads.qkv.dv.data() + bh * d.nk * d.dv, dg, dbeta, d_final,
+                     state_out(&grads.d_initial_state, bh, floats));
     }
   }
 }

@@ -8,7 +8,10 @@
 //   sum rule    S_t = a_t S_{t-1} + k_t v_t^T
 //   delta rule  S_t = a_t S_{t-1} + beta_t k_t (v_t - a_t S_{t-1}^T k_t)^T
 //                   = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T
-//   S_0 = 0. Causal (Nq == Nk): out_t = S_t^T q_t. Non-causal: every query reads the last state.
+//   S_0 = 0, or a given initial state (and z_0 with it). Causal (Nq == Nk): out_t = S_t^T q_t.
+//   Non-causal: every query reads the last state. The final state (after the last valid key)
+//   is what a following call starts from: a sequence cut into segments, each started from the
+//   last one's final state, computes what one call computes (forward and backward).
 // Key padding: tokens at or after the item's key length neither write nor decay (S carries over
 // unchanged); their g and beta are never read and get zero gradients.
 //
@@ -33,8 +36,10 @@
 // transposed (matrix products per chunk, see chunk_backward and delta_backward in the source):
 // the delta rule recomputes the chunk's T and U and takes the WY form's gradients through
 // (I + L) U = diag(beta) (V - diag(e^b) K S_0) (derived here; the tests check it against
-// differences and torch). Gradients of q, k, v, g, beta (and of den). O(N·C·(Dk + Dv) +
-// N·Dk·Dv) time, O((N / C)·Dk·Dv + C·(C + Dk + Dv)) memory per head.
+// differences and torch). Gradients of q, k, v, g, beta (and of den), and of the initial state
+// given the final state's: the state's gradient flows back through the chunks from dS_N (zero
+// when the loss does not read the final state) to dS_0. O(N·C·(Dk + Dv) + N·Dk·Dv) time,
+// O((N / C)·Dk·Dv + C·(C + Dk + Dv)) memory per head.
 #pragma once
 
 #include <cstddef>
@@ -54,17 +59,32 @@ inline constexpr std::size_t kChunk = 64;
 
 /// One head's inputs: rows of q [nq x dk], k [nk x dk], v [nk x dv].
 struct Head {
-  const float* q = nullptr;     ///< queries, prepared by the engine per q_scale and normalise
-  const float* k = nullptr;     ///< keys, prepared by the engine per normalise
-  const float* v = nullptr;     ///< values
-  const float* g = nullptr;     ///< log-decay per key token (<= 0), or nullptr: no decay
-  const float* beta = nullptr;  ///< delta rule strength per key token, or nullptr: sum rule
-  std::size_t nq = 0;           ///< queries
-  std::size_t nk = 0;           ///< keys
-  std::size_t valid = 0;        ///< keys that write (< valid); the rest are padding
-  bool causal = false;          ///< out_t = S_t^T q_t (nq == nk), else every query reads S_nk
-  float q_scale = 1.0f;         ///< queries times this before use (the softmax scale)
-  bool normalise = false;       ///< q, k -> x / sqrt(|x|^2 + 1e-6) before use (DeltaNet)
+  const float* q = nullptr;        ///< queries, prepared by the engine per q_scale and normalise
+  const float* k = nullptr;        ///< keys, prepared by the engine per normalise
+  const float* v = nullptr;        ///< values
+  const float* g = nullptr;        ///< log-decay per key token (<= 0), or nullptr: no decay
+  const float* beta = nullptr;     ///< delta rule strength per key token, or nullptr: sum rule
+  std::size_t nq = 0;              ///< queries
+  std::size_t nk = 0;              ///< keys
+  std::size_t valid = 0;           ///< keys that write (< valid); the rest are padding
+  bool causal = false;             ///< out_t = S_t^T q_t (nq == nk), else every query reads S_nk
+  float q_scale = 1.0f;            ///< queries times this before use (the softmax scale)
+  bool normalise = false;          ///< q, k -> x / sqrt(|x|^2 + 1e-6) before use (DeltaNet)
+  const float* initial = nullptr;  ///< S_0 [dk x dv], or nullptr: zeros
+  const float* initial_key_sum = nullptr;  ///< z_0 [dk] where z is carried, or nullptr: zeros
+};
+
+/// Where one head's state (S [dk x dv], z [dk]) is written: a forward's final state or a
+/// backward's initial-state gradient. A null pointer: not wanted (z: only where carried).
+struct StateOut {
+  float* memory = nullptr;   ///< S
+  float* key_sum = nullptr;  ///< z
+};
+
+/// A head's state read: the gradient of the final state in a backward. Null: zeros.
+struct StateIn {
+  const float* memory = nullptr;   ///< S
+  const float* key_sum = nullptr;  ///< z
 };
 
 /// a · b over n floats, in eight independent partial sums (one chain of dependent adds is
@@ -82,17 +102,19 @@ std::size_t checkpoint_floats(std::size_t nk, std::size_t dk, std::size_t dv);
 
 /// out [nq x dv] for one head; with `den` (the sum rule only) also den [nq], each query's
 /// q·z with z the key sum decayed as S is (linear attention's denominator); writes the
-/// chunk-start states into `checkpoints` when not null (z in them only when den is given).
+/// chunk-start states into `checkpoints` when not null (z in them only when den is given) and
+/// the final state into `final_state`.
 void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* den,
-             float* checkpoints);
+             float* checkpoints, StateOut final_state = {});
 
 /// One head's gradients from d_out [nq x dv] and, when not null (the sum rule only), d_den
-/// [nq], the gradient of forward's den: dq [nq x dk] and dk [nk x dk] (of q and k as given),
-/// dv [nk x dv], and dg, dbeta [nk] when not null (their inputs must then be given).
-/// `checkpoints`: a forward's with the same den (given or not), or nullptr (recomputed).
+/// [nq], the gradient of forward's den, and d_final, the final state's: dq [nq x dk] and dk
+/// [nk x dk] (of q and k as given), dv [nk x dv], dg, dbeta [nk] when not null (their inputs
+/// must then be given), and the initial state's into d_initial. `checkpoints`: a forward's with
+/// the same den (given or not) and initial state, or nullptr (recomputed).
 void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out, const float* d_den,
               const float* checkpoints, float* dq, float* dk_out, float* dv_out, float* dg,
-              float* dbeta);
+              float* dbeta, StateIn d_final = {}, StateOut d_initial = {});
 
 /// One token of the recurrence on a state s [dk x dv] and, when z is not null, its key sum z
 /// [dk]: decay both by exp(g), then the write (beta nullptr: the sum rule; z += k), then
@@ -123,8 +145,9 @@ class ScanState;
 /// An Attention that is a client of the scan engine: prepares q (softmax scale, optional
 /// normalisation), k, g and beta per its ScanRule, and runs the engine forward and backward.
 /// Masks: causal (Nq == Nk), key padding, cross-attention non-causal, Dv != Dk; boolean masks
-/// are Unsupported. forward(q, k, v, mask) without token inputs runs with g = 0 (no decay) and
-/// beta = the spec's, so every caller of the plain interface gets a defined result.
+/// are Unsupported. A recurrent state S [B, H, Dk, Dv] in and out (support().state; no key sum).
+/// forward(q, k, v, mask) without token inputs runs with g = 0 (no decay) and beta = the spec's, so
+/// every caller of the plain interface gets a defined result.
 class ScanAttention : public Attention {
  public:
   Support support() const override;
@@ -160,7 +183,8 @@ class ScanAttention : public Attention {
 
  private:
   void run_forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
-                   const Dims& d, Tensor& out, std::vector<float>* checkpoints) const;
+                   const Dims& d, Tensor& out, std::vector<float>* checkpoints,
+                   RecurrentState* final_state) const;
 
   ScanRule rule_;
 };

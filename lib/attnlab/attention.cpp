@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "attnlab/error.hpp"
 #include "attnlab/kernels.hpp"
@@ -42,6 +44,39 @@ std::string non_finite(TensorRef t, const char* label, const Mask& mask, bool ke
     }
 }
 
+// Whether [a, a + na) and [b, b + nb) share a float.
+bool shares(const float* a, std::size_t na, const float* b, std::size_t nb) {
+  return na != 0 && nb != 0 && a < b + nb && b < a + na;
+}
+
+// Whether state `read` (a view) shares storage with `written` or with `out`.
+bool state_overlaps(const std::optional<StateRef>& read, const RecurrentState& written,
+                    const Tensor* out) {
+  if (!read) return false;
+  std::vector<std::pair<const float*, std::size_t>> views = {
+      {read->memory.data(), read->memory.size()}};
+  if (read->key_sum) {
+    const auto& z = read->key_sum->shape();
+    views.push_back({read->key_sum->data(), z[0] * z[1] * z[2]});
+  }
+  for (const auto& [p, n] : views)
+    if (shares(p, n, written.memory.data(), written.memory.size()) ||
+        shares(p, n, written.key_sum.data(), written.key_sum.size()) ||
+        (out && shares(p, n, out->data(), out->size())))
+      return true;
+  return false;
+}
+
+// Shapes `state` for `d` per `sd` (storage kept when it fits).
+void shape_state(RecurrentState& state, const Dims& d, const StateDims& sd) {
+  kernels::shape_buffer(state.memory,
+                        std::array<std::size_t, 4>{d.batch, d.heads, sd.rows, sd.columns});
+  if (sd.key_sum)
+    kernels::shape_buffer(state.key_sum, std::array<std::size_t, 3>{d.batch, d.heads, sd.rows});
+  else
+    state.key_sum = TokenTensor();
+}
+
 }  // namespace
 
 std::string Support::describe() const {
@@ -58,6 +93,7 @@ std::string Support::describe() const {
   item(cross, "cross-attention (Nq != Nk)");
   item(value_dim, "Dv != Dk");
   item(backward, "backward");
+  item(state, "recurrent state");
   return out.empty() ? "no masks" : out;
 }
 
@@ -186,7 +222,63 @@ TokenInputs TokenInputs::of(const TokenTensor* g, const TokenTensor* beta) {
   return in;
 }
 
-void Attention::validate_tokens(const TokenInputs& in, const Dims& d, const Mask& mask) const {
+StateRef RecurrentState::ref() const {
+  StateRef r{memory, std::nullopt};
+  if (key_sum.size() != 0) r.key_sum = key_sum;
+  return r;
+}
+
+StateDims Attention::state_dims(const Dims& d) const {
+  return {d.dk, d.dv, false};
+}
+
+void Attention::validate_state(const StateRef& state, const char* label, const Dims& d) const {
+  if (!support().state) {
+    const std::string why = why_unsupported("a recurrent state");
+    throw Unsupported(
+        name(), std::string("a recurrent state (") + label + ")" + (why.empty() ? "" : ": " + why));
+  }
+  const StateDims sd = state_dims(d);
+  const std::array<std::size_t, 4> want = {d.batch, d.heads, sd.rows, sd.columns};
+  const auto list = [](const auto& shape, std::size_t n) {
+    std::string out = "[";
+    for (std::size_t a = 0; a < n; ++a) out += (a ? ", " : "") + std::to_string(shape[a]);
+    return out + "]";
+  };
+  if (state.memory.shape() != want)
+    throw Error(name() + ": " + label + " has shape " + shape_string(state.memory) +
+                ", expected [B, H, rows, Dv] = " + list(want, 4) +
+                " (rows: " + (sd.rows == d.dk ? "Dk" : "the feature map's dimension") + ")");
+  if (state.key_sum.has_value() != sd.key_sum)
+    throw Error(name() + ": " + label + (sd.key_sum ? " has no" : " has a") + " key sum: " +
+                (sd.key_sum ? "this variant's state is S and z [B, H, rows]"
+                            : "this variant's state is S alone"));
+  if (const std::string bad = non_finite(state.memory, label, Mask(), false); !bad.empty())
+    throw Error(name() + ": " + bad + ": a state must be finite");
+  if (!state.key_sum) return;
+  const TokenRef& z = *state.key_sum;
+  if (z.shape() != std::array<std::size_t, 3>{d.batch, d.heads, sd.rows})
+    throw Error(name() + ": " + label + "'s key sum has shape " + list(z.shape(), 3) +
+                ", expected [B, H, rows] = " + list(want, 3));
+  for (std::size_t i = 0; i < d.batch * d.heads * sd.rows; ++i)
+    if (!std::isfinite(z.data()[i]))
+      throw Error(name() + ": " + label + "'s key sum has " +
+                  (std::isnan(z.data()[i]) ? "NaN" : "Inf") + " at [" +
+                  std::to_string(i / (d.heads * sd.rows)) + ", " +
+                  std::to_string(i / sd.rows % d.heads) + ", " + std::to_string(i % sd.rows) +
+                  "]: a state must be finite");
+}
+
+void Attention::validate_tokens(const TokenInputs& in, const Dims& d, const Mask& mask,
+                                bool backward) const {
+  if (in.initial_state) validate_state(*in.initial_state, "initial_state", d);
+  if (in.d_final_state) {
+    if (!backward)
+      throw Error(name() +
+                  ": d_final_state is read by backward only (the gradient of "
+                  "Saved::final_state)");
+    validate_state(*in.d_final_state, "d_final_state", d);
+  }
   const Support s = support();
   for (const auto& [t, label, taken, low, high] :
        {std::tuple{in.log_decay, "log-decay g", s.log_decay, -FLT_MAX, 0.0f},
@@ -213,13 +305,25 @@ void Attention::validate_tokens(const TokenInputs& in, const Dims& d, const Mask
 
 void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                         const TokenInputs& in, Tensor& out, Saved& saved) const {
+  if (state_overlaps(in.initial_state, saved.final_state, &out))
+    throw Error(name() +
+                ": initial_state must not share storage with the output or the final "
+                "state (it is read while they are written: copy it first)");
   const Dims d = prepare_forward(q, k, v, mask, in, out);
   kernels::shape_buffer(saved.lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
+  if (support().state)
+    shape_state(saved.final_state, d, state_dims(d));
+  else
+    saved.final_state = RecurrentState();
   compute_with(q, k, v, mask, in, d, out, &saved);
 }
 
 void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                         const TokenInputs& in, Tensor& out) const {
+  if (state_overlaps(in.initial_state, RecurrentState(), &out))
+    throw Error(name() +
+                ": initial_state must not share storage with the output (it is read "
+                "while the output is written)");
   compute_with(q, k, v, mask, in, prepare_forward(q, k, v, mask, in, out), out, nullptr);
 }
 
@@ -236,8 +340,13 @@ void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask
   for (const Tensor* grad : {&g.qkv.dq, &g.qkv.dk, &g.qkv.dv})
     refuse_overlap(*grad, {q, k, v, out, d_out},
                    "backward's gradients must not share storage with q, k, v, out or d_out");
+  for (const auto* state : {&in.initial_state, &in.d_final_state})
+    if (state_overlaps(*state, g.d_initial_state, nullptr))
+      throw Error(name() +
+                  ": backward's d_initial_state must not share storage with "
+                  "initial_state or d_final_state (they are read while it is written)");
   const Dims d = check_backward(q, k, v, mask, out, d_out, saved.lse);
-  validate_tokens(in, d, mask);
+  validate_tokens(in, d, mask, true);
   kernels::shape_buffer(g.qkv.dq, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dk});
   kernels::shape_buffer(g.qkv.dk, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dk});
   kernels::shape_buffer(g.qkv.dv, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dv});
@@ -250,6 +359,11 @@ void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask
     kernels::shape_buffer(g.d_beta, tokens);
   else
     g.d_beta = TokenTensor();
+  if (in.initial_state) {
+    shape_state(g.d_initial_state, d, state_dims(d));
+  } else {
+    g.d_initial_state = RecurrentState();
+  }
   g.parameters.clear();
   compute_backward_with(q, k, v, mask, in, d, out, d_out, saved, g);
 }

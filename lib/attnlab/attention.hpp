@@ -27,6 +27,9 @@ struct Support {
   bool backward = false;     ///< backward(): gradients for everything the forward above honours
   bool log_decay = false;    ///< takes TokenInputs::log_decay
   bool beta = false;         ///< takes TokenInputs::beta
+  /// A recurrent state handed in and out: TokenInputs::initial_state and d_final_state,
+  /// Saved::final_state, AllGradients::d_initial_state (the linear family).
+  bool state = false;
 
   /// "causal, key padding, boolean mask, ...": the features that are supported.
   std::string describe() const;
@@ -73,15 +76,49 @@ class TokenRef {
   Shape shape_;
 };
 
-/// Per-token, per-head inputs beyond q, k, v, for the variants whose support() takes them
+/// The size of one (sequence, head)'s recurrent state: the memory S [rows x columns] and, where
+/// the variant normalises by it, the key sum z [rows].
+struct StateDims {
+  std::size_t rows = 0;     ///< Dk, or the feature dimension of linear's map
+  std::size_t columns = 0;  ///< Dv
+  bool key_sum = false;     ///< z is part of the state (linear's sum rule)
+  /// Every field equal.
+  bool operator==(const StateDims&) const = default;
+};
+
+/// A read-only view of the recurrent states of S sequences (the batch items) and H heads:
+/// memory S [S, H, rows, columns] and, where StateDims::key_sum, the key sum z [S, H, rows].
+struct StateRef {
+  TensorRef memory;                 ///< S
+  std::optional<TokenRef> key_sum;  ///< z, or empty where the variant has none
+};
+
+/// Recurrent states the library hands back, in StateRef's layout: a forward's final state, a
+/// backward's gradient of the initial state. Empty when not produced.
+struct RecurrentState {
+  Tensor memory;        ///< S [S, H, rows, columns]
+  TokenTensor key_sum;  ///< z [S, H, rows], or empty
+  /// Whether it holds a state.
+  bool empty() const { return memory.size() == 0; }
+  /// A view of it (key_sum only when it holds one).
+  StateRef ref() const;
+};
+
+/// Inputs of one call beyond q, k, v and the mask, for the variants whose support() takes them
 /// (others throw Unsupported when one is given). Views, not owned; empty: not given.
 struct TokenInputs {
   /// g [B, H, Nk]: the log of the memory's decay at each key token, <= 0 (finite).
   std::optional<TokenRef> log_decay;
   /// beta [B, H, Nk]: the delta rule's write strength at each key token, in [0, 1].
   std::optional<TokenRef> beta;
-  /// Neither is given.
-  bool empty() const { return !log_decay && !beta; }
+  /// The recurrent state before the first token (support().state; shape per state_dims(), one
+  /// state per batch item, finite); empty: zeros. The backward reads it too.
+  std::optional<StateRef> initial_state;
+  /// Backward only: dL/d(final state), the gradient of the forward's Saved::final_state, in its
+  /// shape; empty: the loss does not read the final state. A forward refuses it (Error).
+  std::optional<StateRef> d_final_state;
+  /// None is given.
+  bool empty() const { return !log_decay && !beta && !initial_state && !d_final_state; }
   /// The inputs at `g` and `beta`, each null when not given.
   static TokenInputs of(const TokenTensor* g, const TokenTensor* beta);
 };
@@ -91,6 +128,9 @@ struct TokenInputs {
 struct Saved {
   RowLogSumExp lse;  ///< a softmax backend's row log-sum-exp, else empty
   std::any state;    ///< the backend's own saved state, read only by that backend
+  /// Where support().state: the recurrent state after the last token (the last valid key of
+  /// each item), what a following call takes as its initial_state; else empty.
+  RecurrentState final_state;
 };
 
 /// One of a backend's own learned tensors (linformer's E), or its gradient summed over the batch.
@@ -106,6 +146,7 @@ struct AllGradients {
   Gradients qkv;                            ///< dq, dk, dv
   TokenTensor d_log_decay;                  ///< dL/dg [B, H, Nk] when g was given, else empty
   TokenTensor d_beta;                       ///< dL/dbeta [B, H, Nk] when given, else empty
+  RecurrentState d_initial_state;           ///< dL/d(initial state) when one was given, else empty
   std::vector<ParameterTensor> parameters;  ///< the backend's parameters (empty: none)
 };
 
@@ -156,7 +197,7 @@ class Attention {
   /// forward with per-token inputs and the full saved state: validates `in` like q, k, v
   /// (shape [B, H, Nk], finite on unpadded tokens, g <= 0, beta in [0, 1]; throws Error naming
   /// it) and refuses an input support() does not take (Unsupported). `saved` is what
-  /// backward(..., saved, ...) reads.
+  /// backward(..., saved, ...) reads, and holds the final state where support().state.
   void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
                Tensor& out, Saved& saved) const;
 
@@ -167,9 +208,10 @@ class Attention {
   void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
                Tensor& out) const;
 
-  /// backward with per-token inputs: `in` must be the forward's, `saved` its Saved (or a
-  /// default Saved: recomputed). Fills every gradient of `g`: q, k, v, each given token input,
-  /// and the backend's parameters. Validates like the backward above.
+  /// backward with per-token inputs: `in` must be the forward's (plus d_final_state when the
+  /// loss reads the final state), `saved` its Saved (or a default Saved: recomputed). Fills
+  /// every gradient of `g`: q, k, v, each given token input, the initial state when given, and
+  /// the backend's parameters. Validates like the backward above.
   void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
                 TensorRef out, TensorRef d_out, const Saved& saved, AllGradients& g) const;
 
@@ -183,6 +225,10 @@ class Attention {
   /// not finite; Unsupported for a backend without any, unless `values` is empty). Not while a
   /// call runs on this object.
   virtual void set_parameters(const std::vector<ParameterTensor>& values);
+
+  /// The size of one (sequence, head)'s recurrent state for a call of sizes `d` (support().state;
+  /// the default: S [Dk x Dv], no key sum).
+  virtual StateDims state_dims(const Dims& d) const;
 
   /// The canonical factory string, every key in a fixed order: make_attention(spec()) rebuilds
   /// an identical backend.
@@ -251,8 +297,12 @@ class Attention {
                       const char* what) const;
   /// Shapes, mask and support() checks shared by forward and backward.
   Dims validate(TensorRef q, TensorRef k, TensorRef v, const Mask& mask) const;
-  /// Shapes, values and support() checks of token inputs.
-  void validate_tokens(const TokenInputs& in, const Dims& d, const Mask& mask) const;
+  /// Shapes, values and support() checks of token inputs; `backward`: a backward's (which may
+  /// carry d_final_state).
+  void validate_tokens(const TokenInputs& in, const Dims& d, const Mask& mask,
+                       bool backward = false) const;
+  /// Shape, values and support() checks of a state input `label` (initial_state, d_final_state).
+  void validate_state(const StateRef& state, const char* label, const Dims& d) const;
   /// What every forward does before computing: refuses an output that shares storage with an
   /// input, validates q, k, v, the mask and `in`, and shapes `out` (kept when it fits).
   Dims prepare_forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
