@@ -87,6 +87,10 @@ def linear_family():
 
 def render():
     rows = default_sweep() + training_step() + linear_family()
+    if not rows:
+        return ("No current speed measurement: each is archived until it is rerun on a quiet\n"
+                "machine ([results/README.md](results/README.md) lists them with their rerun "
+                "commands).\n")
     lines = ["| measured | ratio | run |", "| --- | --- | --- |"]
     lines += [f"| {what} | {ratio} | {run} |" for what, ratio, run in rows]
     return "\n".join(lines) + "\n"
