@@ -15,7 +15,8 @@
 #                                 the named measurements the rerun commands call (below)
 # FOLDER is a path below results/ as the index shows it (training/zoology, archive/full, ...);
 # a rerun of an archived folder writes the current folder anew (results/full, not
-# results/archive/full), which then needs an about.json, its archive copy's without `archived`.
+# results/archive/full) and gives it the archived one's about.json; the archived copy stays
+# (delete it by hand once the new run is committed and says what it said).
 # Default build dir: build. KEEP=1 resumes an interrupted sweep instead of starting it afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -4,6 +4,7 @@ and the context its run recorded; says per folder whether the code it measures c
 
 Usage: scripts/results-index.py [--check]
        scripts/results-index.py commands render|rerun BUILD [FOLDER...]
+       scripts/results-index.py adopt ARCHIVED-FOLDER
 
 A folder of results/ (or of results/archive/) is indexed when it holds an about.json:
   measures   what it measures, one sentence
@@ -17,6 +18,7 @@ A folder of results/ (or of results/archive/) is indexed when it holds an about.
   render     the command that renders its tables from its data alone, re-running nothing
              ("" when the run writes its page itself and there is nothing to render apart)
   archived   (archive only) one line: why it is no longer current
+  current    (archive only) the folder below results/ that its rerun writes
 "{dir}" in rerun and render stands for the folder's path, "{build}" for the build folder (the
 index shows "build"). An archived folder's rerun writes the current folder, not the archive.
 
@@ -31,7 +33,9 @@ load belongs in results/archive/ until it is rerun on a quiet machine.
 --check writes nothing and exits 1 with a diff when results/README.md differs from what the
 folders and git give (the meson test results_index; it skips, exit 77, without git history).
 `commands` prints the render or rerun commands of the named folders (all by default), one per
-line, for scripts/regenerate-results.sh.
+line, for scripts/regenerate-results.sh; an archived folder's rerun ends with `adopt`, which gives
+the folder its rerun wrote an about.json (the archived one's, without `archived` and `current`)
+when it has none, so the new run is indexed as current.
 """
 import difflib
 import glob
@@ -239,16 +243,34 @@ def commands(kind, build, names):
                      f"(known: {', '.join(by_name)})")
         chosen = [by_name[n.removeprefix("results/").rstrip("/")] for n in names]
     for folder in chosen:
-        command = json.loads((folder / "about.json").read_text())[kind]
+        about = json.loads((folder / "about.json").read_text())
+        command = about[kind].replace("{dir}", folder.relative_to(ROOT).as_posix()) \
+            .replace("{build}", build)
+        if command and kind == "rerun" and "current" in about:
+            command = f"{command} && /usr/bin/python3 scripts/results-index.py adopt " \
+                      f"{folder.relative_to(ROOT).as_posix()}"
         if command:
-            print(command.replace("{dir}", folder.relative_to(ROOT).as_posix())
-                  .replace("{build}", build))
+            print(command)
+
+
+def adopt(archived):
+    """Gives the folder an archived folder's rerun wrote its about.json, unless it has one."""
+    about = json.loads((ROOT / archived / "about.json").read_text())
+    target = RESULTS / about["current"] / "about.json"
+    if not target.parent.is_dir():
+        sys.exit(f"results-index.py: {archived}'s rerun wrote no {target.parent}")
+    if not target.exists():
+        target.write_text(json.dumps({k: v for k, v in about.items()
+                                      if k not in ("archived", "current")}, indent=2) + "\n")
+        print(f"wrote {target.relative_to(ROOT)}")
 
 
 def main():
     args = sys.argv[1:]
     if args[:1] == ["commands"] and len(args) >= 3 and args[1] in ("render", "rerun"):
         return commands(args[1], args[2], args[3:])
+    if args[:1] == ["adopt"] and len(args) == 2:
+        return adopt(args[1])
     if args not in ([], ["--check"]):
         sys.exit(__doc__.split("\n\n")[1])
     try:
