@@ -1,6 +1,7 @@
 // The position-wise feed-forward layers, each with its one forward (keeping what its backward
 // needs when given a trace) and its backward side by side (conventions of models/layers.hpp):
-// FeedForward, the 2017 Transformer's ReLU FFN.
+// FeedForward, the 2017 Transformer's ReLU FFN, and SwiGLU (Shazeer 2020, "GLU Variants Improve
+// Transformer"), Llama's.
 #pragma once
 
 #include <cstddef>
@@ -57,5 +58,63 @@ const Activations& forward(const FeedForward& ffn, const Activations& x, FeedFor
 /// derivative at 0 taken as 0).
 Activations& backward(const FeedForward& ffn, FeedForwardTrace& trace, const Activations& dy,
                       FeedForward& grad);
+
+/// Swaps the buffers that the backward uses only while it runs (all but its result), so that
+/// one set serves every layer of a stack in turn (models/residual.hpp: stack_backward).
+void swap_backward_scratch(FeedForwardTrace& a, FeedForwardTrace& b);
+
+/// What SwiGLU's backward needs: its input, the two hidden projections and their product; then
+/// the backward's buffers.
+struct SwiGLUTrace {
+  Activations x;         ///< the input
+  Activations gate;      ///< x W_gate^T
+  Activations up;        ///< x W_up^T
+  Activations hidden;    ///< silu(gate) ∘ up, down_proj's input
+  Activations output;    ///< the forward's result (the free forward() writes it here)
+  Activations d_hidden;  ///< the backward's dL/dhidden
+  Activations d_gate;    ///< dL/dgate
+  Activations d_up;      ///< dL/dup
+  Activations dx;        ///< the backward's result
+  Activations dx_up;     ///< up_proj's share of dx
+};
+
+/// Llama's feed-forward (Hugging Face's LlamaMLP): down_proj(silu(gate_proj(x)) ∘ up_proj(x)),
+/// silu(z) = z · sigmoid(z), no biases; w1 = gate_proj, w3 = up_proj, w2 = down_proj in the
+/// paper's names. Parameters "gate_proj.weight" [hidden, d_model], "up_proj.weight" [hidden,
+/// d_model], "down_proj.weight" [d_model, hidden]. Cost: 6·B·N·d_model·hidden FLOPs of GEMMs.
+class SwiGLU {
+ public:
+  /// Zero weights; call initialize or load weights.
+  SwiGLU(std::size_t d_model, std::size_t hidden);
+
+  Linear gate_proj;  ///< d_model -> hidden, through SiLU
+  Linear up_proj;    ///< d_model -> hidden
+  Linear down_proj;  ///< hidden -> d_model
+
+  /// x [B, N, d_model] -> [B, N, d_model].
+  Activations forward(const Activations& x) const;
+  /// The same into y (shaped by shape_buffer; y must not be x), as FeedForward's: kRowBlock rows
+  /// at a time without `keep`, every row at once into it with.
+  void forward(const Activations& x, Activations& y, SwiGLUTrace* keep = nullptr) const;
+
+  /// Token rows per block of forward() without a trace.
+  static constexpr std::size_t kRowBlock = FeedForward::kRowBlock;
+
+  /// Hugging Face's Llama initialisation: every weight N(0, std²), streams from
+  /// (seed, prefix + name).
+  void initialize(std::uint64_t seed, const std::string& prefix, double std);
+
+  /// Appends prefix + "gate_proj.weight", "up_proj.weight", "down_proj.weight".
+  void parameters(const std::string& prefix, Parameters& out);
+};
+
+/// SwiGLU::forward keeping the trace; returns trace.output.
+const Activations& forward(const SwiGLU& mlp, const Activations& x, SwiGLUTrace& trace);
+
+/// dL/dx given dy (in trace.dx, returned); adds the three weights' gradients into grad.
+Activations& backward(const SwiGLU& mlp, SwiGLUTrace& trace, const Activations& dy, SwiGLU& grad);
+
+/// Swaps the buffers that the backward uses only while it runs (stack_backward).
+void swap_backward_scratch(SwiGLUTrace& a, SwiGLUTrace& b);
 
 }  // namespace attnlab::models

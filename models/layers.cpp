@@ -11,11 +11,19 @@
 
 #include "attnlab/blas.hpp"
 #include "attnlab/error.hpp"
+#include "attnlab/kernels.hpp"
 #include "models/step_clock.hpp"
 
 namespace attnlab::models {
 void add(const float* a, const float* b, float* out, std::size_t size) {
   for (std::size_t i = 0; i < size; ++i) out[i] = a[i] + b[i];
+}
+
+void sigmoid(const float* x, std::size_t size, float* s) {
+  constexpr float log2e = 1.44269504088896341f;
+  for (std::size_t c = 0; c < size; ++c) s[c] = -x[c] * log2e;
+  kernels::exp2_inplace(s, size);
+  for (std::size_t c = 0; c < size; ++c) s[c] = 1.0f / (1.0f + s[c]);
 }
 
 std::string shape_text(const Activations& x) {
@@ -70,9 +78,9 @@ void require_gradient_shape(const Activations& dy, std::size_t batch, std::size_
                 "] (the output's shape)");
 }
 
-Linear::Linear(std::size_t in_features, std::size_t out_features)
+Linear::Linear(std::size_t in_features, std::size_t out_features, bool with_bias)
     : weight(Matrix::from_shape({out_features, in_features})),
-      bias(Vector::from_shape({out_features})) {
+      bias(Vector::from_shape({with_bias ? out_features : 0})) {
   weight.fill(0);
   bias.fill(0);
 }
@@ -90,7 +98,7 @@ void Linear::forward(const Activations& x, Activations& y) const {
                 shape_text(x) + " has " + std::to_string(x.shape()[2]) + " features, expected " +
                 std::to_string(in));
   shape_buffer(y, {x.shape()[0], x.shape()[1], out});
-  affine(x.data(), x.shape()[0] * x.shape()[1], in, in, weight.data(), out, in, bias.data(),
+  affine(x.data(), x.shape()[0] * x.shape()[1], in, in, weight.data(), out, in, bias_data(),
          y.data(), out);
 }
 
@@ -108,7 +116,8 @@ void backward(const Linear& layer, const Activations& x, const Activations& dy, 
   require_gradient_shape(dy, x.shape()[0], x.shape()[1], out, "linear layer backward");
   shape_buffer(dx, x.shape());
   affine_backward(x.data(), x.shape()[0] * x.shape()[1], in, in, layer.weight.data(), out, in,
-                  dy.data(), out, dx.data(), in, grad.weight.data(), grad.bias.data(), true);
+                  dy.data(), out, dx.data(), in, grad.weight.data(),
+                  grad.has_bias() ? grad.bias.data() : nullptr, true);
 }
 
 void Linear::initialize(std::uint64_t seed, const std::string& prefix) {
@@ -120,7 +129,7 @@ void Linear::initialize(std::uint64_t seed, const std::string& prefix) {
 
 void Linear::parameters(const std::string& prefix, Parameters& out) {
   out.push_back(parameter(prefix + "weight", weight));
-  out.push_back(parameter(prefix + "bias", bias));
+  if (has_bias()) out.push_back(parameter(prefix + "bias", bias));
 }
 
 Embedding::Embedding(std::size_t vocab, std::size_t dim)

@@ -49,6 +49,10 @@ inline constexpr std::size_t kParallelFloats = 1 << 15;
 /// out[i] = a[i] + b[i] for i < size (out may be a or b): the residual adds.
 void add(const float* a, const float* b, float* out, std::size_t size);
 
+/// s[i] = sigmoid(x[i]) = 1 / (1 + 2^(-x[i] log2 e)) for i < size, on the kernels' vectorised
+/// exp2 (s may be x): behind SiLU and the gates.
+void sigmoid(const float* x, std::size_t size, float* s);
+
 /// y[rows, out] = x[rows, in] · w[out, in]^T + b[out] (b may be null), all row-major with leading
 /// dimensions ldx, ldw, ldy: one cblas_sgemm. The product behind every projection here.
 void affine(const float* x, std::size_t rows, std::size_t in, std::size_t ldx, const float* w,
@@ -77,14 +81,14 @@ Layer zero_like(const Layer& layer) {
   return grad;
 }
 
-/// torch.nn.Linear: y = x W^T + b over the last axis.
+/// torch.nn.Linear: y = x W^T + b over the last axis, or y = x W^T (bias=False).
 class Linear {
  public:
-  /// Zero weights; call initialize or load weights.
-  Linear(std::size_t in_features, std::size_t out_features);
+  /// Zero weights; call initialize or load weights. Without `bias`, `bias` is empty.
+  Linear(std::size_t in_features, std::size_t out_features, bool bias = true);
 
   Matrix weight;  ///< W [out, in]
-  Vector bias;    ///< b [out]
+  Vector bias;    ///< b [out], or empty without a bias
 
   /// x [B, N, in] -> [B, N, out]. Throws Error when x's last axis is not `in`.
   Activations forward(const Activations& x) const;
@@ -94,8 +98,13 @@ class Linear {
   /// PyTorch's default: W and b uniform in +-1/sqrt(in), from (seed, prefix + "weight"/"bias").
   void initialize(std::uint64_t seed, const std::string& prefix);
 
-  /// Appends prefix + "weight", prefix + "bias".
+  /// Appends prefix + "weight", and prefix + "bias" when it has one.
   void parameters(const std::string& prefix, Parameters& out);
+
+  /// Whether it has a bias.
+  bool has_bias() const { return bias.size() != 0; }
+  /// bias.data(), or null without a bias (affine's b).
+  const float* bias_data() const { return has_bias() ? bias.data() : nullptr; }
 };
 
 /// torch.nn.Embedding: row t of weight for token t.

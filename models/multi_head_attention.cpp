@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "attnlab/error.hpp"
 #include "attnlab/factory.hpp"
 #include "attnlab/kernels.hpp"
+#include "models/norm.hpp"
 #include "models/step_clock.hpp"
 
 namespace attnlab::models {
@@ -53,14 +55,6 @@ void causal_conv_row(const float* taps, const float* u, std::size_t i, std::size
   }
 }
 
-// s[c] = sigmoid(x[c]) = 1 / (1 + 2^(-x log2 e)), on the kernels' vectorised exp2.
-void sigmoid_row(const float* x, std::size_t d, float* s) {
-  constexpr float log2e = 1.44269504088896341f;
-  for (std::size_t c = 0; c < d; ++c) s[c] = -x[c] * log2e;
-  kernels::exp2_inplace(s, d);
-  for (std::size_t c = 0; c < d; ++c) s[c] = 1.0f / (1.0f + s[c]);
-}
-
 }  // namespace
 
 Tensor split_heads(const float* y, std::size_t batch, std::size_t n, std::size_t heads,
@@ -97,22 +91,42 @@ void merge_heads(const Tensor& t, Activations& x) {
 MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
                                        const std::string& spec, bool tied_qk, bool short_conv,
                                        bool head_norm)
+    : MultiHeadAttention(d_model, heads, spec, [&] {
+        AttentionOptions o;
+        o.tied_qk = tied_qk;
+        o.short_conv = short_conv;
+        o.head_norm = head_norm;
+        return o;
+      }()) {}
+
+MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
+                                       const std::string& spec, const AttentionOptions& options)
     : in_proj_weight(Matrix::from_shape({3 * d_model, d_model})),
-      in_proj_bias(Vector::from_shape({3 * d_model})),
-      out_proj(d_model, d_model),
+      in_proj_bias(Vector::from_shape({options.bias ? 3 * d_model : 0})),
+      out_proj(d_model, d_model, options.bias),
       heads_(heads),
-      tied_qk_(tied_qk) {
+      options_(options) {
   if (heads == 0 || d_model == 0 || d_model % heads != 0)
     throw Error("multi-head attention: d_model=" + std::to_string(d_model) + ", heads=" +
                 std::to_string(heads) + ": d_model must be a positive multiple of heads");
-  if (short_conv && tied_qk)
+  if (options.short_conv && options.tied_qk)
     throw Error(
         "multi-head attention: the short convolution with tied W_Q = W_K: k would no "
         "longer equal q (use one or the other)");
+  if (options.kv_heads != 0 && (options.kv_heads > heads || heads % options.kv_heads != 0))
+    throw Error("multi-head attention: kv_heads=" + std::to_string(options.kv_heads) +
+                " does not divide heads=" + std::to_string(heads) +
+                ": each key and value head serves the same number of query heads");
+  if (options.kv_heads != 0 && options.kv_heads != heads)
+    throw Unsupported("multi-head attention",
+                      "grouped key and value heads (kv_heads=" + std::to_string(options.kv_heads) +
+                          " < heads=" + std::to_string(heads) + "): not implemented yet");
+  if (options.rope_base != 0) rotary_.emplace(d_model / heads, options.rope_base);
   in_proj_weight.fill(0);
   in_proj_bias.fill(0);
-  if (short_conv) conv_weight.emplace(Matrix::from_shape({3 * d_model, kConvWidth})).fill(0);
-  if (head_norm) head_norm_weight.emplace(Vector::from_shape({d_model / heads})).fill(1);
+  if (options.short_conv)
+    conv_weight.emplace(Matrix::from_shape({3 * d_model, kConvWidth})).fill(0);
+  if (options.head_norm) head_norm_weight.emplace(Vector::from_shape({d_model / heads})).fill(1);
   set_attention(spec);
 }
 
@@ -232,7 +246,7 @@ void MultiHeadAttention::project(const Activations& query, const Activations& me
     const std::size_t n = x.shape()[1];
     float* u = y.data() + (short_conv() ? which * rows * d : 0);
     affine(x.data(), batch * n, d, d, in_proj_weight.data() + which * d * d, d, d,
-           in_proj_bias.data() + which * d, u, d);
+           bias() ? in_proj_bias.data() + which * d : nullptr, u, d);
     if (!short_conv()) return split_heads(u, batch, n, heads_, head_dim(), heads);
     const std::size_t dk = head_dim();
     const std::vector<float> taps = conv_taps(conv_weight->data() + which * d * kConvWidth, d);
@@ -241,7 +255,7 @@ void MultiHeadAttention::project(const Activations& query, const Activations& me
     for (std::size_t b = 0; b < batch; ++b)
       for (std::size_t i = 0; i < n; ++i) {
         causal_conv_row(taps.data(), u + b * n * d, i, d, pre.data());
-        sigmoid_row(pre.data(), d, s.data());
+        sigmoid(pre.data(), d, s.data());
         for (std::size_t c = 0; c < d; ++c) s[c] *= pre[c];
         for (std::size_t h = 0; h < heads_; ++h) std::copy_n(&s[h * dk], dk, &heads(b, h, i, 0));
       }
@@ -249,6 +263,10 @@ void MultiHeadAttention::project(const Activations& query, const Activations& me
   block(query, 0, out.q);
   block(memory, 1, out.k);
   block(memory, 2, out.v);
+  if (rotary_) {  // positions enter q and k alone, before the core (and its feature map)
+    rotary_->apply(out.q);
+    rotary_->apply(out.k);
+  }
 }
 
 Activations MultiHeadAttention::forward(const Activations& x, const Mask& mask) const {
@@ -308,7 +326,7 @@ void MultiHeadAttention::short_conv_backward(std::size_t which, std::size_t batc
     float* ds = d_out + b * n * d;
     for (std::size_t i = 0; i < n; ++i) {  // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
       causal_conv_row(taps.data(), us, i, d, pre.data());
-      sigmoid_row(pre.data(), d, s.data());
+      sigmoid(pre.data(), d, s.data());
       float* row = ds + i * d;
       for (std::size_t c = 0; c < d; ++c) row[c] *= s[c] * (1 + pre[c] * (1 - s[c]));
     }
@@ -337,41 +355,14 @@ void MultiHeadAttention::short_conv_backward(std::size_t which, std::size_t batc
 
 void MultiHeadAttention::normalise_heads(const Tensor& heads, Tensor& out) const {
   shape_buffer(out, heads.shape());
-  const std::size_t dk = head_dim(), rows = heads.size() / dk;
-  const float* w = head_norm_weight->data();
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float* x = heads.data() + r * dk;
-    float* y = out.data() + r * dk;
-    double squares = 0;
-#pragma omp simd reduction(+ : squares)
-    for (std::size_t c = 0; c < dk; ++c) squares += double(x[c]) * x[c];
-    const double inv = 1.0 / std::sqrt(squares / double(dk) + kHeadNormEps);
-    for (std::size_t c = 0; c < dk; ++c) y[c] = static_cast<float>(x[c] * inv * w[c]);
-  }
+  rms_normalize(heads.data(), heads.size() / head_dim(), head_dim(), head_norm_weight->data(),
+                kHeadNormEps, out.data());
 }
 
 void MultiHeadAttention::normalise_heads_backward(const Tensor& heads, Tensor& d_out,
                                                   Vector& grad_weight) const {
-  const std::size_t dk = head_dim(), rows = heads.size() / dk;
-  const float* w = head_norm_weight->data();
-  std::vector<double> d_w(dk, 0.0);  // summed in order over the rows: deterministic
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float* x = heads.data() + r * dk;
-    float* g = d_out.data() + r * dk;
-    double squares = 0, dot = 0;  // dot = sum_c g_c w_c x_c
-#pragma omp simd reduction(+ : squares, dot)
-    for (std::size_t c = 0; c < dk; ++c) {
-      squares += double(x[c]) * x[c];
-      dot += double(g[c]) * w[c] * x[c];
-    }
-    const double inv = 1.0 / std::sqrt(squares / double(dk) + kHeadNormEps);
-    // y_c = w_c x_c inv: dx_j = inv g_j w_j - x_j inv^3 dot / dk
-    for (std::size_t c = 0; c < dk; ++c) {
-      d_w[c] += double(g[c]) * x[c] * inv;
-      g[c] = static_cast<float>(inv * g[c] * w[c] - x[c] * inv * inv * inv * dot / double(dk));
-    }
-  }
-  for (std::size_t c = 0; c < dk; ++c) grad_weight.data()[c] += static_cast<float>(d_w[c]);
+  rms_normalize_backward(heads.data(), d_out.data(), heads.size() / head_dim(), head_dim(),
+                         head_norm_weight->data(), kHeadNormEps, d_out.data(), grad_weight.data());
 }
 
 void MultiHeadAttention::apply_head_mask(Tensor& heads) const {
@@ -411,14 +402,20 @@ Tensor attention_probabilities(const Tensor& q, const Tensor& k, const Mask& mas
 
 void MultiHeadAttention::initialize(std::uint64_t seed, const std::string& prefix) {
   const std::size_t d = d_model();
-  // Xavier-uniform over the whole [3d, d] matrix, as torch.nn.MultiheadAttention does.
-  fill_uniform(parameter(prefix + "in_proj_weight", in_proj_weight), std::sqrt(6.0 / (4.0 * d)),
-               seed);
+  if (options_.names == AttentionNames::llama) {
+    for (std::size_t which = 0; which < 3; ++which)
+      fill_normal(block_parameter(prefix, which, false), kLlamaInitStd, seed);
+    fill_normal(parameter(prefix + "o_proj.weight", out_proj.weight), kLlamaInitStd, seed);
+  } else {
+    // Xavier-uniform over the whole [3d, d] matrix, as torch.nn.MultiheadAttention does.
+    fill_uniform(parameter(prefix + "in_proj_weight", in_proj_weight), std::sqrt(6.0 / (4.0 * d)),
+                 seed);
+    fill_uniform(parameter(prefix + "out_proj.weight", out_proj.weight), 1.0 / std::sqrt(double(d)),
+                 seed);
+  }
   in_proj_bias.fill(0);
-  if (tied_qk_) std::copy_n(in_proj_weight.data(), d * d, in_proj_weight.data() + d * d);
-  fill_uniform(parameter(prefix + "out_proj.weight", out_proj.weight), 1.0 / std::sqrt(double(d)),
-               seed);
   out_proj.bias.fill(0);
+  if (tied_qk()) std::copy_n(in_proj_weight.data(), d * d, in_proj_weight.data() + d * d);
   if (conv_weight)
     fill_uniform(parameter(prefix + "conv_weight", *conv_weight),
                  1.0 / std::sqrt(double(kConvWidth)), seed);
@@ -428,9 +425,17 @@ void MultiHeadAttention::initialize(std::uint64_t seed, const std::string& prefi
 }
 
 void MultiHeadAttention::parameters(const std::string& prefix, Parameters& out) {
-  out.push_back(parameter(prefix + "in_proj_weight", in_proj_weight));
-  out.push_back(parameter(prefix + "in_proj_bias", in_proj_bias));
-  out_proj.parameters(prefix + "out_proj.", out);
+  if (options_.names == AttentionNames::llama) {
+    for (std::size_t which = 0; which < 3; ++which) {
+      out.push_back(block_parameter(prefix, which, false));
+      if (bias()) out.push_back(block_parameter(prefix, which, true));
+    }
+    out_proj.parameters(prefix + "o_proj.", out);
+  } else {
+    out.push_back(parameter(prefix + "in_proj_weight", in_proj_weight));
+    if (bias()) out.push_back(parameter(prefix + "in_proj_bias", in_proj_bias));
+    out_proj.parameters(prefix + "out_proj.", out);
+  }
   if (conv_weight) out.push_back(parameter(prefix + "conv_weight", *conv_weight));
   if (head_norm_weight) out.push_back(parameter(prefix + "head_norm.weight", *head_norm_weight));
   if (gate_proj) gate_proj->parameters(prefix + "gate_proj.", out);
@@ -439,12 +444,20 @@ void MultiHeadAttention::parameters(const std::string& prefix, Parameters& out) 
     out.push_back({prefix + "attention_" + p.name, p.shape, p.values.data()});
 }
 
+ParameterRef MultiHeadAttention::block_parameter(const std::string& prefix, std::size_t which,
+                                                 bool bias_block) {
+  static const char* const names[] = {"q_proj.", "k_proj.", "v_proj."};
+  const std::size_t d = d_model();
+  if (bias_block) return {prefix + names[which] + "bias", {d}, in_proj_bias.data() + which * d};
+  return {prefix + names[which] + "weight", {d, d}, in_proj_weight.data() + which * d * d};
+}
+
 void MultiHeadAttention::check_tied(const std::string& where) const {
-  if (!tied_qk_) return;
+  if (!tied_qk()) return;
   const std::size_t d = d_model();
   const float* w = in_proj_weight.data();
   const float* b = in_proj_bias.data();
-  if (!std::equal(w, w + d * d, w + d * d) || !std::equal(b, b + d, b + d))
+  if (!std::equal(w, w + d * d, w + d * d) || (bias() && !std::equal(b, b + d, b + d)))
     throw Error(where + "in_proj_weight / in_proj_bias: tied W_Q = W_K needs the K block (rows " +
                 std::to_string(d) + ".." + std::to_string(2 * d - 1) +
                 ") equal to the Q block (rows 0.." + std::to_string(d - 1) + ")");
@@ -473,14 +486,18 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
     core.backward(trace.in.q, trace.in.k, trace.in.v, trace.mask, trace.gates.inputs(), trace.heads,
                   trace.d_heads, trace.saved, all);
   }
-  const Gradients& g = all.qkv;
+  Gradients& g = all.qkv;
+  if (mha.rotary()) {  // back through the rotation of q and k
+    mha.rotary()->apply(g.dq, true);
+    mha.rotary()->apply(g.dk, true);
+  }
   // q = query W_Q^T + b_Q, k = memory W_K^T + b_K, v = memory W_V^T + b_V: this call's block
   // gradients first (a tie adds them before they join the accumulator).
   merge_heads(g.dq, trace.dq);
   merge_heads(g.dk, trace.dk);
   merge_heads(g.dv, trace.dv);
   Matrix& dw = shape_buffer(trace.d_in_proj_weight, {3 * d, d});
-  Vector& db = shape_buffer(trace.d_in_proj_bias, {3 * d});
+  Vector& db = shape_buffer(trace.d_in_proj_bias, {mha.bias() ? 3 * d : 0});
   AttentionInputGrads& out = trace.grads;
   shape_buffer(out.query, trace.query.shape());
   shape_buffer(out.memory, trace.memory.shape());
@@ -500,7 +517,7 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
       d_projection = trace.d_projection.data();
     }
     affine_backward(x.data(), batch * n, d, d, w + which * d * d, d, d, d_projection, d, dx, d,
-                    dw.data() + which * d * d, db.data() + which * d, false);
+                    dw.data() + which * d * d, mha.bias() ? db.data() + which * d : nullptr, false);
   }
   add(out.memory.data(), dmemory_v.data(), out.memory.data(), out.memory.size());
   // g = logsigmoid(pre) / tau: dpre = dg sigmoid(-pre) / tau; beta = sigmoid(pre): dpre =
@@ -535,11 +552,22 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
   }
   if (mha.tied_qk()) {  // one matrix in two places: both blocks get the sum
     for (std::size_t i = 0; i < d * d; ++i) dw.data()[i] = dw.data()[d * d + i] += dw.data()[i];
-    for (std::size_t i = 0; i < d; ++i) db.data()[i] = db.data()[d + i] += db.data()[i];
+    for (std::size_t i = 0; i < db.size() / 3; ++i) db.data()[i] = db.data()[d + i] += db.data()[i];
   }
   for (std::size_t i = 0; i < dw.size(); ++i) grad.in_proj_weight.data()[i] += dw.data()[i];
   for (std::size_t i = 0; i < db.size(); ++i) grad.in_proj_bias.data()[i] += db.data()[i];
   return out;
+}
+
+void swap_backward_scratch(AttentionTrace& a, AttentionTrace& b) {
+  std::swap(a.d_merged, b.d_merged);
+  std::swap(a.d_heads, b.d_heads);
+  std::swap(a.core_grads, b.core_grads);
+  std::swap(a.dq, b.dq);
+  std::swap(a.dk, b.dk);
+  std::swap(a.dv, b.dv);
+  std::swap(a.d_memory_v, b.d_memory_v);
+  std::swap(a.grads.memory, b.grads.memory);
 }
 
 }  // namespace attnlab::models

@@ -52,6 +52,12 @@
 // convolution; the head norm's gain through the normalisation; the core's own learned tensors
 // get AllGradients::parameters. Tied W_Q = W_K: the K block's gradient is added to the Q block's
 // and both blocks hold the sum, so that an update keeps them equal.
+// Llama's attention (AttentionOptions: no biases, rotary, the "llama" names): the same layer
+// without b_Q, b_K, b_V, b_O, with q and k rotated (models/rotary.hpp) after the projections and
+// the short convolution and before the core, and its parameters named as Hugging Face's
+// LlamaAttention's: q_proj.weight, k_proj.weight, v_proj.weight (views of the three blocks of
+// in_proj_weight, which stays the storage; with biases also q_proj.bias, ..., as Qwen's),
+// o_proj.weight; initialised N(0, 0.02²) as Hugging Face initialises them.
 // Cost: 2·B·(Nq + 2·Nk)·d_model² + 2·B·Nq·d_model² FLOPs of GEMMs plus the core's own.
 #pragma once
 
@@ -66,8 +72,28 @@
 #include "attnlab/inputs.hpp"
 #include "attnlab/mask.hpp"
 #include "models/layers.hpp"
+#include "models/rotary.hpp"
 
 namespace attnlab::models {
+
+/// How the layer's parameters are named and initialised.
+enum class AttentionNames {
+  torch,  ///< torch.nn.MultiheadAttention's: in_proj_weight, in_proj_bias, out_proj.*
+  llama,  ///< Hugging Face LlamaAttention's: q_proj, k_proj, v_proj, o_proj (.weight)
+};
+
+/// A MultiHeadAttention's switches beyond its sizes and core (see the header comment).
+struct AttentionOptions {
+  bool tied_qk = false;     ///< W_Q = W_K (and b_Q = b_K)
+  bool short_conv = false;  ///< q, k, v through the short convolution
+  bool head_norm = false;   ///< the heads normalised before W_O
+  bool bias = true;         ///< b_Q, b_K, b_V, b_O (false: Llama's projections)
+  double rope_base = 0;     ///< rotary embeddings on q and k with this base (0: none)
+  AttentionNames names = AttentionNames::torch;  ///< parameter names and initialisation
+  /// Key and value heads (0: as many as query heads). Must divide the query heads; fewer than
+  /// them (grouped heads) is not supported yet.
+  std::size_t kv_heads = 0;
+};
 
 /// A core's per-token inputs as the gate projections computed them, with their pre-activations
 /// (for the backward). Empty tensors: not used by the core.
@@ -125,10 +151,15 @@ class MultiHeadAttention {
   /// short_conv is asked for with tied_qk.
   MultiHeadAttention(std::size_t d_model, std::size_t heads, const std::string& spec = "full",
                      bool tied_qk = false, bool short_conv = false, bool head_norm = false);
+  /// The same with every option; also throws Error for an odd head dimension or a rotary base
+  /// <= 0 with rotary embeddings, and kv_heads not dividing heads (naming the field), and
+  /// Unsupported for fewer key and value heads than query heads.
+  MultiHeadAttention(std::size_t d_model, std::size_t heads, const std::string& spec,
+                     const AttentionOptions& options);
 
   Matrix in_proj_weight;            ///< [3 d_model, d_model]: W_Q, W_K, W_V stacked
-  Vector in_proj_bias;              ///< [3 d_model]: b_Q, b_K, b_V
-  Linear out_proj;                  ///< W_O [d_model, d_model], b_O
+  Vector in_proj_bias;              ///< [3 d_model]: b_Q, b_K, b_V (empty without biases)
+  Linear out_proj;                  ///< W_O [d_model, d_model], b_O (none without biases)
   std::optional<Linear> gate_proj;  ///< W_g [H, d_model], b_g: when the core takes g
   std::optional<Linear> beta_proj;  ///< W_beta [H, d_model], b_beta: when the core takes beta
   /// The short convolution's filters [3 d_model, kConvWidth] (see the header comment): when
@@ -140,6 +171,9 @@ class MultiHeadAttention {
   std::optional<Vector> head_norm_weight;
   /// The head norm's epsilon (fla's RMSNorm default).
   static constexpr double kHeadNormEps = 1e-5;
+  /// The standard deviation of W_Q, W_K, W_V, W_O with the llama names (Hugging Face Llama's
+  /// initializer_range).
+  static constexpr double kLlamaInitStd = 0.02;
   /// g's temperature: logsigmoid(x) / 16 keeps a fresh gate near 0.96 per token (GLA's choice).
   static constexpr double kGateTau = 16.0;
   /// Per-head factor on the heads' outputs before W_O (see the header comment): empty keeps
@@ -195,12 +229,14 @@ class MultiHeadAttention {
   /// PyTorch's initialisation: in_proj_weight Xavier-uniform (the K block copied from the Q block
   /// when tied), in_proj_bias and out_proj.bias 0, out_proj.weight uniform in +-1/sqrt(d_model),
   /// conv_weight uniform in +-1/sqrt(kConvWidth) (Conv1d's), head_norm.weight 1; streams from
-  /// (seed, prefix + name).
+  /// (seed, prefix + name). With the llama names, W_Q, W_K, W_V and W_O are N(0, 0.02²)
+  /// (Hugging Face's initializer_range) instead.
   void initialize(std::uint64_t seed, const std::string& prefix);
 
-  /// Appends prefix + "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias", then
-  /// "conv_weight", "head_norm.weight", the gate projections' and "attention_<name>" for each
-  /// of attention_parameters.
+  /// Appends prefix + "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias" (the
+  /// llama names: "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"; no biases
+  /// without them), then "conv_weight", "head_norm.weight", the gate projections' and
+  /// "attention_<name>" for each of attention_parameters.
   void parameters(const std::string& prefix, Parameters& out);
 
   /// Throws Error (naming `where`) when tied and the K block differs from the Q block.
@@ -225,7 +261,13 @@ class MultiHeadAttention {
   /// d_k = d_v = d_model / heads.
   std::size_t head_dim() const { return d_model() / heads_; }
   /// Whether W_Q = W_K (and b_Q = b_K).
-  bool tied_qk() const { return tied_qk_; }
+  bool tied_qk() const { return options_.tied_qk; }
+  /// Whether the projections have biases.
+  bool bias() const { return options_.bias; }
+  /// The rotary embeddings of q and k, when built with them.
+  const std::optional<Rotary>& rotary() const { return rotary_; }
+  /// The options it was built with.
+  const AttentionOptions& options() const { return options_; }
   /// The short convolution's backward for block `which` (0: q, 1: k, 2: v) of `batch`
   /// sequences of n rows: u the projection rows it saw [batch·n, d_model], d_out dL/d(its output)
   /// in the same layout (overwritten with dL/d(before SiLU)); writes dL/du into du and adds the
@@ -237,6 +279,8 @@ class MultiHeadAttention {
 
  private:
   void check_input(const Activations& x, const char* what) const;
+  // Block `which` (0: q, 1: k, 2: v) of in_proj_weight (or in_proj_bias) under the llama name.
+  ParameterRef block_parameter(const std::string& prefix, std::size_t which, bool bias_block);
 
   // The core: copies share it unless `own` (it has learned tensors: a copy makes its own, and
   // `held` is what it holds of them).
@@ -253,7 +297,8 @@ class MultiHeadAttention {
   };
 
   std::size_t heads_;
-  bool tied_qk_;
+  AttentionOptions options_;
+  std::optional<Rotary> rotary_;
   mutable Core core_;  // attention() hands the core its tensors: logically const
 };
 
@@ -278,6 +323,10 @@ const Activations& forward(const MultiHeadAttention& mha, const Activations& que
 /// into grad. The core's backward may throw Unsupported (a backend without one).
 AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& trace,
                               const Activations& dy, MultiHeadAttention& grad);
+
+/// Swaps the buffers that the backward uses only while it runs (all but its result's query
+/// gradient), so that one set serves every layer of a stack in turn (models/residual.hpp).
+void swap_backward_scratch(AttentionTrace& a, AttentionTrace& b);
 
 /// softmax(q k^T · scale) under `mask` for q [B, H, Nq, Dk], k [B, H, Nk, Dk]: the dense
 /// [B, H, Nq, Nk] probabilities exact attention weighs the values with (rows that see no key are

@@ -123,4 +123,102 @@ void backward(const LayerNorm& layer, const Activations& x, const Activations& d
   }
 }
 
+void rms_normalize(const float* x, std::size_t rows, std::size_t d, const float* w, double eps,
+                   float* y) {
+#pragma omp parallel for schedule(static) if (rows * d > kParallelFloats)
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* in = x + r * d;
+    float* out = y + r * d;
+    double squares = 0;  // in SIMD lanes: a fixed order, whatever the threads
+#pragma omp simd reduction(+ : squares)
+    for (std::size_t c = 0; c < d; ++c) squares += double(in[c]) * in[c];
+    const double inv = 1.0 / std::sqrt(squares / double(d) + eps);
+    for (std::size_t c = 0; c < d; ++c) out[c] = static_cast<float>(in[c] * inv * w[c]);
+  }
+}
+
+void rms_normalize_backward(const float* x, const float* dy, std::size_t rows, std::size_t d,
+                            const float* w, double eps, float* dx, float* dw) {
+  // y_c = w_c x_c inv: dx_j = inv dy_j w_j - x_j inv³ dot / d, dot = sum_c dy_c w_c x_c.
+  std::vector<double> row_inv(rows), row_dot(rows);
+  constexpr std::size_t kChunk = 16;  // gradient columns per task
+  const auto chunks = static_cast<std::ptrdiff_t>((d + kChunk - 1) / kChunk);
+#pragma omp parallel if (rows * d > kParallelFloats)
+  {
+#pragma omp for schedule(static)
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* in = x + r * d;
+      const float* g = dy + r * d;
+      double squares = 0, dot = 0;
+#pragma omp simd reduction(+ : squares, dot)
+      for (std::size_t c = 0; c < d; ++c) {
+        squares += double(in[c]) * in[c];
+        dot += double(g[c]) * w[c] * in[c];
+      }
+      row_inv[r] = 1.0 / std::sqrt(squares / double(d) + eps);
+      row_dot[r] = dot;
+    }
+    // The gain's gradient before dx is written (dx may be dy): columns in parallel, each summed
+    // over the rows in order.
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t chunk = 0; chunk < chunks; ++chunk) {
+      const std::size_t c0 = std::size_t(chunk) * kChunk, c1 = std::min(d, c0 + kChunk);
+      double sums[kChunk] = {};
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = c0; c < c1; ++c)
+          sums[c - c0] += double(dy[r * d + c]) * x[r * d + c] * row_inv[r];
+      for (std::size_t c = c0; c < c1; ++c) dw[c] += static_cast<float>(sums[c - c0]);
+    }
+#pragma omp for schedule(static)
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* in = x + r * d;
+      const float* g = dy + r * d;
+      float* out = dx + r * d;
+      const double inv = row_inv[r], dot = row_dot[r];
+      for (std::size_t c = 0; c < d; ++c)
+        out[c] = static_cast<float>(inv * g[c] * w[c] - in[c] * inv * inv * inv * dot / double(d));
+    }
+  }
+}
+
+RMSNorm::RMSNorm(std::size_t features, double eps)
+    : weight(Vector::from_shape({features})), eps(eps) {
+  if (!(eps > 0) || !std::isfinite(eps))
+    throw Error("RMSNorm: eps=" + std::to_string(eps) + ", expected a finite value > 0");
+  initialize();
+}
+
+Activations RMSNorm::forward(const Activations& x) const {
+  Activations y;
+  forward(x, y);
+  return y;
+}
+
+void RMSNorm::forward(const Activations& x, Activations& y) const {
+  const std::size_t d = weight.size();
+  if (x.shape()[2] != d)
+    throw Error("RMSNorm(" + std::to_string(d) + "): input " + shape_text(x) + " has " +
+                std::to_string(x.shape()[2]) + " features");
+  if (&y != &x) shape_buffer(y, x.shape());
+  rms_normalize(x.data(), x.shape()[0] * x.shape()[1], d, weight.data(), eps, y.data());
+}
+
+void RMSNorm::initialize() {
+  weight.fill(1);
+}
+
+void RMSNorm::parameters(const std::string& prefix, Parameters& out) {
+  out.push_back(parameter(prefix + "weight", weight));
+}
+
+void backward(const RMSNorm& layer, const Activations& x, const Activations& dy, RMSNorm& grad,
+              Activations& dx) {
+  const std::size_t d = layer.weight.size();
+  if (x.shape()[2] != d) layer.forward(x);  // throws the forward's message
+  require_gradient_shape(dy, x.shape()[0], x.shape()[1], d, "RMSNorm backward");
+  shape_buffer(dx, x.shape());
+  rms_normalize_backward(x.data(), dy.data(), x.shape()[0] * x.shape()[1], d, layer.weight.data(),
+                         layer.eps, dx.data(), grad.weight.data());
+}
+
 }  // namespace attnlab::models

@@ -34,47 +34,18 @@ void add_into(Activations& y, const Activations& x) {
   add(y.data(), x.data(), y.data(), y.size());
 }
 
-// One residual sublayer into y: x + f(LN(x)) under pre-LN, LN(x + f(x)) under post-LN, without
-// the parts that are switched off; with `keep`, what its LayerNorm saw stays there for the
-// backward. f(input, output) writes the branch's output.
+// One residual sublayer (models/residual.hpp) under the config's switches.
 template <class F>
 void sublayer(const LayerConfig& c, const Activations& x, const std::optional<LayerNorm>& norm,
               Activations& y, SublayerTrace* keep, F&& f) {
-  const bool pre = c.pre_ln && norm, post = !c.pre_ln && norm;
-  SublayerTrace scratch;  // without `keep`: freed on return
-  SublayerTrace& t = keep ? *keep : scratch;
-  const Activations* input = &x;
-  if (pre) {
-    if (keep) t.norm_input = x;  // a copy into the same storage each step
-    norm->forward(x, t.normed);
-    input = &t.normed;
-  }
-  if (!c.skip && !post) return f(*input, y);
-  f(*input, t.branch);
-  Activations& sum = post ? t.norm_input : y;  // post-LN: the sum is what the norm sees
-  if (c.skip) {
-    shape_buffer(sum, t.branch.shape());
-    add(t.branch.data(), x.data(), sum.data(), sum.size());
-  } else {
-    sum = t.branch;
-  }
-  if (post) norm->forward(sum, y);
+  residual_forward(c.pre_ln, c.skip, x, norm, y, keep, std::forward<F>(f));
 }
 
-// Its backward: back(d) is the gradient of f's input given d = the gradient of f's output, a
-// buffer of f's trace that this may change.
 template <class B>
 Activations& sublayer_backward(const LayerConfig& c, const Activations& dy,
                                const std::optional<LayerNorm>& norm,
                                std::optional<LayerNorm>& norm_grad, SublayerTrace& t, B&& back) {
-  const bool pre = c.pre_ln && norm, post = !c.pre_ln && norm;
-  if (post) backward(*norm, t.norm_input, dy, *norm_grad, t.d_norm);
-  const Activations& dz = post ? t.d_norm : dy;
-  Activations& branch = back(dz);
-  if (pre) backward(*norm, t.norm_input, branch, *norm_grad, t.d_input);
-  Activations& dx = pre ? t.d_input : branch;
-  if (c.skip) add_into(dx, dz);
-  return dx;
+  return residual_backward(c.pre_ln, c.skip, dy, norm, norm_grad, t, std::forward<B>(back));
 }
 
 // Self-attention's input gradient: the query's and the memory's summed (one input), in the
@@ -321,38 +292,6 @@ void Stack<Layer>::set_attention(const std::string& spec) {
 template class Stack<EncoderLayer>;
 template class Stack<DecoderLayer>;
 
-namespace {
-
-// Runs `layers` in turn, step(layer, input, output, keep) writing each one's output (into its
-// trace when keeping, else into two buffers used in turn; the last straight into y when no norm
-// follows), observed, then the final norm into y.
-template <class Layer, class Trace, class StackTrace, class Step>
-void run_layers(const std::vector<Layer>& layers, const std::optional<LayerNorm>& norm,
-                const Activations& x, Activations& y, StackTrace* keep,
-                const LayerObserver& observe, Step step) {
-  if (keep) keep->layers.resize(layers.size());
-  Activations buffers[2];
-  const Activations* h = &x;
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    Trace* layer_keep = keep ? &keep->layers[i] : nullptr;
-    Activations& out = i + 1 == layers.size() && !norm ? y
-                       : layer_keep                    ? layer_keep->output
-                                                       : buffers[i % 2];
-    step(layers[i], *h, out, layer_keep);
-    if (observe) observe(i, *h, out);
-    h = &out;
-  }
-  if (!norm) {
-    if (h != &y) y = *h;  // no layers
-    return;
-  }
-  if (!keep) return norm->forward(*h, y);
-  keep->norm_input = *h;  // a copy into the same storage each step
-  norm->forward(keep->norm_input, y);
-}
-
-}  // namespace
-
 Activations Encoder::forward(const Activations& x, const Mask& mask,
                              const LayerObserver& observe) const {
   Activations y;
@@ -362,7 +301,7 @@ Activations Encoder::forward(const Activations& x, const Mask& mask,
 
 void Encoder::forward(const Activations& x, const Mask& mask, Activations& y, EncoderTrace* keep,
                       const LayerObserver& observe) const {
-  run_layers<EncoderLayer, EncoderLayerTrace>(
+  stack_forward<EncoderLayerTrace>(
       layers, norm, x, y, keep, observe,
       [&](const EncoderLayer& layer, const Activations& h, Activations& out, EncoderLayerTrace* t) {
         layer.forward(h, mask, out, t);
@@ -379,7 +318,7 @@ Activations Decoder::forward(const Activations& x, const Activations& memory, co
 void Decoder::forward(const Activations& x, const Activations& memory, const Mask& self_mask,
                       const Mask& memory_mask, Activations& y, DecoderTrace* keep,
                       const LayerObserver& observe) const {
-  run_layers<DecoderLayer, DecoderLayerTrace>(
+  stack_forward<DecoderLayerTrace>(
       layers, norm, x, y, keep, observe,
       [&](const DecoderLayer& layer, const Activations& h, Activations& out, DecoderLayerTrace* t) {
         layer.forward(h, memory, self_mask, memory_mask, out, t);
@@ -388,8 +327,44 @@ void Decoder::forward(const Activations& x, const Activations& memory, const Mas
 
 // ------------------------------------------------------------------------------ EncoderModel
 
+Arch parse_arch(const std::string& name) {
+  if (name == "transformer") return Arch::transformer;
+  if (name == "llama") return Arch::llama;
+  throw Error("arch '" + name + "': unknown (known: transformer, llama)");
+}
+
+std::string arch_name(Arch arch) {
+  return arch == Arch::llama ? "llama" : "transformer";
+}
+
 void ModelConfig::validate() const {
-  layer.validate();
+  const LayerConfig& l = layer;
+  if (arch == Arch::llama) {
+    LayerConfig pre_norm = l;  // the Llama block is pre-norm whatever pre_ln says
+    pre_norm.pre_ln = true;
+    pre_norm.validate();
+    if (l.kv_heads != 0 && (l.kv_heads > l.heads || l.heads % l.kv_heads != 0))
+      throw Error("model: kv_heads=" + std::to_string(l.kv_heads) +
+                  " does not divide heads=" + std::to_string(l.heads) +
+                  ": each key and value head must serve the same number of query heads");
+    if (!(l.rope_base > 0) || !std::isfinite(l.rope_base))
+      throw Error("model: rope_base=" + std::to_string(l.rope_base) +
+                  ", expected a finite number > 0 (the rotary embeddings' base)");
+    if ((l.d_model / l.heads) % 2 != 0)
+      throw Error("model: head dimension d_model / heads = " + std::to_string(l.d_model) + " / " +
+                  std::to_string(l.heads) + " = " + std::to_string(l.d_model / l.heads) +
+                  " is odd: rotary embeddings turn channel j with channel j + head_dim / 2");
+  } else {
+    l.validate();
+    if (l.kv_heads != 0 && l.kv_heads != l.heads)
+      throw Error("model: kv_heads=" + std::to_string(l.kv_heads) +
+                  ": the 2017 Transformer has as many key and value heads as query heads "
+                  "(grouped heads: arch llama)");
+    if (l.rope_base != LayerConfig{}.rope_base)
+      throw Error("model: rope_base=" + std::to_string(l.rope_base) +
+                  ": the 2017 Transformer adds sinusoidal positions, it has no rotary embeddings "
+                  "(arch llama)");
+  }
   if (layers == 0) throw Error("model: layers=0, expected at least 1");
   if (vocab == 0) throw Error("model: vocab=0, expected at least 1");
   require_memory(4 * parameter_count(), "model: the weights of layers=" + std::to_string(layers) +
@@ -400,6 +375,12 @@ void ModelConfig::validate() const {
 
 double ModelConfig::parameter_count() const {
   const double d = double(layer.d_model), ffn = layer.feed_forward ? double(layer.ffn) : 0;
+  if (arch == Arch::llama) {  // no biases, a SwiGLU, RMSNorms with a gain only
+    const double attention = (layer.tied_qk ? 2 : 3) * d * d + d * d;
+    const double norms = layer.layer_norm ? 2 * d : 0;
+    const double final_norm = layer.layer_norm && layer.final_norm ? d : 0;
+    return double(vocab) * d + double(layers) * (attention + 3 * d * ffn + norms) + final_norm;
+  }
   const double attention = (layer.tied_qk ? 2 : 3) * d * d + 3 * d + d * d + d;
   const double feed_forward = layer.feed_forward ? 2 * d * ffn + ffn + d : 0;
   const double norms = layer.layer_norm ? 2 * 2 * d : 0;
@@ -435,6 +416,9 @@ EncoderModel::EncoderModel(const ModelConfig& config) : EncoderModel(config, tru
 
 namespace {
 const ModelConfig& validated(const ModelConfig& config) {
+  if (config.arch != Arch::transformer)
+    throw Error("EncoderModel: arch=" + arch_name(config.arch) +
+                " is another model (models/llama.hpp: LlamaModel)");
   config.validate();  // before any member allocates what the sizes ask for
   return config;
 }
@@ -564,38 +548,16 @@ Activations& backward(const EncoderLayer& layer, EncoderLayerTrace& trace, const
       });
 }
 
-namespace {
-
-// Swaps the buffers that a layer's backward uses only while it runs (all but its result), so
-// that one set serves every layer of a stack in turn instead of one set per layer (the FFN's
-// d_hidden alone is B·N·ffn floats).
+// The buffers that a layer's backward uses only while it runs (all but its result): one set
+// serves every layer of a stack in turn (models/residual.hpp: stack_backward).
 void swap_backward_scratch(EncoderLayerTrace& a, EncoderLayerTrace& b) {
-  std::swap(a.ffn.d_hidden, b.ffn.d_hidden);
-  std::swap(a.ffn.dx, b.ffn.dx);
-  AttentionTrace &s = a.attention, &t = b.attention;
-  std::swap(s.d_merged, t.d_merged);
-  std::swap(s.d_heads, t.d_heads);
-  std::swap(s.core_grads, t.core_grads);
-  std::swap(s.dq, t.dq);
-  std::swap(s.dk, t.dk);
-  std::swap(s.dv, t.dv);
-  std::swap(s.d_memory_v, t.d_memory_v);
-  std::swap(s.grads.memory, t.grads.memory);
+  swap_backward_scratch(a.ffn, b.ffn);
+  swap_backward_scratch(a.attention, b.attention);
 }
-
-}  // namespace
 
 const Activations& backward(const Encoder& encoder, EncoderTrace& trace, const Activations& dy,
                             Encoder& grad) {
-  if (encoder.norm) backward(*encoder.norm, trace.norm_input, dy, *grad.norm, trace.d_norm);
-  const Activations* d = encoder.norm ? &trace.d_norm : &dy;
-  // The scratch set moves down with the layers: layer 0 holds it after a backward, so the
-  // top layer takes it from there.
-  for (std::size_t i = encoder.layers.size(); i-- > 0;) {
-    swap_backward_scratch(trace.layers[i], trace.layers[i + 1 < encoder.layers.size() ? i + 1 : 0]);
-    d = &backward(encoder.layers[i], trace.layers[i], *d, grad.layers[i]);
-  }
-  return *d;
+  return stack_backward(encoder.layers, encoder.norm, trace, dy, grad.layers, grad.norm);
 }
 
 DecoderInputGrads backward(const DecoderLayer& layer, DecoderLayerTrace& trace,

@@ -54,6 +54,7 @@
 #include "models/layers.hpp"
 #include "models/multi_head_attention.hpp"
 #include "models/norm.hpp"
+#include "models/residual.hpp"
 
 namespace attnlab::models {
 
@@ -71,7 +72,12 @@ struct LayerConfig {
   bool tied_qk = false;       ///< W_Q = W_K
   bool short_conv = false;    ///< the self-attentions' short convolution on q, k, v
   bool head_norm = false;     ///< every attention's head norm
-  double eps = 1e-5;          ///< LayerNorm's epsilon (PyTorch's default)
+  double eps = 1e-5;          ///< LayerNorm's epsilon (PyTorch's default); RMSNorm's in Llama
+  /// Key and value heads (0: as many as `heads`); grouped heads in the Llama block only.
+  std::size_t kv_heads = 0;
+  /// The base of the rotary embeddings of the Llama block (models/rotary.hpp); the 2017 block
+  /// has sinusoidal positions instead and refuses another value (ModelConfig::validate).
+  double rope_base = 10000;
 
   /// Throws Error naming the first bad field (sizes, divisibility, eps, the spec, no-final-norm
   /// without pre-ln, short-conv with tied-qk).
@@ -88,20 +94,6 @@ std::string switch_names();
 
 /// The switches set in `config`, in the order above, comma separated ("" for none).
 std::string switches_text(const LayerConfig& config);
-
-/// Called after each layer of a stack: its index, its input and its output.
-using LayerObserver =
-    std::function<void(std::size_t layer, const Activations& input, const Activations& output)>;
-
-/// One residual sublayer's LayerNorm and sum (x + f(LN(x)) or LN(x + f(x))): what its
-/// LayerNorm saw, and the buffers of its forward and backward.
-struct SublayerTrace {
-  Activations norm_input;  ///< what the LayerNorm saw (unused without it)
-  Activations normed;      ///< pre-LN: the LayerNorm's output, f's input
-  Activations branch;      ///< f's output, when a sum or a norm follows it
-  Activations d_norm;      ///< the backward through a post-LN LayerNorm
-  Activations d_input;     ///< the backward through a pre-LN LayerNorm
-};
 
 /// What an encoder layer's backward needs: its sublayers' traces.
 struct EncoderLayerTrace {
@@ -286,20 +278,33 @@ class Decoder : public Stack<DecoderLayer> {
                const LayerObserver& observe = {}) const;
 };
 
-/// A token-level encoder's sizes. The defaults are the Long Range Arena text model (Tay et al.
-/// 2020): byte tokens, 6 layers, 8 heads, d_model 512, FFN 2048.
-struct ModelConfig {
-  LayerConfig layer;        ///< every layer's configuration
-  std::size_t layers = 6;   ///< L
-  std::size_t vocab = 256;  ///< token ids 0 .. vocab - 1
-  std::uint64_t seed = 1;   ///< initialisation
+/// The block a token model is built of.
+enum class Arch {
+  transformer,  ///< the 2017 Transformer's (EncoderModel)
+  llama,        ///< Llama's (models/llama.hpp: LlamaModel)
+};
 
-  /// Throws Error naming the first bad field, or the sizes when the weights alone would not fit
-  /// in memory (require_memory).
+/// The arch named `name` ("transformer", "llama"). Throws Error naming it and the known ones.
+Arch parse_arch(const std::string& name);
+/// Its name.
+std::string arch_name(Arch arch);
+
+/// A token model's sizes. The defaults are the Long Range Arena text model (Tay et al. 2020):
+/// byte tokens, 6 layers, 8 heads, d_model 512, FFN 2048, the 2017 block.
+struct ModelConfig {
+  LayerConfig layer;              ///< every layer's configuration
+  std::size_t layers = 6;         ///< L
+  std::size_t vocab = 256;        ///< token ids 0 .. vocab - 1
+  std::uint64_t seed = 1;         ///< initialisation
+  Arch arch = Arch::transformer;  ///< the block
+
+  /// Throws Error naming the first bad field (for Llama also kv_heads not dividing heads, an odd
+  /// head dimension, rope_base <= 0; for the 2017 block a rope_base or kv_heads it does not
+  /// have), or the sizes when the weights alone would not fit in memory (require_memory).
   void validate() const;
 
-  /// The parameters (weights and biases) of an EncoderModel of this config; a double, so that
-  /// no product of absurd sizes overflows.
+  /// The parameters of a model of this config without a head; a double, so that no product of
+  /// absurd sizes overflows.
   double parameter_count() const;
 };
 
@@ -371,6 +376,9 @@ const Activations& forward(const EncoderLayer& layer, const Activations& x, cons
 /// grad (pre- and post-LN, every switch).
 Activations& backward(const EncoderLayer& layer, EncoderLayerTrace& trace, const Activations& dy,
                       EncoderLayer& grad);
+
+/// Swaps the buffers that the layers' backward uses only while it runs (stack_backward).
+void swap_backward_scratch(EncoderLayerTrace& a, EncoderLayerTrace& b);
 
 /// Encoder::forward(x, mask), keeping the trace; returns trace.output.
 const Activations& forward(const Encoder& encoder, const Activations& x, const Mask& mask,
