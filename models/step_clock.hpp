@@ -17,7 +17,9 @@ struct StepClock {
 /// after).
 class RunningClock {
  public:
+  /// Starts `clock` on this thread.
   explicit RunningClock(StepClock& clock);
+  /// Stops it; the previous clock, if any, runs again.
   ~RunningClock();
   RunningClock(const RunningClock&) = delete;
   RunningClock& operator=(const RunningClock&) = delete;
@@ -27,12 +29,17 @@ class RunningClock {
 };
 
 /// The parts a layer times.
-enum class StepPart { attention, gemm };
+enum class StepPart {
+  attention,  ///< an attention core's forward or backward call
+  gemm,       ///< a GEMM
+};
 
 /// Adds the scope's time to `part` of the clock running on this thread, if any.
 class TimedPart {
  public:
+  /// Starts timing `part` (nothing when no clock runs).
   explicit TimedPart(StepPart part);
+  /// Adds the time since the start to the clock's `part`.
   ~TimedPart();
   TimedPart(const TimedPart&) = delete;
   TimedPart& operator=(const TimedPart&) = delete;
