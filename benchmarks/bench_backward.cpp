@@ -45,16 +45,16 @@ Times forward_backward(benchmark::State& state, const std::string& spec, std::si
   Mask mask;
   if (causal) mask.causal = Causal::top_left;
   Tensor out, plain_out;
-  RowLogSumExp lse;
-  Gradients g;
-  attention->forward(q, k, v, mask, plain_out);
-  attention->forward(q, k, v, mask, out, lse);
-  attention->backward(q, k, v, mask, out, d_out, lse, g);  // warm: every buffer allocated
+  Saved saved;
+  AllGradients g;
+  attention->forward(q, k, v, mask, {}, plain_out);
+  attention->forward(q, k, v, mask, {}, out, saved);
+  attention->backward(q, k, v, mask, {}, out, d_out, saved, g);  // warm: every buffer allocated
   double seconds[3] = {0, 0, 0};
   const auto run = [&](int which) {
-    if (which == 0) return timed([&] { attention->forward(q, k, v, mask, plain_out); });
-    if (which == 1) return timed([&] { attention->forward(q, k, v, mask, out, lse); });
-    return timed([&] { attention->backward(q, k, v, mask, out, d_out, lse, g); });
+    if (which == 0) return timed([&] { attention->forward(q, k, v, mask, {}, plain_out); });
+    if (which == 1) return timed([&] { attention->forward(q, k, v, mask, {}, out, saved); });
+    return timed([&] { attention->backward(q, k, v, mask, {}, out, d_out, saved, g); });
   };
   int lead = 0;
   for (auto _ : state) {

@@ -31,9 +31,9 @@ void BM_full(benchmark::State& state) {
   Mask mask;
   if (causal) mask.causal = Causal::top_left;
   // Untimed first call: it page-faults the output in (at large N the only iteration timed).
-  full->forward(q, k, v, mask, out);
+  full->forward(q, k, v, mask, {}, out);
   for (auto _ : state) {
-    full->forward(q, k, v, mask, out);
+    full->forward(q, k, v, mask, {}, out);
     benchmark::DoNotOptimize(out.data());
   }
   // Useful work only: QK^T and PV over the visible pairs (about half of them when causal).

@@ -12,7 +12,7 @@
 //   BM_step          one recurrent decoding step (all 8 heads) at position ~1024 and one at
 //                    ~65536, alternated step by step (two states), per-step times and ratio
 // Every forward except BM_linear_fresh writes into one output tensor kept across iterations
-// (Attention::forward(q, k, v, mask, out)), so kernels are timed, not the kernel's page faults.
+// (Attention::forward(q, k, v, mask, {}, out)), so kernels are timed, not the kernel's page faults.
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -45,7 +45,7 @@ struct Problem {
     if (causal) mask.causal = Causal::top_left;
   }
   void run(const Attention& attention) {
-    attention.forward(q, k, v, mask, out);
+    attention.forward(q, k, v, mask, {}, out);
     benchmark::DoNotOptimize(out.data());
   }
 };

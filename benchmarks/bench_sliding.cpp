@@ -19,9 +19,9 @@ void run(benchmark::State& state, const std::string& spec) {
   const Mask mask;
   Tensor out = Tensor::from_shape({1, kHeads, n, kDim});  // reused: kernels timed, not page faults
   // Untimed first call: it page-faults the output in (at large N the only iteration timed).
-  attention->forward(q, k, v, mask, out);
+  attention->forward(q, k, v, mask, {}, out);
   for (auto _ : state) {
-    attention->forward(q, k, v, mask, out);
+    attention->forward(q, k, v, mask, {}, out);
     benchmark::DoNotOptimize(out.data());
   }
   bench::set_flops(state, attention->flops(Dims{1, kHeads, n, n, kDim, kDim}, mask));

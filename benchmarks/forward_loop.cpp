@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
       }
     Mask mask;
     if (causal) mask.causal = Causal::top_left;
-    attention->forward(q, k, v, mask, out);  // warm-up
+    attention->forward(q, k, v, mask, {}, out);  // warm-up
     using Clock = std::chrono::steady_clock;
     const auto cpu_seconds = [] {
       timespec t{};
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     const double cpu_start = cpu_seconds();
     int calls = 0;
     do {
-      attention->forward(q, k, v, mask, out);
+      attention->forward(q, k, v, mask, {}, out);
       ++calls;
     } while (cpu_seconds() - cpu_start < seconds);
     const double took = std::chrono::duration<double>(Clock::now() - start).count();

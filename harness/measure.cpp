@@ -284,13 +284,13 @@ Row PointRunner::run(const Point& p) {
         // The later calls write into the first call's output: a fresh one above glibc's mmap
         // threshold (N = 16384 here) would be page-faulted in on every call, which at 32 MiB
         // cost several times the O(N) variants' own work (docs/sweep.md).
-        for (int w = 1; w < options_.warmup; ++w) attention->forward(t.q, t.k, t.v, mask, out);
+        for (int w = 1; w < options_.warmup; ++w) attention->forward(t.q, t.k, t.v, mask, {}, out);
         const double want = std::ceil(options_.target_seconds / std::max(first, 1e-9));
         const int reps = std::clamp(static_cast<int>(std::min(want, double(options_.max_reps))),
                                     options_.min_reps, options_.max_reps);
         while (static_cast<int>(times.size()) < reps) {
           const auto t1 = Clock::now();
-          attention->forward(t.q, t.k, t.v, mask, out);
+          attention->forward(t.q, t.k, t.v, mask, {}, out);
           times.push_back(seconds_since(t1));
         }
       }

@@ -140,7 +140,8 @@ void measure_split(const StudyOptions& o, const Sizes& z, std::vector<Row>& rows
     model.forward(tokens);
     rows.push_back({"split_model_seconds", "full", z.split_n, 0, round, seconds_since(start)});
     start = Clock::now();
-    for (std::size_t l = 0; l < z.layers; ++l) mha.attention().forward(in.q, in.k, in.v, {}, out);
+    for (std::size_t l = 0; l < z.layers; ++l)
+      mha.attention().forward(in.q, in.k, in.v, {}, {}, out);
     rows.push_back({"split_attention_seconds", "full", z.split_n, 0, round, seconds_since(start)});
     start = Clock::now();
     for (std::size_t l = 0; l < z.layers; ++l) gemms.run();

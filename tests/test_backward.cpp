@@ -92,7 +92,7 @@ std::vector<MaskCase> mask_cases(std::size_t heads, std::size_t nq, std::size_t 
 
 struct Backward {
   Tensor out, d_out;
-  RowLogSumExp lse;
+  Saved saved;
   Gradients g;
 };
 
@@ -101,10 +101,10 @@ struct Backward {
 Backward run_backward(const Attention& a, const Tensor& q, const Tensor& k, const Tensor& v,
                       const Mask& mask, std::uint64_t seed) {
   Backward r;
-  a.forward(q, k, v, mask, r.out, r.lse);
+  a.forward(q, k, v, mask, {}, r.out, r.saved);
   r.d_out = random_tensor(q.shape()[0], q.shape()[1], q.shape()[2], v.shape()[3], seed);
-  r.g = a.backward(q, k, v, mask, r.out, r.d_out, r.lse);
-  const Gradients again = a.backward(q, k, v, mask, r.out, r.d_out);
+  r.g = a.backward(q, k, v, mask, {}, r.out, r.d_out, r.saved).qkv;
+  const Gradients again = a.backward(q, k, v, mask, {}, r.out, r.d_out).qkv;
   CHECK((again.dq == r.g.dq));
   CHECK((again.dk == r.g.dk));
   CHECK((again.dv == r.g.dv));
@@ -385,21 +385,32 @@ std::unique_ptr<LinformerAttention> make_linformer(const std::string& spec) {
       dynamic_cast<LinformerAttention*>(make_attention(spec).release()));
 }
 
-// The first nk columns of a [H, k, max_len] projection gradient, and the largest |entry| of the
-// rest (which must be zero: those columns were not used).
-std::pair<xt::xarray<double>, double> split_columns(const xt::xtensor<float, 3>& g,
-                                                    std::size_t nk) {
-  xt::xarray<double> used = xt::zeros<double>({g.shape()[0], g.shape()[1], nk});
+// The first nk columns (last axis) of a projection gradient [H, k, max_len] or [k, max_len], and
+// the largest |entry| of the rest (which must be zero: those columns were not used).
+std::pair<xt::xarray<double>, double> split_columns(const ParameterTensor& g, std::size_t nk) {
+  const std::size_t columns = g.shape.back(), rows = g.values.size() / columns;
+  std::vector<std::size_t> shape = g.shape;
+  shape.back() = nk;
+  xt::xarray<double> used = xt::zeros<double>(shape);
   double rest = 0;
-  for (std::size_t h = 0; h < g.shape()[0]; ++h)
-    for (std::size_t r = 0; r < g.shape()[1]; ++r)
-      for (std::size_t j = 0; j < g.shape()[2]; ++j) {
-        if (j < nk)
-          used(h, r, j) = g(h, r, j);
-        else
-          rest = std::max(rest, std::abs(double(g(h, r, j))));
-      }
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < columns; ++j) {
+      const double x = g.values[r * columns + j];
+      if (j < nk)
+        used.data()[r * nk + j] = x;
+      else
+        rest = std::max(rest, std::abs(x));
+    }
   return {used, rest};
+}
+
+// The gradients the backward reports for the distinct matrices of `spec`'s share, from those of
+// each head's E and F ([H, k, Nk] each): a tied matrix's is the sum over its uses.
+std::vector<xt::xarray<double>> tied(const std::string& spec, const xt::xarray<double>& de,
+                                     const xt::xarray<double>& df) {
+  if (spec.find("share=kv") != std::string::npos) return {de + df};
+  if (spec.find("share=layer") != std::string::npos) return {xt::sum(de + df, {0})};
+  return {de, df};
 }
 
 std::vector<std::size_t> lengths_of(const Mask& mask, std::size_t batch, std::size_t nk) {
@@ -419,15 +430,16 @@ TEST_CASE("linformer: backward and the gradients of E and F equal finite differe
     const Tensor q = random_tensor(2, 2, c.nq, 3, 1), k = random_tensor(2, 2, c.nk, 3, 2),
                  v = random_tensor(2, 2, c.nk, 4, 3);
     Tensor out;
-    RowLogSumExp lse;
-    a->forward(q, k, v, c.mask, out, lse);
+    Saved saved;
+    a->forward(q, k, v, c.mask, {}, out, saved);
     const Tensor d_out = random_tensor(2, 2, c.nq, 4, 4);
-    ProjectionGradients pg;
-    const Gradients g = a->backward_with_projections(q, k, v, c.mask, out, d_out, lse, pg);
-    const Gradients plain = a->backward(q, k, v, c.mask, out, d_out);  // lse recomputed
-    CHECK((plain.dq == g.dq));
-    CHECK((plain.dk == g.dk));
-    CHECK((plain.dv == g.dv));
+    AllGradients all;
+    a->backward(q, k, v, c.mask, {}, out, d_out, saved, all);
+    const Gradients& g = all.qkv;
+    const AllGradients plain = a->backward(q, k, v, c.mask, {}, out, d_out);  // lse recomputed
+    CHECK((plain.qkv.dq == g.dq));
+    CHECK((plain.qkv.dk == g.dk));
+    CHECK((plain.qkv.dv == g.dv));
     const auto [e, f] = used_projections(*a, 2, c.nk);
     const auto lengths = lengths_of(c.mask, 2, c.nk);
     const double scale = c.mask.softmax_scale(3);
@@ -438,39 +450,21 @@ TEST_CASE("linformer: backward and the gradients of E and F equal finite differe
         },
         {to64(q), to64(k), to64(v), xt::cast<double>(e), xt::cast<double>(f)}, to64(d_out));
     require_grads(g, fd, kRtol, kAtol, c.spec + " vs finite differences");
-    REQUIRE(pg.d_e.shape() == (std::array<std::size_t, 3>{2, a->k(), a->max_len()}));
-    const auto [de, de_rest] = split_columns(pg.d_e, c.nk);
-    const auto [df, df_rest] = split_columns(pg.d_f, c.nk);
-    require_close_grad(de, fd[3], kRtol, kAtol, "dE");
-    require_close_grad(df, fd[4], kRtol, kAtol, "dF");
-    CHECK(de_rest == 0.0);
-    CHECK(df_rest == 0.0);
-    // The same through the interface's one door, E and F as named parameters.
-    Saved saved;
-    a->forward(q, k, v, c.mask, {}, out, saved);
-    AllGradients all;
-    a->backward(q, k, v, c.mask, {}, out, d_out, saved, all);
-    CHECK((all.qkv.dk == g.dk));
-    // The learned tensors are the distinct matrices of `share`, as parameters() names them;
-    // each gradient is the sum over the matrix's uses (per head, then over heads for layer).
+    // The learned tensors are the distinct matrices of `share`, as parameters() names and shapes
+    // them; each gradient is the sum over the matrix's uses (per head, then over heads for
+    // layer), zero in the columns >= Nk that no key used.
     const std::vector<ParameterTensor> params = a->parameters(2);
+    const std::vector<xt::xarray<double>> want = tied(c.spec, fd[3], fd[4]);
     REQUIRE(all.parameters.size() == params.size());
-    std::vector<xt::xarray<float>> want;
-    if (c.spec.find("share=kv") != std::string::npos) {
-      want = {pg.d_e + pg.d_f};
-    } else if (c.spec.find("share=layer") != std::string::npos) {
-      want = {xt::sum(pg.d_e + pg.d_f, {0})};
-    } else {
-      want = {pg.d_e, pg.d_f};
-    }
     REQUIRE(want.size() == params.size());
     for (std::size_t i = 0; i < params.size(); ++i) {
+      INFO("parameter " << params[i].name);
       CHECK(all.parameters[i].name == params[i].name);
       CHECK(all.parameters[i].shape == params[i].shape);
-      CHECK(all.parameters[i].shape ==
-            std::vector<std::size_t>(want[i].shape().begin(), want[i].shape().end()));
-      const xt::xarray<float> got = xt::adapt(all.parameters[i].values, all.parameters[i].shape);
-      CHECK(xt::allclose(got, want[i], 1e-6, 1e-7));
+      CHECK(all.parameters[i].shape.back() == a->max_len());
+      const auto [used, rest] = split_columns(all.parameters[i], c.nk);
+      require_close_grad(used, want[i], kRtol, kAtol, "d" + params[i].name);
+      CHECK(rest == 0.0);
     }
   }
 }
@@ -537,8 +531,8 @@ TEST_CASE("linformer: backward equals PyTorch autograd, E and F included", "[bac
   struct Expected {
     std::size_t index;
     std::string what;
-    Gradients g;
-    ProjectionGradients pg;
+    AllGradients g;
+    std::string spec;
     std::size_t nk;
   };
   std::vector<Expected> expected;
@@ -552,8 +546,8 @@ TEST_CASE("linformer: backward equals PyTorch autograd, E and F included", "[bac
       const Tensor q = random_tensor(2, 2, nq, 8, nq), k = random_tensor(2, 2, nk, 8, nk),
                    v = random_tensor(2, 2, nk, 6, nk + 1), d_out = random_tensor(2, 2, nq, 6, 5);
       const Tensor out = a->forward(q, k, v, mask);
-      Expected e{0, spec + (padded ? " padded" : ""), {}, {}, nk};
-      e.g = a->backward_with_projections(q, k, v, mask, out, d_out, {}, e.pg);
+      Expected e{0, spec + (padded ? " padded" : ""), {}, spec, nk};
+      e.g = a->backward(q, k, v, mask, {}, out, d_out);
       const auto [em, fm] = used_projections(*a, 2, nk);
       const auto lengths = lengths_of(mask, 2, nk);
       e.index = torch.add({{"kind", "linformer"},
@@ -565,13 +559,14 @@ TEST_CASE("linformer: backward equals PyTorch autograd, E and F included", "[bac
   }
   if (!torch.run()) return;
   for (const Expected& e : expected) {
-    require_grads(e.g,
+    require_grads(e.g.qkv,
                   {torch.grad(e.index, "q"), torch.grad(e.index, "k"), torch.grad(e.index, "v")},
                   kRtol, kAtol, e.what + " vs torch");
-    require_close_grad(split_columns(e.pg.d_e, e.nk).first, torch.grad(e.index, "E"), kRtol, kAtol,
-                       e.what + ": dE vs torch");
-    require_close_grad(split_columns(e.pg.d_f, e.nk).first, torch.grad(e.index, "F"), kRtol, kAtol,
-                       e.what + ": dF vs torch");
+    const auto want = tied(e.spec, torch.grad(e.index, "E"), torch.grad(e.index, "F"));
+    REQUIRE(e.g.parameters.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i)
+      require_close_grad(split_columns(e.g.parameters[i], e.nk).first, want[i], kRtol, kAtol,
+                         e.what + ": d" + e.g.parameters[i].name + " vs torch");
   }
 }
 
@@ -584,8 +579,9 @@ TEST_CASE("the saved log-sum-exp is each row's log-sum-exp; -inf for rows withou
   mask.causal = Causal::bottom_right;
   mask.key_lengths = {140, 0};
   Tensor out;
-  RowLogSumExp lse;
-  full->forward(q, k, v, mask, out, lse);
+  Saved saved;
+  full->forward(q, k, v, mask, {}, out, saved);
+  const RowLogSumExp& lse = saved.lse;
   REQUIRE(lse.shape() == (std::array<std::size_t, 3>{2, 1, 60}));
   CHECK((out == full->forward(q, k, v, mask)));  // saving the lse changes nothing else
   const Dims d{2, 1, 60, 140, 8, 8};
@@ -603,8 +599,8 @@ TEST_CASE("the saved log-sum-exp is each row's log-sum-exp; -inf for rows withou
     CHECK(lse(1, 0, i) == -std::numeric_limits<float>::infinity());
   }
   // linear attention has no softmax: nothing to save.
-  make_attention("linear")->forward(q, k, v, Mask{}, out, lse);
-  CHECK(lse.size() == 0);
+  make_attention("linear")->forward(q, k, v, Mask{}, {}, out, saved);
+  CHECK(saved.lse.size() == 0);
 }
 
 TEST_CASE("backward into a caller's gradients reuses their storage", "[backward]") {
@@ -612,13 +608,14 @@ TEST_CASE("backward into a caller's gradients reuses their storage", "[backward]
   const Tensor q = random_tensor(1, 2, 50, 8, 1), k = random_tensor(1, 2, 70, 8, 2),
                v = random_tensor(1, 2, 70, 4, 3), d_out = random_tensor(1, 2, 50, 4, 4);
   Tensor out;
-  RowLogSumExp lse;
-  full->forward(q, k, v, {}, out, lse);
-  const Gradients fresh = full->backward(q, k, v, {}, out, d_out, lse);
-  Gradients g;
+  Saved saved;
+  full->forward(q, k, v, {}, {}, out, saved);
+  const Gradients fresh = full->backward(q, k, v, {}, {}, out, d_out, saved).qkv;
+  AllGradients all;
+  Gradients& g = all.qkv;
   g.dk = random_tensor(1, 2, 70, 8, 5);  // right shape, stale values: all overwritten
   const float* dk_storage = g.dk.data();
-  full->backward(q, k, v, {}, out, d_out, lse, g);
+  full->backward(q, k, v, {}, {}, out, d_out, saved, all);
   CHECK(g.dk.data() == dk_storage);
   CHECK((g.dq == fresh.dq));
   CHECK((g.dk == fresh.dk));
@@ -646,20 +643,21 @@ TEST_CASE("softmax variants: gradients are bitwise equal across runs and thread 
         Mask mask;
         mask.causal = causal;
         Tensor out1;
-        RowLogSumExp lse1;
-        Gradients g1;
+        Saved saved1;
+        AllGradients all1;
+        const Gradients& g1 = all1.qkv;
         omp_set_num_threads(1);
-        a->forward(q, k, v, mask, out1, lse1);
-        a->backward(q, k, v, mask, out1, d_out, lse1, g1);
+        a->forward(q, k, v, mask, {}, out1, saved1);
+        a->backward(q, k, v, mask, {}, out1, d_out, saved1, all1);
         for (int threads : {2, 3, 2}) {
           INFO("threads=" << threads);
           omp_set_num_threads(threads);
           Tensor out;
-          RowLogSumExp lse;
-          a->forward(q, k, v, mask, out, lse);
+          Saved saved;
+          a->forward(q, k, v, mask, {}, out, saved);
           CHECK(bitwise_equal(out, out1));
-          CHECK(bitwise_equal(lse, lse1));
-          const Gradients g = a->backward(q, k, v, mask, out, d_out, lse);
+          CHECK(bitwise_equal(saved.lse, saved1.lse));
+          const Gradients g = a->backward(q, k, v, mask, {}, out, d_out, saved).qkv;
           CHECK(bitwise_equal(g.dq, g1.dq));
           CHECK(bitwise_equal(g.dk, g1.dk));
           CHECK(bitwise_equal(g.dv, g1.dv));
@@ -674,27 +672,26 @@ TEST_CASE("backward validates its arguments and names what is wrong", "[backward
                v = random_tensor(1, 2, 6, 3, 3);
   const Tensor out = full->forward(q, k, v), d_out = random_tensor(1, 2, 5, 3, 4);
   const Tensor wrong = random_tensor(1, 2, 5, 4, 5);
-  require_error([&] { full->backward(q, k, v, {}, wrong, d_out); },
+  require_error([&] { full->backward(q, k, v, {}, {}, wrong, d_out); },
                 {"full", "out", "[1, 2, 5, 4]", "[1, 2, 5, 3]"});
-  require_error([&] { full->backward(q, k, v, {}, out, wrong); }, {"d_out", "[1, 2, 5, 4]"});
-  require_error(
-      [&] {
-        full->backward(q, k, v, {}, out, d_out, RowLogSumExp::from_shape({1, 2, 4}));
-      },
-      {"lse", "[1, 2, 4]", "[1, 2, 5]"});
-  require_error([&] { full->backward(q, q, v, {}, out, d_out); }, {"k and v"});
-  Gradients g;
-  g.dq = q;
-  require_error([&] { full->backward(g.dq, k, v, {}, out, d_out, {}, g); },
+  require_error([&] { full->backward(q, k, v, {}, {}, out, wrong); }, {"d_out", "[1, 2, 5, 4]"});
+  Saved short_lse;
+  short_lse.lse = RowLogSumExp::from_shape({1, 2, 4});
+  require_error([&] { full->backward(q, k, v, {}, {}, out, d_out, short_lse); },
+                {"lse", "[1, 2, 4]", "[1, 2, 5]"});
+  require_error([&] { full->backward(q, q, v, {}, {}, out, d_out); }, {"k and v"});
+  AllGradients g;
+  g.qkv.dq = q;
+  require_error([&] { full->backward(g.qkv.dq, k, v, {}, {}, out, d_out, {}, g); },
                 {"must not share storage with q, k"});
   Mask bad;
   bad.key_lengths = {7};
-  require_error([&] { full->backward(q, k, v, bad, out, d_out); }, {"key_lengths[0] = 7"});
+  require_error([&] { full->backward(q, k, v, bad, {}, out, d_out); }, {"key_lengths[0] = 7"});
   // The support checks of forward apply to backward too.
   Mask causal;
   causal.causal = Causal::top_left;
   const auto bigbird = make_attention("bigbird:block=2");
-  require_error<Unsupported>([&] { bigbird->backward(q, k, v, causal, out, d_out); },
+  require_error<Unsupported>([&] { bigbird->backward(q, k, v, causal, {}, out, d_out); },
                              {"bigbird", "causal masks with Nq != Nk"});
 }
 
@@ -706,8 +703,8 @@ class ForwardOnly final : public Attention {
   Support support() const override { return {}; }
 
  protected:
-  void compute(TensorRef, TensorRef, TensorRef, const Mask&, const Dims&,
-               Tensor& out) const override {
+  void compute(TensorRef, TensorRef, TensorRef, const Mask&, const TokenInputs&, const Dims&,
+               Tensor& out, Saved*) const override {
     out.fill(0.0f);
   }
 };
@@ -719,7 +716,7 @@ TEST_CASE("a backend without a backward refuses it as Unsupported", "[backward]"
   CHECK(a.support().describe().find("backward") == std::string::npos);
   const Tensor x = random_tensor(1, 1, 3, 2, 1);
   const Tensor out = a.forward(x, x, x);
-  require_error<Unsupported>([&] { a.backward(x, x, x, {}, out, out); },
+  require_error<Unsupported>([&] { a.backward(x, x, x, {}, {}, out, out); },
                              {"forward-only does not support backward"});
   for (const std::string& name : attention_names()) {  // every built-in backend has one
     INFO(name);

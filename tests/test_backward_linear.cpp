@@ -84,7 +84,7 @@ Run run(const Attention& a, std::size_t nq, std::size_t nk, std::size_t dk, std:
         random_tensor(2, 2, nk, dv, seed + 2), {},
         random_tensor(2, 2, nq, dv, seed + 3), {}};
   r.out = a.forward(r.q, r.k, r.v, mask);
-  r.g = a.backward(r.q, r.k, r.v, mask, r.out, r.d_out);
+  r.g = a.backward(r.q, r.k, r.v, mask, {}, r.out, r.d_out).qkv;
   return r;
 }
 
@@ -148,7 +148,7 @@ TEST_CASE("linear: backward equals PyTorch autograd across chunks and checkpoint
           for (std::size_t j = 0; j < nk; j += 7)
             for (std::size_t col = 0; col < 8; ++col) r.k(0, 0, j, col) *= 3.0f;
           r.out = a->forward(r.q, r.k, r.v, m.mask);
-          r.g = a->backward(r.q, r.k, r.v, m.mask, r.out, r.d_out);
+          r.g = a->backward(r.q, r.k, r.v, m.mask, {}, r.out, r.d_out).qkv;
         }
         std::vector<std::size_t> lengths(2, nk);
         for (std::size_t b = 0; b < m.mask.key_lengths.size(); ++b)

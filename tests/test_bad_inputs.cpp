@@ -97,7 +97,7 @@ std::vector<ApiCase> api_cases() {
       {"output aliases q",
        [=] {
          Tensor x = q;
-         make_attention("full")->forward(x, k, v, {}, x);
+         make_attention("full")->forward(x, k, v, {}, {}, x);
        },
        {"must not share storage with q, k"}},
       // values

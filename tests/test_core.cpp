@@ -21,8 +21,8 @@ class Plain final : public Attention {
   Support support() const override { return {false, false, false, false, false, false}; }
 
  protected:
-  void compute(TensorRef q, TensorRef, TensorRef, const Mask&, const Dims&,
-               Tensor& out) const override {
+  void compute(TensorRef q, TensorRef, TensorRef, const Mask&, const TokenInputs&, const Dims&,
+               Tensor& out, Saved*) const override {
     std::copy_n(q.data(), q.size(), out.data());
   }
 };
@@ -249,16 +249,16 @@ TEST_CASE("forward into an output reuses its storage and equals the returning fo
     const auto a = make_attention(name);
     const Tensor expected = a->forward(q, k, v);
     Tensor out = xt::full_like(random_tensor(1, 1, 3, 3, 4), 7.0f);  // wrong shape: resized
-    a->forward(q, k, v, {}, out);
+    a->forward(q, k, v, {}, {}, out);
     CHECK((out == expected));
     // The right shape already: the same storage, every element overwritten.
     std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());
     const float* storage = out.data();
-    a->forward(q, k, v, {}, out);
+    a->forward(q, k, v, {}, {}, out);
     CHECK(out.data() == storage);
     CHECK((out == expected));
     Tensor k_copy = k;
-    require_error([&] { a->forward(q, k_copy, v, {}, k_copy); },
+    require_error([&] { a->forward(q, k_copy, v, {}, {}, k_copy); },
                   {name, "must not share storage with q, k"});
     // A caller's own buffer is read in place through a TensorRef: the same bytes as the Tensor.
     const std::vector<float> buffer(q.begin(), q.end());
@@ -271,7 +271,7 @@ TEST_CASE("forward into an output reuses its storage and equals the returning fo
     Tensor wide = q;  // [1, 2, 48, 16], not the output's [1, 2, 48, 8]
     require_error(
         [&] {
-          a->forward(TensorRef(wide.data(), {1, 2, 48, 16}), k, v, {}, wide);
+          a->forward(TensorRef(wide.data(), {1, 2, 48, 16}), k, v, {}, {}, wide);
         },
         {name, "must not share storage with q, k"});
   }

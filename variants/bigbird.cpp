@@ -211,15 +211,9 @@ double BigBirdAttention::flops(const Dims& d, const Mask& mask) const {
 }
 
 void BigBirdAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                               const Dims& d, Tensor& out) const {
-  run(q, k, v, mask, d, out, nullptr);
+                               const TokenInputs&, const Dims& d, Tensor& out, Saved* saved) const {
+  run(q, k, v, mask, d, out, saved_lse(saved, d));
 }
-
-void BigBirdAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                          const Dims& d, Tensor& out, RowLogSumExp& lse) const {
-  run(q, k, v, mask, d, out, lse.data());
-}
-
 namespace {
 
 // Each query block is cut into equal row tiles of at most max_rows (the engine's kRows),
@@ -284,10 +278,12 @@ void BigBirdAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& ma
 }
 
 void BigBirdAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                        const Dims& d, TensorRef out, TensorRef d_out,
-                                        const RowLogSumExp* saved, Gradients& g) const {
+                                        const TokenInputs& in, const Dims& d, TensorRef out,
+                                        TensorRef d_out, const Saved& saved,
+                                        AllGradients& grads) const {
   RowLogSumExp storage;
-  const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
+  const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, in, d, saved, storage);
+  Gradients& g = grads.qkv;
   const BigBirdLayout layout =
       bigbird_layout(config_, d.heads, d.nq, d.nk, mask.causal != Causal::none);
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));

@@ -19,14 +19,9 @@ double FullAttention::flops(const Dims& d, const Mask& mask) const {
   return 2.0 * pairs * static_cast<double>(d.heads * (d.dk + d.dv));
 }
 
-void FullAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-                            Tensor& out) const {
-  run(q, k, v, mask, d, out, nullptr);
-}
-
-void FullAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                       const Dims& d, Tensor& out, RowLogSumExp& lse) const {
-  run(q, k, v, mask, d, out, lse.data());
+void FullAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                            const TokenInputs&, const Dims& d, Tensor& out, Saved* saved) const {
+  run(q, k, v, mask, d, out, saved_lse(saved, d));
 }
 
 void FullAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
@@ -61,10 +56,12 @@ void FullAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
 }
 
 void FullAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                     const Dims& d, TensorRef out, TensorRef d_out,
-                                     const RowLogSumExp* saved, Gradients& g) const {
+                                     const TokenInputs& in, const Dims& d, TensorRef out,
+                                     TensorRef d_out, const Saved& saved,
+                                     AllGradients& grads) const {
   RowLogSumExp storage;
-  const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
+  const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, in, d, saved, storage);
+  Gradients& g = grads.qkv;
   const std::vector<std::pair<std::size_t, std::size_t>> all_keys = {{0, d.nk}};
   const float scale = static_cast<float>(mask.softmax_scale(d.dk));
   constexpr std::size_t kRows = kernels::SoftmaxBackward::kRows;

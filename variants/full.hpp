@@ -41,13 +41,11 @@ class FullAttention final : public Attention {
   double flops(const Dims& d, const Mask& mask) const override;
 
  protected:
-  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-               Tensor& out) const override;
-  void compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-                          Tensor& out, RowLogSumExp& lse) const override;
-  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-                        TensorRef out, TensorRef d_out, const RowLogSumExp* lse,
-                        Gradients& g) const override;
+  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
+               const Dims& d, Tensor& out, Saved* saved) const override;
+  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                        const TokenInputs& in, const Dims& d, TensorRef out, TensorRef d_out,
+                        const Saved& saved, AllGradients& g) const override;
 
  private:
   void run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d, Tensor& out,

@@ -235,13 +235,8 @@ FeatureMap LinearAttention::feature_map(std::size_t dk, double scale) const {
 }
 
 void LinearAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                              const Dims& d, Tensor& out) const {
-  run(q, k, v, mask, {}, d, out, nullptr);
-}
-
-void LinearAttention::compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                   const TokenInputs& in, const Dims& d, Tensor& out,
-                                   Saved* saved) const {
+                              const TokenInputs& in, const Dims& d, Tensor& out,
+                              Saved* saved) const {
   if (saved) {  // the backward recomputes what it needs: nothing saved but the final state
     saved->lse = RowLogSumExp();
     saved->state.reset();
@@ -283,18 +278,8 @@ void LinearAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mas
 }
 
 void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                       const Dims& d, TensorRef out, TensorRef d_out,
-                                       const RowLogSumExp*, Gradients& grads) const {
-  AllGradients all;
-  all.qkv = std::move(grads);
-  compute_backward_with(q, k, v, mask, {}, d, out, d_out, Saved(), all);
-  grads = std::move(all.qkv);
-}
-
-void LinearAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                            const TokenInputs& in, const Dims& d, TensorRef,
-                                            TensorRef d_out, const Saved&,
-                                            AllGradients& all) const {
+                                       const TokenInputs& in, const Dims& d, TensorRef,
+                                       TensorRef d_out, const Saved&, AllGradients& all) const {
   Gradients& grads = all.qkv;
   const FeatureMap map = feature_map(d.dk, mask.softmax_scale(d.dk));
   const bool causal = mask.causal != Causal::none;

@@ -124,16 +124,11 @@ class LinearAttention final : public Attention {
                     std::optional<double> scale = {}) const;
 
  protected:
-  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-               Tensor& out) const override;
-  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-                        TensorRef out, TensorRef d_out, const RowLogSumExp* lse,
-                        Gradients& g) const override;
-  void compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
-                    const Dims& d, Tensor& out, Saved* saved) const override;
-  void compute_backward_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                             const TokenInputs& in, const Dims& d, TensorRef out, TensorRef d_out,
-                             const Saved& saved, AllGradients& g) const override;
+  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
+               const Dims& d, Tensor& out, Saved* saved) const override;
+  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                        const TokenInputs& in, const Dims& d, TensorRef out, TensorRef d_out,
+                        const Saved& saved, AllGradients& g) const override;
   std::string why_unsupported(const std::string& feature) const override;
 
  private:

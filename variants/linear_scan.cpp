@@ -748,14 +748,8 @@ void ScanAttention::run_forward(TensorRef q, TensorRef k, TensorRef v, const Mas
   }
 }
 
-void ScanAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-                            Tensor& out) const {
-  run_forward(q, k, v, mask, {}, d, out, nullptr, nullptr);
-}
-
-void ScanAttention::compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                 const TokenInputs& in, const Dims& d, Tensor& out,
-                                 Saved* saved) const {
+void ScanAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                            const TokenInputs& in, const Dims& d, Tensor& out, Saved* saved) const {
   if (!saved) return run_forward(q, k, v, mask, in, d, out, nullptr, nullptr);
   saved->lse = RowLogSumExp();
   // Non-causal: the backward recomputes the last state anyway, so nothing is kept.
@@ -772,18 +766,9 @@ void ScanAttention::compute_with(TensorRef q, TensorRef k, TensorRef v, const Ma
 }
 
 void ScanAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                     const Dims& d, TensorRef out, TensorRef d_out,
-                                     const RowLogSumExp*, Gradients& g) const {
-  AllGradients all;
-  all.qkv = std::move(g);
-  compute_backward_with(q, k, v, mask, {}, d, out, d_out, Saved(), all);
-  g = std::move(all.qkv);
-}
-
-void ScanAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                          const TokenInputs& in, const Dims& d, TensorRef,
-                                          TensorRef d_out, const Saved& saved,
-                                          AllGradients& grads) const {
+                                     const TokenInputs& in, const Dims& d, TensorRef,
+                                     TensorRef d_out, const Saved& saved,
+                                     AllGradients& grads) const {
   const auto* state = std::any_cast<ScanSaved>(&saved.state);
   if (state &&
       !(state->d == d && state->valid == valid_keys(mask, d) && mask.causal != Causal::none))

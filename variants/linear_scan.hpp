@@ -169,16 +169,11 @@ class ScanAttention : public Attention {
   /// A client running `rule`.
   explicit ScanAttention(const ScanRule& rule) : rule_(rule) {}
 
-  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-               Tensor& out) const final;
-  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-                        TensorRef out, TensorRef d_out, const RowLogSumExp* lse,
-                        Gradients& g) const final;
-  void compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
-                    const Dims& d, Tensor& out, Saved* saved) const final;
-  void compute_backward_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                             const TokenInputs& in, const Dims& d, TensorRef out, TensorRef d_out,
-                             const Saved& saved, AllGradients& g) const final;
+  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
+               const Dims& d, Tensor& out, Saved* saved) const final;
+  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                        const TokenInputs& in, const Dims& d, TensorRef out, TensorRef d_out,
+                        const Saved& saved, AllGradients& g) const final;
   std::string why_unsupported(const std::string& feature) const override;
 
  private:

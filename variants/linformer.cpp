@@ -305,13 +305,9 @@ void project_task(std::size_t t, TensorRef k, TensorRef v, const Dims& d,
 }  // namespace
 
 void LinformerAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                 const Dims& d, Tensor& out) const {
-  run(q, k, v, mask, d, out, nullptr);
-}
-
-void LinformerAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                            const Dims& d, Tensor& out, RowLogSumExp& lse) const {
-  run(q, k, v, mask, d, out, lse.data());
+                                 const TokenInputs&, const Dims& d, Tensor& out,
+                                 Saved* saved) const {
+  run(q, k, v, mask, d, out, saved_lse(saved, d));
 }
 
 void LinformerAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
@@ -346,18 +342,13 @@ void LinformerAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& 
 }
 
 void LinformerAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                          const Dims& d, TensorRef out, TensorRef d_out,
-                                          const RowLogSumExp* lse, Gradients& g) const {
-  backward_impl(q, k, v, mask, d, out, d_out, lse, g, nullptr);
-}
-
-void LinformerAttention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v,
-                                               const Mask& mask, const TokenInputs&, const Dims& d,
-                                               TensorRef out, TensorRef d_out, const Saved& saved,
-                                               AllGradients& g) const {
+                                          const TokenInputs& in, const Dims& d, TensorRef out,
+                                          TensorRef d_out, const Saved& saved,
+                                          AllGradients& g) const {
+  RowLogSumExp storage;
+  const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, in, d, saved, storage);
   ProjectionGradients projections;
-  backward_impl(q, k, v, mask, d, out, d_out, saved.lse.size() != 0 ? &saved.lse : nullptr, g.qkv,
-                &projections);
+  backward_impl(q, k, v, mask, d, out, d_out, lse, g.qkv, projections);
   // The distinct matrices of `share`, each gradient summed over the matrix's uses.
   const auto reported = [&](const char* name, const auto& grad) {
     g.parameters.push_back(
@@ -373,21 +364,10 @@ void LinformerAttention::compute_backward_with(TensorRef q, TensorRef k, TensorR
   }
 }
 
-Gradients LinformerAttention::backward_with_projections(TensorRef q, TensorRef k, TensorRef v,
-                                                        const Mask& mask, TensorRef out,
-                                                        TensorRef d_out, const RowLogSumExp& lse,
-                                                        ProjectionGradients& projections) const {
-  const Dims d = check_backward(q, k, v, mask, out, d_out, lse);
-  Gradients g{Tensor::from_shape(q.shape()), Tensor::from_shape(k.shape()),
-              Tensor::from_shape(v.shape())};
-  backward_impl(q, k, v, mask, d, out, d_out, lse.size() != 0 ? &lse : nullptr, g, &projections);
-  return g;
-}
-
 void LinformerAttention::backward_impl(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                                        const Dims& d, TensorRef out, TensorRef d_out,
-                                       const RowLogSumExp* lse, Gradients& g,
-                                       ProjectionGradients* grads) const {
+                                       const RowLogSumExp& lse, Gradients& g,
+                                       ProjectionGradients& grads) const {
   const std::vector<std::size_t> lengths = check_call(mask, d);
   const std::size_t heads = d.batch * d.heads, rows = k_;
   std::lock_guard lock(mutex_);  // the matrices may not grow (move) while we read them
@@ -414,10 +394,13 @@ void LinformerAttention::backward_impl(TensorRef q, TensorRef k, TensorRef v, co
   // projection), and its row log-sum-exp is the one this forward saved.
   Mask unmasked;
   unmasked.scale = mask.softmax_scale(d.dk);
-  Gradients projected;
-  projected.dq = std::move(g.dq);
-  FullAttention().backward(q, kp, vp, unmasked, out, d_out, lse ? *lse : RowLogSumExp(), projected);
-  g.dq = std::move(projected.dq);
+  Saved saved;
+  saved.lse = lse;  // B·H·Nq floats: a copy costs nothing next to the backward
+  AllGradients all;
+  all.qkv.dq = std::move(g.dq);
+  FullAttention().backward(q, kp, vp, unmasked, {}, out, d_out, saved, all);
+  const Gradients& projected = all.qkv;
+  g.dq = std::move(all.qkv.dq);
   // dK = E^T dK', dV = F^T dV' on the unpadded rows (padded keys and values got no weight).
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(2 * heads); ++t) {
@@ -430,7 +413,7 @@ void LinformerAttention::backward_impl(TensorRef q, TensorRef k, TensorRef v, co
     const float* dxp = (value ? projected.dv.data() : projected.dk.data()) + bh * rows * dim;
     if (n > 0) kernels::gemm_tile(n, dim, rows, pt, rows, dxp, dim, dx, dim, false);
   }
-  if (grads) projection_gradients(k, v, d, lengths, projected, *grads);
+  projection_gradients(k, v, d, lengths, projected, grads);
 }
 
 void LinformerAttention::projection_gradients(TensorRef k, TensorRef v, const Dims& d,

@@ -42,9 +42,9 @@
 // Backward: K' and V' are recomputed (O(B·H·Nk·k·(Dk + Dv)), the forward's projection cost),
 // full attention's FlashAttention-2 backward gives dQ, dK', dV' from the saved row
 // log-sum-exp, then dK = E^T dK' and dV = F^T dV' on the unpadded rows.
-// backward_with_projections, and the interface's backward(..., AllGradients&) as parameters "E"
-// and "F", also return dE = dK' K^T and dF = dV' V^T (summed over the batch):
-// E and F are learned. Extra memory O(B·H·k·(Dk + Dv)) plus O(H·k·max_len) for dE and dF.
+// The backward also returns, as AllGradients::parameters "E" and "F" (one "E" under share=kv
+// or layer), dE = dK' K^T and dF = dV' V^T summed over the batch (and over a tied matrix's
+// uses): E and F are learned. Extra memory O(B·H·k·(Dk + Dv)) plus O(H·k·max_len) for dE and dF.
 // Exact reduction: k = Nk with init=identity gives full attention (K' = K, V' = V exactly).
 #pragma once
 
@@ -63,16 +63,6 @@
 #include "attnlab/factory.hpp"
 
 namespace attnlab {
-
-/// The gradients of one call with respect to the projection matrices, [H, k, max_len] each:
-/// d_e[h] through head h's use of its E, d_f[h] through its use of its F; columns >= Nk are
-/// zero. Where share ties matrices, a tied matrix's gradient is the sum over its uses (d_e[h] +
-/// d_f[h] under share=kv, summed over heads too under share=layer), which the interface's
-/// AllGradients::parameters reports.
-struct ProjectionGradients {
-  xt::xtensor<float, 3> d_e;  ///< dL/dE per head, [H, k, max_len]
-  xt::xtensor<float, 3> d_f;  ///< dL/dF per head, [H, k, max_len]
-};
 
 /// Linformer: keys and values projected along the sequence to k rows (see above).
 class LinformerAttention final : public Attention {
@@ -103,11 +93,6 @@ class LinformerAttention final : public Attention {
   /// The first `columns` columns of E (which = 'E') or F (which = 'F') for `head`, [k, columns].
   xt::xtensor<float, 2> projection(char which, std::size_t head, std::size_t columns) const;
 
-  /// backward() that also writes the gradients of E and F into `projections`.
-  Gradients backward_with_projections(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                      TensorRef out, TensorRef d_out, const RowLogSumExp& lse,
-                                      ProjectionGradients& projections) const;
-
   /// Projected length k.
   std::size_t k() const { return k_; }
   /// The longest sequence the projections cover.
@@ -115,20 +100,20 @@ class LinformerAttention final : public Attention {
 
  protected:
   std::string why_unsupported(const std::string& feature) const override;
-  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-               Tensor& out) const override;
-  void compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-                          Tensor& out, RowLogSumExp& lse) const override;
-  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-                        TensorRef out, TensorRef d_out, const RowLogSumExp* lse,
-                        Gradients& g) const override;
-  /// The interface's backward also reports E's and F's gradients, as parameters "E" and "F"
-  /// ([H, k, max_len] each, the ProjectionGradients above).
-  void compute_backward_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                             const TokenInputs& in, const Dims& d, TensorRef out, TensorRef d_out,
-                             const Saved& saved, AllGradients& g) const override;
+  void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
+               const Dims& d, Tensor& out, Saved* saved) const override;
+  /// Also reports E's and F's gradients as parameters (see the header comment).
+  void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                        const TokenInputs& in, const Dims& d, TensorRef out, TensorRef d_out,
+                        const Saved& saved, AllGradients& g) const override;
 
  private:
+  // The gradients of one call with respect to the projection matrices, [H, k, max_len] each:
+  // d_e[h] through head h's use of its E, d_f[h] through its use of its F; columns >= Nk are
+  // zero. A tied matrix's gradient is the sum over its uses.
+  struct ProjectionGradients {
+    xt::xtensor<float, 3> d_e, d_f;
+  };
   // Each head's E and F, stored transposed (Matrix::et); valid while mutex_ is held.
   struct Projections {
     std::vector<const float*> e, f;
@@ -139,8 +124,8 @@ class LinformerAttention final : public Attention {
   void run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d, Tensor& out,
            float* lse) const;
   void backward_impl(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-                     TensorRef out, TensorRef d_out, const RowLogSumExp* lse, Gradients& g,
-                     ProjectionGradients* grads) const;
+                     TensorRef out, TensorRef d_out, const RowLogSumExp& lse, Gradients& g,
+                     ProjectionGradients& grads) const;
   // dE and dF from dK', dV' (projected.dk, projected.dv) and the unpadded keys and values.
   void projection_gradients(TensorRef k, TensorRef v, const Dims& d,
                             const std::vector<std::size_t>& lengths, const Gradients& projected,

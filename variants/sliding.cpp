@@ -369,13 +369,8 @@ double SlidingAttention::flops(const Dims& d, const Mask& mask) const {
 }
 
 void SlidingAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                               const Dims& d, Tensor& out) const {
-  run(q, k, v, mask, d, out, nullptr);
-}
-
-void SlidingAttention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                          const Dims& d, Tensor& out, RowLogSumExp& lse) const {
-  run(q, k, v, mask, d, out, lse.data());
+                               const TokenInputs&, const Dims& d, Tensor& out, Saved* saved) const {
+  run(q, k, v, mask, d, out, saved_lse(saved, d));
 }
 
 void SlidingAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
@@ -403,10 +398,12 @@ void SlidingAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& ma
 }
 
 void SlidingAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                        const Dims& d, TensorRef out, TensorRef d_out,
-                                        const RowLogSumExp* saved, Gradients& g) const {
+                                        const TokenInputs& in, const Dims& d, TensorRef out,
+                                        TensorRef d_out, const Saved& saved,
+                                        AllGradients& grads) const {
   RowLogSumExp storage;
-  const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, d, saved, storage);
+  const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, in, d, saved, storage);
+  Gradients& g = grads.qkv;
   const Layout layout(config_, d, mask);
   const std::vector<Task> tiles = plan_tiles(layout);
   const std::vector<Segment> segments = plan_segments(layout, tiles);

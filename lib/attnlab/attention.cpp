@@ -106,9 +106,10 @@ std::string Attention::name() const {
   return s.substr(0, s.find(':'));
 }
 
-Tensor Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask) const {
+Tensor Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                          const TokenInputs& in) const {
   Tensor out;
-  forward(q, k, v, mask, out);
+  forward(q, k, v, mask, in, out);
   return out;
 }
 
@@ -153,24 +154,6 @@ Dims Attention::prepare_forward(TensorRef q, TensorRef k, TensorRef v, const Mas
   return d;
 }
 
-void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                        Tensor& out) const {
-  compute(q, k, v, mask, prepare_forward(q, k, v, mask, {}, out), out);
-}
-
-void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, Tensor& out,
-                        RowLogSumExp& lse) const {
-  const Dims d = prepare_forward(q, k, v, mask, {}, out);
-  kernels::shape_buffer(lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
-  compute_saving_lse(q, k, v, mask, d, out, lse);
-}
-
-void Attention::compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                   const Dims& d, Tensor& out, RowLogSumExp& lse) const {
-  compute(q, k, v, mask, d, out);
-  lse = RowLogSumExp();
-}
-
 Dims Attention::check_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                                TensorRef out, TensorRef d_out, const RowLogSumExp& lse) const {
   const Dims d = validate(q, k, v, mask);
@@ -183,30 +166,11 @@ Dims Attention::check_backward(TensorRef q, TensorRef k, TensorRef v, const Mask
                   ", expected [B, H, Nq, Dv] = " + want + ", " + std::to_string(d.dv) + "]");
   if (lse.size() != 0 &&
       !(lse.shape()[0] == d.batch && lse.shape()[1] == d.heads && lse.shape()[2] == d.nq))
-    throw Error(name() + ": backward's lse has shape [" + std::to_string(lse.shape()[0]) + ", " +
-                std::to_string(lse.shape()[1]) + ", " + std::to_string(lse.shape()[2]) +
+    throw Error(name() + ": backward's saved lse has shape [" + std::to_string(lse.shape()[0]) +
+                ", " + std::to_string(lse.shape()[1]) + ", " + std::to_string(lse.shape()[2]) +
                 "], expected [B, H, Nq] = " + want + "] (or empty: recomputed)");
   if (!support().backward) throw Unsupported(name(), "backward passes");
   return d;
-}
-
-Gradients Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                              TensorRef out, TensorRef d_out, const RowLogSumExp& lse) const {
-  Gradients g;
-  backward(q, k, v, mask, out, d_out, lse, g);
-  return g;
-}
-
-void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, TensorRef out,
-                         TensorRef d_out, const RowLogSumExp& lse, Gradients& g) const {
-  for (const Tensor* grad : {&g.dq, &g.dk, &g.dv})
-    refuse_overlap(*grad, {q, k, v, out, d_out},
-                   "backward's gradients must not share storage with q, k, v, out or d_out");
-  const Dims d = check_backward(q, k, v, mask, out, d_out, lse);
-  kernels::shape_buffer(g.dq, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dk});
-  kernels::shape_buffer(g.dk, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dk});
-  kernels::shape_buffer(g.dv, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dv});
-  compute_backward(q, k, v, mask, d, out, d_out, lse.size() != 0 ? &lse : nullptr, g);
 }
 
 TokenRef::TokenRef(const float* data, const Shape& shape) : data_(data), shape_(shape) {
@@ -310,12 +274,11 @@ void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                 ": initial_state must not share storage with the output or the final "
                 "state (it is read while they are written: copy it first)");
   const Dims d = prepare_forward(q, k, v, mask, in, out);
-  kernels::shape_buffer(saved.lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
   if (support().state)
     shape_state(saved.final_state, d, state_dims(d));
   else
     saved.final_state = RecurrentState();
-  compute_with(q, k, v, mask, in, d, out, &saved);
+  compute(q, k, v, mask, in, d, out, &saved);
 }
 
 void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
@@ -324,14 +287,22 @@ void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
     throw Error(name() +
                 ": initial_state must not share storage with the output (it is read "
                 "while the output is written)");
-  compute_with(q, k, v, mask, in, prepare_forward(q, k, v, mask, in, out), out, nullptr);
+  compute(q, k, v, mask, in, prepare_forward(q, k, v, mask, in, out), out, nullptr);
 }
 
-void Attention::compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                             const TokenInputs&, const Dims& d, Tensor& out, Saved* saved) const {
-  if (!saved) return compute(q, k, v, mask, d, out);
-  compute_saving_lse(q, k, v, mask, d, out, saved->lse);
+float* Attention::saved_lse(Saved* saved, const Dims& d) {
+  if (!saved) return nullptr;
+  kernels::shape_buffer(saved->lse, std::array<std::size_t, 3>{d.batch, d.heads, d.nq});
   saved->state.reset();
+  return saved->lse.data();
+}
+
+AllGradients Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                 const TokenInputs& in, TensorRef out, TensorRef d_out,
+                                 const Saved& saved) const {
+  AllGradients g;
+  backward(q, k, v, mask, in, out, d_out, saved, g);
+  return g;
 }
 
 void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
@@ -365,29 +336,24 @@ void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask
     g.d_initial_state = RecurrentState();
   }
   g.parameters.clear();
-  compute_backward_with(q, k, v, mask, in, d, out, d_out, saved, g);
+  compute_backward(q, k, v, mask, in, d, out, d_out, saved, g);
 }
 
-void Attention::compute_backward_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                      const TokenInputs&, const Dims& d, TensorRef out,
-                                      TensorRef d_out, const Saved& saved, AllGradients& g) const {
-  compute_backward(q, k, v, mask, d, out, d_out, saved.lse.size() != 0 ? &saved.lse : nullptr,
-                   g.qkv);
-}
-
-void Attention::compute_backward(TensorRef, TensorRef, TensorRef, const Mask&, const Dims&,
-                                 TensorRef, TensorRef, const RowLogSumExp*, Gradients&) const {
+void Attention::compute_backward(TensorRef, TensorRef, TensorRef, const Mask&, const TokenInputs&,
+                                 const Dims&, TensorRef, TensorRef, const Saved&,
+                                 AllGradients&) const {
   throw Unsupported(name(), "backward passes");  // reached only if support() claims backward
 }
 
 const RowLogSumExp& Attention::lse_or_recompute(TensorRef q, TensorRef k, TensorRef v,
-                                                const Mask& mask, const Dims& d,
-                                                const RowLogSumExp* lse,
+                                                const Mask& mask, const TokenInputs& in,
+                                                const Dims& d, const Saved& saved,
                                                 RowLogSumExp& storage) const {
-  if (lse) return *lse;
+  if (saved.lse.size() != 0) return saved.lse;
   Tensor scratch = Tensor::from_shape({d.batch, d.heads, d.nq, d.dv});
-  storage = RowLogSumExp::from_shape({d.batch, d.heads, d.nq});
-  compute_saving_lse(q, k, v, mask, d, scratch, storage);
+  Saved recomputed;
+  compute(q, k, v, mask, in, d, scratch, &recomputed);
+  storage = std::move(recomputed.lse);
   return storage;
 }
 

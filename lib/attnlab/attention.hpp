@@ -151,67 +151,58 @@ struct AllGradients {
 };
 
 /// The one attention interface: every backend, exact or approximate, is an Attention built by
-/// make_attention(spec) and called through forward().
+/// make_attention(spec) and called through forward() and backward().
 class Attention {
  public:
   virtual ~Attention() = default;
 
-  /// q [B,H,Nq,Dk], k [B,H,Nk,Dk], v [B,H,Nk,Dv] -> [B,H,Nq,Dv]. Validates shapes and mask
-  /// (throws Error), then refuses what support() excludes (throws Unsupported), then computes.
+  /// q [B,H,Nq,Dk], k [B,H,Nk,Dk], v [B,H,Nk,Dv] -> [B,H,Nq,Dv], with the inputs `in` (none,
+  /// or those support() takes). Validates shapes, mask and `in` (throws Error naming what is
+  /// wrong: g and beta [B, H, Nk], finite on unpadded tokens, g <= 0, beta in [0, 1]; a state
+  /// per state_dims()), then refuses what support() excludes (throws Unsupported), then computes.
   /// A NaN or Inf in q, or in a key or value row that is not padding, throws Error naming the
   /// tensor and the index (padded rows are never read); finite inputs give a finite output.
   /// Thread-safe: several threads may call forward on one object at once (tests/test_threads.cpp,
   /// run under ThreadSanitizer in CI); each call uses its own OpenMP team.
-  Tensor forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask = {}) const;
+  Tensor forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask = {},
+                 const TokenInputs& in = {}) const;
 
   /// The same, written into `out`, which is resized only when its shape is not [B,H,Nq,Dv]:
   /// repeated calls at one shape reuse its storage. A fresh output above malloc's mmap threshold
   /// is page-faulted in on every call (40 to 60 ms for 128 MiB on our 2-core VM, a third of
   /// linear attention's forward at N = 65536: results/linear). `out` must not share storage
-  /// with q, k or v (throws Error); when a call throws, out's contents are unspecified.
-  void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, Tensor& out) const;
-
-  /// forward(q, k, v, mask, out) that also saves `lse` for backward: a backend with a softmax
-  /// writes the row log-sum-exp ([B, H, Nq], resized as needed); one without (linear) leaves it
-  /// empty. O(B·H·Nq) extra memory, no extra time worth measuring.
-  void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, Tensor& out,
-               RowLogSumExp& lse) const;
-
-  /// The gradients of a scalar loss L through out = forward(q, k, v, mask), given
-  /// d_out = dL/d(out) [B, H, Nq, Dv]. `out` must be that forward's output (read, as in
-  /// FlashAttention-2, instead of recomputed). `lse`: the forward's saved row log-sum-exp, or
-  /// empty (the default), when a softmax backend recomputes it with one more forward. Validates
-  /// like forward, checks the shapes of out, d_out and lse (throws Error naming the argument),
-  /// and throws Unsupported when support().backward is false or the mask is outside support().
-  /// Each variant's header states the backward's cost and what it treats as constant.
-  Gradients backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, TensorRef out,
-                     TensorRef d_out, const RowLogSumExp& lse = {}) const;
-
-  /// The same, written into `g`, whose tensors are resized only when their shapes differ from
-  /// q's, k's and v's: repeated calls at one shape reuse their storage (a fresh 8 MiB gradient
-  /// costs page faults on every call, about 7% of full's backward at N = 2048). g's tensors
-  /// must not share storage with any input (throws Error); when a call throws, g is unspecified.
-  void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, TensorRef out,
-                TensorRef d_out, const RowLogSumExp& lse, Gradients& g) const;
-
-  /// forward with per-token inputs and the full saved state: validates `in` like q, k, v
-  /// (shape [B, H, Nk], finite on unpadded tokens, g <= 0, beta in [0, 1]; throws Error naming
-  /// it) and refuses an input support() does not take (Unsupported). `saved` is what
-  /// backward(..., saved, ...) reads, and holds the final state where support().state.
-  void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
-               Tensor& out, Saved& saved) const;
-
-  /// forward with per-token inputs (none, or those support() takes), validated as above, that
-  /// keeps nothing for a backward: no row log-sum-exp, no chunk states (the scan variants' would
-  /// cost N / C states a head). What a caller that only wants the output makes, with or without
-  /// token inputs.
+  /// with q, k, v or the initial state (throws Error); when a call throws, out's contents are
+  /// unspecified. Keeps nothing for a backward: no row log-sum-exp, no chunk states (the scan
+  /// variants' would cost N / C states a head).
   void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
                Tensor& out) const;
 
-  /// backward with per-token inputs: `in` must be the forward's (plus d_final_state when the
-  /// loss reads the final state), `saved` its Saved (or a default Saved: recomputed). Fills
-  /// every gradient of `g`: q, k, v, each given token input, the initial state when given, and
-  /// the backend's parameters. Validates like the backward above.
+  /// The same, also filling `saved` with what backward() reads (a softmax backend's row
+  /// log-sum-exp [B, H, Nq]: O(B·H·Nq) extra memory, no extra time worth measuring; the scan
+  /// engine's chunk states) and, where support().state, the final state; its storage is reused
+  /// from call to call where it fits.
+  void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
+               Tensor& out, Saved& saved) const;
+
+  /// The gradients of a scalar loss L through out = forward(q, k, v, mask, in), given
+  /// d_out = dL/d(out) [B, H, Nq, Dv]: dq, dk, dv, the gradient of each token input given and
+  /// of the initial state, and of the backend's own learned parameters. `out` must be that
+  /// forward's output (read, as in FlashAttention-2, instead of recomputed) and `in` its inputs
+  /// (plus d_final_state when the loss reads the final state); `saved` its Saved, or a default
+  /// Saved (the default), when the backend recomputes what it needs with one more forward.
+  /// Validates like forward, checks the shapes of out, d_out and saved.lse (throws Error naming
+  /// the argument), and throws Unsupported when support().backward is false or the mask is
+  /// outside support(). Each variant's header states the backward's cost and what it treats as
+  /// constant.
+  AllGradients backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                        const TokenInputs& in, TensorRef out, TensorRef d_out,
+                        const Saved& saved = {}) const;
+
+  /// The same, written into `g`, whose tensors are resized only when their shapes differ from
+  /// q's, k's, v's and the inputs': repeated calls at one shape reuse their storage (a fresh
+  /// 8 MiB gradient costs page faults on every call, about 7% of full's backward at N = 2048).
+  /// g's tensors must not share storage with any input (throws Error); when a call throws, g is
+  /// unspecified.
   void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
                 TensorRef out, TensorRef d_out, const Saved& saved, AllGradients& g) const;
 
@@ -250,48 +241,39 @@ class Attention {
   /// to the Unsupported message, so a user learns the reason, not just the refusal. Empty: none.
   virtual std::string why_unsupported(const std::string& /*feature*/) const { return {}; }
 
-  /// Called with validated, supported input only; `out` is [B,H,Nq,Dv] with unspecified
-  /// contents, every element of which compute must write.
-  virtual void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-                       Tensor& out) const = 0;
+  /// The forward, called with validated, supported input only: `in` holds only inputs
+  /// support() takes; `out` is [B,H,Nq,Dv] with unspecified contents, every element of which
+  /// compute must write. `saved` null: keep nothing for a backward; else fill it (a softmax
+  /// backend through saved_lse, others setting saved->lse empty and their own saved->state;
+  /// saved->final_state is already shaped where support().state).
+  virtual void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                       const TokenInputs& in, const Dims& d, Tensor& out, Saved* saved) const = 0;
 
-  /// compute() that also fills `lse`, already sized [B, H, Nq]. The default (a backend without a
-  /// softmax) runs compute() and empties lse.
-  virtual void compute_saving_lse(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                  const Dims& d, Tensor& out, RowLogSumExp& lse) const;
-
-  /// Called with validated, supported input only, and only when support().backward is true:
-  /// writes every element of g.dq, g.dk, g.dv (already shaped like q, k, v). `lse` is the
-  /// caller's saved row log-sum-exp or nullptr (see lse_or_recompute).
+  /// The backward, called with validated, supported input only, and only when
+  /// support().backward is true: writes every element of g.qkv (shaped like q, k, v), of the
+  /// token gradients (shaped [B, H, Nk] for the inputs given, empty for the others) and of
+  /// d_initial_state (shaped when an initial state was given), and appends the backend's
+  /// parameter gradients to g.parameters (empty on entry). `saved` is the caller's (see
+  /// lse_or_recompute). The default throws Unsupported.
   virtual void compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                const Dims& d, TensorRef out, TensorRef d_out,
-                                const RowLogSumExp* lse, Gradients& g) const;
+                                const TokenInputs& in, const Dims& d, TensorRef out,
+                                TensorRef d_out, const Saved& saved, AllGradients& g) const;
 
-  /// forward with token inputs, called with validated input; `saved` null: keep nothing for a
-  /// backward. The default (a backend that takes none, so `in` is empty here) runs
-  /// compute_saving_lse into saved->lse and clears saved->state, or compute without `saved`.
-  virtual void compute_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                            const TokenInputs& in, const Dims& d, Tensor& out, Saved* saved) const;
+  /// For a softmax backend's compute: saved->lse shaped [B, H, Nq] (its storage kept where it
+  /// fits) and saved->state cleared, returning lse's first float; nullptr when `saved` is null.
+  static float* saved_lse(Saved* saved, const Dims& d);
 
-  /// backward with token inputs, called with validated input; g.qkv is shaped, the token
-  /// gradients are shaped for the inputs given. The default runs compute_backward with
-  /// saved.lse and reports no parameters.
-  virtual void compute_backward_with(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                     const TokenInputs& in, const Dims& d, TensorRef out,
-                                     TensorRef d_out, const Saved& saved, AllGradients& g) const;
-
-  /// Validates a backward call like backward() does and returns its sizes: for subclasses that
-  /// offer a backward with more outputs (linformer's projection gradients).
-  Dims check_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, TensorRef out,
-                      TensorRef d_out, const RowLogSumExp& lse) const;
-
-  /// `*lse` when the caller saved it, else the row log-sum-exp of one more forward, kept in
+  /// saved.lse when the caller saved it, else the row log-sum-exp of one more forward, kept in
   /// `storage`: what a softmax backend's compute_backward starts from.
   const RowLogSumExp& lse_or_recompute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                                       const Dims& d, const RowLogSumExp* lse,
+                                       const TokenInputs& in, const Dims& d, const Saved& saved,
                                        RowLogSumExp& storage) const;
 
  private:
+  /// Validates a backward call (as forward, then out, d_out, the saved lse and support()) and
+  /// returns its sizes.
+  Dims check_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, TensorRef out,
+                      TensorRef d_out, const RowLogSumExp& lse) const;
   /// Throws Error ("name: what (...)") when `written` shares a float with any of `read`.
   void refuse_overlap(const Tensor& written, std::initializer_list<TensorRef> read,
                       const char* what) const;
