@@ -170,9 +170,9 @@ class Attention {
   /// The same, written into `out`, which is resized only when its shape is not [B,H,Nq,Dv]:
   /// repeated calls at one shape reuse its storage. A fresh output above malloc's mmap threshold
   /// is page-faulted in on every call (40 to 60 ms for 128 MiB on our 2-core VM, a third of
-  /// linear attention's forward at N = 65536: results/linear). `out` must not share storage
-  /// with q, k, v or the initial state (throws Error); when a call throws, out's contents are
-  /// unspecified. Keeps nothing for a backward: no row log-sum-exp, no chunk states (the scan
+  /// linear attention's forward at N = 65536: results/archive/linear). `out` must not share
+  /// storage with q, k, v or the initial state (throws Error); when a call throws, out's contents
+  /// are unspecified. Keeps nothing for a backward: no row log-sum-exp, no chunk states (the scan
   /// variants' would cost N / C states a head).
   void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
                Tensor& out) const;
