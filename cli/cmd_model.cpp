@@ -1,7 +1,9 @@
-// attnlab model: one forward pass of a Transformer encoder with the attention core SPEC, beside
-// the same model (same weights) with `full` attention, layer by layer.
+// attnlab model: one forward pass of a Transformer encoder (or with --arch llama a Llama-style
+// decoder) with the attention core SPEC, beside the same model (same weights) with `full`
+// attention, layer by layer.
 //   attnlab model --spec SPEC [--layers 6 --d-model 512 --heads 8 --ffn 2048 --n 4096
 //                 --batch 1 --vocab 256 --switches pre-ln,no-ffn,... --seed 1
+//                 --arch llama --kv-heads 2 --rope-base 10000
 //                 --weights DIR --save-weights DIR]
 // The defaults are the Long Range Arena text model (byte tokens, N = 4096). Input: seeded random
 // tokens. Prints each layer's time for both models and the distance of SPEC's layer output from
@@ -19,6 +21,7 @@
 #include "attnlab/attnlab.hpp"
 #include "cli/options.hpp"
 #include "harness/heap.hpp"
+#include "models/llama.hpp"
 #include "models/transformer.hpp"
 
 namespace attnlab::cli {
@@ -27,7 +30,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct ModelOptions {
-  std::string spec, switches, weights, save_weights;
+  std::string spec, switches, weights, save_weights, arch = "transformer";
   models::ModelConfig config;
   std::size_t n = 4096, batch = 1;
 };
@@ -42,8 +45,8 @@ struct Run {
 using LayerTimer = std::function<void(std::size_t, double, const models::Activations&)>;
 
 // One forward with per-layer times and the extra heap peak.
-Run timed_forward(const models::EncoderModel& model, const models::Tokens& tokens,
-                  const LayerTimer& observe) {
+template <class Model>
+Run timed_forward(const Model& model, const models::Tokens& tokens, const LayerTimer& observe) {
   Run run;
   harness::heap::reset_peak();
   const std::int64_t live = harness::heap::live_bytes();
@@ -62,30 +65,29 @@ Run timed_forward(const models::EncoderModel& model, const models::Tokens& token
 std::string describe(const ModelOptions& o) {
   const auto& l = o.config.layer;
   const std::string switches = models::switches_text(l);
+  const bool llama = o.config.arch == models::Arch::llama;
   return std::to_string(o.config.layers) + " layers, d_model " + std::to_string(l.d_model) + ", " +
          std::to_string(l.heads) + " heads (d_k " + std::to_string(l.d_model / l.heads) +
-         "), FFN " + std::to_string(l.ffn) + ", " + (switches.empty() ? "post-LN" : switches) +
+         (llama && l.kv_heads ? ", " + std::to_string(l.kv_heads) + " key and value heads" : "") +
+         "), FFN " + std::to_string(l.ffn) + ", " +
+         (llama              ? switches
+          : switches.empty() ? "post-LN"
+                             : switches) +
          "; batch " + std::to_string(o.batch) + ", N " + std::to_string(o.n) + ", vocab " +
          std::to_string(o.config.vocab);
 }
 
-void run_model(ModelOptions& o) {
-  if (o.n == 0 || o.batch == 0) throw Error("model: --n and --batch must be at least 1");
-  models::apply_switches(o.config.layer, o.switches);
-  o.config.layer.spec = o.spec;
-  o.config.validate();
-  // Refused before anything is allocated or written: two models' weights (SPEC's and full's),
-  // the reference's output of every layer, one layer's working activations and the tokens.
-  const double token_count = double(o.batch) * double(o.n), d = double(o.config.layer.d_model);
-  models::require_memory(
-      4 * (2 * o.config.parameter_count() +
-           token_count * (double(o.config.layers) * d + 6 * d + double(o.config.layer.ffn))) +
-          8 * token_count,
-      "model: --n " + std::to_string(o.n) + " with --batch " + std::to_string(o.batch) +
-          ", --layers " + std::to_string(o.config.layers) + ", --d-model " +
-          std::to_string(o.config.layer.d_model) + " and --ffn " +
-          std::to_string(o.config.layer.ffn));
-  models::EncoderModel model(o.config);
+const std::string& spec_of(const models::EncoderModel& m) {
+  return m.encoder.layers.at(0).self_attn.spec();
+}
+
+const std::string& spec_of(const models::LlamaModel& m) {
+  return m.layers.at(0).self_attn.spec();
+}
+
+// SPEC's model beside the same weights with full, layer by layer (see the header comment).
+template <class Model>
+void run_against_full(const ModelOptions& o, Model& model) {
   std::string origin = "seeded weights (seed " + std::to_string(o.config.seed) + ")";
   if (!o.weights.empty()) {
     const auto unused = model.load(o.weights);
@@ -95,10 +97,10 @@ void run_model(ModelOptions& o) {
   if (!o.save_weights.empty()) model.save(o.save_weights);
   const auto full = model.with_attention("full");
   const auto tokens = models::random_tokens(o.batch, o.n, o.config.vocab, o.config.seed + 1);
-  const std::string spec = model.encoder.layers[0].self_attn.spec();
-
-  std::printf("attnlab model: %s in a Transformer encoder: %s; %s\n", spec.c_str(),
-              describe(o).c_str(), origin.c_str());
+  const bool llama = o.config.arch == models::Arch::llama;
+  std::printf("attnlab model: %s in a %s: %s; %s\n", spec_of(model).c_str(),
+              llama ? "Llama-style causal decoder" : "Transformer encoder", describe(o).c_str(),
+              origin.c_str());
   std::printf("reference: the same model with full attention, run first\n");
   std::fflush(stdout);
   std::vector<models::Activations> reference;
@@ -121,14 +123,41 @@ void run_model(ModelOptions& o) {
   if (!o.save_weights.empty()) std::printf("weights written to %s\n", o.save_weights.c_str());
 }
 
+void run_model(ModelOptions& o) {
+  if (o.n == 0 || o.batch == 0) throw Error("model: --n and --batch must be at least 1");
+  models::apply_switches(o.config.layer, o.switches);
+  o.config.layer.spec = o.spec;
+  o.config.arch = models::parse_arch(o.arch);
+  o.config.validate();
+  // Refused before anything is allocated or written: two models' weights (SPEC's and full's),
+  // the reference's output of every layer, one layer's working activations and the tokens.
+  const double token_count = double(o.batch) * double(o.n), d = double(o.config.layer.d_model);
+  const double hidden = double(o.config.layer.ffn) * (o.config.arch == models::Arch::llama ? 3 : 1);
+  models::require_memory(4 * (2 * o.config.parameter_count() +
+                              token_count * (double(o.config.layers) * d + 6 * d + hidden)) +
+                             8 * token_count,
+                         "model: --n " + std::to_string(o.n) + " with --batch " +
+                             std::to_string(o.batch) + ", --layers " +
+                             std::to_string(o.config.layers) + ", --d-model " +
+                             std::to_string(o.config.layer.d_model) + " and --ffn " +
+                             std::to_string(o.config.layer.ffn));
+  if (o.config.arch == models::Arch::llama) {
+    models::LlamaModel model(o.config);
+    run_against_full(o, model);
+  } else {
+    models::EncoderModel model(o.config);
+    run_against_full(o, model);
+  }
+}
+
 }  // namespace
 
 void add_model_command(CLI::App& app) {
   auto o = std::make_shared<ModelOptions>();
   CLI::App* cmd = app.add_subcommand(
       "model",
-      "One forward pass of a Transformer encoder with SPEC as its attention, against "
-      "the same model with full attention, layer by layer");
+      "One forward pass of a Transformer encoder (or --arch llama decoder) with SPEC as its "
+      "attention, against the same model with full attention, layer by layer");
   cmd->footer(
       "Defaults: the Long Range Arena text model (6 layers, 8 heads, d_model 512, FFN 2048, byte "
       "tokens, N 4096), post-LN, seeded weights.\nSwitches: " +
@@ -149,6 +178,16 @@ void add_model_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ffn", o->config.layer.ffn, "FFN hidden size")
       ->check(kNotNegative)
+      ->capture_default_str();
+  cmd->add_option("--arch", o->arch,
+                  "The block: transformer (the 2017 encoder) or llama (a causal decoder: "
+                  "RMSNorm, rotary q and k, SwiGLU, no biases)")
+      ->capture_default_str();
+  cmd->add_option("--kv-heads", o->config.layer.kv_heads,
+                  "Key and value heads (arch llama; must divide --heads; 0: as many as --heads)")
+      ->check(kNotNegative)
+      ->capture_default_str();
+  cmd->add_option("--rope-base", o->config.layer.rope_base, "Rotary embeddings' base (arch llama)")
       ->capture_default_str();
   cmd->add_option("--n", o->n, "Sequence length")->check(kNotNegative)->capture_default_str();
   cmd->add_option("--batch", o->batch, "Batch size")->check(kNotNegative)->capture_default_str();

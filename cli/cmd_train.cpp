@@ -1,7 +1,9 @@
-// attnlab train: train a Transformer encoder with the attention core SPEC on a seeded task
-// (training/tasks.hpp), with a progress line, checkpoints, and resume after a kill.
+// attnlab train: train a Transformer encoder (or with --arch llama a Llama-style decoder) with the
+// attention core SPEC on a seeded task (training/tasks.hpp), with a progress line, checkpoints,
+// and resume after a kill.
 //   attnlab train --task mqar --spec SPEC [--n 256 --layers 2 --d-model 64 --heads 4 --ffn 256
-//                 --batch 32 --steps 1000 --seed 1 --lr 3e-3 --warmup 100 --out DIR ...]
+//                 --batch 32 --steps 1000 --seed 1 --lr 3e-3 --warmup 100 --out DIR
+//                 --arch llama --kv-heads 2 --rope-base 10000 --tied-embeddings ...]
 // The loop is training::run_training (training/run.hpp), which writes into DIR: train.csv (every
 // step's batch loss, accuracy and loss in bits; bits per byte for the text task), eval.csv (the
 // held-out score every --eval-every steps and at the end) and checkpoint/; this command parses
@@ -36,6 +38,7 @@ struct TrainOptions {
   training::RunOptions run;
   std::size_t profile = 0;
   bool quiet = false;
+  std::string arch = "transformer";
 };
 
 nlohmann::json score_json(const training::Score& s) {
@@ -56,10 +59,11 @@ void keep_freed_memory() {
 void run_train(TrainOptions& o) {
   if (o.run.eval_every == 0 || o.run.checkpoint_every == 0)
     throw Error("train: --eval-every and --checkpoint-every must be at least 1");
+  o.config.arch = models::parse_arch(o.arch);
   keep_freed_memory();
   training::Trainer trainer(o.config);
   o.run.progress = o.quiet ? nullptr : stderr;
-  const std::string spec = trainer.model().body.encoder.layers[0].self_attn.spec();
+  const std::string spec = trainer.model().spec();
   double load_before = 0;
   std::int64_t live = 0;
   training::RunEvents events;
@@ -77,9 +81,10 @@ void run_train(TrainOptions& o) {
   if (!o.quiet)
     events.first_step = [&] {
       std::fprintf(stderr,
-                   "attnlab train: %s on %s, N %zu, %zu layers, d_model %zu, %zu heads, "
+                   "attnlab train: %s on %s (%s), N %zu, %zu layers, d_model %zu, %zu heads, "
                    "batch %zu, %zu steps -> %s\n",
-                   spec.c_str(), trainer.task().spec().c_str(), o.config.n, o.config.layers,
+                   spec.c_str(), trainer.task().spec().c_str(),
+                   models::arch_name(o.config.arch).c_str(), o.config.n, o.config.layers,
                    o.config.d_model, o.config.heads, o.config.batch, o.run.steps,
                    o.run.out.c_str());
     };
@@ -140,9 +145,10 @@ void run_train(TrainOptions& o) {
 void add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   training::TrainConfig& c = o->config;
-  CLI::App* cmd = app.add_subcommand(
-      "train", "Train a Transformer encoder with SPEC as its attention on a seeded task (" +
-                   join_names(training::task_names()) + "); resumable");
+  CLI::App* cmd = app.add_subcommand("train",
+                                     "Train a Transformer encoder (or --arch llama decoder) with "
+                                     "SPEC as its attention on a seeded task (" +
+                                         join_names(training::task_names()) + "); resumable");
   cmd->footer("Tasks: " + training::task_usage() +
               " (docs/training.md).\nRerunning the same command with the same --out resumes from "
               "its checkpoint.\nExample: attnlab train --task mqar --spec linear --n 256 --steps "
@@ -163,6 +169,19 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--switches", c.switches,
                   "Any of " + models::switch_names() + ", comma separated")
       ->capture_default_str();
+  cmd->add_option("--arch", o->arch,
+                  "The block: transformer (the 2017 encoder) or llama (RMSNorm, rotary q and k, "
+                  "SwiGLU, no biases; always causal)")
+      ->capture_default_str();
+  cmd->add_option("--kv-heads", c.kv_heads,
+                  "Key and value heads (arch llama; must divide --heads; 0: as many as --heads)")
+      ->check(kNotNegative)
+      ->capture_default_str();
+  cmd->add_option("--rope-base", c.rope_base, "Rotary embeddings' base (arch llama)")
+      ->capture_default_str();
+  cmd->add_flag("--tied-embeddings", c.tied_embeddings,
+                "The token embedding is the head (arch llama; a task with as many classes as "
+                "tokens)");
   cmd->add_flag("--causal", c.causal,
                 "Decoder-only (GPT-style): every attention call causal, each token predicted "
                 "from its prefix");

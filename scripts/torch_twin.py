@@ -12,6 +12,13 @@ self_attn is SelfAttention.
 nn.TransformerEncoder deep-copies its layer, so every layer would start from the same weights;
 here each layer is initialised on its own, as attnlab's are. adamw() is attnlab's Adam
 (models/optimizer.hpp): torch.optim.AdamW under a linear warm-up.
+
+LlamaTaskModel is `attnlab train --arch llama` (models/llama.hpp) in plain torch, with Hugging
+Face's LlamaForCausalLM state_dict names ("model.embed_tokens.weight", "model.layers.0.self_attn.
+q_proj.weight", ..., "model.norm.weight", "lm_head.weight"): RMSNorm, rotary embeddings with
+rotate_half, SwiGLU, no biases, grouped key and value heads by repeating k and v, a causal core
+(full, sliding:left=W,right=0, or gated-delta with its learned gates), and attnlab's short-conv
+and head-norm switches.
 """
 import math
 import os
@@ -116,6 +123,182 @@ class TaskModel(nn.Module):
             padding = torch.arange(n)[None, :] >= lengths[:, None]  # True: a padded key
         h = self.encoder(x, mask=mask, src_key_padding_mask=padding)
         if not self.per_token:
+            keep = (torch.arange(n)[None, :] < lengths[:, None]).float()[:, :, None]
+            h = (h * keep).sum(1, keepdim=True) / lengths.float()[:, None, None]
+        return h
+
+
+def rotary_tables(n, head_dim, base):
+    """attnlab's cos and sin [n, head_dim] (models/rotary.hpp): angles p * base^(-2j / head_dim) in
+    float64, rounded to float32, each of the head_dim / 2 frequencies twice (Hugging Face's
+    layout)."""
+    theta = base ** (-2.0 * torch.arange(head_dim // 2, dtype=torch.float64) / head_dim)
+    angle = torch.arange(n, dtype=torch.float64)[:, None] * theta[None, :]
+    angle = torch.cat([angle, angle], dim=-1)
+    return torch.cos(angle).float(), torch.sin(angle).float()
+
+
+def rotate_half(x):
+    """Hugging Face's: [-x2, x1] for x = [x1, x2] split at the middle of the last axis."""
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight (LlamaRMSNorm)."""
+
+    def __init__(self, d, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def gated_delta(q, k, v, g, beta):
+    """attnlab's gated-delta core (variants/gated_delta.hpp), token by token: q and k
+    L2-normalised, q times 1/sqrt(d_k); S_t = a_t S_{t-1} + beta_t k_t (v_t - a_t S_{t-1}^T k_t)^T,
+    a_t = exp(g_t), out_t = S_t^T q_t. q, k, v [B, H, N, d]; g, beta [B, H, N]."""
+    q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) / math.sqrt(q.shape[-1])
+    k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    state = torch.zeros(q.shape[0], q.shape[1], k.shape[-1], v.shape[-1], dtype=q.dtype)
+    outs = []
+    for t in range(q.shape[2]):
+        prior = torch.exp(g[:, :, t])[:, :, None, None] * state
+        read = torch.einsum("bhkv,bhk->bhv", prior, k[:, :, t])
+        u = beta[:, :, t, None] * (v[:, :, t] - read)
+        state = prior + k[:, :, t, :, None] * u[:, :, None, :]
+        outs.append(torch.einsum("bhkv,bhk->bhv", state, q[:, :, t]))
+    return torch.stack(outs, dim=2)
+
+
+class LlamaAttention(nn.Module):
+    """LlamaAttention with attnlab's core `spec` (full, sliding:left=W,right=0, gated-delta),
+    causal; k and v have kv_heads heads, repeated for the query heads they serve."""
+
+    WIDTH = 4
+
+    def __init__(self, d_model, heads, kv_heads, spec, rope_base, short_conv, head_norm):
+        super().__init__()
+        self.heads, self.kv_heads, self.spec, self.rope_base = heads, kv_heads, spec, rope_base
+        dk = d_model // heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=False)
+        self.k_proj = nn.Linear(d_model, kv_heads * dk, bias=False)
+        self.v_proj = nn.Linear(d_model, kv_heads * dk, bias=False)
+        self.o_proj = nn.Linear(d_model, d_model, bias=False)
+        self.conv_weight = None
+        if short_conv:
+            self.conv_weight = nn.Parameter(torch.empty(d_model + 2 * kv_heads * dk, self.WIDTH))
+            nn.init.uniform_(self.conv_weight, -self.WIDTH ** -0.5, self.WIDTH ** -0.5)
+        self.head_norm = nn.ParameterDict({"weight": nn.Parameter(torch.ones(dk))}) \
+            if head_norm else None
+        if spec.startswith("gated-delta"):  # attnlab's learned gates, one per head and token
+            self.gate_proj = nn.Linear(d_model, heads)
+            self.beta_proj = nn.Linear(d_model, heads)
+
+    def forward(self, x, lengths=None):
+        b, n, d = x.shape
+        h, kv = self.heads, self.kv_heads
+        dk = d // h
+        qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+        if self.conv_weight is not None:
+            conv = nn.functional.conv1d(qkv.transpose(1, 2), self.conv_weight[:, None, :],
+                                        padding=self.WIDTH - 1, groups=qkv.shape[-1])[..., :n]
+            qkv = nn.functional.silu(conv).transpose(1, 2)
+        q, k, v = qkv.split([d, kv * dk, kv * dk], dim=-1)
+        q = q.reshape(b, n, h, dk).transpose(1, 2)
+        k = k.reshape(b, n, kv, dk).transpose(1, 2)
+        v = v.reshape(b, n, kv, dk).transpose(1, 2)
+        cos, sin = rotary_tables(n, dk, self.rope_base)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(h // kv, dim=1)  # grouped heads: query head i reads kv head i // g
+        v = v.repeat_interleave(h // kv, dim=1)
+        if self.spec.startswith("gated-delta"):
+            g = nn.functional.logsigmoid(self.gate_proj(x)).transpose(1, 2) / 16.0
+            beta = torch.sigmoid(self.beta_proj(x)).transpose(1, 2)
+            heads = gated_delta(q, k, v, g, beta)
+        else:
+            i = torch.arange(n)[:, None]
+            j = torch.arange(n)[None, :]
+            allowed = j <= i
+            if self.spec.startswith("sliding"):
+                left = int(self.spec.split("left=")[1].split(",")[0])
+                allowed = allowed & (j >= i - left)
+            scores = q @ k.transpose(-1, -2) / math.sqrt(dk)
+            scores = scores.masked_fill(~allowed, float("-inf"))
+            if lengths is not None and bool((lengths < n).any()):
+                padded = torch.arange(n)[None, :] >= lengths[:, None]
+                scores = scores.masked_fill(padded[:, None, None, :], float("-inf"))
+            heads = torch.softmax(scores, dim=-1) @ v
+        if self.head_norm is not None:
+            heads = heads * torch.rsqrt(heads.pow(2).mean(-1, keepdim=True) + 1e-5) \
+                * self.head_norm["weight"]
+        return self.o_proj(heads.transpose(1, 2).reshape(b, n, d))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, d_model, ffn):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, ffn, bias=False)
+        self.up_proj = nn.Linear(d_model, ffn, bias=False)
+        self.down_proj = nn.Linear(ffn, d_model, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, d_model, heads, kv_heads, ffn, spec, rope_base, eps, short_conv,
+                 head_norm):
+        super().__init__()
+        self.self_attn = LlamaAttention(d_model, heads, kv_heads, spec, rope_base, short_conv,
+                                        head_norm)
+        self.mlp = LlamaMLP(d_model, ffn)
+        self.input_layernorm = RMSNorm(d_model, eps)
+        self.post_attention_layernorm = RMSNorm(d_model, eps)
+
+    def forward(self, x, lengths=None):
+        h = x + self.self_attn(self.input_layernorm(x), lengths)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class LlamaTaskModel(nn.Module):
+    """`attnlab train --arch llama` (see the module's comment): model.* and lm_head, tied to the
+    embedding when `tied`, applied at every position or to the mean over the unpadded ones.
+    Hugging Face's initialisation: every matrix N(0, 0.02^2), gains 1; the gate projections as
+    nn.Linear's default."""
+
+    def __init__(self, vocab, classes, d_model=64, heads=4, ffn=256, layers=2, spec="full",
+                 kv_heads=None, rope_base=10000.0, eps=1e-5, tied=False, per_token=True,
+                 short_conv=False, head_norm=False):
+        super().__init__()
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(vocab, d_model)
+        self.model.layers = nn.ModuleList(
+            LlamaBlock(d_model, heads, kv_heads or heads, ffn, spec, rope_base, eps, short_conv,
+                       head_norm) for _ in range(layers))
+        self.model.norm = RMSNorm(d_model, eps)
+        self.lm_head = nn.Linear(d_model, classes, bias=False)
+        own = ("self_attn.gate_proj", "self_attn.beta_proj", "conv_weight")  # attnlab's additions
+        for name, p in self.named_parameters():
+            if p.dim() == 2 and not any(part in name for part in own):
+                nn.init.normal_(p, std=0.02)
+        if tied:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.per_token = per_token
+
+    def forward(self, tokens, lengths=None):
+        return self.lm_head(self.features(tokens, lengths))
+
+    def features(self, tokens, lengths=None):
+        x = self.model.embed_tokens(tokens)
+        for block in self.model.layers:
+            x = block(x, lengths)
+        h = self.model.norm(x)
+        if not self.per_token:
+            n = tokens.shape[1]
             keep = (torch.arange(n)[None, :] < lengths[:, None]).float()[:, :, None]
             h = (h * keep).sum(1, keepdim=True) / lengths.float()[:, None, None]
         return h

@@ -15,6 +15,9 @@ TrainedPair load_trained(const StudyOptions& o) {
       training::Trainer::has_checkpoint((fs::path(dir) / "checkpoint").string()))
     dir = (fs::path(dir) / "checkpoint").string();
   const training::TrainConfig config = training::checkpoint_config(dir);
+  if (config.arch != models::Arch::transformer)  // they read the 2017 encoder's layers
+    throw Unsupported("studies trained and prune",
+                      "checkpoints of --arch " + models::arch_name(config.arch) + " (" + dir + ")");
   TrainedPair pair{dir, std::make_unique<training::Trainer>(config),
                    std::make_unique<training::Trainer>(config)};
   pair.trained->load(dir);

@@ -28,7 +28,7 @@ std::string head_name(const Head& h) {
 // head 1, so that removing none is bitwise the plain forward).
 training::Score score_without(training::TaskModel model, const std::vector<Head>& removed,
                               const std::vector<training::Batch>& held) {
-  auto& layers = model.body.encoder.layers;
+  auto& layers = model.encoder_body("study prune").encoder.layers;
   for (auto& layer : layers) layer.self_attn.head_mask.assign(layer.self_attn.heads(), 1.0f);
   for (const Head& h : removed) layers[h.layer].self_attn.head_mask[h.head] = 0.0f;
   return training::evaluate(model, held);

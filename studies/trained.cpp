@@ -128,7 +128,8 @@ void measure_model(const training::TaskModel& model, const std::string& weights,
                    const training::Batch& batch, std::size_t count,
                    const std::vector<std::vector<bool>>& flags, Measured& m) {
   const Mask mask = model.mask(batch);
-  const std::size_t heads = model.body.config().layer.heads, d = model.body.config().layer.d_model;
+  const models::EncoderModel& body = model.encoder_body("study trained");
+  const std::size_t heads = body.config().layer.heads, d = body.config().layer.d_model;
   const std::size_t n = batch.tokens.shape()[1];
   const auto add_layer = [&](std::size_t layer, const models::Activations& x) {
     LayerRow row{weights, layer, {}};
@@ -138,22 +139,21 @@ void measure_model(const training::TaskModel& model, const std::string& weights,
     }
     m.layers.push_back(row);
   };
-  model.body.forward(
-      batch.tokens, mask,
-      [&](std::size_t l, const models::Activations& x, const models::Activations& out) {
-        if (l == 0) add_layer(0, x);
-        const auto& layer = model.body.encoder.layers[l];
-        const auto a = layer.attention_input(x);
-        const QKV in = layer.self_attn.project(a, a);
-        const Tensor p = models::attention_probabilities(in.q, in.k, mask);
-        for (std::size_t h = 0; h < heads; ++h) {
-          HeadRow row{weights, l + 1, h + 1, {}, {}, {}, 0, 0};
-          for (std::size_t b = 0; b < count; ++b) add_head(row, p, &in, b, h, flags[b]);
-          divide(row, double(count));
-          m.heads.push_back(std::move(row));
-        }
-        add_layer(l + 1, out);
-      });
+  body.forward(batch.tokens, mask,
+               [&](std::size_t l, const models::Activations& x, const models::Activations& out) {
+                 if (l == 0) add_layer(0, x);
+                 const auto& layer = body.encoder.layers[l];
+                 const auto a = layer.attention_input(x);
+                 const QKV in = layer.self_attn.project(a, a);
+                 const Tensor p = models::attention_probabilities(in.q, in.k, mask);
+                 for (std::size_t h = 0; h < heads; ++h) {
+                   HeadRow row{weights, l + 1, h + 1, {}, {}, {}, 0, 0};
+                   for (std::size_t b = 0; b < count; ++b) add_head(row, p, &in, b, h, flags[b]);
+                   divide(row, double(count));
+                   m.heads.push_back(std::move(row));
+                 }
+                 add_layer(l + 1, out);
+               });
 }
 
 Measured measure(const StudyOptions& o, const TrainedPair& pair) {

@@ -133,3 +133,28 @@ TEST_CASE("model: bad configurations exit 2 with one line naming the problem", "
   require_failure(dir, "--spec full --weights w --d-model 64 --heads 4 --n 8",
                   {"embedding.weight.npy", "(50, 32)", "(256, 64)"});
 }
+
+TEST_CASE("model --arch llama: a causal decoder beside full; bad configurations name the field",
+          "[cli][models]") {
+  TempDir dir("model-llama");
+  const std::string small =
+      "--arch llama --layers 2 --d-model 16 --heads 2 --ffn 24 --n 12 "
+      "--batch 2 --vocab 20 ";
+  const CliResult r = model_cli(dir, small + "--spec sliding:left=12,right=0 --save-weights w");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("Llama-style causal decoder") != std::string::npos);
+  // A causal window covering every earlier token is exact attention.
+  const auto rows = layer_rows(r.out);
+  REQUIRE(rows.size() == 2);
+  for (const LayerRow& row : rows) CHECK(row.rel_fro < 1e-6);
+  CHECK(std::filesystem::exists(dir.file("w/model.layers.1.mlp.down_proj.weight.npy")));
+  REQUIRE(model_cli(dir, small + "--spec full --weights w").code == 0);
+  require_failure(dir, small + "--spec full --kv-heads 3", {"kv_heads=3", "heads=2"});
+  require_failure(dir, small + "--spec full --rope-base -1", {"rope_base"});
+  require_failure(dir, "--arch mamba --spec full --n 8", {"arch 'mamba'"});
+  require_failure(dir,
+                  "--arch llama --layers 2 --d-model 32 --heads 2 --ffn 24 --n 12 --vocab 20 "
+                  "--spec full --weights w",
+                  {"model.embed_tokens.weight.npy", "(20, 16)", "(20, 32)"});
+}

@@ -1,14 +1,17 @@
 // PyTorch-trained weights load as they are: tests/torch_layers.py (run with /usr/bin/python3,
 // which sees Debian's python3-torch, installed by scripts/install-deps.sh) builds
 // nn.MultiheadAttention, nn.TransformerEncoderLayer (post- and pre-LN), nn.TransformerDecoderLayer
-// and an nn.TransformerEncoder stack, exports their state_dicts as .npy files and their outputs;
-// each is loaded into the attnlab twin, whose output must equal torch's to 1e-5.
+// and an nn.TransformerEncoder stack, and scripts/torch_twin.py's plain-torch Llama block and
+// models, exports their state_dicts as .npy files and their outputs; each is loaded into the
+// attnlab twin, whose output must equal torch's to 1e-5.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <tuple>
 
 #include "attnlab/npy.hpp"
 #include "model_helpers.hpp"
+#include "models/llama.hpp"
 #include "models/transformer.hpp"
 #include "npy_helpers.hpp"
 
@@ -52,7 +55,8 @@ struct Case {
 
 Case load_case(const std::string& name) {
   const std::string dir = torch_cases().file(name);
-  Case c{dir, load_activations(dir + "/x.npy"), {}, load_activations(dir + "/out.npy")};
+  Case c{dir, {}, {}, load_activations(dir + "/out.npy")};
+  if (std::filesystem::exists(dir + "/x.npy")) c.x = load_activations(dir + "/x.npy");
   if (std::filesystem::exists(dir + "/memory.npy"))
     c.memory = load_activations(dir + "/memory.npy");
   return c;
@@ -123,4 +127,38 @@ TEST_CASE("an nn.TransformerEncoder stack with a final LayerNorm loads and match
   // The comparison can fail: other weights give another output.
   encoder.layers[1].ffn->linear2.bias(0) += 0.01f;
   CHECK(xt::amax(xt::abs(encoder.forward(c.x) - c.expected))() > 1e-3);
+}
+
+TEST_CASE("the plain-torch Llama block and models load with Hugging Face's names and match",
+          "[models][torch][llama]") {
+  LayerConfig config = torch_config(true);
+  config.rope_base = 100.0;  // tests/torch_layers.py's LLAMA_BASE
+  {
+    const Case c = load_case("llama_block");
+    LlamaBlock block(config);
+    load_into(block, c);
+    Mask causal;
+    causal.causal = Causal::top_left;
+    require_close(block.forward(c.x, causal), to64(c.expected), kTolerance, kTolerance);
+  }
+  for (const auto& [name, spec, switches] :
+       {std::tuple{"llama_model_full", "full", ""},
+        std::tuple{"llama_model_sliding", "sliding:left=3,right=0", ""},
+        std::tuple{"llama_model_gated_delta", "gated-delta", "short-conv,head-norm"}}) {
+    INFO(name);
+    const Case c = load_case(name);
+    ModelConfig m;
+    m.arch = Arch::llama;
+    m.layer = config;
+    m.layer.spec = spec;
+    apply_switches(m.layer, switches);
+    m.layers = 2;
+    m.vocab = 20;
+    LlamaModel model(m);
+    CHECK(model.load(c.dir + "/weights") == std::vector<std::string>{"lm_head.weight.npy"});
+    const auto ids = load_npy_float(c.dir + "/tokens.npy", {2});
+    Tokens tokens = Tokens::from_shape({ids.shape()[0], ids.shape()[1]});
+    std::copy(ids.begin(), ids.end(), tokens.begin());
+    require_close(model.forward(tokens), to64(c.expected), kTolerance, kTolerance);
+  }
 }

@@ -397,8 +397,9 @@ TEST_CASE("trained: a checkpoint's heads beside its initialisation's, on held-ou
   for (const training::Trainer* t : models) {
     const std::string weights = t == trainer.get() ? "trained" : "untrained";
     const auto& model = t->model();
-    const auto& layer = model.body.encoder.layers[0];
-    const auto a = layer.attention_input(model.body.embed(batch.tokens));
+    const auto& body = model.encoder_body("test");
+    const auto& layer = body.encoder.layers[0];
+    const auto a = layer.attention_input(body.embed(batch.tokens));
     const Tensor p = layer.self_attn.attention_probabilities(a, a, model.mask(batch));
     for (std::size_t h = 0; h < 2; ++h) {
       INFO(weights << " head " << h + 1);
@@ -472,7 +473,7 @@ TEST_CASE("prune: no head removed is evaluate()'s score, every head of a layer i
 
   // Every head of layer 1 removed = layer 1's attention output is b_O alone = W_O zeroed.
   training::TaskModel no_attention = trainer->model();
-  no_attention.body.encoder.layers[0].self_attn.out_proj.weight.fill(0.0f);
+  no_attention.encoder_body("test").encoder.layers[0].self_attn.out_proj.weight.fill(0.0f);
   const training::Score without = training::evaluate(no_attention, trainer->held_out());
   CHECK(raw_value(r.rows, {{"kind", "layer"}, {"heads", "L1"}}, "loss") ==
         std::stod(raw(without.loss)));
@@ -492,7 +493,7 @@ TEST_CASE("prune: no head removed is evaluate()'s score, every head of a layer i
   CHECK(raw_value(r.rows, {{"kind", "cumulative"}, {"removed", "1"}}, "delta_bits") ==
         *std::min_element(importance.begin(), importance.end()));
   // All heads removed: equal to both layers' W_O zeroed.
-  no_attention.body.encoder.layers[1].self_attn.out_proj.weight.fill(0.0f);
+  no_attention.encoder_body("test").encoder.layers[1].self_attn.out_proj.weight.fill(0.0f);
   CHECK(raw_value(r.rows, {{"kind", "cumulative"}, {"removed", "4"}}, "loss") ==
         std::stod(raw(training::evaluate(no_attention, trainer->held_out()).loss)));
 }

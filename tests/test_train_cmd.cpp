@@ -185,3 +185,61 @@ TEST_CASE("attnlab train --task text reports validation bits per byte, and needs
   CHECK(read_text(dir.file("t/eval.csv")).rfind("step,loss,accuracy,seconds,bits\n", 0) == 0);
   CHECK(read_text(dir.file("t/summary.json")).find("\"bits\"") != std::string::npos);
 }
+
+TEST_CASE(
+    "attnlab train --arch llama: Hugging Face's names, tied or not; bad uses exit 2 with "
+    "one line naming the field and write nothing",
+    "[cli][training]") {
+  TempDir dir("train-llama");
+  const std::string tiny =
+      "train --arch llama --n 16 --d-model 16 --heads 2 --ffn 32 --batch 4 --eval-size 4 "
+      "--steps 2 --quiet ";
+  // A language model with its head tied to the embedding: no lm_head of its own; causal
+  // without --causal (a Llama model is).
+  REQUIRE(attnlab_cli(dir, tiny + "--task text --spec full --tied-embeddings --out t").code == 0);
+  const std::string summary = read_text(dir.file("t/summary.json"));
+  CHECK(summary.find("arch llama") != std::string::npos);
+  CHECK(summary.find("tied_embeddings 1") != std::string::npos);
+  CHECK(fs::exists(dir.file("t/checkpoint/model.layers.1.self_attn.q_proj.weight.npy")));
+  CHECK(fs::exists(dir.file("t/checkpoint/model.embed_tokens.weight.npy")));
+  CHECK_FALSE(fs::exists(dir.file("t/checkpoint/lm_head.weight.npy")));
+  // Untied, on MQAR with gated-delta: an lm_head; a rerun with more steps resumes it.
+  REQUIRE(attnlab_cli(dir, tiny + "--task mqar:pairs=2,vocab=16 --spec gated-delta --out m").code ==
+          0);
+  CHECK(fs::exists(dir.file("m/checkpoint/lm_head.weight.npy")));
+  CHECK(fs::exists(dir.file("m/checkpoint/model.layers.0.self_attn.gate_proj.weight.npy")));
+
+  const auto one_line = [&](const std::string& args, const std::string& fragment,
+                            const std::string& out = "bad") {
+    const CliResult r = attnlab_cli(dir, args + " --out " + out);
+    INFO(args << "\n" << r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(fragment) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_FALSE(fs::exists(dir.file("bad")));
+  };
+  const std::string mqar = tiny + "--task mqar:pairs=2,vocab=16 --spec full ";
+  one_line("train --arch gpt --task copy --spec full --n 16", "arch 'gpt'");
+  one_line(mqar + "--kv-heads 3", "kv_heads=3");
+  one_line(mqar + "--kv-heads 1", "grouped");  // divides heads: not taken yet
+  one_line(mqar + "--rope-base 0", "rope_base");
+  one_line(mqar + "--rope-base -5", "rope_base");
+  one_line("train --arch llama --task copy --spec full --n 16 --d-model 18 --heads 2",
+           "head dimension");
+  one_line(tiny + "--task listops:max_len=16,min_len=4 --spec full --tied-embeddings",
+           "tied_embeddings");
+  one_line("train --task copy --spec full --n 16 --d-model 16 --heads 2 --tied-embeddings",
+           "tied_embeddings");
+  one_line("train --task copy --spec full --n 16 --d-model 16 --heads 2 --rope-base 500",
+           "rope_base=500");
+  one_line("train --task copy --spec full --n 16 --d-model 16 --heads 2 --kv-heads 1",
+           "kv_heads=1");
+  // Another run's checkpoint, and weights folders of another model, are named.
+  one_line(tiny + "--task text --spec full", "another run", "t");  // t's head is tied
+  REQUIRE(attnlab_cli(dir, mqar + "--tied-embeddings --out tied").code == 0);
+  one_line(mqar + "--init tied/checkpoint", "lm_head.weight.npy: missing");
+  fs::copy(dir.file("m/checkpoint"), dir.file("extra"), fs::copy_options::recursive);
+  fs::copy_file(dir.file("extra/lm_head.weight.npy"), dir.file("extra/head.weight.npy"));
+  one_line(tiny + "--task mqar:pairs=2,vocab=16 --spec gated-delta --init extra",
+           "head.weight.npy belong to no parameter");
+}

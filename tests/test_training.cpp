@@ -348,7 +348,7 @@ TEST_CASE("task head: scoring the query positions alone equals the head at every
   // The reference: the head at every position, the unscored rows' gradient zero.
   models::ModelTrace trace;
   const models::Activations& hidden =
-      models::forward(model.body, batch.tokens, model.mask(batch), trace);
+      models::forward(model.encoder_body("test"), batch.tokens, model.mask(batch), trace);
   models::Activations logits, dfeatures;
   model.head.forward(hidden, logits);
   models::Activations dlogits = models::Activations::from_shape(logits.shape());
@@ -357,7 +357,7 @@ TEST_CASE("task head: scoring the query positions alone equals the head at every
                                     classes, dlogits.data());
   TaskModel expected = zero_like(model);
   models::backward(model.head, hidden, dlogits, expected.head, dfeatures);
-  models::backward(model.body, trace, dfeatures, expected.body);
+  models::backward(model.encoder_body("test"), trace, dfeatures, expected.encoder_body("test"));
 
   CHECK(gathered.count == every.count);
   CHECK(gathered.correct == every.correct);

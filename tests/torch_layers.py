@@ -7,12 +7,18 @@ For each case below, builds the torch.nn module (seeded), perturbs its biases an
 they are not 0 and 1, runs it on seeded float32 inputs, and writes OUT_DIR/<case>/:
   weights/<state_dict key>.npy   the module's weights exactly as exported for attnlab
   x.npy, memory.npy              inputs [B, N, d_model] (memory: the cross-attention's keys)
+  tokens.npy                     token ids [B, N] (float32) of a whole model's input
   out.npy                        the module's output
+The Llama cases are scripts/torch_twin.py's plain-torch Llama (Hugging Face's names): a block, and
+whole models (full, sliding, gated-delta with the short convolution and head norm as the core),
+whose output is the final norm's (the features lm_head reads).
 Runs with autograd on (the default): torch's inference fast paths, which pad and pack
 differently, are then not taken. Exits 3 with a message when torch cannot be imported.
 """
 import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 
 try:
     import numpy as np
@@ -48,6 +54,33 @@ def save(out_dir, case, module, out, **inputs):
     np.save(os.path.join(folder, "out.npy"), out.detach().numpy())
 
 
+LLAMA_BASE = 100.0  # a small rotary base turns every pair of channels visibly over 7 tokens
+LLAMA_MODELS = {  # case: (spec, short-conv and head-norm)
+    "llama_model_full": ("full", False),
+    "llama_model_sliding": ("sliding:left=3,right=0", False),
+    "llama_model_gated_delta": ("gated-delta", True),
+}
+
+
+def llama_cases(out_dir, x):
+    import torch_twin
+    with torch.no_grad():
+        model = torch_twin.LlamaTaskModel(20, 20, D_MODEL, HEADS, FFN, 2, rope_base=LLAMA_BASE)
+        block = model.model.layers[0]
+        for p in block.parameters():  # away from Hugging Face's 0.02 and 1
+            p.add_(0.3 * torch.randn_like(p))
+    save(out_dir, "llama_block", block, block(x), x=x)
+    tokens = torch.randint(0, 20, (2, 7))
+    for case, (spec, switches) in LLAMA_MODELS.items():
+        with torch.no_grad():
+            model = torch_twin.LlamaTaskModel(20, 20, D_MODEL, HEADS, FFN, 2, spec=spec,
+                                              rope_base=LLAMA_BASE, short_conv=switches,
+                                              head_norm=switches)
+            for p in model.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+        save(out_dir, case, model, model.features(tokens), tokens=tokens.float())
+
+
 def main(out_dir):
     torch.manual_seed(0)
     x = torch.randn(2, 7, D_MODEL)
@@ -79,6 +112,8 @@ def main(out_dir):
                                   enable_nested_tensor=False).eval()
     perturb(stack)
     save(out_dir, "encoder_stack_pre_ln", stack, stack(x), x=x)
+
+    llama_cases(out_dir, x)
 
 
 if __name__ == "__main__":

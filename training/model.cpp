@@ -8,6 +8,7 @@
 
 #include "attnlab/error.hpp"
 #include "attnlab/kernels.hpp"
+#include "attnlab/npy.hpp"
 #include "models/transformer.hpp"
 #include "models/weights.hpp"
 
@@ -158,22 +159,89 @@ Mask batch_mask(const Batch& batch, bool causal) {
   return mask;
 }
 
+namespace {
+
+std::variant<models::EncoderModel, models::LlamaModel> make_body(const models::ModelConfig& c) {
+  if (c.arch == models::Arch::llama) return models::LlamaModel(c);
+  return models::EncoderModel(c);
+}
+
+const models::Matrix& embedding_of(
+    const std::variant<models::EncoderModel, models::LlamaModel>& b) {
+  if (const auto* llama = std::get_if<models::LlamaModel>(&b)) return llama->embed_tokens.weight;
+  return std::get<models::EncoderModel>(b).embedding.weight;
+}
+
+}  // namespace
+
 TaskModel::TaskModel(const models::ModelConfig& config, std::size_t classes, Output output,
-                     bool causal)
-    : body(config), head(config.layer.d_model, classes), output_(output), causal_(causal) {
+                     bool causal, bool tied_embeddings)
+    : body(make_body(config)),
+      head(config.layer.d_model, tied_embeddings ? 0 : classes,
+           config.arch == models::Arch::transformer),
+      output_(output),
+      causal_(causal || config.arch == models::Arch::llama),
+      tied_(tied_embeddings) {
   if (classes == 0) throw Error("training: a task head needs at least 1 class");
-  head.initialize(config.seed, "head.");
+  if (tied_embeddings && config.arch != models::Arch::llama)
+    throw Error("training: tied_embeddings with arch " + models::arch_name(config.arch) +
+                ": the 2017 encoder's head has a bias and reads scaled embeddings (arch llama)");
+  if (tied_embeddings && classes != config.vocab)
+    throw Error("training: tied_embeddings needs the head's " + std::to_string(classes) +
+                " classes to be the embedding's " + std::to_string(config.vocab) +
+                " tokens (a language model's)");
+  if (config.arch == models::Arch::llama) {
+    if (!tied_)  // Hugging Face's initialisation
+      models::fill_normal(models::parameter("lm_head.weight", head.weight),
+                          models::MultiHeadAttention::kLlamaInitStd, config.seed);
+  } else {
+    head.initialize(config.seed, "head.");
+  }
+}
+
+const models::EncoderModel& TaskModel::encoder_body(const std::string& who) const {
+  if (const auto* encoder = std::get_if<models::EncoderModel>(&body)) return *encoder;
+  throw Unsupported(who, "models of --arch llama (it reads the 2017 encoder's layers)");
+}
+
+models::EncoderModel& TaskModel::encoder_body(const std::string& who) {
+  return const_cast<models::EncoderModel&>(std::as_const(*this).encoder_body(who));
+}
+
+const std::string& TaskModel::spec() const {
+  if (const auto* llama = std::get_if<models::LlamaModel>(&body))
+    return llama->layers.at(0).self_attn.spec();
+  return std::get<models::EncoderModel>(body).encoder.layers.at(0).self_attn.spec();
+}
+
+std::size_t TaskModel::d_model() const {
+  return embedding_of(body).shape()[1];
 }
 
 models::Parameters TaskModel::parameters() {
-  models::Parameters params = body.parameters();
-  head.parameters("head.", params);
+  models::Parameters params = std::visit([](auto& b) { return b.parameters(); }, body);
+  if (std::holds_alternative<models::EncoderModel>(body))
+    head.parameters("head.", params);
+  else if (!tied_)
+    head.parameters("lm_head.", params);
   return params;
 }
 
 void TaskModel::load(const std::string& dir) {
   TaskModel loaded = *this;
-  const std::vector<std::string> unused = models::load_weights(dir, loaded.parameters());
+  std::vector<std::string> unused = models::load_weights(dir, loaded.parameters());
+  // Hugging Face exports a tied head as lm_head.weight too: read, it must be the embedding.
+  const auto lm_head = std::find(unused.begin(), unused.end(), "lm_head.weight.npy");
+  if (tied_ && lm_head != unused.end()) {
+    const xt::xarray<float> w = load_npy_float(dir + "/lm_head.weight.npy", {2});
+    const models::Matrix& e = embedding_of(loaded.body);
+    if (!std::equal(w.shape().begin(), w.shape().end(), e.shape().begin(), e.shape().end()) ||
+        !std::equal(w.begin(), w.end(), e.begin()))
+      throw Error("weights folder " + dir +
+                  ": lm_head.weight.npy differs from model.embed_tokens.weight.npy, which tied "
+                  "embeddings make the head");
+    unused.erase(lm_head);
+  }
   if (!unused.empty()) {
     std::string names;
     for (const std::string& name : unused) names += (names.empty() ? "" : ", ") + name;
@@ -181,16 +249,38 @@ void TaskModel::load(const std::string& dir) {
                 " belong to no parameter of this model "
                 "(another model's weights? e.g. a final LayerNorm the switches leave out)");
   }
-  loaded.body.encoder.check(dir + "/encoder.");
+  if (auto* encoder = std::get_if<models::EncoderModel>(&loaded.body))
+    encoder->encoder.check(dir + "/encoder.");
+  else
+    std::get<models::LlamaModel>(loaded.body).check(dir + "/");
   *this = std::move(loaded);
 }
 
+models::Activations TaskModel::features(const models::Tokens& tokens, const Mask& mask) const {
+  return std::visit([&](const auto& b) { return b.forward(tokens, mask); }, body);
+}
+
+void TaskModel::head_forward(const models::Activations& features,
+                             models::Activations& logits) const {
+  if (!tied_) return head.forward(features, logits);
+  const models::Matrix& e = embedding_of(body);
+  const std::size_t rows = features.shape()[0] * features.shape()[1], d = e.shape()[1];
+  models::shape_buffer(logits, {features.shape()[0], features.shape()[1], e.shape()[0]});
+  models::affine(features.data(), rows, d, d, e.data(), e.shape()[0], d, nullptr, logits.data(),
+                 e.shape()[0]);
+}
+
 models::Activations TaskModel::logits(const Batch& batch) const {
-  const models::Activations hidden = body.forward(batch.tokens, mask(batch));
-  if (output_ == Output::per_token) return head.forward(hidden);
+  const models::Activations hidden = features(batch.tokens, mask(batch));
+  models::Activations out;
+  if (output_ == Output::per_token) {
+    head_forward(hidden, out);
+    return out;
+  }
   models::Activations pooled;
   mean_pool(hidden, batch.lengths, pooled);
-  return head.forward(pooled);
+  head_forward(pooled, out);
+  return out;
 }
 
 TaskModel zero_like(const TaskModel& model) {
@@ -199,6 +289,42 @@ TaskModel zero_like(const TaskModel& model) {
   return grad;
 }
 
+namespace {
+
+// The head's backward: dL/d(features) into dfeatures; the head's (or, tied, the embedding's)
+// gradient added into grad.
+void head_backward(const TaskModel& model, const models::Activations& features,
+                   const models::Activations& dlogits, TaskModel& grad,
+                   models::Activations& dfeatures) {
+  if (!model.tied_embeddings())
+    return models::backward(model.head, features, dlogits, grad.head, dfeatures);
+  const models::Matrix& e = embedding_of(model.body);
+  auto& de = const_cast<models::Matrix&>(embedding_of(grad.body));  // grad's own storage
+  const std::size_t rows = features.shape()[0] * features.shape()[1], d = e.shape()[1];
+  models::shape_buffer(dfeatures, features.shape());
+  models::affine_backward(features.data(), rows, d, d, e.data(), e.shape()[0], d, dlogits.data(),
+                          e.shape()[0], dfeatures.data(), d, de.data(), nullptr, true);
+}
+
+// The body's traced forward and its backward, whichever the body is.
+const models::Activations& body_forward(const TaskModel& model, const Batch& batch,
+                                        StepWorkspace& w) {
+  if (const auto* llama = std::get_if<models::LlamaModel>(&model.body))
+    return models::forward(*llama, batch.tokens, model.mask(batch), w.llama_trace);
+  return models::forward(std::get<models::EncoderModel>(model.body), batch.tokens,
+                         model.mask(batch), w.trace);
+}
+
+void body_backward(const TaskModel& model, const models::Activations& dy, TaskModel& grad,
+                   StepWorkspace& w) {
+  if (const auto* llama = std::get_if<models::LlamaModel>(&model.body))
+    return models::backward(*llama, w.llama_trace, dy, std::get<models::LlamaModel>(grad.body));
+  models::backward(std::get<models::EncoderModel>(model.body), w.trace, dy,
+                   std::get<models::EncoderModel>(grad.body));
+}
+
+}  // namespace
+
 Score loss_and_gradients(const TaskModel& model, const Batch& batch, TaskModel& grad) {
   StepWorkspace workspace;
   return loss_and_gradients(model, batch, grad, workspace);
@@ -206,8 +332,7 @@ Score loss_and_gradients(const TaskModel& model, const Batch& batch, TaskModel& 
 
 Score loss_and_gradients(const TaskModel& model, const Batch& batch, TaskModel& grad,
                          StepWorkspace& w) {
-  const models::Activations& hidden =
-      models::forward(model.body, batch.tokens, model.mask(batch), w.trace);
+  const models::Activations& hidden = body_forward(model, batch, w);
   // The head's input: the pooled features, the scored rows, or every position.
   const bool per_token = model.output() == Output::per_token;
   const bool gathered = per_token && scores_some(batch);
@@ -215,26 +340,25 @@ Score loss_and_gradients(const TaskModel& model, const Batch& batch, TaskModel& 
   if (gathered) gather_scored(hidden, batch, w.head_input, w.head_targets);
   const models::Activations& features = per_token && !gathered ? hidden : w.head_input;
   const std::int64_t* targets = gathered ? w.head_targets.data() : nullptr;
-  model.head.forward(features, w.logits);
+  model.head_forward(features, w.logits);
   models::shape_buffer(w.dlogits, w.logits.shape());
   const std::size_t classes = w.logits.shape()[2];
   const Score score =
       cross_entropy(w.logits.data(), targets ? targets : targets_of(batch, w.logits),
                     w.logits.size() / classes, classes, w.dlogits.data());
-  models::backward(model.head, features, w.dlogits, grad.head, w.dfeatures);
+  head_backward(model, features, w.dlogits, grad, w.dfeatures);
   if (!per_token) mean_pool_backward(w.dfeatures, hidden.shape()[1], batch.lengths, w.dhidden);
   if (gathered) scatter_scored(w.dfeatures, batch, w.dhidden);
-  models::backward(model.body, w.trace, per_token && !gathered ? w.dfeatures : w.dhidden,
-                   grad.body);
+  body_backward(model, per_token && !gathered ? w.dfeatures : w.dhidden, grad, w);
   return score;
 }
 
 Score evaluate(const TaskModel& model, const Batch& batch) {
   if (model.output() == Output::per_token && scores_some(batch)) {
-    models::Activations rows;
+    models::Activations rows, logits;
     models::Tokens row_targets;
-    gather_scored(model.body.forward(batch.tokens, model.mask(batch)), batch, rows, row_targets);
-    const models::Activations logits = model.head.forward(rows);
+    gather_scored(model.features(batch.tokens, model.mask(batch)), batch, rows, row_targets);
+    model.head_forward(rows, logits);
     return cross_entropy(logits.data(), row_targets.data(), row_targets.size(), logits.shape()[2],
                          nullptr);
   }

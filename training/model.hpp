@@ -1,12 +1,15 @@
-// A Transformer encoder with a task head: what `attnlab train` trains. The encoder is
-// models::EncoderModel (token embedding, sinusoidal positions, L layers with any attention spec);
-// the head is one Linear from d_model to the task's classes ("head.weight", "head.bias"),
-// applied at every position (Output::per_token) or to the mean of the encoder's outputs over the
-// unpadded positions (Output::per_sequence: mean pooling, as LRA's classifiers may). Training and
-// evaluate() apply a per-token head to the scored positions alone (MQAR scores its queries, a
-// sixteenth of the tokens: Zoology's 8192-way head at every token would be most of the step);
-// logits() gives every position's. Padded keys
-// are masked in every attention call (Mask::key_lengths). A causal model (`attnlab train
+// A Transformer with a task head: what `attnlab train` trains. The body is the 2017 encoder,
+// models::EncoderModel (token embedding, sinusoidal positions, L layers with any attention spec),
+// with a head Linear from d_model to the task's classes ("head.weight", "head.bias"); or Llama's
+// decoder, models::LlamaModel (`attnlab train --arch llama`: always causal), with Hugging Face's
+// bias-free head "lm_head.weight", or the embedding itself as the head (tied embeddings, which
+// need as many classes as tokens: a language model's). The head is applied at every position
+// (Output::per_token) or to the mean of the encoder's outputs over the unpadded positions
+// (Output::per_sequence: mean pooling, as LRA's classifiers may). Training and evaluate() apply a
+// per-token head to the scored positions alone (MQAR scores its queries, a sixteenth of the tokens:
+// Zoology's 8192-way head at every token would be most of the step); logits() gives every
+// position's. Padded keys are masked in every attention call (Mask::key_lengths). A causal model
+// (`attnlab train
 // --causal`) is a decoder-only, GPT-style stack: every attention call is also causal (top-left),
 // so position i sees positions 0..i only and a per-token target is predicted from the prefix up
 // to its position; per-sequence tasks pool the causal outputs as above. The loss is the mean
@@ -17,9 +20,11 @@
 #include <cstdint>
 #include <numbers>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "attnlab/mask.hpp"
+#include "models/llama.hpp"
 #include "models/transformer.hpp"
 #include "training/tasks.hpp"
 
@@ -57,17 +62,36 @@ class TaskModel {
   /// Builds and initialises the encoder from config (config.seed) and the head (PyTorch's
   /// Linear initialisation from the same seed); throws Error for a bad config or classes == 0.
   /// `causal`: every attention call is causal (see the header comment).
+  /// config.arch picks the body; a Llama body is causal whatever `causal` says. Throws Error
+  /// for tied_embeddings with the 2017 encoder, or with classes != config.vocab (naming it).
   TaskModel(const models::ModelConfig& config, std::size_t classes, Output output,
-            bool causal = false);
+            bool causal = false, bool tied_embeddings = false);
 
-  models::EncoderModel body;  ///< "embedding.weight", "encoder.*"
-  models::Linear head;        ///< "head.weight" [classes, d_model], "head.bias"
+  /// The 2017 encoder ("embedding.weight", "encoder.*") or Llama's ("model.*").
+  std::variant<models::EncoderModel, models::LlamaModel> body;
+  /// "head.weight" [classes, d_model] and "head.bias" on the 2017 encoder; "lm_head.weight",
+  /// without a bias, on Llama's; unused (the embedding is the head) with tied embeddings.
+  models::Linear head;
 
   /// Per token or per sequence.
   Output output() const { return output_; }
 
   /// Whether every attention call is causal.
   bool causal() const { return causal_; }
+
+  /// Whether the head is the body's token embedding.
+  bool tied_embeddings() const { return tied_; }
+
+  /// The 2017 encoder body. Throws Unsupported naming `who` when the body is another.
+  const models::EncoderModel& encoder_body(const std::string& who) const;
+  /// The same, to change.
+  models::EncoderModel& encoder_body(const std::string& who);
+
+  /// The attention core's canonical spec (every layer has the same).
+  const std::string& spec() const;
+
+  /// d_model.
+  std::size_t d_model() const;
 
   /// The mask of every attention call on `batch`: batch_mask(batch, causal()).
   Mask mask(const Batch& batch) const { return batch_mask(batch, causal_); }
@@ -76,10 +100,18 @@ class TaskModel {
   models::Parameters parameters();
 
   /// Reads the weights folder `dir` (models/weights.hpp: "embedding.weight", "encoder.*",
-  /// "head.*") into every parameter, e.g. a PyTorch twin's exported initial weights. Throws Error
-  /// naming the file that is missing, mis-shaped or not finite, a broken tie, or a file no
-  /// parameter reads (the folder is of another model); on error nothing changes.
+  /// "head.*", or "model.*" and "lm_head.weight") into every parameter, e.g. a PyTorch twin's
+  /// exported initial weights. Throws Error naming the file that is missing, mis-shaped or not
+  /// finite, a broken tie, or a file no parameter reads (the folder is of another model); with
+  /// tied embeddings an lm_head.weight, as Hugging Face exports it, must equal the embedding. On
+  /// error nothing changes.
   void load(const std::string& dir);
+
+  /// The body's output [B, N, d_model] on `tokens` under `mask`.
+  models::Activations features(const models::Tokens& tokens, const Mask& mask) const;
+
+  /// The head on `features` [B, R, d_model] -> logits [B, R, classes] (shaped by shape_buffer).
+  void head_forward(const models::Activations& features, models::Activations& logits) const;
 
   /// The logits [B, N, classes] (per token) or [B, 1, classes] (per sequence) of a batch.
   models::Activations logits(const Batch& batch) const;
@@ -87,6 +119,7 @@ class TaskModel {
  private:
   Output output_;
   bool causal_;
+  bool tied_;
 };
 
 /// A copy of `model` with every parameter zero: the gradient accumulator of loss_and_gradients.
@@ -96,7 +129,8 @@ TaskModel zero_like(const TaskModel& model);
 /// input, logits and their gradients. Kept from one step to the next (the Trainer owns one), a
 /// step after the first allocates nothing large.
 struct StepWorkspace {
-  models::ModelTrace trace;        ///< the body's activations and gradient buffers
+  models::ModelTrace trace;        ///< the 2017 body's activations and gradient buffers
+  models::LlamaTrace llama_trace;  ///< Llama's
   models::Activations head_input;  ///< the mean-pooled features, or the scored rows [1, R, d]
   models::Tokens head_targets;     ///< the scored rows' targets [1, R]
   models::Activations logits;      ///< the head's output

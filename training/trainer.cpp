@@ -46,6 +46,9 @@ models::ModelConfig model_config(const TrainConfig& c, std::size_t vocab) {
   m.layer.ffn = c.ffn;
   m.layer.spec = c.spec;
   models::apply_switches(m.layer, c.switches);
+  m.layer.kv_heads = c.kv_heads;
+  m.layer.rope_base = c.rope_base;
+  m.arch = c.arch;
   m.layers = c.layers;
   m.vocab = vocab;
   m.seed = c.seed;
@@ -85,13 +88,21 @@ void TrainConfig::validate() const {
   if (n == 0 || batch == 0 || eval_size == 0 || layers == 0)
     throw Error("train: n, batch, eval_size and layers must be at least 1");
   const auto made = make_task(task, n);
-  if (made->needs_causal() && !causal)
+  if (made->needs_causal() && !causal_model())
     throw Error("task '" + made->spec() +
                 "' is a language model: it needs train --causal (a "
                 "bidirectional model would see the byte it is asked to predict)");
   model_config(*this, made->vocab()).validate();
+  if (tied_embeddings && arch != models::Arch::llama)
+    throw Error("train: tied_embeddings (--tied-embeddings) with arch " + models::arch_name(arch) +
+                ": only --arch llama ties its head to the embedding");
+  if (tied_embeddings && made->classes() != made->vocab())
+    throw Error(
+        "train: tied_embeddings (--tied-embeddings) needs as many classes as tokens: task '" +
+        made->spec() + "' has " + std::to_string(made->classes()) + " classes and " +
+        std::to_string(made->vocab()) + " tokens");
   adam.validate();
-  if (causal) {
+  if (causal_model()) {
     const auto attention = make_attention(spec);
     if (!attention->support().causal)
       throw Unsupported(attention->name(),
@@ -109,13 +120,16 @@ double TrainConfig::memory_bytes() const {
   const auto task_ = make_task(task, n);
   const models::ModelConfig model = model_config(*this, task_->vocab());
   const double classes = double(task_->classes()), d = double(d_model);
-  const double parameters = model.parameter_count() + (d + 1) * classes;
+  const double parameters = model.parameter_count() + (tied_embeddings ? 0 : (d + 1) * classes);
   const double tokens = double(batch) * double(n);
   const double logits = double(head_rows(*task_, batch)) * classes;
   // Per layer its trace (activations and the gradient buffers it keeps), then the one set of
-  // backward scratch the layers share (models/transformer.hpp).
-  const double activations = double(layers) * tokens * (20 * d + double(ffn)) +
-                             tokens * (12 * d + double(ffn)) + 2 * logits;
+  // backward scratch the layers share (models/residual.hpp): Llama's SwiGLU keeps three hidden
+  // activations and has four hidden gradients.
+  const double hidden = arch == models::Arch::llama ? 3 * double(ffn) : double(ffn);
+  const double scratch = arch == models::Arch::llama ? 4 * double(ffn) : double(ffn);
+  const double activations =
+      double(layers) * tokens * (20 * d + hidden) + tokens * (12 * d + scratch) + 2 * logits;
   const double held_out = 2.0 * double(eval_size) * double(n) * sizeof(std::int64_t);
   return 4 * (4 * parameters + activations) + held_out;
 }
@@ -131,6 +145,10 @@ std::string TrainConfig::describe() const {
     << adam.warmup << "\n";
   if (causal) s << "causal 1\n";
   if (!init.empty()) s << "init " << init << "\n";
+  if (arch != models::Arch::transformer) s << "arch " << models::arch_name(arch) << "\n";
+  if (kv_heads != 0) s << "kv_heads " << kv_heads << "\n";
+  if (rope_base != TrainConfig{}.rope_base) s << "rope_base " << rope_base << "\n";
+  if (tied_embeddings) s << "tied_embeddings 1\n";
   return s.str();
 }
 
@@ -189,6 +207,14 @@ TrainConfig TrainConfig::parse(const std::string& lines, const std::string& wher
       number(c.adam.warmup);
     else if (key == "causal")
       c.causal = value == "1" ? true : throw fail();
+    else if (key == "arch")
+      c.arch = models::parse_arch(value);
+    else if (key == "kv_heads")
+      number(c.kv_heads);
+    else if (key == "rope_base")
+      number(c.rope_base);
+    else if (key == "tied_embeddings")
+      c.tied_embeddings = value == "1" ? true : throw fail();
     else
       throw fail();
   }
@@ -214,7 +240,7 @@ Trainer::Trainer(const TrainConfig& config)
     : config_((config.validate(), config)),
       task_(make_task(config.task, config.n)),
       model_(model_config(config, task_->vocab()), task_->classes(), task_->output(),
-             config.causal),
+             config.causal_model(), config.tied_embeddings),
       grad_(zero_like(model_)),
       adam_(config.adam) {
   if (!config_.init.empty()) model_.load(config_.init);

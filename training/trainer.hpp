@@ -60,7 +60,11 @@ struct TrainConfig {
   std::uint64_t seed = 1;           ///< weights and data
   std::size_t eval_size = 512;      ///< held-out examples
   models::AdamConfig adam{3e-3, 0.9, 0.98, 1e-8, 0.01, 100};  ///< lr 3e-3, warm-up 100 steps
-  bool causal = false;       ///< a decoder-only stack: every attention call causal
+  bool causal = false;  ///< a decoder-only stack: every attention call causal
+  models::Arch arch = models::Arch::transformer;  ///< the block (llama: always causal)
+  std::size_t kv_heads = 0;                       ///< key and value heads (0: `heads`); llama only
+  double rope_base = 10000;                       ///< the rotary embeddings' base; llama only
+  bool tied_embeddings = false;                   ///< the embedding is the head; llama only
   std::string init;          ///< initial weights folder ("": seeded from `seed`)
   std::string dump_batches;  ///< folder to write each step's batch to ("": none); not
                              ///< part of the run's identity (describe() leaves it out)
@@ -77,9 +81,13 @@ struct TrainConfig {
   /// attention core's own scratch comes on top.
   double memory_bytes() const;
 
-  /// One "key value" line per field, in a fixed order: the identity of a run. `causal` and
-  /// `init` add their lines ("causal 1", "init DIR") only when set, so that the checkpoints of
-  /// earlier runs still resume.
+  /// Whether every attention call is causal: `causal`, or a Llama model.
+  bool causal_model() const { return causal || arch == models::Arch::llama; }
+
+  /// One "key value" line per field, in a fixed order: the identity of a run. `causal`, `init`,
+  /// `arch`, `kv_heads`, `rope_base` and `tied_embeddings` add their lines ("causal 1",
+  /// "init DIR", "arch llama", ...) only when they differ from the defaults, so that the
+  /// checkpoints of earlier runs still resume.
   std::string describe() const;
 
   /// The config whose describe() the lines are (the inverse of describe(); lines it does not
