@@ -18,15 +18,20 @@ from report_parts import notes_link
 def step_table(rows):
     """Per model and N (rows of rows.csv): the model's words, N, each side's median step time in
     seconds and attnlab's split of its step in percent. scripts/render-readme.py reads it too."""
-    keys = sorted({(int(r["layers"]), int(r["d_model"]), int(r["heads"]), int(r["ffn"]),
-                    int(r["n"])) for r in rows})
+    # Older rows.csv have neither arch nor kv_heads: the 2017 model, as many KV heads as heads.
+    arch = lambda r: r.get("arch") or "transformer"  # noqa: E731
+    keys = sorted({(arch(r), int(r["layers"]), int(r["d_model"]), int(r["heads"]),
+                    int(r.get("kv_heads") or r["heads"]), int(r["ffn"]), int(r["n"]))
+                   for r in rows})
     table = []
-    for layers, dm, heads, ffn, n in keys:
-        mine = [r for r in rows if (int(r["layers"]), int(r["d_model"]), int(r["n"])) ==
-                (layers, dm, n)]
+    for kind, layers, dm, heads, kv, ffn, n in keys:
+        mine = [r for r in rows if (arch(r), int(r["layers"]), int(r["d_model"]), int(r["n"])) ==
+                (kind, layers, dm, n)]
         med = lambda side, col: statistics.median(float(r[col]) for r in mine if r["side"] == side)
         ours = med("attnlab", "step_s")
-        table.append({"model": f"{layers} layers, d_model {dm}, {heads} heads, FFN {ffn}, batch "
+        words = f"{heads} heads, FFN {ffn}" if kind == "transformer" else \
+            f"Llama-style, {heads} query / {kv} KV heads, SwiGLU {ffn}"
+        table.append({"model": f"{layers} layers, d_model {dm}, {words}, batch "
                                f"{mine[0]['batch']}",
                       "layers": layers, "d_model": dm, "n": n, "attnlab_s": ours,
                       "torch_s": med("torch", "step_s"),
@@ -47,6 +52,8 @@ def main():
     if "torch_openblas_config" in c:
         torch_build = ", OpenMP build" if "USE_OPENMP" in c["torch_openblas_config"] else \
             ", pthreads build"
+    big = "" if c.get("arch") == "llama" else \
+        f" ({c['big_rounds']} round of {c['big_steps']} for the 4-layer model at N = 1024)"
     lines = [
         "# A training step: attnlab against PyTorch",
         "",
@@ -56,8 +63,7 @@ def main():
         f"{torch_build} for PyTorch "
         f"{c['torch']} (OPENBLAS_CORETYPE {c['OPENBLAS_CORETYPE'] or 'unset'}); kernels "
         f"{c.get('attnlab_kernels', '?')}. {c['rounds']} rounds, attnlab and PyTorch in turn, each "
-        f"the median of {c['steps']} steps ({c['big_rounds']} round of {c['big_steps']} for the "
-        f"4-layer model at N = 1024); load average {' '.join(c['load_before'])} before, "
+        f"the median of {c['steps']} steps{big}; load average {' '.join(c['load_before'])} before, "
         f"{' '.join(c['load_after'])} after (each round's load is in rows.csv).",
         "",
         "| model | N | attnlab step | PyTorch step | PyTorch / attnlab | attnlab: attention | "
@@ -69,8 +75,9 @@ def main():
                      f"{step['torch_s'] * 1e3:.1f} ms | {step['torch_s'] / step['attnlab_s']:.2f}x | "
                      f"{step['attention']:.0f}% | {step['gemm']:.0f}% | {step['rest']:.0f}% |")
     lines.append("")
-    lines.append("The split is training::measure_split's: the step's attention calls and its GEMMs "
-                 "timed alone at the step's shapes, the rest what remains of the step.")
+    lines.append("The split is training::measure_split's: the time inside the step's attention "
+                 "cores and inside its GEMMs, as the layers time them in the step "
+                 "(models/step_clock.hpp), the rest what remains of the step.")
     if notes_link(d):
         lines += ["", notes_link(d)]
     (d / "README.md").write_text("\n".join(lines) + "\n")
