@@ -168,6 +168,37 @@ TEST_CASE("causal alignments follow the FlashAttention convention", "[core]") {
   CHECK(top.visible_keys(0, 4, tall) == 2);
 }
 
+TEST_CASE("packed documents: a query sees its own document's keys, causal within it", "[core]") {
+  // Queries in documents [0, 2), [2, 2) (empty), [2, 5); keys in [0, 3), [3, 3), [3, 4).
+  const Dims d{1, 1, 5, 4, 4, 4};
+  Mask m;
+  m.documents = {0, 2, 2, 5};
+  m.key_documents = {0, 3, 3, 4};
+  m.validate(d);
+  CHECK(m.sequences(1) == 3);
+  CHECK(m.document_queries(2) == std::pair<std::size_t, std::size_t>{2, 5});
+  CHECK(m.document_keys(2) == std::pair<std::size_t, std::size_t>{3, 4});
+  const auto row = [&](std::size_t i) {
+    std::string r;
+    for (std::size_t j = 0; j < d.nk; ++j) r += m.may_attend(0, 0, i, j, d) ? '1' : '0';
+    return r;
+  };
+  CHECK(row(1) == "1110");
+  CHECK(row(2) == "0001");
+  m.causal = Causal::top_left;  // the documents' first query and first key aligned
+  CHECK(row(0) == "1000");
+  CHECK(row(1) == "1100");
+  CHECK(row(2) == "0001");
+  CHECK(row(4) == "0001");
+  m.causal = Causal::bottom_right;  // their last ones aligned: [0, 2) x [0, 3) sees 110, 111
+  CHECK(row(0) == "1100");
+  CHECK(row(1) == "1110");
+  CHECK(row(2) == "0000");  // 3 queries, 1 key: only the last query sees it
+  CHECK(row(4) == "0001");
+  m.key_lengths = {2};  // padding on the packed positions
+  CHECK(row(1) == "1100");
+}
+
 TEST_CASE("a backend refuses what it cannot honour, naming itself and the feature", "[core]") {
   Plain plain;
   const Tensor x = random_tensor(1, 1, 4, 8, 1);

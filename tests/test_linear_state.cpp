@@ -418,3 +418,221 @@ TEST_CASE("recurrent states: bad input names the argument", "[linear-state]") {
       },
       {"gla", "d_initial_state", "share storage"});
 }
+
+namespace {
+
+// Offsets 0, l_0, l_0 + l_1, ... of documents of lengths `lengths`.
+std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& lengths) {
+  std::vector<std::int64_t> o = {0};
+  for (std::int64_t n : lengths) o.push_back(o.back() + n);
+  return o;
+}
+
+// Rows [t0, t1) of a [1, H, N, D] tensor.
+Tensor rows_of(const Tensor& x, std::size_t t0, std::size_t t1) {
+  return xt::view(x, xt::all(), xt::all(), xt::range(t0, t1), xt::all());
+}
+
+// Document s of a [S, H, ...] state as a [1, H, ...] one.
+RecurrentState document_state(const RecurrentState& s, std::size_t doc) {
+  RecurrentState one;
+  one.memory = xt::view(s.memory, xt::range(doc, doc + 1), xt::all(), xt::all(), xt::all());
+  if (s.key_sum.size() != 0)
+    one.key_sum = xt::view(s.key_sum, xt::range(doc, doc + 1), xt::all(), xt::all());
+  return one;
+}
+
+}  // namespace
+
+TEST_CASE("packed documents equal each document run alone, forward and backward",
+          "[linear-state][documents]") {
+  // Documents of 1, 63, 0 (empty), 64, 65, 7 and 130 tokens: shorter than, at and across the
+  // 64-token chunk. Each document runs from its own initial state to its own final state; its
+  // chunks start at its first token, so each equals its call alone bitwise (the same
+  // arithmetic). Causal with key padding in the last document; non-causal with key documents
+  // of other lengths (cross-attention, one with no key: its queries read the initial state).
+  const std::vector<std::int64_t> lengths = {1, 63, 0, 64, 65, 7, 130};
+  const std::vector<std::int64_t> key_lengths = {3, 60, 2, 64, 0, 9, 129};
+  const std::vector<std::int64_t> docs = offsets_of(lengths);
+  const std::size_t H = 2, dk = 6, dv = 5, n = std::size_t(docs.back());
+  std::vector<const char*> specs(std::begin(kSpecs), std::end(kSpecs));
+  specs.push_back("linear:feature=favor,m=8");  // documents, no state
+  for (const char* spec : specs) {
+    for (const bool causal : {true, false}) {
+      INFO(spec << (causal ? " causal" : " non-causal, key documents"));
+      const auto a = make_attention(spec);
+      const bool state = a->support().state;
+      Mask mask;
+      mask.documents = docs;
+      if (causal) {
+        mask.causal = Causal::top_left;
+        mask.key_lengths = {std::int64_t(n) - 50};  // the last document half padding
+      } else {
+        mask.key_documents = offsets_of(key_lengths);
+      }
+      const std::size_t nk =
+          std::size_t(mask.key_documents.empty() ? docs.back() : mask.key_documents.back());
+      Inputs x(*a, 1, H, nk, dk, dv, 700);
+      x.q = random_tensor(1, H, n, dk, 701);
+      const Dims d{1, H, n, nk, dk, dv};
+      const std::size_t D = lengths.size();
+      Dims per_doc = d;
+      per_doc.batch = D;
+      const RecurrentState initial = state ? random_state(*a, per_doc, 702) : RecurrentState();
+      const RecurrentState d_final = state ? random_state(*a, per_doc, 703) : RecurrentState();
+      const Tensor d_out = random_tensor(1, H, n, dv, 704);
+      TokenInputs in = x.tokens();
+      in.initial_state = as_input(initial);
+      Tensor out;
+      Saved saved;
+      a->forward(x.q, x.k, x.v, mask, in, out, saved);
+      in.d_final_state = as_input(d_final);
+      AllGradients g;
+      a->backward(x.q, x.k, x.v, mask, in, out, d_out, saved, g);
+      if (state) {
+        REQUIRE(saved.final_state.memory.shape()[0] == D);
+        REQUIRE(g.d_initial_state.memory.shape()[0] == D);
+      }
+      for (std::size_t doc = 0; doc < D; ++doc) {
+        INFO("document " << doc);
+        const auto [q0, q1] = mask.document_queries(doc);
+        const auto [k0, k1] = mask.document_keys(doc);
+        const RecurrentState start = state ? document_state(initial, doc) : RecurrentState();
+        const RecurrentState end_grad = state ? document_state(d_final, doc) : RecurrentState();
+        // A call alone needs a token: an empty side gets one zero row, its key padded out and
+        // its query's d_out zero, which changes nothing the comparison reads.
+        const std::size_t nq1 = std::max<std::size_t>(q1 - q0, 1);
+        const std::size_t nk1 = std::max<std::size_t>(k1 - k0, 1);
+        Inputs alone(*a, 1, H, nk1, dk, dv, 0);
+        alone.q = xt::zeros<float>({std::size_t(1), H, nq1, dk});
+        alone.k = xt::zeros<float>({std::size_t(1), H, nk1, dk});
+        alone.v = xt::zeros<float>({std::size_t(1), H, nk1, dv});
+        alone.g = xt::zeros<float>({std::size_t(1), H, nk1});
+        alone.beta = xt::zeros<float>({std::size_t(1), H, nk1});
+        Tensor d_alone = xt::zeros<float>({std::size_t(1), H, nq1, dv});
+        const auto first = [](auto& t, std::size_t count) {
+          return xt::view(t, xt::all(), xt::all(), xt::range(0, count));
+        };
+        first(alone.q, q1 - q0) = rows_of(x.q, q0, q1);
+        first(alone.k, k1 - k0) = rows_of(x.k, k0, k1);
+        first(alone.v, k1 - k0) = rows_of(x.v, k0, k1);
+        first(alone.g, k1 - k0) = xt::view(x.g, xt::all(), xt::all(), xt::range(k0, k1));
+        first(alone.beta, k1 - k0) = xt::view(x.beta, xt::all(), xt::all(), xt::range(k0, k1));
+        first(d_alone, q1 - q0) = rows_of(d_out, q0, q1);
+        Mask m;
+        m.causal = mask.causal;
+        m.key_lengths = {std::clamp<std::int64_t>(
+            std::int64_t(mask.valid_keys(0, nk)) - std::int64_t(k0), 0, std::int64_t(k1 - k0))};
+        TokenInputs tin = alone.tokens();
+        tin.initial_state = as_input(start);
+        Tensor o;
+        Saved s;
+        a->forward(alone.q, alone.k, alone.v, m, tin, o, s);
+        CHECK((rows_of(o, 0, q1 - q0) == rows_of(out, q0, q1)));
+        tin.d_final_state = as_input(end_grad);
+        AllGradients ga;
+        a->backward(alone.q, alone.k, alone.v, m, tin, o, d_alone, s, ga);
+        CHECK((rows_of(ga.qkv.dq, 0, q1 - q0) == rows_of(g.qkv.dq, q0, q1)));
+        CHECK((rows_of(ga.qkv.dk, 0, k1 - k0) == rows_of(g.qkv.dk, k0, k1)));
+        CHECK((rows_of(ga.qkv.dv, 0, k1 - k0) == rows_of(g.qkv.dv, k0, k1)));
+        const auto keys = [&](const TokenTensor& t, std::size_t from, std::size_t to) {
+          return TokenTensor(xt::view(t, xt::all(), xt::all(), xt::range(from, to)));
+        };
+        if (x.with_g) CHECK((keys(ga.d_log_decay, 0, k1 - k0) == keys(g.d_log_decay, k0, k1)));
+        if (x.with_beta) CHECK((keys(ga.d_beta, 0, k1 - k0) == keys(g.d_beta, k0, k1)));
+        if (!state) continue;
+        CHECK((s.final_state.memory == document_state(saved.final_state, doc).memory));
+        CHECK((s.final_state.key_sum == document_state(saved.final_state, doc).key_sum));
+        CHECK((ga.d_initial_state.memory == document_state(g.d_initial_state, doc).memory));
+        CHECK((ga.d_initial_state.key_sum == document_state(g.d_initial_state, doc).key_sum));
+      }
+    }
+  }
+}
+
+TEST_CASE("packed documents: bad offsets name the argument", "[linear-state][documents]") {
+  const auto gla = make_attention("gla");
+  const Tensor q = random_tensor(1, 2, 6, 4, 1), k = random_tensor(1, 2, 6, 4, 2),
+               v = random_tensor(1, 2, 6, 3, 3);
+  const auto run = [&](std::vector<std::int64_t> docs, std::vector<std::int64_t> key_docs,
+                       const Tensor& qq) {
+    Mask m;
+    m.documents = std::move(docs);
+    m.key_documents = std::move(key_docs);
+    gla->forward(qq, k, v, m);
+  };
+  run({0, 2, 6}, {}, q);
+  require_error(
+      [&] {
+        run({1, 6}, {}, q);
+      },
+      {"documents (cu_seqlens)", "offset 0 is 1", "start at 0"});
+  require_error(
+      [&] {
+        run({0, 4, 3, 6}, {}, q);
+      },
+      {"cu_seqlens", "offset 2 is 3", "offset 1 = 4", "must not decrease"});
+  require_error([&] { run({0, 2, 5}, {}, q); }, {"documents (cu_seqlens) ends at 5", "Nq = 6"});
+  require_error([&] { run({0}, {}, q); }, {"documents", "at least 2"});
+  require_error(
+      [&] {
+        run({0, 2, 6}, {0, 6}, q);
+      },
+      {"key_documents (cu_seqlens_k)", "1 documents", "2"});
+  require_error(
+      [&] {
+        run({0, 2, 6}, {0, 3, 7}, q);
+      },
+      {"key_documents (cu_seqlens_k) ends at 7", "Nk = 6"});
+  require_error(
+      [&] {
+        run({0, 2, 4}, {}, random_tensor(1, 2, 4, 4, 4));
+      },
+      {"Nk = 6", "key_documents"});
+  require_error(
+      [&] {
+        Mask m;
+        m.key_documents = {0, 6};
+        gla->forward(q, k, v, m);
+      },
+      {"key_documents", "without documents"});
+  require_error(
+      [&] {
+        Mask m;
+        m.documents = {0, 3, 6};
+        const Tensor q2 = random_tensor(2, 2, 6, 4, 5), k2 = random_tensor(2, 2, 6, 4, 6),
+                     v2 = random_tensor(2, 2, 6, 3, 7);
+        gla->forward(q2, k2, v2, m);
+      },
+      {"documents", "batch of one", "B = 2"});
+  require_error<Unsupported>(
+      [&] {
+        Mask m;
+        m.causal = Causal::top_left;
+        m.documents = {0, 3, 6};
+        m.key_documents = {0, 2, 6};
+        gla->forward(q, k, v, m);
+      },
+      {"gla", "key_documents"});
+  require_error<Unsupported>(
+      [&] {
+        Mask m;
+        m.documents = {0, 3, 6};
+        make_attention("linformer:k=4")->forward(q, k, v, m);
+      },
+      {"linformer", "packed documents"});
+  // A state per document: [documents, H, rows, Dv].
+  require_error(
+      [&] {
+        Mask m;
+        m.causal = Causal::top_left;
+        m.documents = {0, 3, 6};
+        RecurrentState s;
+        s.memory = random_tensor(1, 2, 4, 3, 8);
+        TokenInputs in;
+        in.initial_state = s.ref();
+        Tensor out;
+        gla->forward(q, k, v, m, in, out);
+      },
+      {"initial_state", "[documents, H, rows, Dv] = [2, 2, 4, 3]"});
+}

@@ -194,6 +194,7 @@ Support LinearAttention::support() const {
   s.causal_cross = false;  // the causal forms pair query i with key i
   s.allowed = false;       // no per-pair weights exist to mask
   s.state = !favor_stabilised(config_);
+  s.documents = true;
   return s;
 }
 
@@ -251,28 +252,29 @@ void LinearAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mas
   const bool causal = mask.causal != Causal::none;
   const float eps = static_cast<float>(config_.eps);
   const std::size_t p = map.dim();
-  const std::ptrdiff_t heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
+  const std::vector<scan::Sequence> seqs = scan::sequences(mask, d, name());
+  const auto count = static_cast<std::ptrdiff_t>(seqs.size());
 #pragma omp parallel
   {
     // Kept per thread across calls: fresh head-sized buffers (4 MiB at N = 16384) were above
     // the mmap threshold and page-faulted in on every call (15% of the causal sum rule).
     static thread_local HeadWork w;
 #pragma omp for schedule(dynamic, 1)
-    for (std::ptrdiff_t t = 0; t < heads; ++t) {
-      const std::size_t bh = static_cast<std::size_t>(t), b = bh / d.heads;
-      scan::Head h =
-          prepare(map, config_, q.data() + bh * d.nq * d.dk, k.data() + bh * d.nk * d.dk,
-                  v.data() + bh * d.nk * d.dv, d.nq, d.nk, mask.valid_keys(b, d.nk), causal, w);
-      with_initial_state(h, in, bh, p, d.dv);
-      float* oh = out.data() + bh * d.nq * d.dv;
-      const scan::StateOut final_head = head_state(final_state, bh, p, d.dv);
+    for (std::ptrdiff_t t = 0; t < count; ++t) {
+      const scan::Sequence& seq = seqs[static_cast<std::size_t>(t)];
+      const std::size_t qr = seq.query_row(d), kr = seq.key_row(d);
+      scan::Head h = prepare(map, config_, q.data() + qr * d.dk, k.data() + kr * d.dk,
+                             v.data() + kr * d.dv, seq.nq, seq.nk, seq.valid, causal, w);
+      with_initial_state(h, in, seq.state, p, d.dv);
+      float* oh = out.data() + qr * d.dv;
+      const scan::StateOut final_head = head_state(final_state, seq.state, p, d.dv);
       if (config_.rule == LinearRule::delta) {
         scan::forward(h, p, d.dv, oh, nullptr, nullptr, final_head);
         continue;
       }
-      w.den.resize(d.nq);
+      w.den.resize(seq.nq);
       scan::forward(h, p, d.dv, oh, w.den.data(), nullptr, final_head);
-      divide_rows(oh, w.den.data(), d.nq, d.dv, eps);
+      divide_rows(oh, w.den.data(), seq.nq, d.dv, eps);
     }
   }
 }
@@ -285,51 +287,53 @@ void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, co
   const bool causal = mask.causal != Causal::none;
   const float eps = static_cast<float>(config_.eps);
   const std::size_t p = map.dim(), dv = d.dv;
-  const std::ptrdiff_t heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
+  const std::vector<scan::Sequence> seqs = scan::sequences(mask, d, name());
+  const auto count = static_cast<std::ptrdiff_t>(seqs.size());
 #pragma omp parallel
   {
     // Kept per thread across calls: fresh head-sized buffers (4 MiB at N = 16384) were above
     // the mmap threshold and page-faulted in on every call (15% of the causal sum rule).
     static thread_local HeadWork w;
 #pragma omp for schedule(dynamic, 1)
-    for (std::ptrdiff_t t = 0; t < heads; ++t) {
-      const std::size_t bh = static_cast<std::size_t>(t), b = bh / d.heads;
-      const std::size_t valid = mask.valid_keys(b, d.nk);
-      const float* qh = q.data() + bh * d.nq * d.dk;
-      const float* kh = k.data() + bh * d.nk * d.dk;
-      const float* gh = d_out.data() + bh * d.nq * dv;
-      float* dq = grads.dq.data() + bh * d.nq * d.dk;
-      float* dk = grads.dk.data() + bh * d.nk * d.dk;
-      float* dval = grads.dv.data() + bh * d.nk * dv;
-      scan::Head h =
-          prepare(map, config_, qh, kh, v.data() + bh * d.nk * dv, d.nq, d.nk, valid, causal, w);
-      with_initial_state(h, in, bh, p, dv);
+    for (std::ptrdiff_t t = 0; t < count; ++t) {
+      const scan::Sequence& seq = seqs[static_cast<std::size_t>(t)];
+      const std::size_t qr = seq.query_row(d), kr = seq.key_row(d);
+      const std::size_t nq = seq.nq, nk = seq.nk, valid = seq.valid;
+      const float* qh = q.data() + qr * d.dk;
+      const float* kh = k.data() + kr * d.dk;
+      const float* gh = d_out.data() + qr * dv;
+      float* dq = grads.dq.data() + qr * d.dk;
+      float* dk = grads.dk.data() + kr * d.dk;
+      float* dval = grads.dv.data() + kr * dv;
+      scan::Head h = prepare(map, config_, qh, kh, v.data() + kr * dv, nq, nk, valid, causal, w);
+      with_initial_state(h, in, seq.state, p, dv);
       scan::StateIn d_final;
       if (in.d_final_state) {
-        d_final.memory = in.d_final_state->memory.data() + bh * p * dv;
-        if (in.d_final_state->key_sum) d_final.key_sum = in.d_final_state->key_sum->data() + bh * p;
+        d_final.memory = in.d_final_state->memory.data() + seq.state * p * dv;
+        if (in.d_final_state->key_sum)
+          d_final.key_sum = in.d_final_state->key_sum->data() + seq.state * p;
       }
-      const scan::StateOut d_initial = head_state(&all.d_initial_state, bh, p, dv);
-      w.dfq.resize(d.nq * p);
-      w.dfk.resize(d.nk * p);
+      const scan::StateOut d_initial = head_state(&all.d_initial_state, seq.state, p, dv);
+      w.dfq.resize(nq * p);
+      w.dfk.resize(nk * p);
       if (config_.rule == LinearRule::delta) {
         scan::backward(h, p, dv, gh, nullptr, nullptr, w.dfq.data(), w.dfk.data(), dval, nullptr,
                        nullptr, d_final, d_initial);
-        hat_backward(w.hq.data(), w.sq.data(), d.nq, p, w.dfq.data());
+        hat_backward(w.hq.data(), w.sq.data(), nq, p, w.dfq.data());
         hat_backward(w.hk.data(), w.sk.data(), valid, p, w.dfk.data());
       } else {
         // out = num / (den + eps): dnum = g / (den + eps), dden = -(g · out) / (den + eps),
         // zero where den = 0 (the forward outputs a constant 0 there). The engine runs again
         // for num and den (O(N·P·Dv), cheaper than keeping them), saving its chunk states for
         // the backward; favor's g (its stabilisers) is held constant: no dg.
-        w.num.resize(d.nq * dv);
-        w.den.resize(d.nq);
-        w.checkpoints.resize(causal ? scan::checkpoint_floats(d.nk, p, dv) : 0);
+        w.num.resize(nq * dv);
+        w.den.resize(nq);
+        w.checkpoints.resize(causal ? scan::checkpoint_floats(nk, p, dv) : 0);
         scan::forward(h, p, dv, w.num.data(), w.den.data(),
                       causal ? w.checkpoints.data() : nullptr);
-        w.dnum.resize(d.nq * dv);
-        w.dden.resize(d.nq);
-        for (std::size_t i = 0; i < d.nq; ++i) {
+        w.dnum.resize(nq * dv);
+        w.dden.resize(nq);
+        for (std::size_t i = 0; i < nq; ++i) {
           const float inv = inverse_den(w.den[i], eps);
           const float* gi = gh + i * dv;
           for (std::size_t c = 0; c < dv; ++c) w.dnum[i * dv + c] = gi[c] * inv;
@@ -339,9 +343,9 @@ void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, co
                        causal ? w.checkpoints.data() : nullptr, w.dfq.data(), w.dfk.data(), dval,
                        nullptr, nullptr, d_final, d_initial);
       }
-      map.backward(qh, d.nq, w.fq.data(), w.dfq.data(), dq);
+      if (nq > 0) map.backward(qh, nq, w.fq.data(), w.dfq.data(), dq);
       if (valid > 0) map.backward(kh, valid, w.fk.data(), w.dfk.data(), dk);
-      std::fill(dk + valid * d.dk, dk + d.nk * d.dk, 0.0f);
+      std::fill(dk + valid * d.dk, dk + nk * d.dk, 0.0f);
     }
   }
 }

@@ -53,6 +53,8 @@
 //   sums above (num = phi(q)^T (S_0 + ...), den = phi(q)^T (z_0 + ...)). Not for favor with
 //   rule=sum, whose stabilised S and z are relative to a running max kept outside them
 //   (Unsupported).
+// Packed documents (Mask::documents): each document on its own, as the scan engine runs them
+//   (variants/linear_scan.hpp), favor's stabiliser restarting with each.
 // Exactness: none against softmax; feature=favor approaches softmax attention as m grows.
 // Backward (every form above, every feature map; favor's stabilisers held constant, as
 // Performer implementations do: they cancel up to eps, and exactly under the delta rule): the

@@ -526,6 +526,31 @@ std::size_t state_floats(std::size_t dk, std::size_t dv) {
   return dk * dv + dk;
 }
 
+std::vector<Sequence> sequences(const Mask& mask, const Dims& d, const std::string& name) {
+  std::vector<Sequence> out;
+  if (!mask.has_documents()) {
+    for (std::size_t b = 0; b < d.batch; ++b)
+      for (std::size_t h = 0; h < d.heads; ++h)
+        out.push_back({b * d.heads + h, h, 0, d.nq, 0, d.nk, mask.valid_keys(b, d.nk), out.size()});
+    return out;
+  }
+  if (mask.causal != Causal::none && !mask.key_documents.empty() &&
+      mask.key_documents != mask.documents)
+    throw Unsupported(name,
+                      "causal masks with key_documents unlike documents: the causal form "
+                      "pairs query t with key t");
+  const auto valid = static_cast<std::int64_t>(mask.valid_keys(0, d.nk));  // key padding
+  for (std::size_t doc = 0; doc + 1 < mask.documents.size(); ++doc) {
+    const auto [q0, q1] = mask.document_queries(doc);
+    const auto [k0, k1] = mask.document_keys(doc);
+    const auto keys = static_cast<std::size_t>(
+        std::clamp<std::int64_t>(valid - std::int64_t(k0), 0, std::int64_t(k1 - k0)));
+    for (std::size_t h = 0; h < d.heads; ++h)
+      out.push_back({h, h, q0, q1 - q0, k0, k1 - k0, keys, out.size()});
+  }
+  return out;
+}
+
 std::size_t checkpoint_floats(std::size_t nk, std::size_t dk, std::size_t dv) {
   return (nk + C - 1) / C * state_floats(dk, dv);
 }
@@ -632,55 +657,71 @@ struct Prepared {
   std::vector<float> g, beta;
 };
 
-// One head of a call for the engine: q and k to be scaled (and normalised) by it, g from the
-// input or the head's fixed value, beta from the input or the rule's constant.
+// One (sequence, head) of a call for the engine: q and k to be scaled (and normalised) by it,
+// g from the input or the head's fixed value, beta from the input or the rule's constant.
 scan::Head prepare_head(const ScanRule& rule, double head_g, TensorRef q, TensorRef k, TensorRef v,
-                        const Mask& mask, const TokenInputs& in, const Dims& d, std::size_t bh,
-                        Prepared& w) {
+                        const Mask& mask, const TokenInputs& in, const Dims& d,
+                        const scan::Sequence& seq, Prepared& w) {
   scan::Head h;
-  h.nq = d.nq;
-  h.nk = d.nk;
-  h.valid = mask.valid_keys(bh / d.heads, d.nk);
+  h.nq = seq.nq;
+  h.nk = seq.nk;
+  h.valid = seq.valid;
   h.causal = mask.causal != Causal::none;
-  h.q = q.data() + bh * d.nq * d.dk;
-  h.k = k.data() + bh * d.nk * d.dk;
+  h.q = q.data() + seq.query_row(d) * d.dk;
+  h.k = k.data() + seq.key_row(d) * d.dk;
   h.q_scale = static_cast<float>(mask.softmax_scale(d.dk));
   h.normalise = rule.normalise;
-  h.v = v.data() + bh * d.nk * d.dv;
+  h.v = v.data() + seq.key_row(d) * d.dv;
   if (in.log_decay) {
-    h.g = in.log_decay->data() + bh * d.nk;
+    h.g = in.log_decay->data() + seq.key_row(d);
   } else if (rule.decay == ScanRule::Decay::per_head) {
-    w.g.assign(d.nk, static_cast<float>(head_g));
+    w.g.assign(seq.nk, static_cast<float>(head_g));
     h.g = w.g.data();
   }
   if (in.beta) {
-    h.beta = in.beta->data() + bh * d.nk;
+    h.beta = in.beta->data() + seq.key_row(d);
   } else if (rule.delta) {
-    w.beta.assign(d.nk, static_cast<float>(rule.beta));
+    w.beta.assign(seq.nk, static_cast<float>(rule.beta));
     h.beta = w.beta.data();
   }
-  if (in.initial_state) h.initial = in.initial_state->memory.data() + bh * d.dk * d.dv;
+  if (in.initial_state) h.initial = in.initial_state->memory.data() + seq.state * d.dk * d.dv;
   return h;
 }
 
-// Head bh's slice of a state the call hands back (nothing where it is empty).
-scan::StateOut state_out(RecurrentState* state, std::size_t bh, std::size_t floats) {
+// Sequence `state`'s slice of a state the call hands back (nothing where it is empty).
+scan::StateOut state_out(RecurrentState* state, std::size_t index, std::size_t floats) {
   if (!state || state->empty()) return {};
-  return {state->memory.data() + bh * floats, nullptr};
+  return {state->memory.data() + index * floats, nullptr};
 }
 
 // The chunk states a causal forward saved through Saved, for its backward; with the call's
-// sizes and key lengths, so that a backward of another call recomputes instead.
+// sizes, key lengths and documents, so that a backward of another call recomputes instead.
 struct ScanSaved {
   Dims d;
   std::vector<std::size_t> valid;
+  std::vector<std::int64_t> documents;
   std::vector<float> checkpoints;
+  bool fits(const Dims& other, const Mask& mask) const;
 };
 
 std::vector<std::size_t> valid_keys(const Mask& mask, const Dims& d) {
   std::vector<std::size_t> valid;
   for (std::size_t b = 0; b < d.batch; ++b) valid.push_back(mask.valid_keys(b, d.nk));
   return valid;
+}
+
+bool ScanSaved::fits(const Dims& other, const Mask& mask) const {
+  return d == other && valid == valid_keys(mask, other) && documents == mask.documents &&
+         mask.causal != Causal::none;
+}
+
+// Where each sequence's chunk states start in a call's checkpoints, and their total (last).
+std::vector<std::size_t> checkpoint_offsets(const std::vector<scan::Sequence>& seqs,
+                                            const Dims& d) {
+  std::vector<std::size_t> at = {0};
+  for (const scan::Sequence& s : seqs)
+    at.push_back(at.back() + scan::checkpoint_floats(s.nk, d.dk, d.dv));
+  return at;
 }
 
 }  // namespace
@@ -705,6 +746,7 @@ Support ScanAttention::support() const {
   s.log_decay = rule_.decay == ScanRule::Decay::input;
   s.beta = rule_.delta && rule_.beta_input;
   s.state = true;
+  s.documents = true;
   return s;
 }
 
@@ -730,20 +772,21 @@ void ScanAttention::run_forward(TensorRef q, TensorRef k, TensorRef v, const Mas
                                 const TokenInputs& in, const Dims& d, Tensor& out,
                                 std::vector<float>* checkpoints,
                                 RecurrentState* final_state) const {
-  const std::size_t per_head = scan::checkpoint_floats(d.nk, d.dk, d.dv);
-  if (checkpoints) checkpoints->resize(d.batch * d.heads * per_head);
-  const auto heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
+  const std::vector<scan::Sequence> seqs = scan::sequences(mask, d, name());
+  const std::vector<std::size_t> at = checkpoint_offsets(seqs, d);
+  if (checkpoints) checkpoints->resize(at.back());
+  const auto count = static_cast<std::ptrdiff_t>(seqs.size());
 #pragma omp parallel
   {
     static thread_local Prepared w;  // kept across calls: no page faults per call
 #pragma omp for schedule(dynamic, 1)
-    for (std::ptrdiff_t t = 0; t < heads; ++t) {
-      const auto bh = static_cast<std::size_t>(t);
+    for (std::ptrdiff_t t = 0; t < count; ++t) {
+      const scan::Sequence& seq = seqs[static_cast<std::size_t>(t)];
       const scan::Head h =
-          prepare_head(rule_, head_log_decay(bh % d.heads, d.heads), q, k, v, mask, in, d, bh, w);
-      scan::forward(h, d.dk, d.dv, out.data() + bh * d.nq * d.dv, nullptr,
-                    checkpoints ? checkpoints->data() + bh * per_head : nullptr,
-                    state_out(final_state, bh, d.dk * d.dv));
+          prepare_head(rule_, head_log_decay(seq.head, d.heads), q, k, v, mask, in, d, seq, w);
+      scan::forward(h, d.dk, d.dv, out.data() + seq.query_row(d) * d.dv, nullptr,
+                    checkpoints ? checkpoints->data() + at[seq.state] : nullptr,
+                    state_out(final_state, seq.state, d.dk * d.dv));
     }
   }
 }
@@ -758,7 +801,7 @@ void ScanAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& m
     run_forward(q, k, v, mask, in, d, out, nullptr, &saved->final_state);
     return;
   }
-  ScanSaved state{d, valid_keys(mask, d), {}};
+  ScanSaved state{d, valid_keys(mask, d), mask.documents, {}};
   if (auto* kept = std::any_cast<ScanSaved>(&saved->state))  // a training loop's last step's:
     state.checkpoints = std::move(kept->checkpoints);        // no fresh pages per call
   run_forward(q, k, v, mask, in, d, out, &state.checkpoints, &saved->final_state);
@@ -770,30 +813,29 @@ void ScanAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, cons
                                      TensorRef d_out, const Saved& saved,
                                      AllGradients& grads) const {
   const auto* state = std::any_cast<ScanSaved>(&saved.state);
-  if (state &&
-      !(state->d == d && state->valid == valid_keys(mask, d) && mask.causal != Causal::none))
-    state = nullptr;  // another call's: recompute
-  const std::size_t per_head = scan::checkpoint_floats(d.nk, d.dk, d.dv);
-  const auto heads = static_cast<std::ptrdiff_t>(d.batch * d.heads);
+  if (state && !state->fits(d, mask)) state = nullptr;  // another call's: recompute
+  const std::vector<scan::Sequence> seqs = scan::sequences(mask, d, name());
+  const std::vector<std::size_t> at = checkpoint_offsets(seqs, d);
+  const auto count = static_cast<std::ptrdiff_t>(seqs.size());
+  const std::size_t floats = d.dk * d.dv;
 #pragma omp parallel
   {
     static thread_local Prepared w;  // kept across calls: no page faults per call
 #pragma omp for schedule(dynamic, 1)
-    for (std::ptrdiff_t t = 0; t < heads; ++t) {
-      const auto bh = static_cast<std::size_t>(t);
+    for (std::ptrdiff_t t = 0; t < count; ++t) {
+      const scan::Sequence& seq = seqs[static_cast<std::size_t>(t)];
       const scan::Head h =
-          prepare_head(rule_, head_log_decay(bh % d.heads, d.heads), q, k, v, mask, in, d, bh, w);
-      float* dg = in.log_decay ? grads.d_log_decay.data() + bh * d.nk : nullptr;
-      float* dbeta = in.beta ? grads.d_beta.data() + bh * d.nk : nullptr;
-      float* dq = grads.qkv.dq.data() + bh * d.nq * d.dk;
-      float* dk = grads.qkv.dk.data() + bh * d.nk * d.dk;
-      const std::size_t floats = d.dk * d.dv;
+          prepare_head(rule_, head_log_decay(seq.head, d.heads), q, k, v, mask, in, d, seq, w);
+      const std::size_t qr = seq.query_row(d), kr = seq.key_row(d);
       scan::StateIn d_final;
-      if (in.d_final_state) d_final.memory = in.d_final_state->memory.data() + bh * floats;
-      scan::backward(h, d.dk, d.dv, d_out.data() + bh * d.nq * d.dv, nullptr,
-                     state ? state->checkpoints.data() + bh * per_head : nullptr, dq, dk,
-                     grads.qkv.dv.data() + bh * d.nk * d.dv, dg, dbeta, d_final,
-                     state_out(&grads.d_initial_state, bh, floats));
+      if (in.d_final_state) d_final.memory = in.d_final_state->memory.data() + seq.state * floats;
+      scan::backward(h, d.dk, d.dv, d_out.data() + qr * d.dv, nullptr,
+                     state ? state->checkpoints.data() + at[seq.state] : nullptr,
+                     grads.qkv.dq.data() + qr * d.dk, grads.qkv.dk.data() + kr * d.dk,
+                     grads.qkv.dv.data() + kr * d.dv,
+                     in.log_decay ? grads.d_log_decay.data() + kr : nullptr,
+                     in.beta ? grads.d_beta.data() + kr : nullptr, d_final,
+                     state_out(&grads.d_initial_state, seq.state, floats));
     }
   }
 }

@@ -14,6 +14,11 @@
 //   last one's final state, computes what one call computes (forward and backward).
 // Key padding: tokens at or after the item's key length neither write nor decay (S carries over
 // unchanged); their g and beta are never read and get zero gradients.
+// Packed documents (Mask::documents, a batch of one, FlashAttention's cu_seqlens): each
+// document of each head is a sequence of its own (sequences()), from its own initial state
+// (zeros unless given) to its own final state; its chunks start at its first token, so no chunk
+// spans two documents (a document's last chunk is a shorter one, in the same chunked form) and
+// the result is, bitwise, that of running each document alone.
 //
 // Causal forward in chunks of C = 64 tokens (Yang et al. 2024, "Parallelizing Linear
 // Transformers with the Delta Rule over Sequence Length": the WY/UT form; with decay as in
@@ -93,6 +98,27 @@ float dot(const float* a, const float* b, std::size_t n);
 
 /// a[0] + ... + a[n-1], in eight partial sums as dot().
 float sum(const float* a, std::size_t n);
+
+/// One (sequence, head) of a call: a batch item's head, or under packed documents
+/// (Mask::documents, a batch of one) a document's, and where its rows lie.
+struct Sequence {
+  std::size_t slice = 0;  ///< the [Nq or Nk, D] slice of q, k, v, out it lies in: b·H + h
+  std::size_t head = 0;   ///< h
+  std::size_t q0 = 0;     ///< its first query row in the slice
+  std::size_t nq = 0;     ///< its queries
+  std::size_t k0 = 0;     ///< its first key row (of k, v, g, beta)
+  std::size_t nk = 0;     ///< its keys
+  std::size_t valid = 0;  ///< its keys that are not padding (the first `valid`)
+  std::size_t state = 0;  ///< its index among the call's states [S, H, ...]: sequence·H + h
+  /// Its first query's row in [B·H·Nq] rows.
+  std::size_t query_row(const Dims& d) const { return slice * d.nq + q0; }
+  /// Its first key's row in [B·H·Nk] rows.
+  std::size_t key_row(const Dims& d) const { return slice * d.nk + k0; }
+};
+
+/// The (sequence, head) pairs of a call of sizes d under `mask`, in state order. Throws
+/// Unsupported naming variant `name` for a causal call with key_documents unlike documents.
+std::vector<Sequence> sequences(const Mask& mask, const Dims& d, const std::string& name);
 
 /// Floats of one head's state: S [dk x dv], then the key sum z [dk] (carried when asked for).
 std::size_t state_floats(std::size_t dk, std::size_t dv);

@@ -67,12 +67,12 @@ bool state_overlaps(const std::optional<StateRef>& read, const RecurrentState& w
   return false;
 }
 
-// Shapes `state` for `d` per `sd` (storage kept when it fits).
-void shape_state(RecurrentState& state, const Dims& d, const StateDims& sd) {
+// Shapes `state` for `sequences` sequences of d.heads heads per `sd` (storage kept when it fits).
+void shape_state(RecurrentState& state, std::size_t sequences, const Dims& d, const StateDims& sd) {
   kernels::shape_buffer(state.memory,
-                        std::array<std::size_t, 4>{d.batch, d.heads, sd.rows, sd.columns});
+                        std::array<std::size_t, 4>{sequences, d.heads, sd.rows, sd.columns});
   if (sd.key_sum)
-    kernels::shape_buffer(state.key_sum, std::array<std::size_t, 3>{d.batch, d.heads, sd.rows});
+    kernels::shape_buffer(state.key_sum, std::array<std::size_t, 3>{sequences, d.heads, sd.rows});
   else
     state.key_sum = TokenTensor();
 }
@@ -94,6 +94,7 @@ std::string Support::describe() const {
   item(value_dim, "Dv != Dk");
   item(backward, "backward");
   item(state, "recurrent state");
+  item(documents, "packed documents");
   return out.empty() ? "no masks" : out;
 }
 
@@ -140,6 +141,7 @@ Dims Attention::validate(TensorRef q, TensorRef k, TensorRef v, const Mask& mask
   if (causal && d.nq != d.nk && !s.causal_cross) refuse("causal masks with Nq != Nk");
   if (mask.has_key_lengths() && !s.key_lengths) refuse("key padding");
   if (mask.has_allowed() && !s.allowed) refuse("boolean masks");
+  if (mask.has_documents() && !s.documents) refuse("packed documents");
   if (d.nq != d.nk && !s.cross) refuse("cross-attention (Nq != Nk)");
   if (d.dv != d.dk && !s.value_dim) refuse("Dv != Dk");
   return d;
@@ -196,14 +198,17 @@ StateDims Attention::state_dims(const Dims& d) const {
   return {d.dk, d.dv, false};
 }
 
-void Attention::validate_state(const StateRef& state, const char* label, const Dims& d) const {
+void Attention::validate_state(const StateRef& state, const char* label, const Dims& d,
+                               const Mask& mask) const {
   if (!support().state) {
     const std::string why = why_unsupported("a recurrent state");
     throw Unsupported(
         name(), std::string("a recurrent state (") + label + ")" + (why.empty() ? "" : ": " + why));
   }
   const StateDims sd = state_dims(d);
-  const std::array<std::size_t, 4> want = {d.batch, d.heads, sd.rows, sd.columns};
+  const std::size_t sequences = mask.sequences(d.batch);
+  const std::array<std::size_t, 4> want = {sequences, d.heads, sd.rows, sd.columns};
+  const std::string first = mask.has_documents() ? "documents" : "B";
   const auto list = [](const auto& shape, std::size_t n) {
     std::string out = "[";
     for (std::size_t a = 0; a < n; ++a) out += (a ? ", " : "") + std::to_string(shape[a]);
@@ -211,20 +216,20 @@ void Attention::validate_state(const StateRef& state, const char* label, const D
   };
   if (state.memory.shape() != want)
     throw Error(name() + ": " + label + " has shape " + shape_string(state.memory) +
-                ", expected [B, H, rows, Dv] = " + list(want, 4) +
+                ", expected [" + first + ", H, rows, Dv] = " + list(want, 4) +
                 " (rows: " + (sd.rows == d.dk ? "Dk" : "the feature map's dimension") + ")");
   if (state.key_sum.has_value() != sd.key_sum)
     throw Error(name() + ": " + label + (sd.key_sum ? " has no" : " has a") + " key sum: " +
-                (sd.key_sum ? "this variant's state is S and z [B, H, rows]"
+                (sd.key_sum ? "this variant's state is S and z [" + first + ", H, rows]"
                             : "this variant's state is S alone"));
   if (const std::string bad = non_finite(state.memory, label, Mask(), false); !bad.empty())
     throw Error(name() + ": " + bad + ": a state must be finite");
   if (!state.key_sum) return;
   const TokenRef& z = *state.key_sum;
-  if (z.shape() != std::array<std::size_t, 3>{d.batch, d.heads, sd.rows})
+  if (z.shape() != std::array<std::size_t, 3>{sequences, d.heads, sd.rows})
     throw Error(name() + ": " + label + "'s key sum has shape " + list(z.shape(), 3) +
-                ", expected [B, H, rows] = " + list(want, 3));
-  for (std::size_t i = 0; i < d.batch * d.heads * sd.rows; ++i)
+                ", expected [" + first + ", H, rows] = " + list(want, 3));
+  for (std::size_t i = 0; i < sequences * d.heads * sd.rows; ++i)
     if (!std::isfinite(z.data()[i]))
       throw Error(name() + ": " + label + "'s key sum has " +
                   (std::isnan(z.data()[i]) ? "NaN" : "Inf") + " at [" +
@@ -235,13 +240,13 @@ void Attention::validate_state(const StateRef& state, const char* label, const D
 
 void Attention::validate_tokens(const TokenInputs& in, const Dims& d, const Mask& mask,
                                 bool backward) const {
-  if (in.initial_state) validate_state(*in.initial_state, "initial_state", d);
+  if (in.initial_state) validate_state(*in.initial_state, "initial_state", d, mask);
   if (in.d_final_state) {
     if (!backward)
       throw Error(name() +
                   ": d_final_state is read by backward only (the gradient of "
                   "Saved::final_state)");
-    validate_state(*in.d_final_state, "d_final_state", d);
+    validate_state(*in.d_final_state, "d_final_state", d, mask);
   }
   const Support s = support();
   for (const auto& [t, label, taken, low, high] :
@@ -275,7 +280,7 @@ void Attention::forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                 "state (it is read while they are written: copy it first)");
   const Dims d = prepare_forward(q, k, v, mask, in, out);
   if (support().state)
-    shape_state(saved.final_state, d, state_dims(d));
+    shape_state(saved.final_state, mask.sequences(d.batch), d, state_dims(d));
   else
     saved.final_state = RecurrentState();
   compute(q, k, v, mask, in, d, out, &saved);
@@ -331,7 +336,7 @@ void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask
   else
     g.d_beta = TokenTensor();
   if (in.initial_state) {
-    shape_state(g.d_initial_state, d, state_dims(d));
+    shape_state(g.d_initial_state, mask.sequences(d.batch), d, state_dims(d));
   } else {
     g.d_initial_state = RecurrentState();
   }

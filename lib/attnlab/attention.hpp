@@ -30,6 +30,7 @@ struct Support {
   /// A recurrent state handed in and out: TokenInputs::initial_state and d_final_state,
   /// Saved::final_state, AllGradients::d_initial_state (the linear family).
   bool state = false;
+  bool documents = false;  ///< packed documents (Mask::documents)
 
   /// "causal, key padding, boolean mask, ...": the features that are supported.
   std::string describe() const;
@@ -86,7 +87,8 @@ struct StateDims {
   bool operator==(const StateDims&) const = default;
 };
 
-/// A read-only view of the recurrent states of S sequences (the batch items) and H heads:
+/// A read-only view of the recurrent states of S sequences (the batch items, or the documents
+/// under Mask::documents) and H heads:
 /// memory S [S, H, rows, columns] and, where StateDims::key_sum, the key sum z [S, H, rows].
 struct StateRef {
   TensorRef memory;                 ///< S
@@ -112,7 +114,8 @@ struct TokenInputs {
   /// beta [B, H, Nk]: the delta rule's write strength at each key token, in [0, 1].
   std::optional<TokenRef> beta;
   /// The recurrent state before the first token (support().state; shape per state_dims(), one
-  /// state per batch item, finite); empty: zeros. The backward reads it too.
+  /// state per batch item, or per document under Mask::documents, finite); empty: zeros. The
+  /// backward reads it too.
   std::optional<StateRef> initial_state;
   /// Backward only: dL/d(final state), the gradient of the forward's Saved::final_state, in its
   /// shape; empty: the loss does not read the final state. A forward refuses it (Error).
@@ -129,7 +132,7 @@ struct Saved {
   RowLogSumExp lse;  ///< a softmax backend's row log-sum-exp, else empty
   std::any state;    ///< the backend's own saved state, read only by that backend
   /// Where support().state: the recurrent state after the last token (the last valid key of
-  /// each item), what a following call takes as its initial_state; else empty.
+  /// each item, or document), what a following call takes as its initial_state; else empty.
   RecurrentState final_state;
 };
 
@@ -284,7 +287,8 @@ class Attention {
   void validate_tokens(const TokenInputs& in, const Dims& d, const Mask& mask,
                        bool backward = false) const;
   /// Shape, values and support() checks of a state input `label` (initial_state, d_final_state).
-  void validate_state(const StateRef& state, const char* label, const Dims& d) const;
+  void validate_state(const StateRef& state, const char* label, const Dims& d,
+                      const Mask& mask) const;
   /// What every forward does before computing: refuses an output that shares storage with an
   /// input, validates q, k, v, the mask and `in`, and shapes `out` (kept when it fits).
   Dims prepare_forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,

@@ -30,6 +30,30 @@ Mask& Mask::allow(const xt::xtensor<bool, 2>& m) {
   return *this;
 }
 
+namespace {
+
+// Offsets 0 = o_0 <= ... <= o_D = n (at least one document); throws Error naming `what` and
+// its FlashAttention name `alias`.
+void check_offsets(const std::vector<std::int64_t>& o, const char* what, const char* alias,
+                   std::size_t n, const char* n_name) {
+  const std::string name = std::string(what) + " (" + alias + ")";
+  if (o.size() < 2)
+    throw Error(name + " has " + std::to_string(o.size()) +
+                " offsets: expected at least 2 (0 and the end of the first document)");
+  if (o.front() != 0)
+    throw Error(name + ": offset 0 is " + std::to_string(o.front()) + ": the offsets start at 0");
+  for (std::size_t i = 1; i < o.size(); ++i)
+    if (o[i] < o[i - 1])
+      throw Error(name + ": offset " + std::to_string(i) + " is " + std::to_string(o[i]) +
+                  ", below offset " + std::to_string(i - 1) + " = " + std::to_string(o[i - 1]) +
+                  ": the offsets must not decrease");
+  if (o.back() != static_cast<std::int64_t>(n))
+    throw Error(name + " ends at " + std::to_string(o.back()) + ": expected " + n_name + " = " +
+                std::to_string(n) + ", every token in one document");
+}
+
+}  // namespace
+
 void Mask::validate(const Dims& d) const {
   if (has_key_lengths()) {
     if (key_lengths.size() != d.batch)
@@ -49,6 +73,24 @@ void Mask::validate(const Dims& d) const {
                   ", " + std::to_string(s[2]) + ", " + std::to_string(s[3]) +
                   "], expected [Nq, Nk] = [" + std::to_string(d.nq) + ", " + std::to_string(d.nk) +
                   "] or [B, H, Nq, Nk]");
+  }
+  if (has_documents()) {
+    if (d.batch != 1)
+      throw Error("documents (cu_seqlens): packed documents take a batch of one, got B = " +
+                  std::to_string(d.batch));
+    check_offsets(documents, "documents", "cu_seqlens", d.nq, "Nq");
+    if (!key_documents.empty()) {
+      check_offsets(key_documents, "key_documents", "cu_seqlens_k", d.nk, "Nk");
+      if (key_documents.size() != documents.size())
+        throw Error("key_documents (cu_seqlens_k) has " + std::to_string(key_documents.size() - 1) +
+                    " documents, documents " + std::to_string(documents.size() - 1) +
+                    ": expected one key range per query range");
+    } else if (d.nk != d.nq) {
+      throw Error("documents end at Nq = " + std::to_string(d.nq) + " but there are Nk = " +
+                  std::to_string(d.nk) + " keys: give key_documents (cu_seqlens_k) as well");
+    }
+  } else if (!key_documents.empty()) {
+    throw Error("key_documents (cu_seqlens_k) given without documents (cu_seqlens)");
   }
   if (scale && !(std::isfinite(*scale) && *scale > 0))
     throw Error("scale = " + std::to_string(*scale) + ": expected a finite number > 0");
@@ -71,6 +113,37 @@ std::size_t Mask::valid_keys(std::size_t b, std::size_t nk) const {
   if (!has_key_lengths()) return nk;
   return static_cast<std::size_t>(
       std::clamp<std::int64_t>(key_lengths[b], 0, static_cast<std::int64_t>(nk)));
+}
+
+std::pair<std::size_t, std::size_t> Mask::document_queries(std::size_t doc) const {
+  return {static_cast<std::size_t>(documents[doc]), static_cast<std::size_t>(documents[doc + 1])};
+}
+
+std::pair<std::size_t, std::size_t> Mask::document_keys(std::size_t doc) const {
+  const auto& o = key_documents.empty() ? documents : key_documents;
+  return {static_cast<std::size_t>(o[doc]), static_cast<std::size_t>(o[doc + 1])};
+}
+
+bool Mask::may_attend(std::size_t b, std::size_t h, std::size_t i, std::size_t j,
+                      const Dims& d) const {
+  if (has_documents()) {
+    // The document of query i: the last offset <= i among those that begin a non-empty one.
+    const auto after =
+        std::upper_bound(documents.begin(), documents.end(), static_cast<std::int64_t>(i));
+    const std::size_t doc = static_cast<std::size_t>(after - documents.begin()) - 1;
+    const auto [q0, q1] = document_queries(doc);
+    const auto [k0, k1] = document_keys(doc);
+    if (j < k0 || j >= k1) return false;
+    if (j >= valid_keys(b, d.nk)) return false;
+    const auto qi = static_cast<std::int64_t>(i - q0), kj = static_cast<std::int64_t>(j - k0);
+    if (causal == Causal::top_left && kj > qi) return false;
+    const auto shift = static_cast<std::int64_t>(k1 - k0) - static_cast<std::int64_t>(q1 - q0);
+    if (causal == Causal::bottom_right && kj > qi + shift) return false;
+  } else if (j >= visible_keys(b, i, d)) {
+    return false;
+  }
+  const bool* row = allowed_row(b, h, i);
+  return row == nullptr || row[j];
 }
 
 const bool* Mask::allowed_row(std::size_t b, std::size_t h, std::size_t i) const {
