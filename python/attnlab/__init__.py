@@ -86,6 +86,29 @@ def _mask(q, k, causal, key_lengths, mask, scale):
     return m
 
 
+def _offsets(name, x):
+    """cu_seqlens-style offsets as a list of ints (the library checks their order and end)."""
+    if x is None:
+        return []
+    offsets = np.asarray(x)
+    if offsets.ndim != 1 or (offsets.size and offsets.dtype.kind not in "iu"):
+        raise ValueError(f"{name}: expected a 1-D list of integer offsets (0, ..., N), got {x!r}")
+    return [int(o) for o in offsets]
+
+
+def _documents(m, q, cu_seqlens, cu_seqlens_k):
+    """Packed documents on mask m: FlashAttention's cu_seqlens (query offsets) and cu_seqlens_k
+    (key offsets; None: the same), for q, k, v of a batch of one."""
+    if cu_seqlens is None and cu_seqlens_k is not None:
+        raise ValueError("cu_seqlens_k: given without cu_seqlens (the query offsets)")
+    if cu_seqlens is not None and q.shape[0] != 1:
+        raise ValueError(f"cu_seqlens: packed documents take a batch of one, got q of shape "
+                         f"{list(q.shape)}")
+    m.documents = _offsets("cu_seqlens", cu_seqlens)
+    m.key_documents = _offsets("cu_seqlens_k", cu_seqlens_k)
+    return m
+
+
 _TOKEN_SHAPES = {2: "[N]", 3: "[H, N]", 4: "[B, H, N]"}
 
 
@@ -113,6 +136,63 @@ def _unlift(x, rank):
     return x.reshape(x.shape[4 - rank:])
 
 
+def _state_shape(rank, documents, trailing):
+    """How a caller writes a state for q of `rank`: [B, H, ...], [H, ...] or [...]; under
+    cu_seqlens [documents, H, ...] (rank >= 3) or [documents, ...] (rank 2)."""
+    lead = {4: "B, H", 3: "H", 2: ""}[rank]
+    if documents:
+        lead = "documents, H" if rank >= 3 else "documents"
+    return "[" + ", ".join(p for p in (lead, trailing) if p) + "]"
+
+
+def _lift_state(name, x, rank, documents, trailing):
+    """One array of a state (S: trailing "Dk, Dv"; z: "Dk") as the library's [S, H, ...]."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
+    if x.dtype.kind != "f":
+        raise TypeError(f"{name}: dtype {x.dtype}, expected float32")
+    extra = trailing.count(",") + 1
+    leading = (2 if rank >= 3 else 1) if documents else rank - 2
+    if x.ndim != leading + extra:
+        raise ValueError(f"{name}: shape {list(x.shape)}, expected "
+                         f"{_state_shape(rank, documents, trailing)} for rank-{rank} q, k, v")
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if documents and rank == 2:
+        return x.reshape((x.shape[0], 1) + x.shape[1:])
+    return x.reshape((1,) * (2 - leading) + x.shape)
+
+
+def _unlift_state(x, rank, documents):
+    """The library's [S, H, ...] state array in the caller's layout (see _state_shape)."""
+    if documents:
+        return x.reshape((x.shape[0],) + x.shape[2:]) if rank == 2 else x
+    return x.reshape(x.shape[4 - rank:])
+
+
+def _set_state(t, name, state, rank, documents):
+    """A state argument (S, or the tuple (S, z) for a state with a key sum) onto tokens t as
+    <name> and <name's key sum>, lifted to [S, H, ...]."""
+    if state is None:
+        return
+    if isinstance(state, tuple) and len(state) != 2:
+        raise ValueError(f"{name}: expected an array S or a tuple (S, z), got a tuple of "
+                         f"{len(state)}")
+    memory, key_sum = state if isinstance(state, tuple) else (state, None)
+    prefix = "initial" if name == "initial_state" else "d_final"
+    setattr(t, prefix + "_state", _lift_state(name, memory, rank, documents, "Dk, Dv"))
+    if key_sum is not None:
+        setattr(t, prefix + "_key_sum",
+                _lift_state(name + " key sum z", key_sum, rank, documents, "Dk"))
+
+
+def _state_out(memory, key_sum, rank, documents):
+    """A state the library returned, as initial_state takes it: S, or (S, z)."""
+    memory = _unlift_state(memory, rank, documents)
+    if key_sum is None:
+        return memory
+    return memory, _unlift_state(key_sum, rank, documents)
+
+
 class Attention:
     """One backend built from a factory string (make(spec)); reusable and thread-safe."""
 
@@ -131,7 +211,8 @@ class Attention:
     @property
     def support(self):
         """What the backend honours: {"causal", "causal_cross", "key_lengths", "allowed",
-        "cross", "value_dim", "backward", "log_decay", "beta"} -> bool."""
+        "cross", "value_dim", "backward", "log_decay", "beta", "state", "documents"} -> bool:
+        state: initial_state / output_final_state (the linear family); documents: cu_seqlens."""
         return dict(self._backend.support)
 
     def __repr__(self):
@@ -169,38 +250,64 @@ class Attention:
                                   default=1)
 
     def forward(self, q, k, v, causal=None, key_lengths=None, mask=None, scale=None,
-                log_decay=None, beta=None, save=False):
+                log_decay=None, beta=None, save=False, initial_state=None,
+                output_final_state=False, cu_seqlens=None, cu_seqlens_k=None):
         """softmax-or-variant attention of q, k, v: a new float32 array shaped like q with v's
         last dimension. log_decay (g <= 0) and beta (in [0, 1]): the linear family's per-token
         inputs, [B, H, N] for [B, H, N, D] q (one rank less than q), where support says the
         variant takes them. save=True returns (out, saved): saved (attnlab.Saved) is what
         backward reads instead of running the forward again, the row log-sum-exp of a softmax
         variant (saved.lse [B, H, Nq]; None for the linear family) or the scan variants' chunk
-        states."""
+        states.
+
+        flash-linear-attention's names, where support()["state"]: initial_state, the recurrent
+        state before the first token, S [B, H, Dk, Dv] for [B, H, N, D] q (q's rank; Dk: the
+        feature map's dimension for linear), or the tuple (S, z) with the key sum z [B, H, Dk]
+        for linear's sum rule; output_final_state=True returns (out, final_state) in the same
+        form ((out, final_state, saved) with save=True). cu_seqlens, cu_seqlens_k:
+        FlashAttention's offsets of packed documents (0, ..., N) for q, k, v of a batch of one;
+        states are then one per document, [documents, H, Dk, Dv]."""
         rank, q4, k4, v4 = _qkv(q, k, v)
-        m = _mask(q4, k4, causal, key_lengths, mask, scale)
+        documents = cu_seqlens is not None
+        m = _documents(_mask(q4, k4, causal, key_lengths, mask, scale), q4, cu_seqlens,
+                       cu_seqlens_k)
         t = _tokens(rank, log_decay, beta)
-        if not save:
+        _set_state(t, "initial_state", initial_state, rank, documents)
+        if not save and not output_final_state:
             return _unlift(self._backend.forward(q4, k4, v4, m, t), rank)
         out, saved = self._backend.forward(q4, k4, v4, m, t, save=True)
-        return _unlift(out, rank), saved
+        out = _unlift(out, rank)
+        if not output_final_state:
+            return out, saved
+        if saved.final_state is None:
+            raise NotImplementedError(f"{self.spec}: output_final_state: the variant has no "
+                                      "recurrent state")
+        final = _state_out(*saved.final_state, rank, documents)
+        return (out, final, saved) if save else (out, final)
 
     def backward(self, q, k, v, out, d_out, causal=None, key_lengths=None, mask=None,
-                 scale=None, log_decay=None, beta=None, saved=None):
+                 scale=None, log_decay=None, beta=None, saved=None, initial_state=None,
+                 d_final_state=None, cu_seqlens=None, cu_seqlens_k=None):
         """Gradients of a loss L through out = forward(q, k, v, ...), given d_out = dL/d(out):
         {"dq", "dk", "dv"} shaped like q, k, v; "d_log_decay" and "d_beta" shaped like the
         log_decay and beta given; and "d_" + the lower-case name of each of the variant's own
         parameters, shaped as parameters() gives them (linformer: "d_e", and "d_f" under
         share=none). saved: what forward(...,
-        save=True) returned with out, or None to recompute it."""
+        save=True) returned with out, or None to recompute it. initial_state and cu_seqlens:
+        the forward's; d_final_state: dL/d(final state) in final_state's form, when the loss
+        reads it; with initial_state, "d_initial_state" is its gradient in its form."""
         rank, q4, k4, v4 = _qkv(q, k, v)
         out, d_out = _floats("out", out), _floats("d_out", d_out)
         if not out.ndim == d_out.ndim == rank:
             raise ValueError(f"out and d_out must have q's rank {rank}: {list(out.shape)}, "
                              f"{list(d_out.shape)}")
         out4, d4 = _bhnd(out), _bhnd(d_out)
-        m = _mask(q4, k4, causal, key_lengths, mask, scale)
+        documents = cu_seqlens is not None
+        m = _documents(_mask(q4, k4, causal, key_lengths, mask, scale), q4, cu_seqlens,
+                       cu_seqlens_k)
         t = _tokens(rank, log_decay, beta)
+        _set_state(t, "initial_state", initial_state, rank, documents)
+        _set_state(t, "d_final_state", d_final_state, rank, documents)
         if saved is not None and not isinstance(saved, _core.Saved):
             raise TypeError(f"saved: expected what forward(..., save=True) returned, got "
                             f"{type(saved).__name__}")
@@ -210,6 +317,10 @@ class Attention:
         for name in ("d_log_decay", "d_beta"):
             if name in grads:
                 grads[name] = grads[name].reshape(grads[name].shape[4 - rank:])
+        if "d_initial_state" in grads:
+            grads["d_initial_state"] = _state_out(grads["d_initial_state"],
+                                                  grads.pop("d_initial_key_sum", None), rank,
+                                                  documents)
         return grads
 
 
@@ -226,7 +337,8 @@ def make(spec):
 
 
 def attention(q, k, v, spec="full", causal=None, key_lengths=None, mask=None, scale=None,
-              log_decay=None, beta=None):
+              log_decay=None, beta=None, initial_state=None, output_final_state=False,
+              cu_seqlens=None, cu_seqlens_k=None):
     """make(spec).forward(q, k, v, ...): one call, a new float32 array.
 
     causal: None, "top-left" (j <= i) or "bottom-right" (j <= i + Nk - Nq); key_lengths: B valid
@@ -234,9 +346,14 @@ def attention(q, k, v, spec="full", causal=None, key_lengths=None, mask=None, sc
     True = may attend; scale: the softmax scale (default 1 / sqrt(D)); log_decay: the log of
     the memory's decay g <= 0 per key token (gla, gated-delta), beta: the delta rule's write
     strength in [0, 1] per key token (delta, gated-delta), each [B, H, N] (q's rank minus one);
-    a variant that does not take one raises NotImplementedError."""
+    a variant that does not take one raises NotImplementedError. initial_state,
+    output_final_state (returns (out, final_state)), cu_seqlens and cu_seqlens_k: as
+    flash-linear-attention and FlashAttention name them (see Attention.forward)."""
     return make(spec).forward(q, k, v, causal=causal, key_lengths=key_lengths, mask=mask,
-                              scale=scale, log_decay=log_decay, beta=beta)
+                              scale=scale, log_decay=log_decay, beta=beta,
+                              initial_state=initial_state,
+                              output_final_state=output_final_state, cu_seqlens=cu_seqlens,
+                              cu_seqlens_k=cu_seqlens_k)
 
 
 def reference(q, k, v, causal=None, key_lengths=None, mask=None, scale=None):

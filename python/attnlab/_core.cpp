@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,10 +62,18 @@ attnlab::TokenRef token_view(const Floats& a) {
 }
 
 // What a forward saved for its backward (attnlab::Saved: a softmax variant's row log-sum-exp, the
-// scan variants' chunk states), opaque to Python but for `lse`.
+// scan variants' chunk states), opaque to Python but for `lse` and `final_state`.
 struct SavedState {
   attnlab::Saved saved;
 };
+
+// A C-contiguous float32 array of rank 4 ([S, H, rows, Dv]) and, where the variant has one, a
+// rank-3 key sum, read in place as a recurrent state.
+attnlab::StateRef state_view(const Floats& memory, const std::optional<Floats>& key_sum) {
+  attnlab::StateRef s{view(memory), std::nullopt};
+  if (key_sum) s.key_sum = token_view(*key_sum);
+  return s;
+}
 
 // Hands an xtensor to NumPy without a copy: the array's base is a capsule that owns it.
 template <class T>
@@ -89,6 +98,7 @@ struct MaskArgs {
   std::vector<std::int64_t> key_lengths;
   std::optional<Bools> allowed;
   std::optional<double> scale;
+  std::vector<std::int64_t> documents, key_documents;
 };
 
 // The Mask of one call. Needs the GIL (reads the mask array).
@@ -98,19 +108,25 @@ attnlab::Mask make_mask(const MaskArgs& m) {
   mask.key_lengths = m.key_lengths;
   if (m.allowed) mask.allowed = to_tensor<bool, 4>(*m.allowed);
   mask.scale = m.scale;
+  mask.documents = m.documents;
+  mask.key_documents = m.key_documents;
   return mask;
 }
 
-// The per-token inputs of one call (Attention's TokenInputs), as optional [B, H, Nk] arrays.
+// The inputs of one call beyond q, k, v (Attention's TokenInputs): optional [B, H, Nk] arrays,
+// and recurrent states (S [S, H, rows, Dv] and, where the variant has one, z [S, H, rows]).
 struct TokenArgs {
   std::optional<Floats> log_decay, beta;
+  std::optional<Floats> initial_state, initial_key_sum, d_final_state, d_final_key_sum;
 };
 
-// The given token inputs as views of NumPy's buffers (the arrays outlive the call).
+// The given inputs as views of NumPy's buffers (the arrays outlive the call).
 attnlab::TokenInputs token_views(const TokenArgs& t) {
   attnlab::TokenInputs tokens;
   if (t.log_decay) tokens.log_decay = token_view(*t.log_decay);
   if (t.beta) tokens.beta = token_view(*t.beta);
+  if (t.initial_state) tokens.initial_state = state_view(*t.initial_state, t.initial_key_sum);
+  if (t.d_final_state) tokens.d_final_state = state_view(*t.d_final_state, t.d_final_key_sum);
   return tokens;
 }
 
@@ -125,6 +141,8 @@ py::dict support_dict(const attnlab::Support& s) {
   d["backward"] = s.backward;
   d["log_decay"] = s.log_decay;
   d["beta"] = s.beta;
+  d["state"] = s.state;
+  d["documents"] = s.documents;
   return d;
 }
 
@@ -189,6 +207,11 @@ class Backend {
     d["dv"] = to_numpy(std::move(g.qkv.dv));
     if (t.log_decay) d["d_log_decay"] = to_numpy(std::move(g.d_log_decay));
     if (t.beta) d["d_beta"] = to_numpy(std::move(g.d_beta));
+    if (t.initial_state) {
+      d["d_initial_state"] = to_numpy(std::move(g.d_initial_state.memory));
+      if (g.d_initial_state.key_sum.size() != 0)
+        d["d_initial_key_sum"] = to_numpy(std::move(g.d_initial_state.key_sum));
+    }
     for (attnlab::ParameterTensor& p : g.parameters) {
       std::string key = "d_";
       for (char c : p.name) key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -263,19 +286,38 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("causal", &MaskArgs::causal)
       .def_readwrite("key_lengths", &MaskArgs::key_lengths)
       .def_readwrite("allowed", &MaskArgs::allowed)
-      .def_readwrite("scale", &MaskArgs::scale);
+      .def_readwrite("scale", &MaskArgs::scale)
+      .def_readwrite("documents", &MaskArgs::documents)
+      .def_readwrite("key_documents", &MaskArgs::key_documents);
 
   py::class_<TokenArgs>(m, "Tokens")
       .def(py::init<>())
       .def_readwrite("log_decay", &TokenArgs::log_decay)
-      .def_readwrite("beta", &TokenArgs::beta);
+      .def_readwrite("beta", &TokenArgs::beta)
+      .def_readwrite("initial_state", &TokenArgs::initial_state)
+      .def_readwrite("initial_key_sum", &TokenArgs::initial_key_sum)
+      .def_readwrite("d_final_state", &TokenArgs::d_final_state)
+      .def_readwrite("d_final_key_sum", &TokenArgs::d_final_key_sum);
 
   py::class_<SavedState, std::shared_ptr<SavedState>>(m, "Saved")
-      .def_property_readonly("lse", [](py::object self) -> py::object {
-        const attnlab::RowLogSumExp& lse = self.cast<SavedState&>().saved.lse;
-        if (lse.size() == 0) return py::none();
-        std::vector<py::ssize_t> shape(lse.shape().begin(), lse.shape().end());
-        return py::array_t<float>(shape, lse.data(), self);  // a view kept alive by self
+      .def_property_readonly(
+          "lse",
+          [](py::object self) -> py::object {
+            const attnlab::RowLogSumExp& lse = self.cast<SavedState&>().saved.lse;
+            if (lse.size() == 0) return py::none();
+            std::vector<py::ssize_t> shape(lse.shape().begin(), lse.shape().end());
+            return py::array_t<float>(shape, lse.data(), self);  // a view kept alive by self
+          })
+      .def_property_readonly("final_state", [](py::object self) -> py::object {
+        // (S, z or None), views kept alive by self; None where the variant has no state.
+        const attnlab::RecurrentState& s = self.cast<SavedState&>().saved.final_state;
+        if (s.empty()) return py::none();
+        const auto array = [&](const auto& t) -> py::object {
+          if (t.size() == 0) return py::none();
+          std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+          return py::array_t<float>(shape, t.data(), self);
+        };
+        return py::make_tuple(array(s.memory), array(s.key_sum));
       });
 
   py::class_<Backend>(m, "Backend")

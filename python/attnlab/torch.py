@@ -102,31 +102,59 @@ class _AttentionFunction(torch.autograd.Function):
     may have set others in between) and differentiated like q, k and v."""
 
     @staticmethod
-    def forward(ctx, q, k, v, log_decay, beta, backend, masks, scale, names, *params):
+    def forward(ctx, q, k, v, log_decay, beta, s0, z0, backend, masks, scale, final, names,
+                *params):
         arrays = _numpy("q", q), _numpy("k", k), _numpy("v", v)
         tokens = {name: None if t is None else _numpy(name, t)
                   for name, t in (("log_decay", log_decay), ("beta", beta))}
+        initial = None
+        if s0 is not None:
+            initial = _numpy("initial_state", s0)
+            if z0 is not None:
+                initial = (initial, _numpy("initial_state key sum z", z0))
         _set_learned(backend, names, params)
-        out, saved = backend.forward(*arrays, scale=scale, save=True, **masks, **tokens)
+        result = backend.forward(*arrays, scale=scale, save=True, initial_state=initial,
+                                 output_final_state=final, **masks, **tokens)
+        out, saved = result[0], result[-1]
         out = torch.from_numpy(out)
         ctx.backend, ctx.masks, ctx.scale, ctx.saved = backend, masks, scale, saved
-        ctx.tokens, ctx.names = tokens, names
+        ctx.tokens, ctx.names, ctx.initial, ctx.final = tokens, names, initial, final
+        ctx.key_sum = z0 is not None
         ctx.save_for_backward(q, k, v, out, *params)
-        return out
+        if not final:
+            return out
+        state = result[1] if isinstance(result[1], tuple) else (result[1], None)
+        # The final state as tensors that own copies: the arrays are views into saved.
+        s_final = torch.from_numpy(state[0].copy())
+        z_final = torch.from_numpy(state[1].copy()) if state[1] is not None else torch.empty(0)
+        ctx.final_has_z = state[1] is not None
+        return out, s_final, z_final
 
     @staticmethod
     @torch.autograd.function.once_differentiable  # a second derivative raises, not zeros
-    def backward(ctx, d_out):
+    def backward(ctx, d_out, d_s=None, d_z=None):
         q, k, v, out, *params = ctx.saved_tensors
         _set_learned(ctx.backend, ctx.names, params)
+        d_final = None
+        if ctx.final:
+            d_final = _numpy("d_final_state", d_s)
+            if ctx.final_has_z:
+                d_final = (d_final, _numpy("d_final_state key sum z", d_z))
         grads = ctx.backend.backward(_numpy("q", q), _numpy("k", k), _numpy("v", v),
                                      out.numpy(), _numpy("d_out", d_out), scale=ctx.scale,
-                                     saved=ctx.saved, **ctx.masks, **ctx.tokens)
+                                     saved=ctx.saved, initial_state=ctx.initial,
+                                     d_final_state=d_final, **ctx.masks, **ctx.tokens)
         tokens = [None if ctx.tokens[name] is None else torch.from_numpy(grads["d_" + name])
                   for name in ("log_decay", "beta")]
+        state = [None, None]
+        if ctx.initial is not None:
+            d0 = grads["d_initial_state"]
+            state = [torch.from_numpy(d0[0]), torch.from_numpy(d0[1])] if ctx.key_sum \
+                else [torch.from_numpy(d0), None]
         learned = [torch.from_numpy(grads["d_" + n.lower()]) for n in ctx.names]
         return (torch.from_numpy(grads["dq"]), torch.from_numpy(grads["dk"]),
-                torch.from_numpy(grads["dv"]), *tokens, None, None, None, None, *learned)
+                torch.from_numpy(grads["dv"]), *tokens, *state, None, None, None, None, None,
+                *learned)
 
 
 def _backend(spec):
@@ -134,7 +162,8 @@ def _backend(spec):
 
 
 def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mask=None,
-              scale=None, log_decay=None, beta=None, parameters=None):
+              scale=None, log_decay=None, beta=None, parameters=None, initial_state=None,
+              output_final_state=False, cu_seqlens=None, cu_seqlens_k=None):
     """Differentiable attnlab attention of float32 CPU tensors [B, H, N, D] (or [H, N, D],
     [N, D]): out shaped like q with v's last dimension.
 
@@ -147,7 +176,13 @@ def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mas
     differentiable like q, k and v (gla, gated-delta take log_decay; delta, gated-delta beta);
     parameters: the variant's own learned tensors as float32 tensors {name: tensor}, named and
     shaped as attnlab.make(spec).parameters(H) gives them (linformer's E, F), differentiable too
-    (None: the backend's own, not learned)."""
+    (None: the backend's own, not learned).
+
+    flash-linear-attention's names for the linear family: initial_state, a tensor S [B, H, Dk,
+    Dv] (q's rank) or the tuple (S, z) for linear's sum rule, differentiable;
+    output_final_state=True returns (out, final_state), final_state in the same form and
+    differentiable too; cu_seqlens, cu_seqlens_k: FlashAttention's packed-document offsets
+    (a 1-D integer tensor or list, q, k, v of a batch of one; states [documents, H, Dk, Dv])."""
     backend = _backend(spec)
     names, params = tuple((parameters or {}).keys()), tuple((parameters or {}).values())
     for name, p in zip(names, params):
@@ -165,12 +200,27 @@ def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mas
     if key_padding_mask is not None:
         padding = ~_allowed("key_padding_mask", key_padding_mask, False)
     masks = _masks(q4, k4, causal, allowed, padding)
-    inputs = [t for t in (q, k, v, log_decay, beta, *params) if t is not None]
+    for name, offsets in (("cu_seqlens", cu_seqlens), ("cu_seqlens_k", cu_seqlens_k)):
+        if isinstance(offsets, torch.Tensor):
+            offsets = offsets.tolist()
+        masks[name] = offsets
+    if isinstance(initial_state, tuple) and len(initial_state) != 2:
+        raise ValueError(f"initial_state: expected a tensor S or a tuple (S, z), got a tuple of "
+                         f"{len(initial_state)}")
+    s0, z0 = initial_state if isinstance(initial_state, tuple) else (initial_state, None)
+    for name, t in (("initial_state", s0), ("initial_state key sum z", z0)):
+        if t is not None:
+            _numpy(name, t)
+    inputs = [t for t in (q, k, v, log_decay, beta, s0, z0, *params) if t is not None]
     if any(t.requires_grad for t in inputs) and torch.is_grad_enabled() \
             and not backend.support["backward"]:
         raise NotImplementedError(f"{backend.spec} has no backward pass")
-    return _AttentionFunction.apply(q, k, v, log_decay, beta, backend, masks, scale, names,
-                                    *params)
+    result = _AttentionFunction.apply(q, k, v, log_decay, beta, s0, z0, backend, masks, scale,
+                                      bool(output_final_state), names, *params)
+    if not output_final_state:
+        return result
+    out, s_final, z_final = result
+    return out, ((s_final, z_final) if z_final.numel() else s_final)
 
 
 class MultiheadAttention(torch.nn.MultiheadAttention):
@@ -264,8 +314,8 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
             padding = ~_allowed("key_padding_mask", key_padding_mask, False)
         masks = _masks(q, k, None, allowed, padding)
         learned = tuple(getattr(self, "attention_" + name) for name in self._learned)
-        out = _AttentionFunction.apply(q, k, v, None, None, self.backend, masks, None,
-                                       self._learned, *learned)
+        out = _AttentionFunction.apply(q, k, v, None, None, None, None, self.backend, masks,
+                                       None, False, self._learned, *learned)
         out = self.out_proj(out.transpose(1, 2).reshape(b, nq, e))
         if not batched:
             out = out[0]
