@@ -704,10 +704,10 @@ std::vector<CliCase> cli_cases() {
        "run --spec linear --q q.npy --k k.npy --v v.npy --mask m.npy --out o.npy",
        {"linear does not support boolean masks"}},
       // the linear family's per-token inputs ([H, N] = [2, 16] for these rank-3 q, k, v)
-      {"log-decay on full",
+      {"log-decay on full without a causal mask",
        npy("g.npy", "<f4", "2, 16", floats(32, -0.1f)),
        kRun + " --log-decay g.npy",
-       {"full does not support", "log-decay"}},
+       {"full does not support", "log_decay", "causal mask"}},
       {"beta on gla",
        npy("b.npy", "<f4", "2, 16", floats(32)),
        "run --spec gla --q q.npy --k k.npy --v v.npy --causal top-left --beta b.npy --out o.npy",

@@ -20,6 +20,13 @@ Kinds:
   scan       q k v, and g [B,H,N] / beta [B,H,N] when "g" / "beta" are true; delta, normalise,
              causal, lengths, scale, head_g (the per-head log-decay when g is not an input),
              beta_value: the decay-and-delta recurrence of variants/linear_scan.hpp.
+  modified   q [B,H,Nq,Dk], k v [B,Hkv,Nk,D] (grouped heads: each KV head repeated for H / Hkv
+             query heads), allowed [B,H,Nq,Nk] (0/1), pos [Nq] (each query's key position),
+             scale, softcap (or null), lengths, and the inputs named in "inputs" among bias
+             (broadcastable to [B,H,Nq,Nk]), sinks [H], slopes [H] and g [B,H,Nk]: an explicit
+             softmax of scale q k^T, soft-capped, plus -slope |pos_i - j|, the bias and
+             F[pos_i] - F[j] (F the cumulative sum of g over the unpadded keys), over the allowed
+             keys and a sink column; every float input differentiated.
 """
 import json
 import math
@@ -39,6 +46,37 @@ def softmax_attention(torch, q, k, v, allowed, scale):
     any_key = (allowed != 0).any(dim=-1, keepdim=True)
     s = torch.where(any_key, s, torch.zeros_like(s))  # empty rows: no NaN, zeroed below
     return torch.matmul(torch.softmax(s, dim=-1) * (allowed != 0), v)
+
+
+def modified_attention(torch, spec, x, allowed, pos):
+    q, k, v = x["q"], x["k"], x["v"]
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    s = torch.matmul(q, k.transpose(-1, -2)) * spec["scale"]
+    if spec.get("softcap"):
+        s = spec["softcap"] * torch.tanh(s / spec["softcap"])
+    nk = k.shape[2]
+    keys = torch.arange(nk, dtype=q.dtype)
+    if "slopes" in x:
+        s = s - x["slopes"][None, :, None, None] * (pos[:, None] - keys[None, :]).abs()
+    if "bias" in x:
+        s = s + x["bias"]
+    if "g" in x:
+        valid = (torch.arange(nk)[None, :] < torch.tensor(spec["lengths"])[:, None]).to(q.dtype)
+        f = torch.cumsum(x["g"] * valid[:, None, :], dim=-1)
+        at = pos.long().clamp(0, nk - 1)
+        s = s + f[:, :, at][..., None] - f[:, :, None, :]
+    ok = allowed != 0
+    s = s.masked_fill(~ok, float("-inf"))
+    if "sinks" in x:
+        sink = x["sinks"][None, :, None, None].expand(s.shape[0], s.shape[1], s.shape[2], 1)
+        p = torch.softmax(torch.cat([s, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        any_key = ok.any(dim=-1, keepdim=True)
+        s = torch.where(any_key, s, torch.zeros_like(s))  # empty rows: no NaN, zeroed below
+        p = torch.softmax(s, dim=-1) * ok
+    return torch.matmul(p, v)
 
 
 def linformer(torch, q, k, v, e, f, lengths, scale):
@@ -170,11 +208,16 @@ def run_case(np, torch, folder):
     kind = spec["kind"]
     names = ["q", "k", "v"] + (["E", "F"] if kind == "linformer" else [])
     names += [n for n in ("g", "beta") if kind == "scan" and spec[n]]
+    names += spec.get("inputs", []) if kind == "modified" else []
     x = {name: load(np, torch, folder, name) for name in names}
     d_out = torch.tensor(np.load(os.path.join(folder, "d_out.npy")).astype(np.float64))
     if kind == "softmax":
         allowed = torch.tensor(np.load(os.path.join(folder, "allowed.npy")))
         out = softmax_attention(torch, x["q"], x["k"], x["v"], allowed, spec["scale"])
+    elif kind == "modified":
+        allowed = torch.tensor(np.load(os.path.join(folder, "allowed.npy")))
+        pos = torch.tensor(np.load(os.path.join(folder, "pos.npy")).astype(np.float64))
+        out = modified_attention(torch, spec, x, allowed, pos)
     elif kind == "linformer":
         out = linformer(torch, x["q"], x["k"], x["v"], x["E"], x["F"], spec["lengths"],
                         spec["scale"])

@@ -7,13 +7,11 @@
 #include <utility>
 
 #include "attnlab/error.hpp"
-#include "attnlab/kernels.hpp"
 #include "attnlab/seed.hpp"
+#include "attnlab/softmax_engine.hpp"
 
 namespace attnlab {
 namespace {
-
-using kernels::OnlineSoftmax;
 
 std::size_t ceil_div(std::size_t a, std::size_t b) {
   return (a + b - 1) / b;
@@ -180,9 +178,8 @@ std::string BigBirdAttention::spec() const {
 }
 
 Support BigBirdAttention::support() const {
-  Support s;
+  Support s = Support::softmax_engine();
   s.causal_cross = false;  // the block diagonal is only defined for Nq == Nk
-  s.backward = true;
   return s;
 }
 
@@ -210,99 +207,72 @@ double BigBirdAttention::flops(const Dims& d, const Mask& mask) const {
   return 2.0 * pairs * double(d.dk + d.dv);
 }
 
-void BigBirdAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
-                               const TokenInputs&, const Dims& d, Tensor& out, Saved* saved) const {
-  run(q, k, v, mask, d, out, saved_lse(saved, d));
-}
 namespace {
 
-// Each query block is cut into equal row tiles of at most max_rows (the engine's kRows),
-// multiples of the 6-row GEMM block where possible (forward: 64 -> 36 + 28; backward: 64).
+// Each query block is cut into equal row tiles of at most max_rows (the engine's), multiples
+// of the 6-row GEMM block where possible (forward: 64 -> 36 + 28; backward: 64).
 std::size_t tile_rows(std::size_t block, std::size_t nq, std::size_t max_rows) {
   const std::size_t rows = std::min(block, nq);
   const std::size_t tiles = ceil_div(rows, max_rows);
   return std::min(max_rows, ceil_div(ceil_div(rows, tiles), 6) * 6);
 }
 
-}  // namespace
+// The sparsity the engine runs: row tiles inside each query block (global blocks, the
+// heaviest, first), each reading its block's key blocks as runs of contiguous keys.
+class BigBirdSparsity final : public engine::Sparsity {
+ public:
+  BigBirdSparsity(const BigBirdConfig& c, const Dims& d, const Mask& mask)
+      : config_(c),
+        layout_(bigbird_layout(c, d.heads, d.nq, d.nk, mask.causal != Causal::none)),
+        nk_(d.nk) {}
 
-void BigBirdAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d,
-                           Tensor& out, float* lse) const {
-  const BigBirdLayout layout =
-      bigbird_layout(config_, d.heads, d.nq, d.nk, mask.causal != Causal::none);
-  const float scale = static_cast<float>(mask.softmax_scale(d.dk));
-  // Global query blocks (the heaviest tasks) first, so the dynamic schedule ends balanced.
-  std::vector<std::size_t> order;
-  for (int pass = 0; pass < 2; ++pass)
-    for (std::size_t i = 0; i < layout.query_blocks; ++i)
-      if (is_global(i, layout.query_blocks, config_.global) == (pass == 0)) order.push_back(i);
-  const std::size_t block = layout.block, rows = tile_rows(block, d.nq, OnlineSoftmax::kRows);
-  // Keys transposed one head at a time into two alternating buffers: a head's keys stay in cache
-  // while its blocks read them, and no buffer of all heads is allocated (and page-faulted) per
-  // call. Left uninitialised, as full's: the padding of the last tile is never read (a memset of
-  // both was 4.5% of a forward at N = 65536); huge pages (scratch_floats) spare the per-call
-  // faults.
-  constexpr std::size_t kCols = OnlineSoftmax::kCols;
-  const std::size_t key_tiles = ceil_div(d.nk, kCols);
-  const std::size_t per_head = key_tiles * kCols * d.dk;
-  const auto kt0 = kernels::scratch_floats(per_head), kt1 = kernels::scratch_floats(per_head);
-  float* const kt[2] = {kt0.get(), kt1.get()};
-  const auto blocks = static_cast<std::ptrdiff_t>(layout.query_blocks);
-#pragma omp parallel
-  {
-    OnlineSoftmax softmax(d.dk, d.dv);
-    std::vector<std::pair<std::size_t, std::size_t>> ranges;
-    for (std::size_t bh = 0; bh < d.batch * d.heads; ++bh) {
-      const std::size_t b = bh / d.heads, h = bh % d.heads;
-      float* keys = kt[bh % 2];
-      // The implicit barrier ends the layout; no thread still reads this buffer (head bh - 2)
-      // because each passed the previous head's layout barrier after its last block of it.
-#pragma omp for schedule(static)
-      for (std::ptrdiff_t t = 0; t < static_cast<std::ptrdiff_t>(key_tiles); ++t) {
-        const std::size_t j0 = static_cast<std::size_t>(t) * kCols;
-        kernels::transpose_key_tiles(&k(b, h, 0, 0), d.dk, kCols, j0, std::min(d.nk, j0 + kCols),
-                                     keys);
-      }
-#pragma omp for schedule(dynamic, 1) nowait
-      for (std::ptrdiff_t t = 0; t < blocks; ++t) {
-        const std::size_t qb = order[static_cast<std::size_t>(t)];
-        key_ranges(layout.blocks(h, qb), block, d.nk, ranges);
+  std::vector<engine::QueryTile> tiles(const Dims& d, const Mask&,
+                                       std::size_t max_rows) const override {
+    const std::size_t block = layout_.block, rows = tile_rows(block, d.nq, max_rows);
+    std::vector<engine::QueryTile> tiles;
+    for (int pass = 0; pass < 2; ++pass)
+      for (std::size_t qb = 0; qb < layout_.query_blocks; ++qb) {
+        if (is_global(qb, layout_.query_blocks, config_.global) != (pass == 0)) continue;
         const std::size_t end = std::min(d.nq, (qb + 1) * block);
         for (std::size_t i0 = qb * block; i0 < end; i0 += rows)
-          kernels::attend_key_ranges(q, keys, v, mask, d, b, h, i0, std::min(rows, end - i0),
-                                     ranges, scale, softmax, out,
-                                     lse ? lse + bh * d.nq + i0 : nullptr);
+          tiles.push_back({i0, 1, std::min(rows, end - i0)});
       }
+    return tiles;
+  }
+
+  void runs(const engine::KeyLayout&, std::size_t h, const engine::QueryTile& t,
+            std::vector<engine::KeyRun>& runs) const override {
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
+    key_ranges(layout_.blocks(h, t.first / layout_.block), layout_.block, nk_, ranges);
+    for (const auto& [lo, hi] : ranges) {
+      engine::KeyRun& run = runs.emplace_back();
+      run.t0 = static_cast<std::int64_t>(lo);
+      run.t1 = static_cast<std::int64_t>(hi);
     }
   }
+
+ private:
+  BigBirdConfig config_;
+  BigBirdLayout layout_;
+  std::size_t nk_;
+};
+
+}  // namespace
+
+void BigBirdAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                               const TokenInputs& in, const Dims& d, Tensor& out,
+                               Saved* saved) const {
+  engine::forward(q, k, v, mask, in, d, BigBirdSparsity(config_, d, mask), out,
+                  saved_lse(saved, d));
 }
 
 void BigBirdAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                                         const TokenInputs& in, const Dims& d, TensorRef out,
                                         TensorRef d_out, const Saved& saved,
-                                        AllGradients& grads) const {
+                                        AllGradients& g) const {
   RowLogSumExp storage;
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, in, d, saved, storage);
-  Gradients& g = grads.qkv;
-  const BigBirdLayout layout =
-      bigbird_layout(config_, d.heads, d.nq, d.nk, mask.causal != Causal::none);
-  const float scale = static_cast<float>(mask.softmax_scale(d.dk));
-  const std::size_t block = layout.block;
-  const std::size_t rows = tile_rows(block, d.nq, kernels::SoftmaxBackward::kRows);
-  kernels::run_backward_tiles(  // one tile per query block, its key ranges as in the forward
-      d, layout.query_blocks, &k, &v,
-      [&](std::size_t bh, std::size_t qb, const float* kt, const float* vt, float* dk, float* dv,
-          kernels::SoftmaxBackward& grad) {
-        const std::size_t b = bh / d.heads, h = bh % d.heads;
-        std::vector<std::pair<std::size_t, std::size_t>> ranges;
-        key_ranges(layout.blocks(h, qb), block, d.nk, ranges);
-        const std::size_t end = std::min(d.nq, (qb + 1) * block);
-        for (std::size_t i0 = qb * block; i0 < end; i0 += rows)
-          kernels::backprop_key_ranges(q, kt, k, vt, out, d_out, lse.data() + bh * d.nq + i0, mask,
-                                       d, b, h, i0, std::min(rows, end - i0), ranges, scale, grad,
-                                       g.dq, dk, dv);
-      },
-      g.dk, g.dv);
+  engine::backward(q, k, v, mask, in, d, BigBirdSparsity(config_, d, mask), out, d_out, lse, g);
 }
 
 std::unique_ptr<Attention> make_bigbird(Params& params) {

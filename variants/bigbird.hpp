@@ -17,13 +17,18 @@
 // FLOPs (flops()): 2·(Dk + Dv) per computed (query, key) pair: the layout's pairs that pass the
 // causal and padding limits (a boolean mask is not subtracted, as for full).
 // Masks: causal for Nq == Nk (blocks above the diagonal are dropped, random blocks come only from
-// the past, and the element-level diagonal applies inside the diagonal block); key padding and
-// boolean masks (intersected with the layout); cross-attention (Nq != Nk, blocks counted on each
-// side, not causal); Dv != Dk. A query that sees no key outputs zeros.
-// Backward: full's FlashAttention-2 tiles (kernels::backprop_key_ranges) over the same key
-// ranges as the forward, from the saved row log-sum-exp; every mask the forward takes. Cost
-// about 2.5x the forward's (five tile GEMMs for two); extra memory as full's; deterministic as
-// full's (bitwise the same gradients with any number of threads).
+// the past, and the element-level diagonal applies inside the diagonal block); key padding,
+// boolean masks, a window, documents, prefix-LM and a custom mask (intersected with the
+// layout); every softmax modifier (softcap, bias, sinks, ALiBi, the forgetting gate); grouped
+// KV heads; cross-attention (Nq != Nk, blocks counted on each side, not causal); Dv != Dk. A
+// query that sees no key outputs zeros.
+// Kernel: a client of the softmax engine (lib/attnlab/softmax_engine.hpp): each query block's
+// row tiles read its key blocks as runs of contiguous keys; the engine classifies, skips, masks
+// and runs them.
+// Backward: the engine's, over the same key runs as the forward, from the saved row
+// log-sum-exp; every mask and modifier the forward takes. Cost about 2.5x the forward's (five
+// tile GEMMs for two); extra memory as full's; deterministic as full's (bitwise the same
+// gradients with any number of threads).
 // Exact reduction: G >= number of blocks, or W >= 2·blocks - 1, gives full attention (so does
 // N <= block: the single block attends itself).
 #pragma once
@@ -105,9 +110,6 @@ class BigBirdAttention final : public Attention {
                         const Saved& saved, AllGradients& g) const override;
 
  private:
-  void run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d, Tensor& out,
-           float* lse) const;
-
   BigBirdConfig config_;
 };
 

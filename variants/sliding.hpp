@@ -11,21 +11,23 @@
 // Cross-attention (Nq != Nk): query i sits at key position p(i) = i, except under a causal
 // bottom-right mask, where p(i) = i + Nk - Nq (the last query at the last key, as in decoding
 // with a KV cache); the window is then centred on p(i). For Nq == Nk both are p(i) = i.
-// Masks: the pattern is ANDed with every part of Mask (causal both alignments, key padding,
-// boolean masks shared or per head); Dv != Dk. Causal drops the right half of the window. A
-// query that sees no key outputs zeros. Nothing is refused.
-// Kernel: the online softmax of FlashAttention over the window's keys only, tiled by 48 queries
-// and parallel (OpenMP) over batch, heads and query tiles. With S > 1 the keys and queries of
-// each residue class mod S are gathered into contiguous blocks, where the dilated window is a
-// plain one; global keys are an extra key block, global queries full attention rows.
+// Masks and modifiers: the pattern is ANDed with every part of Mask (causal both alignments,
+// key padding, boolean masks shared or per head, a window, documents, prefix-LM, a custom mask)
+// and takes every softmax modifier (softcap, bias, sinks, ALiBi, the forgetting gate), grouped
+// KV heads and Dv != Dk. Causal drops the right half of the window. A query that sees no key
+// outputs zeros. Nothing is refused.
+// Kernel: a client of the softmax engine (lib/attnlab/softmax_engine.hpp): keys laid out in
+// residue classes mod S (with S > 1 the dilated window is a plain window inside one class),
+// the global keys as a leading block, query tiles of 24 rows of one class (global rows: 48),
+// each reading its window with per-row limits; the engine classifies, skips, masks and runs.
 // Cost: O(B·H·Nq·(L + R + 1 + G)·(Dk + Dv)) time (plus O(Nq·Nk) for the G global query rows),
 // O(B·H·(Nq·Dv + Nk·(Dk + Dv))) memory; no Nq x Nk matrix is ever formed.
-// Backward: FlashAttention-2 tiles (kernels::SoftmaxBackward) over the same classes, windows,
-// global keys and masks as the forward, keys' gradients added in place (no gather), from the
-// saved row log-sum-exp; each task lays out its segment's keys and values (transposed) as the
-// forward does. Cost 2.5-3.5x the forward's; extra memory: those per-thread layouts and, when
-// heads are fewer than 16, full's per-group dK/dV sums (O(16·Nk·(Dk + Dv))). Deterministic as
-// full's: bitwise the same gradients with any number of threads.
+// Backward: the engine's, over the same classes, windows, global keys and masks as the forward,
+// keys' gradients added in place (no gather), from the saved row log-sum-exp; each task lays
+// out its KV head's keys and values (transposed) as the forward does. Cost 2.5-3.5x the
+// forward's; extra memory: those per-thread layouts and, when KV heads are fewer than 16, the
+// per-group dK/dV sums (O(16·Nk·(Dk + Dv))). Deterministic as full's: bitwise the same
+// gradients with any number of threads.
 // Exact: dilation=1 with left, right >= N - 1 (self-attention; >= Nq + Nk in general), or
 // global >= Nq, equals full attention.
 #pragma once
@@ -53,11 +55,7 @@ class SlidingAttention final : public Attention {
   explicit SlidingAttention(const SlidingConfig& config);
 
   std::string spec() const override;
-  Support support() const override {
-    Support s;
-    s.backward = true;
-    return s;
-  }
+  Support support() const override { return Support::softmax_engine(); }
 
   /// 2 · (Dk + Dv) per attended (query, key) pair, counting the window, global and mask
   /// (causal, padding; not the boolean mask) exactly: the useful work, not the computed tiles.
@@ -74,9 +72,6 @@ class SlidingAttention final : public Attention {
                         const Saved& saved, AllGradients& g) const override;
 
  private:
-  void run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Dims& d, Tensor& out,
-           float* lse) const;
-
   SlidingConfig config_;
 };
 

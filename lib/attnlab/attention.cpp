@@ -95,7 +95,44 @@ std::string Support::describe() const {
   item(backward, "backward");
   item(state, "recurrent state");
   item(documents, "packed documents");
+  item(grouped_heads, "grouped heads");
+  item(window, "window");
+  item(prefix, "prefix-LM");
+  item(custom, "custom mask");
+  item(softcap, "softcap");
+  item(bias, "bias");
+  item(sinks, "sinks");
+  item(alibi, "ALiBi");
+  item(forgetting_gate, "forgetting gate");
   return out.empty() ? "no masks" : out;
+}
+
+Support Support::softmax_engine() {
+  Support s;
+  s.backward = true;
+  s.forgetting_gate = true;
+  s.grouped_heads = s.window = s.documents = s.prefix = s.custom = s.softcap = true;
+  s.bias = s.sinks = s.alibi = true;
+  return s;
+}
+
+std::vector<float> alibi_slopes(std::size_t heads) {
+  // The paper's get_slopes: a geometric sequence from 2^(-8/n) for n a power of two; otherwise
+  // the power of two below, then every other slope of twice that power.
+  const auto power_of_two = [](std::size_t n) {
+    std::vector<float> s(n);
+    const double start = std::exp2(-8.0 / static_cast<double>(n));
+    double x = start;
+    for (std::size_t h = 0; h < n; ++h, x *= start) s[h] = static_cast<float>(x);
+    return s;
+  };
+  if (heads == 0) return {};
+  std::size_t below = 1;
+  while (below * 2 <= heads) below *= 2;
+  std::vector<float> slopes = power_of_two(below);
+  const std::vector<float> above = power_of_two(2 * below);
+  for (std::size_t h = 0; slopes.size() < heads; h += 2) slopes.push_back(above[h]);
+  return slopes;
 }
 
 double Attention::flops(const Dims&, const Mask&) const {
@@ -144,6 +181,13 @@ Dims Attention::validate(TensorRef q, TensorRef k, TensorRef v, const Mask& mask
   if (mask.has_documents() && !s.documents) refuse("packed documents");
   if (d.nq != d.nk && !s.cross) refuse("cross-attention (Nq != Nk)");
   if (d.dv != d.dk && !s.value_dim) refuse("Dv != Dk");
+  if (d.grouped() && !s.grouped_heads)
+    refuse("grouped heads (H = " + std::to_string(d.heads) +
+           " query heads over Hkv = " + std::to_string(d.kv()) + " key and value heads)");
+  if (mask.window && !s.window) refuse("a window (Mask::window)");
+  if (!mask.prefix_lengths.empty() && !s.prefix) refuse("prefix-LM (Mask::prefix_lengths)");
+  if (mask.custom && !s.custom) refuse("a custom mask (Mask::custom)");
+  if (mask.softcap && !s.softcap) refuse("softcap (Mask::softcap)");
   return d;
 }
 
@@ -250,7 +294,7 @@ void Attention::validate_tokens(const TokenInputs& in, const Dims& d, const Mask
   }
   const Support s = support();
   for (const auto& [t, label, taken, low, high] :
-       {std::tuple{in.log_decay, "log-decay g", s.log_decay, -FLT_MAX, 0.0f},
+       {std::tuple{in.log_decay, "log-decay g", s.log_decay || s.forgetting_gate, -FLT_MAX, 0.0f},
         std::tuple{in.beta, "beta", s.beta, 0.0f, 1.0f}}) {
     if (!t) continue;
     if (!taken) throw Unsupported(name(), std::string("a per-token ") + label + " input");
@@ -269,6 +313,49 @@ void Attention::validate_tokens(const TokenInputs& in, const Dims& d, const Mask
                       std::to_string(b) + ", " + std::to_string(h) + ", " + std::to_string(j) +
                       "]: it must be " + (high == 0.0f ? "finite and <= 0" : "in [0, 1]"));
         }
+  }
+  const auto refuse = [&](const std::string& feature) {
+    const std::string why = why_unsupported(feature);
+    throw Unsupported(name(), why.empty() ? feature : feature + ": " + why);
+  };
+  if (in.log_decay && !s.log_decay && mask.causal == Causal::none)
+    refuse(
+        "the forgetting gate (log_decay) without a causal mask: it decays scores over "
+        "j < t <= i, the keys before each query");
+  if (in.bias) {
+    if (!s.bias) refuse("an additive bias (TokenInputs::bias)");
+    const std::array<std::size_t, 4> full = {d.batch, d.heads, d.nq, d.nk};
+    for (std::size_t a = 0; a < 4; ++a)
+      if (in.bias->shape(a) != 1 && in.bias->shape(a) != full[a])
+        throw Error(name() + ": bias has shape " + shape_string(*in.bias) +
+                    ", which does not broadcast to [B, H, Nq, Nk] = [" + std::to_string(d.batch) +
+                    ", " + std::to_string(d.heads) + ", " + std::to_string(d.nq) + ", " +
+                    std::to_string(d.nk) + "]: each axis must be its size or 1");
+    const float* x = in.bias->data();
+    for (std::size_t i = 0; i < in.bias->size(); ++i)
+      if (std::isnan(x[i]) || x[i] == std::numeric_limits<float>::infinity())
+        throw Error(name() + ": bias is " + (std::isnan(x[i]) ? "NaN" : "+inf") +
+                    " at flat index " + std::to_string(i) + " of " + shape_string(*in.bias) +
+                    ": it must not be NaN or +infinity (-infinity masks a pair)");
+  }
+  for (const auto& [t, label, taken, slope] :
+       {std::tuple{in.sinks, "sinks", s.sinks, false},
+        std::tuple{in.alibi_slopes, "alibi_slopes", s.alibi, true}}) {
+    if (!t) continue;
+    if (!taken)
+      refuse(slope ? "ALiBi (TokenInputs::alibi_slopes)" : "attention sinks (TokenInputs::sinks)");
+    if (t->size() != d.heads)
+      throw Error(name() + ": " + label + " has " + std::to_string(t->size()) +
+                  " entries, expected one per query head (H = " + std::to_string(d.heads) + ")");
+    for (std::size_t h = 0; h < d.heads; ++h) {
+      const float x = (*t)[h];
+      const bool ok = slope ? (std::isfinite(x) && x >= 0.0f)
+                            : !(std::isnan(x) || x == std::numeric_limits<float>::infinity());
+      if (!ok)
+        throw Error(name() + ": " + label + "[" + std::to_string(h) + "] = " + std::to_string(x) +
+                    ": expected " +
+                    (slope ? "a finite slope >= 0" : "a logit, not NaN or +infinity"));
+    }
   }
 }
 
@@ -324,8 +411,8 @@ void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask
   const Dims d = check_backward(q, k, v, mask, out, d_out, saved.lse);
   validate_tokens(in, d, mask, true);
   kernels::shape_buffer(g.qkv.dq, std::array<std::size_t, 4>{d.batch, d.heads, d.nq, d.dk});
-  kernels::shape_buffer(g.qkv.dk, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dk});
-  kernels::shape_buffer(g.qkv.dv, std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dv});
+  kernels::shape_buffer(g.qkv.dk, std::array<std::size_t, 4>{d.batch, d.kv(), d.nk, d.dk});
+  kernels::shape_buffer(g.qkv.dv, std::array<std::size_t, 4>{d.batch, d.kv(), d.nk, d.dv});
   const std::array<std::size_t, 3> tokens = {d.batch, d.heads, d.nk};
   if (in.log_decay)
     kernels::shape_buffer(g.d_log_decay, tokens);
@@ -340,6 +427,12 @@ void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask
   } else {
     g.d_initial_state = RecurrentState();
   }
+  if (in.bias)
+    kernels::shape_buffer(g.d_bias, in.bias->shape());
+  else
+    g.d_bias = Tensor();
+  g.d_sinks.assign(in.sinks ? d.heads : 0, 0.0f);
+  g.d_alibi_slopes.assign(in.alibi_slopes ? d.heads : 0, 0.0f);
   g.parameters.clear();
   compute_backward(q, k, v, mask, in, d, out, d_out, saved, g);
 }

@@ -7,6 +7,7 @@
 #include <array>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,7 +31,22 @@ struct Support {
   /// A recurrent state handed in and out: TokenInputs::initial_state and d_final_state,
   /// Saved::final_state, AllGradients::d_initial_state (the linear family).
   bool state = false;
-  bool documents = false;  ///< packed documents (Mask::documents)
+  bool documents = false;      ///< packed documents (Mask::documents)
+  bool grouped_heads = false;  ///< grouped KV heads: Hkv < H (GQA, MQA)
+  bool window = false;         ///< Mask::window
+  bool prefix = false;         ///< Mask::prefix_lengths
+  bool custom = false;         ///< Mask::custom
+  bool softcap = false;        ///< Mask::softcap
+  bool bias = false;           ///< takes TokenInputs::bias
+  bool sinks = false;          ///< takes TokenInputs::sinks
+  bool alibi = false;          ///< takes TokenInputs::alibi_slopes
+  /// Takes TokenInputs::log_decay as softmax attention's forgetting gate (FoX), under causal
+  /// masks; apart from log_decay (a memory's decay) so that model layers, which learn a gate
+  /// for a core that decays its memory, do not add one to softmax attention unasked.
+  bool forgetting_gate = false;
+
+  /// Everything the softmax engine (lib/attnlab/softmax_engine.hpp) honours, backward included.
+  static Support softmax_engine();
 
   /// "causal, key padding, boolean mask, ...": the features that are supported.
   std::string describe() const;
@@ -39,8 +55,8 @@ struct Support {
 /// Gradients of a scalar loss with respect to one call's q, k and v, shaped like them.
 struct Gradients {
   Tensor dq;  ///< dL/dq [B, H, Nq, Dk]
-  Tensor dk;  ///< dL/dk [B, H, Nk, Dk]
-  Tensor dv;  ///< dL/dv [B, H, Nk, Dv]
+  Tensor dk;  ///< dL/dk [B, Hkv, Nk, Dk]: summed over the query heads that share a KV head
+  Tensor dv;  ///< dL/dv [B, Hkv, Nk, Dv]: likewise
 };
 
 /// What a softmax forward saves for its backward: the row log-sum-exp, [B, H, Nq],
@@ -109,7 +125,11 @@ struct RecurrentState {
 /// Inputs of one call beyond q, k, v and the mask, for the variants whose support() takes them
 /// (others throw Unsupported when one is given). Views, not owned; empty: not given.
 struct TokenInputs {
-  /// g [B, H, Nk]: the log of the memory's decay at each key token, <= 0 (finite).
+  /// g [B, H, Nk]: the log of a decay at each key token, <= 0 (finite). The linear family's
+  /// memory decay (Support::log_decay); for softmax attention the forgetting gate
+  /// (Support::forgetting_gate; FoX, Lin et al. 2025): with F_t = g_0 + ... + g_t over key
+  /// tokens, score(i, j) += F_p(i) - F_j, the sum of g over j < t <= p(i) (causal masks only;
+  /// padded tokens count as 0; p(i): Mask::position).
   std::optional<TokenRef> log_decay;
   /// beta [B, H, Nk]: the delta rule's write strength at each key token, in [0, 1].
   std::optional<TokenRef> beta;
@@ -120,11 +140,29 @@ struct TokenInputs {
   /// Backward only: dL/d(final state), the gradient of the forward's Saved::final_state, in its
   /// shape; empty: the loss does not read the final state. A forward refuses it (Error).
   std::optional<StateRef> d_final_state;
+  /// An additive bias on the scores, broadcastable to [B, H, Nq, Nk] (each axis its size or 1):
+  /// T5's relative bias, Graphormer's, PyTorch's float attn_mask. No NaN or +infinity; -infinity
+  /// masks a pair. H counts query heads, here and below.
+  std::optional<TensorRef> bias;
+  /// Attention sinks [H] (gpt-oss): one logit per head that joins every row's softmax
+  /// denominator and attends to nothing. No NaN or +infinity; -infinity: no sink.
+  std::optional<std::span<const float>> sinks;
+  /// ALiBi slopes [H] (Press et al. 2022), finite and >= 0: score(i, j) -= slope_h · |p(i) - j|
+  /// (p(i): Mask::position). alibi_slopes(H) gives the paper's geometric slopes.
+  std::optional<std::span<const float>> alibi_slopes;
   /// None is given.
-  bool empty() const { return !log_decay && !beta && !initial_state && !d_final_state; }
+  bool empty() const {
+    return !log_decay && !beta && !initial_state && !d_final_state && !bias && !sinks &&
+           !alibi_slopes;
+  }
   /// The inputs at `g` and `beta`, each null when not given.
   static TokenInputs of(const TokenTensor* g, const TokenTensor* beta);
 };
+
+/// ALiBi's geometric slopes for `heads` heads (Press et al. 2022, the paper's code): for a power
+/// of two n, 2^(-8 (h + 1) / n); otherwise those of the power of two below, then every other
+/// slope of twice that power.
+std::vector<float> alibi_slopes(std::size_t heads);
 
 /// What a forward saves for its backward, opaque to the caller: the row log-sum-exp of a
 /// softmax backend, and any other state the backend keeps (the scan engine's chunk states).
@@ -146,10 +184,13 @@ struct ParameterTensor {
 /// Gradients of everything one call read: q, k, v, the token inputs that were given, and the
 /// backend's own learned parameters.
 struct AllGradients {
-  Gradients qkv;                            ///< dq, dk, dv
-  TokenTensor d_log_decay;                  ///< dL/dg [B, H, Nk] when g was given, else empty
-  TokenTensor d_beta;                       ///< dL/dbeta [B, H, Nk] when given, else empty
-  RecurrentState d_initial_state;           ///< dL/d(initial state) when one was given, else empty
+  Gradients qkv;                      ///< dq, dk, dv
+  TokenTensor d_log_decay;            ///< dL/dg [B, H, Nk] when g was given, else empty
+  TokenTensor d_beta;                 ///< dL/dbeta [B, H, Nk] when given, else empty
+  RecurrentState d_initial_state;     ///< dL/d(initial state) when one was given, else empty
+  Tensor d_bias;                      ///< dL/d(bias) in bias's shape (summed over broadcast axes)
+  std::vector<float> d_sinks;         ///< dL/d(sinks) [H] when given, else empty
+  std::vector<float> d_alibi_slopes;  ///< dL/d(slopes) [H] when given, else empty
   std::vector<ParameterTensor> parameters;  ///< the backend's parameters (empty: none)
 };
 
@@ -159,10 +200,13 @@ class Attention {
  public:
   virtual ~Attention() = default;
 
-  /// q [B,H,Nq,Dk], k [B,H,Nk,Dk], v [B,H,Nk,Dv] -> [B,H,Nq,Dv], with the inputs `in` (none,
-  /// or those support() takes). Validates shapes, mask and `in` (throws Error naming what is
-  /// wrong: g and beta [B, H, Nk], finite on unpadded tokens, g <= 0, beta in [0, 1]; a state
-  /// per state_dims()), then refuses what support() excludes (throws Unsupported), then computes.
+  /// q [B,H,Nq,Dk], k [B,Hkv,Nk,Dk], v [B,Hkv,Nk,Dv] -> [B,H,Nq,Dv], with the inputs `in`
+  /// (none, or those support() takes). Validates shapes, mask and `in` (throws Error naming what
+  /// is wrong: g and beta [B, H, Nk], finite on unpadded tokens, g <= 0, beta in [0, 1]; a state
+  /// per state_dims(); bias broadcastable to [B, H, Nq, Nk], neither NaN nor +inf; sinks [H],
+  /// neither NaN nor +inf; slopes [H], finite and >= 0), then refuses what support() excludes
+  /// (throws Unsupported naming the variant and the feature: grouped heads, a mask modifier, an
+  /// input), then computes.
   /// A NaN or Inf in q, or in a key or value row that is not padding, throws Error naming the
   /// tensor and the index (padded rows are never read); finite inputs give a finite output.
   /// Thread-safe: several threads may call forward on one object at once (tests/test_threads.cpp,

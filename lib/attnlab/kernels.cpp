@@ -160,6 +160,14 @@ void exp2_inplace(float* x, std::size_t n) {
   table().exp2_inplace(x, n);
 }
 
+void score_mods(const detail::ScoreMods& tile) {
+  table().score_mods(tile);
+}
+
+void score_mods_grad(const detail::ScoreModsGrad& tile) {
+  table().score_mods_grad(tile);
+}
+
 float exp2_shifted_sum(float* x, std::size_t n, float shift) {
   return table().exp2_shifted_sum(x, n, shift);
 }
@@ -229,12 +237,16 @@ OnlineSoftmax::OnlineSoftmax(std::size_t dk, std::size_t dv)
       max_(kRows),
       sum_(kRows) {}
 
-void OnlineSoftmax::start(const float* q, std::size_t rows, float scale) {
+void OnlineSoftmax::start(const float* q, std::size_t ldq, std::size_t rows, float scale,
+                          float sink) {
   rows_ = rows;
   const float log2_scale = scale * kLog2e;  // softmax in base 2: exp(x) = 2^(x log2 e)
-  for (std::size_t i = 0; i < rows * dk_; ++i) q_[i] = q[i] * log2_scale;
-  std::fill_n(max_.begin(), rows, kNegInf);
-  std::fill_n(sum_.begin(), rows, 0.0f);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < dk_; ++c) q_[r * dk_ + c] = q[r * ldq + c] * log2_scale;
+  // A sink is the running max and sum of a row that has seen only it: 2^(sink - sink) = 1.
+  const bool has_sink = sink > kNegInf;
+  std::fill_n(max_.begin(), rows, has_sink ? sink * kLog2e : kNegInf);
+  std::fill_n(sum_.begin(), rows, has_sink ? 1.0f : 0.0f);
   std::fill_n(acc_.begin(), rows * dv_, 0.0f);
 }
 
@@ -292,16 +304,21 @@ float* SoftmaxBackward::scores(const float* kt, std::size_t ldk, std::size_t col
   return scores_.data();
 }
 
-void SoftmaxBackward::backprop(const float* k, std::size_t ldk, const float* vt, std::size_t ldvt,
-                               float* dk, std::size_t lddk, float* dv, std::size_t lddv,
-                               std::size_t cols) {
+float* SoftmaxBackward::gradient(const float* vt, std::size_t ldvt, std::size_t cols) {
   const detail::Table& kernels = table();
-  float* p = scores_.data();
   float* ds = dp_.data();
   kernels.gemm_tile(rows_, cols, dv_, do_.data(), dv_, vt, ldvt, ds, kCols, false);  // dO V^T
   // P = 2^(S - lse) and dS, the latter times ln 2: q_ holds q · scale · log2(e), so
   // dS^T q_ · ln 2 is dK; dQ = dS K · scale is finished in finish().
-  kernels.softmax_grad({p, ds, kCols, lse2_.data(), delta_.data(), kLn2, rows_}, cols);
+  kernels.softmax_grad({scores_.data(), ds, kCols, lse2_.data(), delta_.data(), kLn2, rows_}, cols);
+  return ds;
+}
+
+void SoftmaxBackward::accumulate(const float* k, std::size_t ldk, float* dk, std::size_t lddk,
+                                 float* dv, std::size_t lddv, std::size_t cols) {
+  const detail::Table& kernels = table();
+  const float* p = scores_.data();
+  const float* ds = dp_.data();
   // P and dS read transposed in place (no copies): dV += P^T dO, dK += dS^T Q, dQ += dS K.
   kernels.gemm_tile_at(cols, dv_, rows_, p, kCols, do_.data(), dv_, dv, lddv, true);
   kernels.gemm_tile_at(cols, dk_, rows_, ds, kCols, q_.data(), dk_, dk, lddk, true);
@@ -312,124 +329,6 @@ void SoftmaxBackward::finish(float* dq, std::size_t lddq) const {
   const float factor = scale_ * kLog2e;  // dS carries ln 2 (see backprop)
   for (std::size_t r = 0; r < rows_; ++r)
     for (std::size_t c = 0; c < dk_; ++c) dq[r * lddq + c] = dq_[r * dk_ + c] * factor;
-}
-
-void run_backward_tiles(const Dims& d, std::size_t tiles, const TensorRef* k, const TensorRef* v,
-                        const BackwardTile& tile, Tensor& dk, Tensor& dv) {
-  const std::size_t heads = d.batch * d.heads, kd = d.nk * d.dk, vd = d.nk * d.dv;
-  // The split depends on the shape alone, never on the thread count, and the partial sums are
-  // added in group order: the gradients are bitwise the same with any number of threads.
-  constexpr std::size_t kTasks = 16;  // enough tasks to keep 16 threads busy
-  const std::size_t groups =
-      heads >= kTasks ? 1 : std::clamp<std::size_t>((kTasks + heads - 1) / heads, 1, tiles);
-  std::fill(dk.begin(), dk.end(), 0.0f);
-  std::fill(dv.begin(), dv.end(), 0.0f);
-  // Scratch kept from call to call (assign reuses the storage): fresh pages for the partial sums
-  // (64 MiB at B = 1, H = 8, N = 16384) cost a sliding window's backward a fifth of its time.
-  // The partial sums are the calling thread's, which the team reaches through `partial`.
-  static thread_local std::vector<float> partial_sums;
-  partial_sums.assign((groups - 1) * heads * (kd + vd), 0.0f);
-  float* const partial = partial_sums.data();
-  const auto tasks = static_cast<std::ptrdiff_t>(heads * groups);
-#pragma omp parallel
-  {
-    SoftmaxBackward grad(d.dk, d.dv);
-    constexpr std::size_t kCols = SoftmaxBackward::kCols;
-    const std::size_t padded = (d.nk + kCols - 1) / kCols * kCols;
-    static thread_local std::vector<float> kt, vt;
-    kt.assign(k ? padded * d.dk : 0, 0.0f);
-    vt.assign(v ? padded * d.dv : 0, 0.0f);
-#pragma omp for schedule(dynamic, 1)
-    for (std::ptrdiff_t task = 0; task < tasks; ++task) {
-      const std::size_t bh = static_cast<std::size_t>(task) / groups;
-      const std::size_t group = static_cast<std::size_t>(task) % groups;
-      if (k) transpose_key_tiles(k->data() + bh * kd, d.dk, kCols, 0, d.nk, kt.data());
-      if (v) transpose_key_tiles(v->data() + bh * vd, d.dv, kCols, 0, d.nk, vt.data());
-      float* dkh =
-          group == 0 ? dk.data() + bh * kd : partial + ((group - 1) * heads + bh) * (kd + vd);
-      float* dvh = group == 0 ? dv.data() + bh * vd : dkh + kd;
-      for (std::size_t t = group; t < tiles; t += groups)
-        tile(bh, t, k ? kt.data() : nullptr, v ? vt.data() : nullptr, dkh, dvh, grad);
-    }
-    if (groups > 1) {
-#pragma omp for schedule(static)
-      for (std::ptrdiff_t bh = 0; bh < static_cast<std::ptrdiff_t>(heads); ++bh)
-        for (std::size_t group = 1; group < groups; ++group) {
-          const float* src = partial + ((group - 1) * heads + bh) * (kd + vd);
-          float* dkh = dk.data() + bh * kd;
-          float* dvh = dv.data() + bh * vd;
-          for (std::size_t i = 0; i < kd; ++i) dkh[i] += src[i];
-          for (std::size_t i = 0; i < vd; ++i) dvh[i] += src[kd + i];
-        }
-    }
-  }
-}
-
-namespace {
-
-// The masked tiles of rows [i0, i0 + rows) of one head over the given key ranges, shared by the
-// forward and the backward so that both see exactly the same masks: engine.scores for each chunk
-// of at most kCols keys (chunks never cross a transpose_keys tile), every part of the mask
-// applied with -inf, then consume(c0, cols). Keys past what any row can see are skipped.
-template <class Engine, class Consume>
-void for_each_masked_tile(const float* kt, const Mask& mask, const Dims& d, std::size_t b,
-                          std::size_t h, std::size_t i0, std::size_t rows,
-                          const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
-                          Engine& engine, Consume consume) {
-  std::size_t visible[Engine::kRows];        // per row: keys [0, visible) may be seen
-  const bool* allowed[Engine::kRows];        // per row: its boolean mask row, or null
-  std::size_t all_see = d.nk, any_sees = 0;  // keys visible to every / to some row
-  for (std::size_t r = 0; r < rows; ++r) {
-    visible[r] = mask.visible_keys(b, i0 + r, d);
-    allowed[r] = mask.allowed_row(b, h, i0 + r);
-    all_see = std::min(all_see, visible[r]);
-    any_sees = std::max(any_sees, visible[r]);
-  }
-  for (const auto& [lo, hi] : ranges) {
-    constexpr std::size_t tile = OnlineSoftmax::kCols;
-    for (std::size_t c0 = lo, cols = 0; c0 < std::min(hi, any_sees); c0 += cols) {
-      cols = std::min({tile - c0 % tile, hi - c0, any_sees - c0});
-      float* s = engine.scores(kt + (c0 / tile) * d.dk * tile + c0 % tile, tile, cols);
-      for (std::size_t r = 0; r < rows; ++r) {
-        float* row = s + r * OnlineSoftmax::kCols;
-        if (c0 + cols > all_see)
-          for (std::size_t j = std::max(c0, visible[r]); j < c0 + cols; ++j) row[j - c0] = kNegInf;
-        if (allowed[r])
-          for (std::size_t j = 0; j < cols; ++j)
-            if (!allowed[r][c0 + j]) row[j] = kNegInf;
-      }
-      consume(c0, cols);
-    }
-  }
-}
-
-}  // namespace
-
-void attend_key_ranges(TensorRef q, const float* kt, TensorRef v, const Mask& mask, const Dims& d,
-                       std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
-                       const std::vector<std::pair<std::size_t, std::size_t>>& ranges, float scale,
-                       OnlineSoftmax& softmax, Tensor& out, float* lse) {
-  softmax.start(&q(b, h, i0, 0), rows, scale);
-  for_each_masked_tile(
-      kt, mask, d, b, h, i0, rows, ranges, softmax,
-      [&](std::size_t c0, std::size_t cols) { softmax.fold(&v(b, h, c0, 0), d.dv, cols); });
-  softmax.finish(&out(b, h, i0, 0), d.dv, lse);
-}
-
-void backprop_key_ranges(TensorRef q, const float* kt, TensorRef k, const float* vt, TensorRef out,
-                         TensorRef d_out, const float* lse, const Mask& mask, const Dims& d,
-                         std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
-                         const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
-                         float scale, SoftmaxBackward& grad, Tensor& dq, float* dk, float* dv) {
-  grad.start(&q(b, h, i0, 0), d.dk, &out(b, h, i0, 0), &d_out(b, h, i0, 0), d.dv, lse, 1, rows,
-             scale);
-  constexpr std::size_t tile = OnlineSoftmax::kCols;
-  for_each_masked_tile(
-      kt, mask, d, b, h, i0, rows, ranges, grad, [&](std::size_t c0, std::size_t cols) {
-        grad.backprop(&k(b, h, c0, 0), d.dk, vt + (c0 / tile) * d.dv * tile + c0 % tile, tile,
-                      dk + c0 * d.dk, d.dk, dv + c0 * d.dv, d.dv, cols);
-      });
-  grad.finish(&dq(b, h, i0, 0), d.dk);
 }
 
 }  // namespace attnlab::kernels

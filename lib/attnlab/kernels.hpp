@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,6 +16,11 @@
 #include "attnlab/tensor.hpp"
 
 namespace attnlab::kernels {
+
+namespace detail {
+struct ScoreMods;      // kernels_table.hpp (internal)
+struct ScoreModsGrad;  // kernels_table.hpp (internal)
+}  // namespace detail
 
 /// An instruction-set path of the kernels. avx2 needs AVX2 + FMA (x86-64-v3); avx512 needs
 /// AVX-512 F, BW, DQ and VL (x86-64-v4).
@@ -56,6 +62,13 @@ void exp2_inplace(float* x, std::size_t n);
 
 /// x[i] = 2^(x[i] - shift), returning the sum of the results (the softmax's inner loop).
 float exp2_shifted_sum(float* x, std::size_t n, float shift);
+
+/// The score modifiers of one tile in place (kernels_table.hpp's ScoreMods: soft-capping,
+/// additive row, column, ALiBi and bias terms), for the softmax engine.
+void score_mods(const detail::ScoreMods& tile);
+
+/// The gradients of the score modifiers from one tile's dS (kernels_table.hpp's ScoreModsGrad).
+void score_mods_grad(const detail::ScoreModsGrad& tile);
 
 /// max of x[0..n); -infinity when n = 0.
 float row_max(const float* x, std::size_t n);
@@ -121,7 +134,12 @@ class OnlineSoftmax {
   OnlineSoftmax(std::size_t dk, std::size_t dv);
 
   /// Starts `rows` <= kRows queries q[r * dk + c] with softmax scale `scale`.
-  void start(const float* q, std::size_t rows, float scale);
+  void start(const float* q, std::size_t rows, float scale) { start(q, dk_, rows, scale); }
+
+  /// Starts `rows` <= kRows queries q[r * ldq + c]; `sink` (natural log, -infinity: none) is a
+  /// logit that joins every row's denominator and adds nothing to its output (attention sinks).
+  void start(const float* q, std::size_t ldq, std::size_t rows, float scale,
+             float sink = -std::numeric_limits<float>::infinity());
 
   /// Scores (in log2 units) of the current queries against `cols` <= kCols keys given transposed,
   /// kt[c * ldk + j]. Returns the tile, row stride kCols: set entries to -infinity to mask them.
@@ -142,22 +160,13 @@ class OnlineSoftmax {
   std::vector<float> q_, scores_, acc_, max_, sum_;
 };
 
-/// Query rows [i0, i0 + rows) (rows <= kRows) of head (b, h) attending the keys in `ranges`
-/// (half-open, ascending, disjoint), with every part of `mask` applied element by element; keys
-/// past what any row can see are skipped. kt is that head's transpose_keys(k, d, kCols) tiles.
-/// Writes out[b, h, i0 + r, :] and, when lse is given, the rows' log-sum-exp at lse[r]. The one
-/// fused loop behind full (one range) and bigbird (blocks).
-void attend_key_ranges(TensorRef q, const float* kt, TensorRef v, const Mask& mask, const Dims& d,
-                       std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
-                       const std::vector<std::pair<std::size_t, std::size_t>>& ranges, float scale,
-                       OnlineSoftmax& softmax, Tensor& out, float* lse = nullptr);
-
 /// The backward of OnlineSoftmax, FlashAttention-2's (Dao 2023): for one tile of at most kRows
 /// queries whose row log-sum-exp the forward saved, every masked score tile is turned back into
 /// probabilities P = exp(S - lse), and dS = P ∘ (dO V^T - rowsum(dO ∘ O)) is pushed into dQ
 /// (kept here), dK and dV (the caller's accumulators): no row of P outlives its tile. One object
 /// per thread. Typical use: start(...); for each key block { s = scores(kt, ldk, cols); mask s
-/// with -inf exactly as the forward did; backprop(...); } finish(dq, lddq).
+/// with -inf exactly as the forward did; backprop(...) (or gradient(...), then whatever the
+/// caller takes from dS, then accumulate(...)); } finish(dq, lddq).
 class SoftmaxBackward {
  public:
   /// Queries per tile, at most: twice the forward's, so that each key block's K, V and the dK,
@@ -181,7 +190,21 @@ class SoftmaxBackward {
   /// The keys of the masked tile: their rows k[j * ldk + c], their values transposed
   /// vt[c * ldvt + j]; adds their gradients into dk[j * lddk + c] and dv[j * lddv + c].
   void backprop(const float* k, std::size_t ldk, const float* vt, std::size_t ldvt, float* dk,
-                std::size_t lddk, float* dv, std::size_t lddv, std::size_t cols);
+                std::size_t lddk, float* dv, std::size_t lddv, std::size_t cols) {
+    gradient(vt, ldvt, cols);
+    accumulate(k, ldk, dk, lddk, dv, lddv, cols);
+  }
+
+  /// backprop's first half: turns the masked tile into P and returns dS · ln 2 (row stride kCols)
+  /// for the caller to read or change before accumulate() uses it.
+  float* gradient(const float* vt, std::size_t ldvt, std::size_t cols);
+
+  /// backprop's second half: dV += P^T dO, dK += dS^T Q and the queries' dQ += dS K.
+  void accumulate(const float* k, std::size_t ldk, float* dk, std::size_t lddk, float* dv,
+                  std::size_t lddv, std::size_t cols);
+
+  /// Row r's rowsum(dO ∘ O) (the softmax Jacobian's rank-one part).
+  float delta(std::size_t r) const { return delta_[r]; }
 
   /// Writes the queries' gradients, dq[r * lddq + c].
   void finish(float* dq, std::size_t lddq) const;
@@ -194,33 +217,5 @@ class SoftmaxBackward {
   float scale_ = 1.0f;
   std::vector<float> q_, do_, delta_, lse2_, scores_, dp_, dq_;
 };
-
-/// The backward of attend_key_ranges for the same rows and ranges, the same masks applied the
-/// same way: adds the keys' gradients into dk and dv (this head's [Nk, Dk] and [Nk, Dv]) and
-/// writes dq[b, h, i0 + r, :]. kt and vt are this head's transpose_keys(k) and
-/// transpose_keys(v) tiles of kCols keys; lse points at the rows' saved log-sum-exp.
-void backprop_key_ranges(TensorRef q, const float* kt, TensorRef k, const float* vt, TensorRef out,
-                         TensorRef d_out, const float* lse, const Mask& mask, const Dims& d,
-                         std::size_t b, std::size_t h, std::size_t i0, std::size_t rows,
-                         const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
-                         float scale, SoftmaxBackward& grad, Tensor& dq, float* dk, float* dv);
-
-/// One tile of a tiled softmax backward: head bh (= b · H + h), tile index t; kt and vt are that
-/// head's keys and values as transpose_keys tiles of kCols keys (null unless run_backward_tiles
-/// was given k and v); dk and dv are the [Nk, Dk] and [Nk, Dv] accumulators this call adds into
-/// (zeroed before the first tile).
-using BackwardTile = std::function<void(std::size_t bh, std::size_t t, const float* kt,
-                                        const float* vt, float* dk, float* dv, SoftmaxBackward&)>;
-
-/// Runs `tile` for tiles 0 .. tiles-1 of every head in parallel (OpenMP; call it outside your
-/// own parallel region) and leaves the sums of the key gradients in dk and dv ([B, H, Nk, Dk],
-/// [B, H, Nk, Dv]). With k and v, each task first transposes its head's keys and values into
-/// per-thread tiles (cache-resident, nothing of size B·H allocated per call). Heads go to
-/// threads whole; when there are fewer than 16 heads, each head's tiles are dealt round-robin to
-/// ceil(16 / (B·H)) groups with private accumulators, summed in group order at the end:
-/// O(max(B·H, 16)·Nk·(Dk + Dv)) extra memory, never O(Nq·Nk). The split depends on the shape
-/// only, so the gradients are deterministic: bitwise equal across runs and thread counts.
-void run_backward_tiles(const Dims& d, std::size_t tiles, const TensorRef* k, const TensorRef* v,
-                        const BackwardTile& tile, Tensor& dk, Tensor& dv);
 
 }  // namespace attnlab::kernels

@@ -238,10 +238,97 @@ void softmax_grad(const SoftmaxGradTile& t, size_t cols) {
   }
 }
 
+// e^x - 1 without cancellation near 0: its Taylor series up to x^8 for |x| < 1/2 (relative
+// error below 1e-8 there), 2^(x log2 e) - 1 beyond.
+inline vec expm1(vec x) {
+  constexpr float c[] = {1.0f,       1.0f / 2,   1.0f / 6,    1.0f / 24,
+                         1.0f / 120, 1.0f / 720, 1.0f / 5040, 1.0f / 40320};
+  vec p = splat(c[7]);
+  for (int d = 6; d >= 0; --d) p = fma(p, x, splat(c[d]));
+  const vec series = mul(p, x);
+  const vec direct = sub(exp2(mul(x, splat(1.4426950408889634f))), splat(1.0f));
+  return where_below(abs(x), 0.5f, series, direct);
+}
+
+// tanh(x) = (e^(2x) - 1) / (e^(2x) + 1): about 1e-7 relative error near 0 too (a soft cap far
+// above the scores leaves them as they are), exact at both saturations (2^127 and 0).
+inline vec tanh(vec x) {
+  const vec e = expm1(add(x, x));
+  return div(e, add(e, splat(2.0f)));
+}
+
+// Lanes [c, c + n) of row_pos - (col_pos + col_step · (c + lane)), n <= kWidth.
+inline vec distance(float row_pos, float col_pos, float col_step, size_t c) {
+  float lanes[kWidth];
+  for (size_t l = 0; l < kWidth; ++l) lanes[l] = row_pos - (col_pos + col_step * float(c + l));
+  return load(lanes);
+}
+
+void score_mods(const ScoreMods& t) {
+  for (size_t r = 0; r < t.rows; ++r) {
+    float* s = t.scores + r * t.ld;
+    float* cap_grad = t.cap_grad ? t.cap_grad + r * t.ld : nullptr;
+    const float* bias = t.bias_rows ? t.bias_rows[r] : nullptr;
+    const float row_add = t.row_add ? t.row_add[r] : 0.0f;
+    for (size_t c = 0; c < t.cols; c += kWidth) {
+      const size_t n = t.cols - c < kWidth ? t.cols - c : kWidth;
+      vec x = load(s + c, n, splat(0.0f));
+      if (t.cap > 0.0f) {
+        const vec th = tanh(mul(x, splat(1.0f / t.cap)));
+        x = mul(th, splat(t.cap));
+        if (cap_grad) store(cap_grad + c, sub(splat(1.0f), mul(th, th)), n);
+      }
+      vec extra = splat(row_add);
+      if (t.col_add) extra = add(extra, load(t.col_add + c, n, splat(0.0f)));
+      if (t.slope != 0.0f)
+        extra =
+            sub(extra, mul(splat(t.slope), abs(distance(t.row_pos[r], t.col_pos, t.col_step, c))));
+      if (bias) {
+        float lanes[kWidth];
+        for (size_t l = 0; l < n; ++l) lanes[l] = bias[(c + l) * t.bias_step];
+        extra = add(extra, mul(splat(t.bias_scale), load(lanes, n, splat(0.0f))));
+      }
+      store(s + c, add(x, extra), n);
+    }
+  }
+}
+
+void score_mods_grad(const ScoreModsGrad& t) {
+  const vec unit = splat(t.unit);
+  for (size_t r = 0; r < t.rows; ++r) {
+    float* ds = t.ds + r * t.ld;
+    float* bias = t.bias_rows ? t.bias_rows[r] : nullptr;
+    const float* cap_grad = t.cap_grad ? t.cap_grad + r * t.ld : nullptr;
+    vec row_sum = splat(0.0f), alibi = splat(0.0f);
+    for (size_t c = 0; c < t.cols; c += kWidth) {
+      const size_t n = t.cols - c < kWidth ? t.cols - c : kWidth;
+      const vec raw = load(ds + c, n, splat(0.0f));
+      const vec g = mul(raw, unit);
+      if (bias) {
+        float lanes[kWidth];
+        store(lanes, g);
+        for (size_t l = 0; l < n; ++l) bias[(c + l) * t.bias_step] = lanes[l];
+      }
+      row_sum = add(row_sum, g);
+      if (t.col_sums) {
+        float lanes[kWidth];
+        store(lanes, g);
+        for (size_t l = 0; l < n; ++l) t.col_sums[(c + l) * t.col_sums_step] += lanes[l];
+      }
+      if (t.alibi_rows)
+        alibi = fma(g, abs(distance(t.row_pos[r], t.col_pos, t.col_step, c)), alibi);
+      if (cap_grad) store(ds + c, mul(raw, load(cap_grad + c, n, splat(0.0f))), n);
+    }
+    if (t.row_sums) t.row_sums[r] += reduce_add(row_sum);
+    if (t.alibi_rows) t.alibi_rows[r] += reduce_add(alibi);
+  }
+}
+
 }  // namespace
 
 extern const Table ATTNLAB_KERNEL_TABLE;
-const Table ATTNLAB_KERNEL_TABLE = {gemm_tile, gemm_tile_at, exp2_inplace, exp2_shifted_sum,
-                                    row_max,   transpose,    fold,         softmax_grad};
+const Table ATTNLAB_KERNEL_TABLE = {gemm_tile,  gemm_tile_at,   exp2_inplace, exp2_shifted_sum,
+                                    row_max,    transpose,      fold,         softmax_grad,
+                                    score_mods, score_mods_grad};
 
 }  // namespace attnlab::kernels::detail

@@ -29,6 +29,46 @@ struct SoftmaxGradTile {
   std::size_t rows;
 };
 
+/// The score modifiers of one score tile (log2 units), applied in place in this order: tanh
+/// soft-capping s = cap · tanh(s / cap) (cap > 0; cap_grad, when given, receives 1 - tanh², the
+/// derivative, at the same places), then the additive terms row_add[r] + col_add[c] (the
+/// forgetting gate), - slope · |row_pos[r] - (col_pos + col_step · c)| (ALiBi; slope 0: none)
+/// and bias_scale · bias_rows[r][bias_step · c] (an additive bias). Null pointers: not given.
+struct ScoreMods {
+  float* scores;
+  std::size_t ld, rows, cols;
+  float cap;
+  float* cap_grad;
+  const float* row_add;
+  const float* col_add;
+  float slope;
+  const float* row_pos;
+  float col_pos, col_step;
+  const float* const* bias_rows;
+  std::size_t bias_step;
+  float bias_scale;
+};
+
+/// What the score modifiers take from one tile's score gradient dS = ds · unit (ds as
+/// SoftmaxBackward leaves it): bias_rows[r][bias_step · c] = dS (an additive bias's gradient),
+/// row_sums[r] += sum_c dS and col_sums[col_sums_step · c] += sum_r dS (the forgetting gate's),
+/// alibi_rows[r] += sum_c dS · |row_pos[r] - (col_pos + col_step · c)| (ALiBi's, unsigned);
+/// then ds *= cap_grad (soft-capping's chain rule). Null pointers: not wanted.
+struct ScoreModsGrad {
+  float* ds;
+  std::size_t ld, rows, cols;
+  float unit;
+  float* const* bias_rows;
+  std::size_t bias_step;
+  float* row_sums;
+  float* col_sums;
+  std::size_t col_sums_step;
+  float* alibi_rows;
+  const float* row_pos;
+  float col_pos, col_step;
+  const float* cap_grad;
+};
+
 /// Entry points of one path; the semantics are those of the functions in kernels.hpp.
 struct Table {
   void (*gemm_tile)(std::size_t m, std::size_t n, std::size_t k, const float* a, std::size_t lda,
@@ -44,6 +84,10 @@ struct Table {
   void (*fold)(const SoftmaxTile& tile, const float* v, std::size_t ldv, std::size_t cols);
   /// SoftmaxBackward's elementwise step over `cols` columns of every row of the tile.
   void (*softmax_grad)(const SoftmaxGradTile& tile, std::size_t cols);
+  /// ScoreMods, in place.
+  void (*score_mods)(const ScoreMods& tile);
+  /// ScoreModsGrad.
+  void (*score_mods_grad)(const ScoreModsGrad& tile);
 };
 
 extern const Table scalar_table;

@@ -92,6 +92,38 @@ void Mask::validate(const Dims& d) const {
   } else if (!key_documents.empty()) {
     throw Error("key_documents (cu_seqlens_k) given without documents (cu_seqlens)");
   }
+  if (window)
+    for (const auto& [side, value] : {std::pair{"left", window->left}, {"right", window->right}})
+      if (value < -1)
+        throw Error(std::string("window.") + side + " = " + std::to_string(value) +
+                    ": expected -1 (unbounded) or an integer >= 0");
+  if (!prefix_lengths.empty()) {
+    if (causal == Causal::none)
+      throw Error(
+          "prefix_lengths: prefix-LM needs a causal mask (causal = top-left or "
+          "bottom-right), which it relaxes for the prefix");
+    const std::size_t want = has_documents() ? documents.size() - 1 : d.batch;
+    if (prefix_lengths.size() != want)
+      throw Error("prefix_lengths has " + std::to_string(prefix_lengths.size()) +
+                  " entries, expected one per " +
+                  (has_documents() ? "document (" : "batch item (") + std::to_string(want) + ")");
+    for (std::size_t p = 0; p < want; ++p) {
+      const std::int64_t keys =
+          has_documents()
+              ? static_cast<std::int64_t>(document_keys(p).second - document_keys(p).first)
+              : static_cast<std::int64_t>(d.nk);
+      if (prefix_lengths[p] < 0 || prefix_lengths[p] > keys)
+        throw Error("prefix_lengths[" + std::to_string(p) +
+                    "] = " + std::to_string(prefix_lengths[p]) + ": expected 0 <= length <= " +
+                    (has_documents() ? "the document's keys = " : "Nk = ") + std::to_string(keys));
+    }
+  }
+  if (custom && !custom->allows)
+    throw Error(
+        "custom mask: its allows callable is empty (give allows, and classify to skip "
+        "tiles)");
+  if (softcap && !(std::isfinite(*softcap) && *softcap > 0))
+    throw Error("softcap = " + std::to_string(*softcap) + ": expected a finite number > 0");
   if (scale && !(std::isfinite(*scale) && *scale > 0))
     throw Error("scale = " + std::to_string(*scale) + ": expected a finite number > 0");
 }
@@ -124,26 +156,60 @@ std::pair<std::size_t, std::size_t> Mask::document_keys(std::size_t doc) const {
   return {static_cast<std::size_t>(o[doc]), static_cast<std::size_t>(o[doc + 1])};
 }
 
+std::size_t Mask::document_of(std::size_t i) const {
+  // The last offset <= i: among equal offsets (empty documents), the one that begins i's.
+  const auto after =
+      std::upper_bound(documents.begin(), documents.end(), static_cast<std::int64_t>(i));
+  return static_cast<std::size_t>(after - documents.begin()) - 1;
+}
+
+std::int64_t Mask::position(std::size_t i, const Dims& d) const {
+  const auto row = static_cast<std::int64_t>(i);
+  if (!has_documents())
+    return causal == Causal::bottom_right
+               ? row + static_cast<std::int64_t>(d.nk) - static_cast<std::int64_t>(d.nq)
+               : row;
+  const std::size_t doc = document_of(i);
+  const auto [q0, q1] = document_queries(doc);
+  const auto [k0, k1] = document_keys(doc);
+  const std::int64_t shift = causal == Causal::bottom_right ? static_cast<std::int64_t>(k1 - k0) -
+                                                                  static_cast<std::int64_t>(q1 - q0)
+                                                            : 0;
+  return static_cast<std::int64_t>(k0) + (row - static_cast<std::int64_t>(q0)) + shift;
+}
+
+KeySpan Mask::key_span(std::size_t b, std::size_t i, const Dims& d) const {
+  KeySpan s{0, static_cast<std::int64_t>(d.nk)};
+  std::int64_t start = 0;  // the first key of i's sequence (its document)
+  std::size_t doc = 0;
+  if (has_documents()) {
+    doc = document_of(i);
+    const auto [k0, k1] = document_keys(doc);
+    start = static_cast<std::int64_t>(k0);
+    s = {start, static_cast<std::int64_t>(k1)};
+  }
+  const std::int64_t p = position(i, d);
+  if (causal != Causal::none) {
+    std::int64_t hi = p + 1;
+    if (!prefix_lengths.empty())
+      hi = std::max(hi, start + prefix_lengths[has_documents() ? doc : b]);
+    s.hi = std::min(s.hi, hi);
+  }
+  if (window) {
+    if (window->left >= 0) s.lo = std::max(s.lo, p - window->left);
+    if (window->right >= 0) s.hi = std::min(s.hi, p + window->right + 1);
+  }
+  if (has_key_lengths()) s.hi = std::min(s.hi, key_lengths[b]);
+  return s;
+}
+
 bool Mask::may_attend(std::size_t b, std::size_t h, std::size_t i, std::size_t j,
                       const Dims& d) const {
-  if (has_documents()) {
-    // The document of query i: the last offset <= i among those that begin a non-empty one.
-    const auto after =
-        std::upper_bound(documents.begin(), documents.end(), static_cast<std::int64_t>(i));
-    const std::size_t doc = static_cast<std::size_t>(after - documents.begin()) - 1;
-    const auto [q0, q1] = document_queries(doc);
-    const auto [k0, k1] = document_keys(doc);
-    if (j < k0 || j >= k1) return false;
-    if (j >= valid_keys(b, d.nk)) return false;
-    const auto qi = static_cast<std::int64_t>(i - q0), kj = static_cast<std::int64_t>(j - k0);
-    if (causal == Causal::top_left && kj > qi) return false;
-    const auto shift = static_cast<std::int64_t>(k1 - k0) - static_cast<std::int64_t>(q1 - q0);
-    if (causal == Causal::bottom_right && kj > qi + shift) return false;
-  } else if (j >= visible_keys(b, i, d)) {
-    return false;
-  }
-  const bool* row = allowed_row(b, h, i);
-  return row == nullptr || row[j];
+  const KeySpan s = key_span(b, i, d);
+  const auto key = static_cast<std::int64_t>(j);
+  if (key < s.lo || key >= s.hi) return false;
+  if (const bool* row = allowed_row(b, h, i); row != nullptr && !row[j]) return false;
+  return !custom || custom->allows(b, h, i, j);
 }
 
 const bool* Mask::allowed_row(std::size_t b, std::size_t h, std::size_t i) const {

@@ -68,6 +68,13 @@ inline vec max(vec a, vec b) {
 inline vec min(vec a, vec b) {
   return _mm512_min_ps(a, b);
 }
+inline vec div(vec a, vec b) {
+  return _mm512_div_ps(a, b);
+}
+/// Lanes where x < limit take a, the others b.
+inline vec where_below(vec x, float limit, vec a, vec b) {
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(limit), _CMP_LT_OQ), b, a);
+}
 inline vec fma(vec a, vec b, vec c) {
   return _mm512_fmadd_ps(a, b, c);
 }
@@ -151,6 +158,13 @@ inline vec max(vec a, vec b) {
 inline vec min(vec a, vec b) {
   return _mm256_min_ps(a, b);
 }
+inline vec div(vec a, vec b) {
+  return _mm256_div_ps(a, b);
+}
+/// Lanes where x < limit take a, the others b.
+inline vec where_below(vec x, float limit, vec a, vec b) {
+  return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, _mm256_set1_ps(limit), _CMP_LT_OQ));
+}
 inline vec fma(vec a, vec b, vec c) {
   return _mm256_fmadd_ps(a, b, c);
 }
@@ -229,6 +243,13 @@ inline vec max(vec a, vec b) {
 inline vec min(vec a, vec b) {
   return a < b ? a : b;
 }
+inline vec div(vec a, vec b) {
+  return a / b;
+}
+/// Lanes where x < limit take a, the others b.
+inline vec where_below(vec x, float limit, vec a, vec b) {
+  return x < limit ? a : b;
+}
 inline vec fma(vec a, vec b, vec c) {
   return a * b + c;
 }
@@ -243,6 +264,11 @@ inline void transpose_block(const float* s, std::size_t, float* d, std::size_t) 
 }
 
 #endif
+
+/// |v| lane by lane.
+inline vec abs(vec v) {
+  return max(v, sub(splat(0.0f), v));
+}
 
 /// 2^x for one float; below -126 (including -inf) exactly 0.
 inline float exp2_one(float x) {

@@ -1,8 +1,10 @@
 // Tensors and their shapes.
 //
 // Layout, used everywhere in attnlab: float32, row-major, [batch, heads, seq, dim].
-//   q [B, H, Nq, Dk], k [B, H, Nk, Dk], v [B, H, Nk, Dv]  ->  output [B, H, Nq, Dv].
-// Nq may differ from Nk (cross-attention) and Dv from Dk.
+//   q [B, H, Nq, Dk], k [B, Hkv, Nk, Dk], v [B, Hkv, Nk, Dv]  ->  output [B, H, Nq, Dv].
+// Nq may differ from Nk (cross-attention) and Dv from Dk. Grouped KV heads (GQA; MQA when
+// Hkv = 1): H is a multiple of Hkv and query head h reads KV head h / (H / Hkv); Hkv = H is
+// ordinary multi-head attention.
 #pragma once
 
 #include <array>
@@ -52,17 +54,25 @@ class TensorRef {
 
 /// The sizes of one attention problem, read off validated q, k, v.
 struct Dims {
-  std::size_t batch = 0;  ///< B
-  std::size_t heads = 0;  ///< H
-  std::size_t nq = 0;     ///< query sequence length
-  std::size_t nk = 0;     ///< key (and value) sequence length
-  std::size_t dk = 0;     ///< query and key head dim
-  std::size_t dv = 0;     ///< value head dim
+  std::size_t batch = 0;     ///< B
+  std::size_t heads = 0;     ///< H, the query heads
+  std::size_t nq = 0;        ///< query sequence length
+  std::size_t nk = 0;        ///< key (and value) sequence length
+  std::size_t dk = 0;        ///< query and key head dim
+  std::size_t dv = 0;        ///< value head dim
+  std::size_t kv_heads = 0;  ///< Hkv, the key and value heads; 0 (a Dims written by hand): H
+  /// Hkv: kv_heads, or H when it is 0.
+  std::size_t kv() const { return kv_heads == 0 ? heads : kv_heads; }
+  /// Whether query heads share KV heads (Hkv < H).
+  bool grouped() const { return kv() != heads; }
+  /// The KV head that query head h reads: h / (H / Hkv).
+  std::size_t kv_head(std::size_t h) const { return h / (heads / kv()); }
   /// Every size equal.
   bool operator==(const Dims&) const = default;
 };
 
-/// Checks that q, k, v fit together (see the layout above); throws Error naming the mismatch.
+/// Checks that q, k, v fit together (see the layout above); throws Error naming the mismatch
+/// (H not a multiple of Hkv among them).
 Dims check_qkv(TensorRef q, TensorRef k, TensorRef v);
 
 /// "[2, 8, 128, 64]": for error messages.
