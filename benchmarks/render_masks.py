@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""Renders results/masks/README.md from bench_masks.json and masks_vs_torch.json (one run each)."""
+import json
+import sys
+from pathlib import Path
+
+from report_parts import benchmark_medians, met
+
+out = Path(sys.argv[1])
+bench = json.loads((out / "bench_masks.json").read_text())
+load_after = (out / "load_after.txt").read_text().strip() if (out / "load_after.txt").exists() else "?"
+ctx = bench["context"]
+
+
+def by_label(prefix, key):
+    """{label: median of `key`} over the runs whose name starts with `prefix`."""
+    values = benchmark_medians(bench, key)
+    labels = {b["run_name"]: b.get("label", "") for b in bench["benchmarks"]}
+    return {labels[name]: v for name, v in values.items() if name.startswith(prefix)}
+
+
+print("# The softmax engine under masks and score modifiers\n")
+print("B = 1, Hq = 8, D = 64, N = 16384 unless stated; random q, k, v "
+      "(benchmarks/bench_masks.cpp; rendered by benchmarks/render_masks.py from bench_masks.json "
+      "and masks_vs_torch.json).\n")
+print(f"Commit {ctx.get('git_commit')}, {ctx.get('cpu')}, OPENBLAS_CORETYPE "
+      f"{ctx.get('openblas_coretype')}, OMP_NUM_THREADS {ctx.get('omp_num_threads')}, "
+      f"build {ctx.get('build')}, date {ctx.get('date')}, load before {ctx.get('load_before')}, "
+      f"{load_after}.\n")
+
+fwd = by_label("BM_mask/", "forward_GFLOPS")
+bwd = by_label("BM_mask/", "backward_GFLOPS")
+dense = next(k for k in fwd if k.startswith("dense"))
+print("## Masks against dense full\n")
+print("GFLOP/s over the visible pairs only (forward 4·D FLOP per pair, backward 10·D); the "
+      "target is 0.85x of dense full's rate in the same run.\n")
+print("| mask (spec) | forward GFLOP/s | x dense | >= 0.85 | backward GFLOP/s | x dense | >= 0.85 |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for name in fwd:
+    rf, rb = fwd[name] / fwd[dense], bwd[name] / bwd[dense]
+    print(f"| {name} | {fwd[name]:.1f} | {rf:.2f} | {met(rf, '>= 0.85')} | {bwd[name]:.1f} | "
+          f"{rb:.2f} | {met(rb, '>= 0.85')} |")
+
+f_ms, b_ms = by_label("BM_modifier/", "forward_ms"), by_label("BM_modifier/", "backward_ms")
+print("\n## Score modifiers against plain full\n")
+print("Milliseconds per call; the forgetting gate is causal, so it stands against plain causal "
+      "full. Targets: forward at most 1.15x, backward at most 1.25x.\n")
+print("| modifier | forward ms | x plain | <= 1.15 | backward ms | x plain | <= 1.25 |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for name in f_ms:
+    if name.startswith("plain"):
+        continue
+    base = "plain causal" if "causal" in name else "plain"
+    rf, rb = f_ms[name] / f_ms[base], b_ms[name] / b_ms[base]
+    print(f"| {name} | {f_ms[name]:.0f} | {rf:.2f} | {met(rf, '<= 1.15')} | {b_ms[name]:.0f} | "
+          f"{rb:.2f} | {met(rb, '<= 1.25')} |")
+print(f"\nPlain full: forward {f_ms['plain']:.0f} ms, backward {b_ms['plain']:.0f} ms; plain causal: "
+      f"forward {f_ms['plain causal']:.0f} ms, backward {b_ms['plain causal']:.0f} ms.\n")
+
+g_f, g_b = by_label("BM_grouped/", "forward_ms"), by_label("BM_grouped/", "backward_ms")
+base = "Hkv = 8"
+print("## Grouped KV heads\n")
+print(f"Hq = 8 query heads served by Hkv KV heads, against Hkv = Hq = 8 (forward {g_f[base]:.0f} "
+      f"ms, backward {g_b[base]:.0f} ms); the target is no slower.\n")
+print("| KV heads | forward ms | x Hkv = 8 | <= 1 | backward ms | x Hkv = 8 | <= 1 |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for name in g_f:
+    if name == base:
+        continue
+    rf, rb = g_f[name] / g_f[base], g_b[name] / g_b[base]
+    print(f"| {name} | {g_f[name]:.0f} | {rf:.2f} | {met(rf, '<= 1')} | {g_b[name]:.0f} | "
+          f"{rb:.2f} | {met(rb, '<= 1')} |")
+
+torch_file = out / "masks_vs_torch.json"
+if torch_file.exists():
+    t = json.loads(torch_file.read_text())
+    c = t["context"]
+    print("\n## Against PyTorch given the dense mask\n")
+    print(f"One forward + backward at B = 1, H = 8, N = {t['n']}, D = 64: attnlab's engine against "
+          f"torch {c['torch']}'s explicit softmax with the equivalent additive float mask and "
+          f"autograd, {c['threads']} threads, medians of rounds alternating the two "
+          f"(benchmarks/masks_vs_torch.py; load before {' '.join(c['load_before'])}, after "
+          f"{' '.join(c['load_after'])}). The target is 5x.\n")
+    print("| mask | attnlab ms | torch ms | torch / attnlab | >= 5 |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, r in t["cases"].items():
+        m = r["median_s"]
+        print(f"| {name} | {m['attnlab'] * 1e3:.1f} | {m['torch'] * 1e3:.1f} | "
+              f"{r['torch_over_attnlab']:.2f} | {met(r['torch_over_attnlab'], '>= 5')} |")

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Regenerates results/masks/: the softmax engine under each mask and score modifier against dense
+# full, and grouped KV heads, from one run of bench_masks (issue 43's speed section); then
+# forward + backward against PyTorch given the same dense mask (masks_vs_torch.py); then the page.
+# Usage: benchmarks/run_masks.sh [build-dir]   (default: build; needs bench_masks built)
+# About 15 minutes on 2 cores: the dense cases at N = 16384 take tens of seconds a call.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+out=results/masks
+mkdir -p "$out"
+. benchmarks/context.sh
+bench_context "$build" HEAD -- lib benchmarks/bench_masks.cpp benchmarks/common.hpp
+"$build/benchmarks/bench_masks" --benchmark_filter='^BM_' \
+  --benchmark_out="$out/bench_masks.json" --benchmark_out_format=json "${context[@]}"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" > "$out/load_after.txt"
+/usr/bin/python3 benchmarks/masks_vs_torch.py "$build/benchmarks/bench_masks" "$out"
+/usr/bin/python3 benchmarks/render_masks.py "$out" > "$out/README.md"
+cat "$out/README.md"
