@@ -35,7 +35,8 @@ sweep() {  # sweep DIR [sweep flags...]: the sweep renders DIR/report.md and DIR
   shift
   [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"
   echo "== $dir: load before $(cut -d' ' -f1-3 /proc/loadavg)"
-  "$attnlab" sweep --out "$dir" "$@"
+  "$attnlab" sweep --out "$dir" "$@" | tee "$dir.summary"  # the README's excerpt
+  mv "$dir.summary" "$dir/summary.txt"
   echo "== $dir: load after $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$dir/load_after.txt"
 }
 

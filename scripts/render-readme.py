@@ -1,12 +1,15 @@
 #!/usr/bin/python3
-"""Renders the README's table of headline ratios from the data in results/ (never typed).
+"""Renders the README's measured blocks from the data in results/ (never typed).
 
 Usage: scripts/render-readme.py [--check]
-Writes the block between "<!-- rendered: headline" and "<!-- /rendered -->" in README.md. Each
-row comes from the raw data of a current folder of results/ (rows.csv, a Google Benchmark JSON),
-computed by the same code as that folder's own table; a folder moved to results/archive/ (or
-not measured yet) gives no row. With --check nothing is written: exit 1 with a diff when the
-README's block differs from what the data gives (the meson test `readme_rendered`).
+Writes each block between "<!-- rendered: NAME" and the next "<!-- /rendered -->" in README.md:
+  headline     the table of headline ratios: each row from the raw data of a current folder of
+               results/ (rows.csv, a Google Benchmark JSON), computed by the same code as that
+               folder's own table; a folder moved to results/archive/ (or not measured yet) gives
+               no row
+  run-excerpt  an excerpt of what `./dev run` printed for results/default (its summary.txt)
+With --check nothing is written: exit 1 with a diff when a block differs from what the data
+gives (the meson test `readme_rendered`).
 """
 import csv
 import difflib
@@ -21,7 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from render_training_speed import step_table  # noqa: E402
 from report_parts import benchmark_medians  # noqa: E402
 
-BEGIN = "<!-- rendered: headline"
+BEGIN = "<!-- rendered: "
 END = "<!-- /rendered -->"
 
 
@@ -85,8 +88,26 @@ def linear_family():
              run_cell(folder, context["git_commit"], context["date"], context["cpu"]))]
 
 
-def render():
-    rows = default_sweep() + training_step() + linear_family()
+def masks():
+    """results/masks: the softmax engine's forward under masks, GFLOP/s over the visible pairs
+    against dense full's of the same run (N = 16384)."""
+    folder = RESULTS / "masks"
+    if not (folder / "bench_masks.json").exists():
+        return []
+    bench = json.loads((folder / "bench_masks.json").read_text())
+    rate = benchmark_medians(bench, "forward_GFLOPS")
+    label = {b["run_name"]: b.get("label", "") for b in bench["benchmarks"]}
+    rate = {label[name].split(" (")[0]: v for name, v in rate.items() if name.startswith("BM_mask/")}
+    cells = ", ".join(f"{name} {rate[name] / rate['dense']:.2f}x"
+                      for name in ("causal", "window 512", "16 documents", "prefix-LM, quarter prefix"))
+    context = bench["context"]
+    return [("softmax engine's forward under a mask, GFLOP/s over the visible pairs / dense full's, "
+             "B = 1, H = 8, D = 64, N = 16384", cells,
+             run_cell(folder, context["git_commit"], context["date"], context["cpu"]))]
+
+
+def headline():
+    rows = default_sweep() + masks() + training_step() + linear_family()
     if not rows:
         return ("No current speed measurement: each is archived until it is rerun on a quiet\n"
                 "machine ([results/README.md](results/README.md) lists them with their rerun "
@@ -96,23 +117,54 @@ def render():
     return "\n".join(lines) + "\n"
 
 
+def run_excerpt():
+    """Parts of results/default/summary.txt (the sweep's summary as `./dev run` prints it): the
+    run's context, the first speed table's head, the yardstick and where the report went."""
+    summary = RESULTS / "default" / "summary.txt"
+    if not summary.exists():
+        return ("No run of the default sweep is committed yet (`scripts/regenerate-results.sh "
+                "rerun archive/default`).\n")
+    parts = [p.splitlines() for p in summary.read_text().strip().split("\n\n")]
+    speed = next(p for p in parts if p[0].startswith("Speed-up"))
+    keep = [p for p in parts if p[0].startswith("Summary of")] + [speed[:5] + ["  ..."]]
+    keep += [p for p in parts if p[0].startswith(("Yardstick", "Report"))]
+    return "```text\n" + "\n\n".join("\n".join(p) for p in keep) + "\n```\n"
+
+
+BLOCKS = {"headline": headline, "run-excerpt": run_excerpt}
+
+
+def render(readme):
+    """README.md with every rendered block rewritten."""
+    out, at = [], 0
+    while (start := readme.find(BEGIN, at)) >= 0:
+        name = readme[start + len(BEGIN):].split(None, 1)[0]
+        if name not in BLOCKS:
+            sys.exit(f"README.md: unknown rendered block '{name}' (known: {', '.join(BLOCKS)})")
+        body = readme.index("\n", start) + 1
+        end = readme.find(END, body)
+        if end < 0:
+            sys.exit(f"README.md: the block '{name}' has no '{END}'")
+        out += [readme[at:body], BLOCKS[name]()]
+        at = end
+    if not out:
+        sys.exit(f"README.md: no block starting '{BEGIN}'")
+    return "".join(out) + readme[at:]
+
+
 def main():
     check = sys.argv[1:] == ["--check"]
     if sys.argv[1:] not in ([], ["--check"]):
         sys.exit("usage: scripts/render-readme.py [--check]")
     readme = (ROOT / "README.md").read_text()
-    start, end = readme.find(BEGIN), readme.find(END)
-    if start < 0 or end < start:
-        sys.exit(f"README.md: no block between '{BEGIN}' and '{END}'")
-    start = readme.index("\n", start) + 1
-    new = readme[:start] + render() + readme[end:]
+    new = render(readme)
     if not check:
         (ROOT / "README.md").write_text(new)
         return 0
     if new != readme:
         sys.stdout.writelines(difflib.unified_diff(readme.splitlines(True), new.splitlines(True),
                                                    "README.md", "rendered from results/"))
-        print("README.md's headline table is out of date with results/: run "
+        print("README.md's rendered blocks are out of date with results/: run "
               "scripts/render-readme.py and commit README.md")
         return 1
     return 0
