@@ -16,7 +16,8 @@ import numpy as np
 
 from attnlab import _core
 
-__all__ = ["Attention", "Saved", "attention", "compare", "make", "reference", "variants"]
+__all__ = ["Attention", "Saved", "alibi_slopes", "attention", "compare", "make", "reference",
+           "variants"]
 
 Saved = _core.Saved  # what forward(..., save=True) keeps for backward; .lse: array or None
 
@@ -26,6 +27,14 @@ _CAUSAL = {None: "none", "none": "none", "top-left": "top-left", "bottom-right":
 def variants():
     """The registered variant names, in the registry's order (full, bigbird, ...)."""
     return list(_core.variants())
+
+
+def alibi_slopes(heads):
+    """ALiBi's geometric slopes for `heads` heads (Press et al. 2022, the paper's code), float32
+    [heads]: what alibi_slopes= takes."""
+    if isinstance(heads, bool) or not isinstance(heads, numbers.Integral) or heads < 1:
+        raise ValueError(f"heads: expected a positive integer, got {heads!r}")
+    return _core.alibi_slopes(int(heads))
 
 
 def _floats(name, x):
@@ -42,7 +51,7 @@ def _floats(name, x):
 
 
 def _bhnd(x):
-    """[N, D] and [H, N, D] lifted to [B, H, N, D] (a view)."""
+    """[N, D] and [H, N, D] lifted to [B, H, N, D] (a view); any array of rank <= 4 to rank 4."""
     return x.reshape((1,) * (4 - x.ndim) + x.shape)
 
 
@@ -83,6 +92,44 @@ def _mask(q, k, causal, key_lengths, mask, scale):
         if not isinstance(scale, numbers.Real) or not np.isfinite(scale) or scale <= 0:
             raise ValueError(f"scale={scale!r}: expected a finite number > 0")
         m.scale = float(scale)
+    return m
+
+
+def _grouped(q, k, enable_gqa):
+    """Grouped KV heads (k, v with fewer heads than q) only when asked, as torch's
+    scaled_dot_product_attention (2.5) refuses them without enable_gqa."""
+    if not isinstance(enable_gqa, bool):
+        raise TypeError(f"enable_gqa: expected a bool, got {type(enable_gqa).__name__}")
+    if q.shape[1] != k.shape[1] and not enable_gqa:
+        raise ValueError(f"k, v: {k.shape[1]} heads for q's {q.shape[1]}: grouped KV heads "
+                         "need enable_gqa=True (as scaled_dot_product_attention's)")
+
+
+def _modifiers(m, window_size, prefix_lengths, softcap):
+    """FlashAttention's window_size=(left, right) (-1: unbounded; (-1, -1): no window), prefix-LM
+    lengths (one per item, or per document) and softcap (None or 0: none, FlashAttention's
+    default; else a finite cap > 0) on mask m."""
+    if window_size is not None:
+        pair = tuple(window_size) if isinstance(window_size, (tuple, list)) else None
+        if pair is None or len(pair) != 2 or not all(
+                isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= -1
+                for w in pair):
+            raise ValueError(f"window_size={window_size!r}: expected (left, right), integers "
+                             ">= 0, or -1 for an unbounded side")
+        if pair != (-1, -1):
+            m.window = (int(pair[0]), int(pair[1]))
+    if prefix_lengths is not None:
+        lengths = np.asarray(prefix_lengths)
+        if lengths.ndim != 1 or (lengths.size and lengths.dtype.kind not in "iu"):
+            raise ValueError(f"prefix_lengths: expected a list of integers (one per batch item, "
+                             f"or per document), got {prefix_lengths!r}")
+        m.prefix_lengths = [int(n) for n in lengths]
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real) \
+                or not np.isfinite(softcap) or softcap < 0:
+            raise ValueError(f"softcap={softcap!r}: expected a finite cap > 0 (or 0: none)")
+        if softcap > 0:
+            m.softcap = float(softcap)
     return m
 
 
@@ -129,6 +176,34 @@ def _tokens(rank, log_decay, beta):
                              f"(one value per token of rank-{rank} q, k, v)")
         x = np.ascontiguousarray(x, dtype=np.float32)
         setattr(t, name, x.reshape((1,) * (4 - rank) + x.shape))
+    return t
+
+
+def _scores(t, rank, bias, sinks, alibi_slopes):
+    """The score modifiers onto tokens t: bias, a float array of rank <= 4 broadcastable to
+    [B, H, Nq, Nk] (NumPy's rules: [Nq, Nk], [H, 1, Nk], ...), lifted to rank 4; sinks and
+    alibi_slopes float [H] (H = 1 for rank-2 q). The library checks sizes and values."""
+    if bias is not None:
+        if not isinstance(bias, np.ndarray):
+            raise TypeError(f"bias: expected a numpy.ndarray, got {type(bias).__name__}")
+        if bias.dtype.kind != "f":
+            raise TypeError(f"bias: dtype {bias.dtype}, expected float32 (an additive bias; "
+                            "a boolean mask is mask=)")
+        if not 1 <= bias.ndim <= 4:
+            raise ValueError(f"bias: shape {list(bias.shape)}, expected at most 4 axes "
+                             "broadcastable to [B, H, Nq, Nk]")
+        t.bias = _bhnd(np.ascontiguousarray(bias, dtype=np.float32))
+    for name, x in (("sinks", sinks), ("alibi_slopes", alibi_slopes)):
+        if x is None:
+            continue
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"{name}: expected a numpy.ndarray, got {type(x).__name__}")
+        if x.dtype.kind != "f":
+            raise TypeError(f"{name}: dtype {x.dtype}, expected float32")
+        if x.ndim != 1:
+            raise ValueError(f"{name}: shape {list(x.shape)}, expected [H], one value per "
+                             "query head")
+        setattr(t, name, np.ascontiguousarray(x, dtype=np.float32))
     return t
 
 
@@ -211,8 +286,11 @@ class Attention:
     @property
     def support(self):
         """What the backend honours: {"causal", "causal_cross", "key_lengths", "allowed",
-        "cross", "value_dim", "backward", "log_decay", "beta", "state", "documents"} -> bool:
-        state: initial_state / output_final_state (the linear family); documents: cu_seqlens."""
+        "cross", "value_dim", "backward", "log_decay", "beta", "state", "documents",
+        "grouped_heads", "window", "prefix", "softcap", "bias", "sinks", "alibi",
+        "forgetting_gate"} -> bool: state: initial_state / output_final_state (the linear
+        family); documents: cu_seqlens; grouped_heads: enable_gqa; window: window_size;
+        prefix: prefix_lengths; forgetting_gate: log_decay on a softmax variant."""
         return dict(self._backend.support)
 
     def __repr__(self):
@@ -251,7 +329,9 @@ class Attention:
 
     def forward(self, q, k, v, causal=None, key_lengths=None, mask=None, scale=None,
                 log_decay=None, beta=None, save=False, initial_state=None,
-                output_final_state=False, cu_seqlens=None, cu_seqlens_k=None):
+                output_final_state=False, cu_seqlens=None, cu_seqlens_k=None, *, bias=None,
+                sinks=None, alibi_slopes=None, softcap=None, window_size=None,
+                prefix_lengths=None, enable_gqa=False):
         """softmax-or-variant attention of q, k, v: a new float32 array shaped like q with v's
         last dimension. log_decay (g <= 0) and beta (in [0, 1]): the linear family's per-token
         inputs, [B, H, N] for [B, H, N, D] q (one rank less than q), where support says the
@@ -266,12 +346,24 @@ class Attention:
         for linear's sum rule; output_final_state=True returns (out, final_state) in the same
         form ((out, final_state, saved) with save=True). cu_seqlens, cu_seqlens_k:
         FlashAttention's offsets of packed documents (0, ..., N) for q, k, v of a batch of one;
-        states are then one per document, [documents, H, Dk, Dv]."""
+        states are then one per document, [documents, H, Dk, Dv].
+
+        Mask and score modifiers of the softmax variants (full, sliding, bigbird; support says
+        which a variant takes), with FlashAttention's and PyTorch's names: window_size=(left,
+        right), keys p(i) - left <= j <= p(i) + right (-1: unbounded); prefix_lengths, one per
+        item (or document), prefix-LM under a causal mask; softcap, cap · tanh(s / cap) (None
+        or 0: none); bias, an additive float bias broadcastable to [B, H, Nq, Nk] (-inf masks a
+        pair); sinks [H], a logit per head that joins every row's denominator; alibi_slopes
+        [H] (alibi_slopes(H): the paper's); log_decay, for a softmax variant the forgetting
+        gate (FoX, causal). enable_gqa=True lets k, v have fewer heads than q (a divisor of
+        its heads), as in scaled_dot_product_attention."""
         rank, q4, k4, v4 = _qkv(q, k, v)
+        _grouped(q4, k4, enable_gqa)
         documents = cu_seqlens is not None
         m = _documents(_mask(q4, k4, causal, key_lengths, mask, scale), q4, cu_seqlens,
                        cu_seqlens_k)
-        t = _tokens(rank, log_decay, beta)
+        _modifiers(m, window_size, prefix_lengths, softcap)
+        t = _scores(_tokens(rank, log_decay, beta), rank, bias, sinks, alibi_slopes)
         _set_state(t, "initial_state", initial_state, rank, documents)
         if not save and not output_final_state:
             return _unlift(self._backend.forward(q4, k4, v4, m, t), rank)
@@ -287,7 +379,9 @@ class Attention:
 
     def backward(self, q, k, v, out, d_out, causal=None, key_lengths=None, mask=None,
                  scale=None, log_decay=None, beta=None, saved=None, initial_state=None,
-                 d_final_state=None, cu_seqlens=None, cu_seqlens_k=None):
+                 d_final_state=None, cu_seqlens=None, cu_seqlens_k=None, *, bias=None,
+                 sinks=None, alibi_slopes=None, softcap=None, window_size=None,
+                 prefix_lengths=None, enable_gqa=False):
         """Gradients of a loss L through out = forward(q, k, v, ...), given d_out = dL/d(out):
         {"dq", "dk", "dv"} shaped like q, k, v; "d_log_decay" and "d_beta" shaped like the
         log_decay and beta given; and "d_" + the lower-case name of each of the variant's own
@@ -295,8 +389,11 @@ class Attention:
         share=none). saved: what forward(...,
         save=True) returned with out, or None to recompute it. initial_state and cu_seqlens:
         the forward's; d_final_state: dL/d(final state) in final_state's form, when the loss
-        reads it; with initial_state, "d_initial_state" is its gradient in its form."""
+        reads it; with initial_state, "d_initial_state" is its gradient in its form. The
+        modifiers as forward's: "d_bias" (in bias's shape, summed over its broadcast axes),
+        "d_sinks" and "d_alibi_slopes" ([H]) are the gradients of those given."""
         rank, q4, k4, v4 = _qkv(q, k, v)
+        _grouped(q4, k4, enable_gqa)
         out, d_out = _floats("out", out), _floats("d_out", d_out)
         if not out.ndim == d_out.ndim == rank:
             raise ValueError(f"out and d_out must have q's rank {rank}: {list(out.shape)}, "
@@ -305,7 +402,8 @@ class Attention:
         documents = cu_seqlens is not None
         m = _documents(_mask(q4, k4, causal, key_lengths, mask, scale), q4, cu_seqlens,
                        cu_seqlens_k)
-        t = _tokens(rank, log_decay, beta)
+        _modifiers(m, window_size, prefix_lengths, softcap)
+        t = _scores(_tokens(rank, log_decay, beta), rank, bias, sinks, alibi_slopes)
         _set_state(t, "initial_state", initial_state, rank, documents)
         _set_state(t, "d_final_state", d_final_state, rank, documents)
         if saved is not None and not isinstance(saved, _core.Saved):
@@ -317,6 +415,8 @@ class Attention:
         for name in ("d_log_decay", "d_beta"):
             if name in grads:
                 grads[name] = grads[name].reshape(grads[name].shape[4 - rank:])
+        if "d_bias" in grads:
+            grads["d_bias"] = grads["d_bias"].reshape(bias.shape)
         if "d_initial_state" in grads:
             grads["d_initial_state"] = _state_out(grads["d_initial_state"],
                                                   grads.pop("d_initial_key_sum", None), rank,
@@ -338,7 +438,8 @@ def make(spec):
 
 def attention(q, k, v, spec="full", causal=None, key_lengths=None, mask=None, scale=None,
               log_decay=None, beta=None, initial_state=None, output_final_state=False,
-              cu_seqlens=None, cu_seqlens_k=None):
+              cu_seqlens=None, cu_seqlens_k=None, *, bias=None, sinks=None, alibi_slopes=None,
+              softcap=None, window_size=None, prefix_lengths=None, enable_gqa=False):
     """make(spec).forward(q, k, v, ...): one call, a new float32 array.
 
     causal: None, "top-left" (j <= i) or "bottom-right" (j <= i + Nk - Nq); key_lengths: B valid
@@ -348,12 +449,17 @@ def attention(q, k, v, spec="full", causal=None, key_lengths=None, mask=None, sc
     strength in [0, 1] per key token (delta, gated-delta), each [B, H, N] (q's rank minus one);
     a variant that does not take one raises NotImplementedError. initial_state,
     output_final_state (returns (out, final_state)), cu_seqlens and cu_seqlens_k: as
-    flash-linear-attention and FlashAttention name them (see Attention.forward)."""
+    flash-linear-attention and FlashAttention name them (see Attention.forward); bias, sinks,
+    alibi_slopes, softcap, window_size, prefix_lengths and enable_gqa (grouped KV heads): the
+    softmax variants' modifiers (see Attention.forward)."""
     return make(spec).forward(q, k, v, causal=causal, key_lengths=key_lengths, mask=mask,
                               scale=scale, log_decay=log_decay, beta=beta,
                               initial_state=initial_state,
                               output_final_state=output_final_state, cu_seqlens=cu_seqlens,
-                              cu_seqlens_k=cu_seqlens_k)
+                              cu_seqlens_k=cu_seqlens_k, bias=bias, sinks=sinks,
+                              alibi_slopes=alibi_slopes, softcap=softcap,
+                              window_size=window_size, prefix_lengths=prefix_lengths,
+                              enable_gqa=enable_gqa)
 
 
 def reference(q, k, v, causal=None, key_lengths=None, mask=None, scale=None):

@@ -2,9 +2,10 @@
 // API, its argument checks and the rank lifting live in attnlab/__init__.py; this file only moves
 // arrays in and out and releases the GIL while the library runs.
 //
-// Copies: none for q, k, v, out, d_out and the per-token inputs, which the library reads in place
-// through TensorRef and TokenRef views of NumPy's buffers (the caller hands over C-contiguous
-// float32); a boolean mask is copied (Mask owns it). Every result
+// Copies: none for q, k, v, out, d_out, the per-token inputs and the score modifiers (bias,
+// sinks, ALiBi slopes), which the library reads in place through TensorRef, TokenRef and span
+// views of NumPy's buffers (the caller hands over C-contiguous float32); a boolean mask is copied
+// (Mask owns it). Every result
 // (output, lse, gradients) is handed to NumPy without a copy: the array's base is a capsule
 // owning the Tensor (python/tests/test_numpy.py checks both).
 #include <cctype>
@@ -14,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -85,12 +87,22 @@ py::array to_numpy(T&& tensor) {
   return py::array_t<Value>(shape, owned->data(), owner);
 }
 
+// Floats of `shape` to NumPy without a copy: the array owns the vector.
+py::array vector_array(std::vector<float>&& floats, std::vector<py::ssize_t> shape) {
+  auto* values = new std::vector<float>(std::move(floats));
+  py::capsule owner(values, [](void* v) { delete static_cast<std::vector<float>*>(v); });
+  return py::array_t<float>(shape, values->data(), owner);
+}
+
 // A parameter (or its gradient) to NumPy without a copy: the array owns its values.
 py::array parameter_array(attnlab::ParameterTensor&& p) {
-  auto* values = new std::vector<float>(std::move(p.values));
-  py::capsule owner(values, [](void* v) { delete static_cast<std::vector<float>*>(v); });
-  std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
-  return py::array_t<float>(shape, values->data(), owner);
+  return vector_array(std::move(p.values), {p.shape.begin(), p.shape.end()});
+}
+
+// One value per head (sinks, ALiBi slopes, their gradients) to NumPy without a copy.
+py::array head_array(std::vector<float>&& values) {
+  const auto heads = static_cast<py::ssize_t>(values.size());
+  return vector_array(std::move(values), {heads});
 }
 
 struct MaskArgs {
@@ -99,6 +111,9 @@ struct MaskArgs {
   std::optional<Bools> allowed;
   std::optional<double> scale;
   std::vector<std::int64_t> documents, key_documents;
+  std::optional<std::pair<std::int64_t, std::int64_t>> window;  // (left, right)
+  std::vector<std::int64_t> prefix_lengths;
+  std::optional<double> softcap;
 };
 
 // The Mask of one call. Needs the GIL (reads the mask array).
@@ -110,15 +125,24 @@ attnlab::Mask make_mask(const MaskArgs& m) {
   mask.scale = m.scale;
   mask.documents = m.documents;
   mask.key_documents = m.key_documents;
+  if (m.window) mask.window = attnlab::Window{m.window->first, m.window->second};
+  mask.prefix_lengths = m.prefix_lengths;
+  mask.softcap = m.softcap;
   return mask;
 }
 
 // The inputs of one call beyond q, k, v (Attention's TokenInputs): optional [B, H, Nk] arrays,
-// and recurrent states (S [S, H, rows, Dv] and, where the variant has one, z [S, H, rows]).
+// recurrent states (S [S, H, rows, Dv] and, where the variant has one, z [S, H, rows]), and the
+// score modifiers: a bias broadcastable to [B, H, Nq, Nk] (rank 4), sinks and slopes [H].
 struct TokenArgs {
   std::optional<Floats> log_decay, beta;
   std::optional<Floats> initial_state, initial_key_sum, d_final_state, d_final_key_sum;
+  std::optional<Floats> bias, sinks, alibi_slopes;
 };
+
+std::span<const float> span_of(const Floats& a) {
+  return {a.data(), static_cast<std::size_t>(a.size())};
+}
 
 // The given inputs as views of NumPy's buffers (the arrays outlive the call).
 attnlab::TokenInputs token_views(const TokenArgs& t) {
@@ -127,6 +151,9 @@ attnlab::TokenInputs token_views(const TokenArgs& t) {
   if (t.beta) tokens.beta = token_view(*t.beta);
   if (t.initial_state) tokens.initial_state = state_view(*t.initial_state, t.initial_key_sum);
   if (t.d_final_state) tokens.d_final_state = state_view(*t.d_final_state, t.d_final_key_sum);
+  if (t.bias) tokens.bias = view(*t.bias);
+  if (t.sinks) tokens.sinks = span_of(*t.sinks);
+  if (t.alibi_slopes) tokens.alibi_slopes = span_of(*t.alibi_slopes);
   return tokens;
 }
 
@@ -143,6 +170,14 @@ py::dict support_dict(const attnlab::Support& s) {
   d["beta"] = s.beta;
   d["state"] = s.state;
   d["documents"] = s.documents;
+  d["grouped_heads"] = s.grouped_heads;
+  d["window"] = s.window;
+  d["prefix"] = s.prefix;
+  d["softcap"] = s.softcap;
+  d["bias"] = s.bias;
+  d["sinks"] = s.sinks;
+  d["alibi"] = s.alibi;
+  d["forgetting_gate"] = s.forgetting_gate;
   return d;
 }
 
@@ -188,8 +223,9 @@ class Backend {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
   }
 
-  // {"dq", "dk", "dv"}, "d_log_decay" / "d_beta" for the token inputs given, and "d_" + name
-  // (lower case) for each of the variant's own parameters (linformer: "d_e", "d_f").
+  // {"dq", "dk", "dv"}, "d_log_decay" / "d_beta" / "d_bias" / "d_sinks" / "d_alibi_slopes" for
+  // the inputs given, and "d_" + name (lower case) for each of the variant's own parameters
+  // (linformer: "d_e", "d_f").
   py::dict backward(const Floats& q, const Floats& k, const Floats& v, const MaskArgs& m,
                     const TokenArgs& t, const Floats& out, const Floats& d_out,
                     const std::shared_ptr<SavedState>& state) const {
@@ -207,6 +243,9 @@ class Backend {
     d["dv"] = to_numpy(std::move(g.qkv.dv));
     if (t.log_decay) d["d_log_decay"] = to_numpy(std::move(g.d_log_decay));
     if (t.beta) d["d_beta"] = to_numpy(std::move(g.d_beta));
+    if (t.bias) d["d_bias"] = to_numpy(std::move(g.d_bias));
+    if (t.sinks) d["d_sinks"] = head_array(std::move(g.d_sinks));
+    if (t.alibi_slopes) d["d_alibi_slopes"] = head_array(std::move(g.d_alibi_slopes));
     if (t.initial_state) {
       d["d_initial_state"] = to_numpy(std::move(g.d_initial_state.memory));
       if (g.d_initial_state.key_sum.size() != 0)
@@ -288,7 +327,10 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("allowed", &MaskArgs::allowed)
       .def_readwrite("scale", &MaskArgs::scale)
       .def_readwrite("documents", &MaskArgs::documents)
-      .def_readwrite("key_documents", &MaskArgs::key_documents);
+      .def_readwrite("key_documents", &MaskArgs::key_documents)
+      .def_readwrite("window", &MaskArgs::window)
+      .def_readwrite("prefix_lengths", &MaskArgs::prefix_lengths)
+      .def_readwrite("softcap", &MaskArgs::softcap);
 
   py::class_<TokenArgs>(m, "Tokens")
       .def(py::init<>())
@@ -297,7 +339,10 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("initial_state", &TokenArgs::initial_state)
       .def_readwrite("initial_key_sum", &TokenArgs::initial_key_sum)
       .def_readwrite("d_final_state", &TokenArgs::d_final_state)
-      .def_readwrite("d_final_key_sum", &TokenArgs::d_final_key_sum);
+      .def_readwrite("d_final_key_sum", &TokenArgs::d_final_key_sum)
+      .def_readwrite("bias", &TokenArgs::bias)
+      .def_readwrite("sinks", &TokenArgs::sinks)
+      .def_readwrite("alibi_slopes", &TokenArgs::alibi_slopes);
 
   py::class_<SavedState, std::shared_ptr<SavedState>>(m, "Saved")
       .def_property_readonly(
@@ -335,6 +380,9 @@ PYBIND11_MODULE(_core, m) {
            py::arg("v"), py::arg("mask"), py::arg("calls"));
 
   m.def("variants", &attnlab::attention_names);
+  m.def(
+      "alibi_slopes", [](std::size_t heads) { return head_array(attnlab::alibi_slopes(heads)); },
+      py::arg("heads"));
   // For python/tests/test_numpy.py: the address the library reads an argument at.
   m.def("_read_address", [](const Floats& a) {
     return reinterpret_cast<std::uintptr_t>(a.ndim() == 3 ? token_view(a).data() : view(a).data());

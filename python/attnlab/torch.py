@@ -6,14 +6,22 @@
 
 Masks follow the torch API each one mirrors (docs/python.md):
   attention(attn_mask=)     as torch 2's scaled_dot_product_attention: bool True = may attend
-                            (attnlab's own convention), or a float mask of 0 (attend) / -inf.
+                            (attnlab's own convention), or a float mask added to the scores
+                            (an additive bias, differentiable; -inf: do not attend).
   attention(key_padding_mask=), MultiheadAttention's attn_mask and key_padding_mask
                             as nn.MultiheadAttention: bool True = may NOT attend / is padding,
-                            or a float mask of 0 / -inf.
-A boolean mask equal to the causal pattern is passed as causal="top-left", so variants without
+                            or a float mask added to the scores.
+A float mask of only 0 and -inf that needs no gradient is passed as a boolean mask, and a
+boolean mask equal to the causal pattern as causal="top-left", so variants without biases or
 boolean masks (linear) still run under nn.Transformer.generate_square_subsequent_mask.
+FlashAttention's and PyTorch's names for the softmax variants' modifiers: window_size,
+cu_seqlens, cu_seqlens_k, prefix_lengths, softcap, alibi_slopes, sinks, log_decay (the
+forgetting gate), enable_gqa (grouped KV heads).
 Tensors are float32 on the CPU; they reach the C++ library through .numpy() without a copy.
 """
+import warnings
+
+import numpy as np
 import torch
 
 import attnlab
@@ -32,24 +40,60 @@ def _numpy(name, t):
     return t.detach().contiguous().numpy()
 
 
-def _allowed(name, mask, true_means_allowed):
-    """A bool or 0/-inf float mask as bool "may attend"."""
+def _split_mask(name, mask, true_means_allowed):
+    """(allowed, bias) of a torch mask: a bool one as bool "may attend" (allowed); a float one
+    as an additive bias in float32 (differentiably cast), or, when it holds only 0 and -inf and
+    needs no gradient, as bool "may attend" (which variants without biases honour too)."""
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(mask).__name__}")
     if mask.dtype == torch.bool:
-        return mask if true_means_allowed else ~mask
-    if mask.is_floating_point():
+        return (mask if true_means_allowed else ~mask), None
+    if not mask.is_floating_point():
+        raise TypeError(f"{name}: dtype {mask.dtype}, expected torch.bool or a float mask (an "
+                        "additive bias)")
+    if mask.device.type != "cpu":
+        raise ValueError(f"{name}: on {mask.device}, expected a CPU tensor")
+    if bool(torch.isnan(mask).any()) or bool((mask == float("inf")).any()):
+        raise ValueError(f"{name}: a float mask is an additive bias and may not hold NaN or "
+                         "+inf (-inf: do not attend)")
+    if not (mask.requires_grad and torch.is_grad_enabled()):
         zero, blocked = mask == 0, mask == float("-inf")
-        if not bool((zero | blocked).all()):
-            raise ValueError(f"{name}: a float mask may hold only 0 (attend) and -inf (do not "
-                             "attend); attnlab has no additive biases")
-        return zero
-    raise TypeError(f"{name}: dtype {mask.dtype}, expected torch.bool or a float 0/-inf mask")
+        if bool((zero | blocked).all()):
+            return zero, None
+    return None, mask.float()
+
+
+def _lift_bias(name, bias, shape):
+    """A float mask of rank <= 4 as a bias broadcastable to `shape` [B, H, Nq, Nk] (leading axes
+    of 1 added, a differentiable view), or a ValueError naming it."""
+    lifted = None
+    if bias.dim() <= 4:
+        lifted = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
+    if lifted is None or any(n not in (1, want) for n, want in zip(lifted.shape, shape)):
+        raise ValueError(f"{name}: shape {list(bias.shape)} does not broadcast to [B, H, Nq, Nk] "
+                         f"= {list(shape)}")
+    return lifted
+
+
+def _padding(key_padding_mask, bias, shape):
+    """(padding, bias): a bool (or 0/-inf) key_padding_mask [B, Nk] as bool True = padding, or
+    a float one added to the bias (None or 4-D) as [B, 1, 1, Nk]."""
+    if key_padding_mask is None:
+        return None, bias
+    keep, added = _split_mask("key_padding_mask", key_padding_mask, False)
+    if added is None:
+        return ~keep, bias
+    if added.dim() != 2:
+        raise ValueError(f"key_padding_mask: shape {list(added.shape)}, expected [B, Nk] = "
+                         f"[{shape[0]}, {shape[3]}]")
+    added = _lift_bias("key_padding_mask", added[:, None, None, :], shape)
+    return None, added if bias is None else bias + added
 
 
 def _masks(q, k, causal, attn_allowed, padding):
-    """causal, key_lengths, mask for attnlab.forward on 4-D q, k: attn_allowed is bool
-    [Nq, Nk] or [B|1, H|1, Nq, Nk] (True = may attend); padding bool [B, Nk] (True = padding)."""
+    """causal, key_lengths, mask for attnlab.forward on 4-D q, k: attn_allowed is bool of
+    rank <= 4 broadcastable to [B, H, Nq, Nk] ([Nq, Nk], [B|1, H|1, Nq, Nk], ...; True = may
+    attend); padding bool [B, Nk] (True = padding)."""
     b, h, nq, nk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     if causal is True:
         causal = "top-left"
@@ -57,8 +101,9 @@ def _masks(q, k, causal, attn_allowed, padding):
         causal = None
     key_lengths, allowed = None, None
     if attn_allowed is not None:
-        if attn_allowed.dim() == 2:
-            attn_allowed = attn_allowed[None, None]
+        if attn_allowed.dim() <= 4:
+            attn_allowed = attn_allowed.reshape((1,) * (4 - attn_allowed.dim()) +
+                                                tuple(attn_allowed.shape))
         if attn_allowed.dim() != 4 or attn_allowed.shape[2:] != (nq, nk):
             raise ValueError(f"attn_mask: shape {list(attn_allowed.shape)}, expected [{nq}, {nk}] "
                              f"or [B or 1, H or 1, {nq}, {nk}]")
@@ -93,20 +138,26 @@ def _set_learned(backend, names, params):
         backend.set_parameters({n: _numpy(n, p) for n, p in zip(names, params)})
 
 
+# The per-call float inputs the autograd node differentiates besides q, k, v, in its argument
+# order: the linear family's per-token inputs and the softmax variants' score modifiers.
+_TOKENS = ("log_decay", "beta", "bias", "sinks", "alibi_slopes")
+
+
 class _AttentionFunction(torch.autograd.Function):
     """attnlab's forward and backward as one autograd node; saves the output and what the
     forward keeps for its backward (attnlab.Saved: the row log-sum-exp, the scan variants'
-    chunk states), so the backward never runs a second forward. log_decay and beta: the linear
-    family's per-token inputs, or None; names and params: the variant's own learned tensors
-    (linformer's E, F), set on the backend before its forward and its backward (another call
-    may have set others in between) and differentiated like q, k and v."""
+    chunk states), so the backward never runs a second forward. log_decay, beta, bias (4-D),
+    sinks and alibi_slopes (_TOKENS): tensors or None, each differentiated when given; names
+    and params: the variant's own learned tensors (linformer's E, F), set on the backend before
+    its forward and its backward (another call may have set others in between) and
+    differentiated like q, k and v."""
 
     @staticmethod
-    def forward(ctx, q, k, v, log_decay, beta, s0, z0, backend, masks, scale, final, names,
-                *params):
+    def forward(ctx, q, k, v, log_decay, beta, bias, sinks, slopes, s0, z0, backend, masks,
+                scale, final, names, *params):
         arrays = _numpy("q", q), _numpy("k", k), _numpy("v", v)
         tokens = {name: None if t is None else _numpy(name, t)
-                  for name, t in (("log_decay", log_decay), ("beta", beta))}
+                  for name, t in zip(_TOKENS, (log_decay, beta, bias, sinks, slopes))}
         initial = None
         if s0 is not None:
             initial = _numpy("initial_state", s0)
@@ -145,7 +196,7 @@ class _AttentionFunction(torch.autograd.Function):
                                      saved=ctx.saved, initial_state=ctx.initial,
                                      d_final_state=d_final, **ctx.masks, **ctx.tokens)
         tokens = [None if ctx.tokens[name] is None else torch.from_numpy(grads["d_" + name])
-                  for name in ("log_decay", "beta")]
+                  for name in _TOKENS]
         state = [None, None]
         if ctx.initial is not None:
             d0 = grads["d_initial_state"]
@@ -161,33 +212,64 @@ def _backend(spec):
     return spec if isinstance(spec, attnlab.Attention) else attnlab.make(spec)
 
 
+def _slopes(alibi_slopes):
+    """ALiBi slopes as a float32 tensor: a tensor as given (differentiable), or a NumPy array,
+    list or tuple of numbers as a constant."""
+    if alibi_slopes is None or isinstance(alibi_slopes, torch.Tensor):
+        return alibi_slopes
+    if not isinstance(alibi_slopes, (np.ndarray, list, tuple)):
+        raise TypeError(f"alibi_slopes: expected a torch.Tensor (learned) or an array of "
+                        f"numbers (constant), got {type(alibi_slopes).__name__}")
+    values = np.asarray(alibi_slopes)
+    if values.dtype.kind not in "fiu":
+        raise TypeError(f"alibi_slopes: dtype {values.dtype}, expected numbers")
+    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
+
+
+def _integers(x):
+    """Offsets or lengths given as an integer tensor, as a list; anything else as given."""
+    return x.tolist() if isinstance(x, torch.Tensor) else x
+
+
 def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mask=None,
               scale=None, log_decay=None, beta=None, parameters=None, initial_state=None,
-              output_final_state=False, cu_seqlens=None, cu_seqlens_k=None):
+              output_final_state=False, cu_seqlens=None, cu_seqlens_k=None, *,
+              enable_gqa=False, window_size=None, alibi_slopes=None, softcap=None, sinks=None,
+              prefix_lengths=None):
     """Differentiable attnlab attention of float32 CPU tensors [B, H, N, D] (or [H, N, D],
     [N, D]): out shaped like q with v's last dimension.
 
     spec: a factory string or an attnlab.Attention; causal: None, "top-left" (or True, as
-    scaled_dot_product_attention's is_causal) or "bottom-right"; attn_mask: [Nq, Nk] or
-    [B|1, H|1, Nq, Nk], bool True = may attend (scaled_dot_product_attention's convention) or
-    float 0/-inf; key_padding_mask: [B, Nk], bool True = padding (nn.MultiheadAttention's);
-    scale: the softmax scale (default 1 / sqrt(D)); log_decay (g <= 0) and beta (in [0, 1]):
-    the linear family's per-token inputs, float32 tensors of q's rank minus one ([B, H, N]),
-    differentiable like q, k and v (gla, gated-delta take log_decay; delta, gated-delta beta);
-    parameters: the variant's own learned tensors as float32 tensors {name: tensor}, named and
-    shaped as attnlab.make(spec).parameters(H) gives them (linformer's E, F), differentiable too
-    (None: the backend's own, not learned).
+    scaled_dot_product_attention's is_causal) or "bottom-right"; attn_mask: broadcastable to
+    [B, H, Nq, Nk] ([Nq, Nk], [B|1, H|1, Nq, Nk], ...), as scaled_dot_product_attention's:
+    bool True = may attend, or float, added to the scores (an additive bias, differentiable;
+    -inf: do not attend); key_padding_mask: [B, Nk], bool True = padding
+    (nn.MultiheadAttention's), or float, added; scale: the softmax scale (default 1 / sqrt(D));
+    log_decay (g <= 0) and beta (in [0, 1]): the linear family's per-token inputs, float32
+    tensors of q's rank minus one ([B, H, N]), differentiable like q, k and v (gla, gated-delta
+    take log_decay; delta, gated-delta beta; on a softmax variant log_decay is the forgetting
+    gate, causal); parameters: the variant's own learned tensors as float32 tensors
+    {name: tensor}, named and shaped as attnlab.make(spec).parameters(H) gives them
+    (linformer's E, F), differentiable too (None: the backend's own, not learned).
 
     flash-linear-attention's names for the linear family: initial_state, a tensor S [B, H, Dk,
     Dv] (q's rank) or the tuple (S, z) for linear's sum rule, differentiable;
     output_final_state=True returns (out, final_state), final_state in the same form and
     differentiable too; cu_seqlens, cu_seqlens_k: FlashAttention's packed-document offsets
-    (a 1-D integer tensor or list, q, k, v of a batch of one; states [documents, H, Dk, Dv])."""
+    (a 1-D integer tensor or list, q, k, v of a batch of one; states [documents, H, Dk, Dv]).
+
+    The softmax variants' modifiers, as attnlab.attention's: enable_gqa=True lets k, v have
+    fewer heads than q; window_size=(left, right); prefix_lengths (a list or integer tensor);
+    softcap (None or 0: none); sinks, a float32 tensor [H], differentiable; alibi_slopes [H],
+    a float32 tensor (differentiable) or an array of numbers (constant; attnlab.alibi_slopes(H)
+    gives the paper's)."""
     backend = _backend(spec)
     names, params = tuple((parameters or {}).keys()), tuple((parameters or {}).values())
     for name, p in zip(names, params):
         _numpy(name, p)
-    for name, t in (("q", q), ("k", k), ("v", v), ("log_decay", log_decay), ("beta", beta)):
+    alibi_slopes = _slopes(alibi_slopes)
+    for name, t in (("q", q), ("k", k), ("v", v), ("log_decay", log_decay), ("beta", beta),
+                    ("sinks", sinks), ("alibi_slopes", alibi_slopes)):
         if t is not None or name in ("q", "k", "v"):
             _numpy(name, t)  # type, dtype and device checks before anything else
     if not q.dim() == k.dim() == v.dim() or q.dim() not in (2, 3, 4):
@@ -195,15 +277,17 @@ def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mas
                          "expected one rank of [N, D], [H, N, D] or [B, H, N, D]")
     lift = (1,) * (4 - q.dim())
     q4, k4 = q.reshape(lift + tuple(q.shape)), k.reshape(lift + tuple(k.shape))
-    allowed = None if attn_mask is None else _allowed("attn_mask", attn_mask, True)
-    padding = None
-    if key_padding_mask is not None:
-        padding = ~_allowed("key_padding_mask", key_padding_mask, False)
+    shape = (q4.shape[0], q4.shape[1], q4.shape[2], k4.shape[2])
+    allowed, bias = None, None
+    if attn_mask is not None:
+        allowed, bias = _split_mask("attn_mask", attn_mask, True)
+        if bias is not None:
+            bias = _lift_bias("attn_mask", bias, shape)
+    padding, bias = _padding(key_padding_mask, bias, shape)
     masks = _masks(q4, k4, causal, allowed, padding)
-    for name, offsets in (("cu_seqlens", cu_seqlens), ("cu_seqlens_k", cu_seqlens_k)):
-        if isinstance(offsets, torch.Tensor):
-            offsets = offsets.tolist()
-        masks[name] = offsets
+    masks.update(cu_seqlens=_integers(cu_seqlens), cu_seqlens_k=_integers(cu_seqlens_k),
+                 prefix_lengths=_integers(prefix_lengths), enable_gqa=enable_gqa,
+                 window_size=window_size, softcap=softcap)
     if isinstance(initial_state, tuple) and len(initial_state) != 2:
         raise ValueError(f"initial_state: expected a tensor S or a tuple (S, z), got a tuple of "
                          f"{len(initial_state)}")
@@ -211,12 +295,14 @@ def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mas
     for name, t in (("initial_state", s0), ("initial_state key sum z", z0)):
         if t is not None:
             _numpy(name, t)
-    inputs = [t for t in (q, k, v, log_decay, beta, s0, z0, *params) if t is not None]
+    inputs = [t for t in (q, k, v, log_decay, beta, bias, sinks, alibi_slopes, s0, z0, *params)
+              if t is not None]
     if any(t.requires_grad for t in inputs) and torch.is_grad_enabled() \
             and not backend.support["backward"]:
         raise NotImplementedError(f"{backend.spec} has no backward pass")
-    result = _AttentionFunction.apply(q, k, v, log_decay, beta, s0, z0, backend, masks, scale,
-                                      bool(output_final_state), names, *params)
+    result = _AttentionFunction.apply(q, k, v, log_decay, beta, bias, sinks, alibi_slopes, s0,
+                                      z0, backend, masks, scale, bool(output_final_state), names,
+                                      *params)
     if not output_final_state:
         return result
     out, s_final, z_final = result
@@ -227,7 +313,8 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
     """torch.nn.MultiheadAttention with attnlab attention inside: the same constructor
     arguments, parameters, state_dict keys, initialisation and call signature, plus spec
     (keyword only). Masks as nn.MultiheadAttention's: attn_mask [L, S] or [B*H, L, S] and
-    key_padding_mask [B, S], bool True = may NOT attend / is padding, or float 0/-inf.
+    key_padding_mask [B, S], bool True = may NOT attend / is padding, or float, added to the
+    scores (a differentiable bias, for the variants that take one: full, sliding, bigbird).
 
     A variant's own learned tensors are parameters of the module beside torch's, named
     attention_<name> and initialised as the variant draws them (linformer: attention_E and,
@@ -301,21 +388,23 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
             return linear(x, w, bias).reshape(b, n, h, self.head_dim).transpose(1, 2)
 
         q, k, v = heads(query, wq, bq, nq), heads(key, wk, bk, nk), heads(value, wv, bv, nk)
-        allowed = None
+        allowed, bias = None, None
         if attn_mask is not None:
-            allowed = _allowed("attn_mask", attn_mask, False)
-            if allowed.dim() == 3:
-                if allowed.shape[0] != b * h:
+            allowed, bias = _split_mask("attn_mask", attn_mask, False)
+            if attn_mask.dim() == 3:
+                if attn_mask.shape[0] != b * h:
                     raise ValueError(f"attn_mask: shape {list(attn_mask.shape)}, expected "
                                      f"[{nq}, {nk}] or [{b * h}, {nq}, {nk}]")
-                allowed = allowed.reshape(b, h, nq, nk)
-        padding = None
-        if key_padding_mask is not None:
-            padding = ~_allowed("key_padding_mask", key_padding_mask, False)
+                allowed, bias = (None if m is None else m.reshape(b, h, nq, nk)
+                                 for m in (allowed, bias))
+            if bias is not None:
+                bias = _lift_bias("attn_mask", bias, (b, h, nq, nk))
+        padding, bias = _padding(key_padding_mask, bias, (b, h, nq, nk))
         masks = _masks(q, k, None, allowed, padding)
         learned = tuple(getattr(self, "attention_" + name) for name in self._learned)
-        out = _AttentionFunction.apply(q, k, v, None, None, None, None, self.backend, masks,
-                                       None, False, self._learned, *learned)
+        out = _AttentionFunction.apply(q, k, v, None, None, bias, None, None, None, None,
+                                       self.backend, masks, None, False, self._learned,
+                                       *learned)
         out = self.out_proj(out.transpose(1, 2).reshape(b, nq, e))
         if not batched:
             out = out[0]
