@@ -309,6 +309,51 @@ def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mas
     return out, ((s_final, z_final) if z_final.numel() else s_final)
 
 
+# The specs MultiheadAttention has warned about: need_weights=True where no weights are defined.
+_WARNED_NO_WEIGHTS = set()
+
+
+def _normalised_kernel(backend):
+    """Whether backend is linear attention under its sum rule, out = W v with W the normalised
+    kernel phi(q_i)·phi(k_j) / sum over j of the same (its attention weights)."""
+    name, _, keys = backend.spec.partition(":")
+    return name == "linear" and "rule=sum" in keys.split(",")
+
+
+def _weights(backend, q, k, masks, bias, per_head):
+    """The attention weights of 4-D q, k under masks (attnlab's keywords) and bias (None or a
+    4-D float tensor), without gradient: [B, H, Nq, Nk] (per_head) or their mean over heads
+    [B, Nq, Nk]; None where the variant defines none.
+
+    Softmax variants (those taking a bias): the backward's bias gradient is
+    P ∘ (dO v^T - rowsum(dO ∘ out)) with `out` read as given, so v = 0 (one column), d_out = 1
+    and out = -1 make it P itself, exactly as the forward weighs the keys, every mask and
+    modifier applied; its cost is a forward's and a backward's at Dv = 1 (O(visible pairs ·
+    Dk)), not the O(Nq · Nk²) of multiplying P by an identity. A bias broadcast over heads
+    sums their weights, so the mean costs no [B, H, Nq, Nk] tensor. Linear's sum rule: out is
+    linear in v, so v = the identity gives W (O(Nq · Nk · features))."""
+    b, h, nq, nk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    qa, ka = _numpy("q", q), _numpy("k", k)
+    if backend.support["bias"] and backend.support["backward"]:
+        heads = h if per_head or (bias is not None and bias.shape[1] != 1) else 1
+        probe = torch.zeros(b, heads, nq, nk)
+        if bias is not None:
+            probe = probe + bias.detach()
+        zeros = np.zeros((b, k.shape[1], nk, 1), np.float32)
+        ones = np.ones((b, h, nq, 1), np.float32)
+        grads = backend.backward(qa, ka, zeros, -ones, ones, bias=probe.numpy(), **masks)
+        weights = torch.from_numpy(grads["d_bias"])
+    elif _normalised_kernel(backend):
+        identity = np.ascontiguousarray(
+            np.broadcast_to(np.eye(nk, dtype=np.float32), (b, k.shape[1], nk, nk)))
+        weights = torch.from_numpy(backend.forward(qa, ka, identity, **masks))
+    else:
+        return None
+    if per_head:
+        return weights
+    return weights.mean(dim=1) if weights.shape[1] != 1 else weights[:, 0] / h
+
+
 class MultiheadAttention(torch.nn.MultiheadAttention):
     """torch.nn.MultiheadAttention with attnlab attention inside: the same constructor
     arguments, parameters, state_dict keys, initialisation and call signature, plus spec
@@ -320,9 +365,15 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
     attention_<name> and initialised as the variant draws them (linformer: attention_E and,
     under share=none, attention_F), so torch's optimizers train them too.
 
-    Not supported (NotImplementedError): dropout > 0, add_bias_kv, add_zero_attn. The
-    attention weights are never formed: forward returns (output, None) whatever need_weights
-    says."""
+    need_weights=True (the default) returns the attention weights as nn.MultiheadAttention
+    does, [B, L, S] averaged over heads or [B, H, L, S] with average_attn_weights=False
+    (without a batch axis for unbatched input), where the variant defines them: the softmax
+    variants (full, sliding, bigbird; zeros where a key is not attended) and linear attention's
+    normalised kernel (rule=sum). They are computed apart from the output, at about the cost
+    of one more forward and backward, and carry no gradient. Elsewhere forward returns
+    (output, None) and warns once per spec; need_weights=False skips them.
+
+    Not supported (NotImplementedError): dropout > 0, add_bias_kv, add_zero_attn."""
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
                  add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
@@ -410,4 +461,14 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
             out = out[0]
         elif not self.batch_first:
             out = out.transpose(0, 1)
-        return out, None
+        if not need_weights:
+            return out, None
+        weights = _weights(self.backend, q, k, masks, bias, not average_attn_weights)
+        if weights is None:
+            if self.backend.spec not in _WARNED_NO_WEIGHTS:
+                _WARNED_NO_WEIGHTS.add(self.backend.spec)
+                warnings.warn(f"attnlab.torch.MultiheadAttention: {self.backend.spec} defines "
+                              "no attention weights; need_weights=True returns None for them "
+                              "(need_weights=False says so)", stacklevel=2)
+            return out, None
+        return out, (weights if batched else weights[0])

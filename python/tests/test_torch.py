@@ -6,6 +6,7 @@ import copy
 import math
 import os
 import sys
+import warnings
 
 import torch
 
@@ -240,6 +241,16 @@ def mha_case(what, batch_first=True, kdim=None, vdim=None, s=L, batch=3, **call)
     for (name, p), r in zip(ours.named_parameters(), theirs.parameters()):
         check(torch.allclose(p.grad, r.grad, rtol=1e-5, atol=1e-5),
               f"{what}: d{name} {rel(p.grad, r.grad.double())}")
+    # need_weights=True (the default): torch's weights, head-averaged and per head. Both are
+    # float32 probabilities in [0, 1] summed in different orders: 1e-6 absolute.
+    for average in (True, False):
+        with torch.no_grad():
+            _, w_ours = ours(x, key, value, average_attn_weights=average, **call)
+            _, w_theirs = theirs(x, key, value, average_attn_weights=average, **call)
+        check(w_ours is not None and w_ours.shape == w_theirs.shape and
+              torch.allclose(w_ours, w_theirs, rtol=0, atol=1e-6),
+              f"{what}: weights (average_attn_weights={average}) "
+              f"{None if w_ours is None else (w_ours - w_theirs).abs().max()}")
 
 
 mha_pad = torch.zeros(3, L, dtype=torch.bool)
@@ -260,6 +271,50 @@ mha_case("MHA float attn_mask added (a bias)", attn_mask=torch.randn(L, L))
 mha_case("MHA float key_padding_mask added", key_padding_mask=torch.randn(3, L))
 mha_case("MHA [B*H] float attn_mask and padding", attn_mask=torch.randn(3 * NH, L, L),
          key_padding_mask=mha_pad)
+
+# Weights of the variants that are not torch's: per head, each row sums to 1 over the keys it
+# sees (softmax; linear's normalised kernel to 1 - O(eps)), zeros outside sliding's window, and
+# the weights times the projected values, through out_proj, give the module's output (1e-5:
+# float32 sums in another order); the head average is their mean.
+def weights_case(spec, blocked=None, row_sum_tol=1e-5):
+    torch.manual_seed(3)
+    mha = at.MultiheadAttention(E, NH, batch_first=True, spec=spec)
+    x = torch.randn(2, L, E)
+    with torch.no_grad():
+        out, per_head = mha(x, x, x, average_attn_weights=False)
+        _, mean = mha(x, x, x)
+        wv = mha.in_proj_weight.chunk(3)[2]
+        bv = mha.in_proj_bias.chunk(3)[2]
+        v = torch.nn.functional.linear(x, wv, bv).reshape(2, L, NH, E // NH).transpose(1, 2)
+        rebuilt = mha.out_proj((per_head @ v).transpose(1, 2).reshape(2, L, E))
+    check(per_head.shape == (2, NH, L, L) and mean.shape == (2, L, L), f"{spec}: weight shapes")
+    check(torch.allclose(rebuilt, out, atol=1e-5), f"{spec}: weights times v give the output "
+          f"{(rebuilt - out).abs().max()}")
+    check(torch.allclose(mean, per_head.mean(dim=1), atol=1e-7), f"{spec}: the head average")
+    check(float((per_head.sum(dim=-1) - 1).abs().max()) < row_sum_tol, f"{spec}: rows sum to 1")
+    if blocked is not None:
+        check(bool((per_head[..., blocked] == 0).all()), f"{spec}: zeros where no key is seen")
+
+
+i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+weights_case("sliding:left=3,right=1", blocked=(j < i - 3) | (j > i + 1))
+weights_case("bigbird:block=4,window=3,global=1,random=1")
+weights_case("linear", row_sum_tol=1e-4)
+
+# Without weights to return (gla, linformer): (output, None) and one warning per spec.
+for spec in ("gla", "linformer:k=4,max_len=32"):
+    mha = at.MultiheadAttention(E, NH, batch_first=True, spec=spec)
+    x = torch.randn(2, L, E)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = mha(x, x, x)
+        second = mha(x, x, x)
+        quiet = mha(x, x, x, need_weights=False)
+    check(first[1] is None and second[1] is None and quiet[1] is None, f"{spec}: no weights")
+    check(len(caught) == 1 and "defines no attention weights" in str(caught[0].message) and
+          spec.split(":")[0] in str(caught[0].message), f"{spec}: warned once: "
+          f"{[str(w.message) for w in caught]}")
+    check(torch.equal(first[0], quiet[0]), f"{spec}: need_weights leaves the output alone")
 
 # Linformer inside the drop-in: E and F are the module's parameters (attention_E, attention_F),
 # initialised as the variant draws them; an optimizer step moves them and the output with them;
