@@ -240,7 +240,7 @@ class BigBirdSparsity final : public engine::Sparsity {
     return tiles;
   }
 
-  void runs(const engine::KeyLayout&, std::size_t h, const engine::QueryTile& t,
+  void runs(const engine::KeyLayout&, std::size_t, std::size_t h, const engine::QueryTile& t,
             std::vector<engine::KeyRun>& runs) const override {
     std::vector<std::pair<std::size_t, std::size_t>> ranges;
     key_ranges(layout_.blocks(h, t.first / layout_.block), layout_.block, nk_, ranges);

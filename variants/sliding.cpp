@@ -86,7 +86,7 @@ class SlidingSparsity final : public engine::Sparsity {
     return tiles;
   }
 
-  void runs(const engine::KeyLayout& layout, std::size_t, const engine::QueryTile& t,
+  void runs(const engine::KeyLayout& layout, std::size_t, std::size_t, const engine::QueryTile& t,
             std::vector<engine::KeyRun>& runs) const override {
     const auto first = static_cast<Index>(t.first);
     if (first < g_.gq) {  // full attention rows: every class

@@ -294,7 +294,7 @@ std::vector<QueryTile> Sparsity::tiles(const Dims& d, const Mask&, std::size_t m
   return tiles;
 }
 
-void Sparsity::runs(const KeyLayout& layout, std::size_t, const QueryTile&,
+void Sparsity::runs(const KeyLayout& layout, std::size_t, std::size_t, const QueryTile&,
                     std::vector<KeyRun>& runs) const {
   KeyRun& all = runs.emplace_back();
   all.cls = 0;
@@ -346,7 +346,7 @@ void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Toke
       rows.set(pr, b, h, tile);
       softmax.start(&q(b, h, tile.first, 0), tile.step * d.dk, tile.rows, pr.scale, sink_of(in, h));
       runs.clear();
-      sparsity.runs(pr.layout, h, tile, runs);
+      sparsity.runs(pr.layout, b, h, tile, runs);
       const float* keys = kt.get() + (b * d.kv() + d.kv_head(h)) * per_head;
       const float* values = pr.kv_rows(v, b, h, d.dv);
       for_each_chunk(pr, rows, runs, keys, sc, softmax, nullptr, [&](const Chunk& c) {
@@ -449,7 +449,7 @@ void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Tok
                    tile.step, tile.rows, pr.scale);
         float row_sums[kMaxRows] = {}, alibi_sums[kMaxRows] = {};
         runs.clear();
-        sparsity.runs(pr.layout, h, tile, runs);
+        sparsity.runs(pr.layout, b, h, tile, runs);
         const float* keys = k.data() + bk * kd;
         for_each_chunk(
             pr, rows, runs, kt.data(), sc, grad, sc.cap_grad.data(), [&](const Chunk& c) {

@@ -103,8 +103,9 @@ class Sparsity {
   /// Query tiles of at most `max_rows` rows covering every query once, the same for every head,
   /// heaviest first (the order the dynamic schedule hands them out in).
   virtual std::vector<QueryTile> tiles(const Dims& d, const Mask& mask, std::size_t max_rows) const;
-  /// The key runs `tile` reads in query head h (appended to `runs`).
-  virtual void runs(const KeyLayout& layout, std::size_t h, const QueryTile& tile,
+  /// The key runs `tile` reads in batch item b, query head h (appended to `runs`); b lets a
+  /// data-dependent sparsity (MoBA's selected blocks) differ from item to item.
+  virtual void runs(const KeyLayout& layout, std::size_t b, std::size_t h, const QueryTile& tile,
                     std::vector<KeyRun>& runs) const;
 };
 
