@@ -56,7 +56,8 @@ check(f"Variants (factory names): {', '.join(names)}" in help_text, f"variants()
 # (NotImplementedError) where the CLI exits 2.
 specs = {"full": "full", "bigbird": "bigbird:block=8", "linformer": "linformer:k=8,max_len=64",
          "sliding": "sliding:left=5,right=3,global=2", "linear": "linear", "delta": "delta",
-         "retnet": "retnet", "gla": "gla", "gated-delta": "gated-delta"}
+         "retnet": "retnet", "gla": "gla", "gated-delta": "gated-delta",
+         "moba": "moba:block=8,topk=2"}
 check(sorted(specs) == sorted(names), f"a spec for every variant: {names}")
 q, k, v = qkv()
 band = np.tril(np.ones((40, 40), dtype=bool), 3) & np.triu(np.ones((40, 40), dtype=bool), -9)
@@ -262,6 +263,8 @@ nan[1, 0, 3, 2] = np.nan
 raises(ValueError, ["q", "NaN", "[1, 0, 3, 2]"], attnlab.attention, nan, k, v)
 raises(ValueError, ["unknown", "nosuch"], attnlab.attention, q, k, v, spec="nosuch")
 raises(ValueError, ["sliding:left=-1"], attnlab.make, "sliding:left=-1")
+raises(ValueError, ["moba:topk=0", "topk=0", ">= 1"], attnlab.make, "moba:topk=0")
+raises(ValueError, ["moba:block=0", "block=0", ">= 1"], attnlab.make, "moba:block=0")
 raises(ValueError, ["mask"], attnlab.attention, q, k, v, mask=band[:30])
 raises(TypeError, ["mask", "float32"], attnlab.attention, q, k, v, mask=band.astype(np.float32))
 raises(ValueError, ["causal"], attnlab.attention, q, k, v, causal="upper")
