@@ -38,6 +38,23 @@ inline std::vector<double> phi64(const LinearConfig& c, const xt::xtensor<float,
       }
       break;
     }
+    case Feature::taylor: {  // w: the projection P [d' x Dk], or empty for none (d' = Dk)
+      const std::size_t m = w.size() ? w.shape()[0] : dk;
+      std::vector<double> xp(m);
+      for (std::size_t a = 0; a < m; ++a) {
+        double proj = 0;
+        if (w.size())
+          for (std::size_t c2 = 0; c2 < dk; ++c2) proj += double(w(a, c2)) * x[c2];
+        else
+          proj = x[a];
+        xp[a] = proj / std::pow(double(m), 0.25);
+      }
+      out.push_back(1.0);
+      for (std::size_t a = 0; a < m; ++a) out.push_back(xp[a]);
+      for (std::size_t a = 0; a < m; ++a)
+        for (std::size_t b = 0; b < m; ++b) out.push_back(xp[a] * xp[b] / std::sqrt(2.0));
+      break;
+    }
     case Feature::dpfp: {
       std::vector<double> xp(2 * dk);
       for (std::size_t a = 0; a < dk; ++a) {
@@ -51,6 +68,14 @@ inline std::vector<double> phi64(const LinearConfig& c, const xt::xtensor<float,
     }
   }
   return out;
+}
+
+// The projection phi64 takes: favor's random features, taylor's P when d' < Dk, else none.
+inline xt::xtensor<float, 2> feature_projection(const LinearConfig& c, std::size_t dk) {
+  if (c.feature == Feature::favor) return favor_projection(c.m, dk, c.seed);
+  if (c.feature == Feature::taylor && c.taylor_dim > 0 && std::size_t(c.taylor_dim) < dk)
+    return taylor_projection(c.taylor_dim, dk, c.seed);
+  return xt::xtensor<float, 2>();
 }
 
 inline double max_of(const std::vector<double>& x) {
@@ -88,8 +113,7 @@ inline Tensor64 linear_reference(const LinearConfig& c, const xt::xtensor<T, 4>&
                                  State64* final = nullptr) {
   const Dims d{q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3]};
   const double scale = mask.softmax_scale(d.dk);
-  const xt::xtensor<float, 2> w =
-      c.feature == Feature::favor ? favor_projection(c.m, d.dk, c.seed) : xt::xtensor<float, 2>();
+  const xt::xtensor<float, 2> w = feature_projection(c, d.dk);
   Tensor64 out = xt::zeros<double>({d.batch, d.heads, d.nq, d.dv});
   const bool causal = mask.causal != Causal::none;
   for (std::size_t b = 0; b < d.batch; ++b)

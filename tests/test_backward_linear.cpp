@@ -1,8 +1,8 @@
-// Backward passes of linear attention: every feature map (elu1, relu, favor, dpfp) under the sum
-// rule (non-causal, causal in chunks) and the delta rule (non-causal, causal by recomputation),
-// against central finite differences of the fp64 definitions (tests/linear_reference.hpp) on
-// small shapes and against PyTorch autograd on shapes that cross the kernels' chunk and
-// checkpoint edges; key padding, Nq != Nk where the form allows it.
+// Backward passes of linear attention: every feature map (elu1, relu, favor, dpfp, taylor) under
+// the sum rule (non-causal, causal in chunks) and the delta rule (non-causal, causal by
+// recomputation), against central finite differences of the fp64 definitions
+// (tests/linear_reference.hpp) on small shapes and against PyTorch autograd on shapes that cross
+// the kernels' chunk and checkpoint edges; key padding, Nq != Nk where the form allows it.
 #include <cmath>
 #include <string>
 
@@ -50,6 +50,8 @@ const char* kSpecs[] = {
     "linear:feature=relu,rule=delta,beta=0.6",
     "linear:feature=favor,m=12,rule=delta,beta=0.7",
     "linear:feature=dpfp,nu=3,rule=delta,beta=0.5",
+    "linear:feature=taylor,eps=0.001",
+    "linear:feature=taylor,taylor_dim=2,eps=0.001",
 };
 
 struct MaskCase {
@@ -137,7 +139,10 @@ TEST_CASE("linear: backward equals PyTorch autograd across chunks and checkpoint
                          "linear:rule=delta,beta=0.8",
                          "linear:feature=favor,m=24,rule=delta",
                          "linear:feature=dpfp,nu=1,rule=delta,beta=0.5",
-                         "linear:feature=relu,rule=delta"};
+                         "linear:feature=relu,rule=delta",
+                         "linear:feature=taylor,eps=0.001",
+                         "linear:feature=taylor,taylor_dim=3,seed=4,eps=0.001",
+                         "linear:feature=taylor,taylor_dim=5,eps=0.001"};
   for (const char* spec : specs) {
     const auto a = make_attention(spec);
     const LinearConfig c = config_of(spec);
@@ -164,8 +169,7 @@ TEST_CASE("linear: backward equals PyTorch autograd across chunks and checkpoint
                             {"lengths", lengths}};
         std::vector<std::pair<std::string, xt::xarray<float>>> inputs = {
             {"q", r.q}, {"k", r.k}, {"v", r.v}, {"d_out", r.d_out}};
-        if (c.feature == Feature::favor)
-          inputs.emplace_back("W", favor_projection(c.m, 8, static_cast<std::uint64_t>(c.seed)));
+        if (const auto w = test::feature_projection(c, 8); w.size()) inputs.emplace_back("W", w);
         expected.push_back({torch.add(j, inputs),
                             std::string(spec) + " Nq=" + std::to_string(nq) +
                                 " Nk=" + std::to_string(nk) + " mask: " + m.name,
@@ -217,5 +221,37 @@ TEST_CASE("linear: feature maps' backward equals finite differences", "[backward
     xt::xarray<double> got = xt::zeros<double>({std::size_t(5), std::size_t(4)});
     std::copy(dx.begin(), dx.end(), got.begin());
     require_close_grad(got, fd[0], 1e-4, 1e-5, feature_name(f));
+  }
+  // taylor, without a projection (d' = Dk = 4) and with one (d' = 3).
+  for (const std::size_t dim : {4, 3}) {
+    INFO("taylor d' = " << dim);
+    const FeatureMap map(Feature::taylor, 4, dim, 1, 7, 0.6);
+    const std::size_t p = map.dim();
+    REQUIRE(p == 1 + dim + dim * dim);
+    std::vector<float> phi(5 * p), weights(5 * p), dx(5 * 4);
+    std::copy_n(w.data(), 5 * p, weights.begin());
+    map.map(x.data(), 5, phi.data());
+    map.backward(x.data(), 5, phi.data(), weights.data(), dx.data());
+    LinearConfig c;
+    c.feature = Feature::taylor;
+    c.taylor_dim = dim == 4 ? 0 : std::int64_t(dim);
+    c.seed = 7;
+    const xt::xtensor<float, 2> proj = test::feature_projection(c, 4);
+    const auto features = [&](const Arrays64& in) -> xt::xarray<double> {
+      xt::xarray<double> out = xt::zeros<double>({std::size_t(5), p});
+      for (std::size_t i = 0; i < 5; ++i) {
+        const std::vector<double> row = test::phi64(c, proj, &in[0](i, 0), 4, 0.6);
+        for (std::size_t r = 0; r < p; ++r) out(i, r) = row[r];
+      }
+      return out;
+    };
+    xt::xarray<double> x2 = xt::zeros<double>({std::size_t(5), std::size_t(4)});
+    std::copy(x.begin(), x.end(), x2.begin());
+    xt::xarray<double> w2 = xt::zeros<double>({std::size_t(5), p});
+    std::copy(weights.begin(), weights.end(), w2.begin());
+    const Arrays64 fd = test::central_differences(features, {x2}, w2);
+    xt::xarray<double> got = xt::zeros<double>({std::size_t(5), std::size_t(4)});
+    std::copy(dx.begin(), dx.end(), got.begin());
+    require_close_grad(got, fd[0], 1e-4, 1e-5, "taylor");
   }
 }

@@ -42,6 +42,9 @@ const char* kSpecs[] = {
     "linear:feature=favor,m=24,rule=delta,beta=0.7",
     "linear:feature=dpfp,nu=3,rule=delta,beta=0.5",
     "linear:feature=relu,rule=delta,eps=0",
+    "linear:feature=taylor",
+    "linear:feature=taylor,taylor_dim=3,seed=2",
+    "linear:feature=taylor,taylor_dim=5,eps=0",
 };
 
 void check_spec(const std::string& spec, std::size_t nq, std::size_t nk, std::size_t dk,
@@ -245,7 +248,15 @@ TEST_CASE("linear: bad parameters and unsupported masks name the problem", "[lin
   require_error<Error>([] { make_attention("linear:beta=nan"); }, {"beta=nan", "0 < beta <= 1"});
   require_error<Error>([] { make_attention("linear:eps=-1"); }, {"eps=-1", ">= 0"});
   require_error<Error>([] { make_attention("linear:feature=softmax"); },
-                       {"feature=softmax", "elu1|relu|favor|dpfp"});
+                       {"feature=softmax", "elu1|relu|favor|dpfp|taylor"});
+  require_error<Error>([] { make_attention("linear:feature=taylor,taylor_dim=-1"); },
+                       {"taylor_dim=-1", ">= 0"});
+  require_error<Error>([] { make_attention("linear:feature=taylor,rule=delta"); },
+                       {"rule=delta", "feature=taylor takes the sum rule only"});
+  require_error<Error>([] { make_attention("linear:taylor_dim=4"); },
+                       {"taylor_dim=4", "only feature=taylor"});
+  require_error<Error>([] { make_attention("linear:feature=relu,taylor_dim=0"); },
+                       {"taylor_dim=0", "only feature=taylor"});
   require_error<Error>([] { make_attention("linear:rule=hebb"); }, {"rule=hebb", "sum|delta"});
   require_error<Error>([] { make_attention("linear:window=3"); }, {"window=3", "unknown key"});
   const Tensor x = random_tensor(1, 1, 10, 4, 1);
@@ -253,6 +264,11 @@ TEST_CASE("linear: bad parameters and unsupported masks name the problem", "[lin
   require_error<Error>([&] { make_attention("linear:feature=dpfp,nu=8")->forward(x, x, x); },
                        {"nu=8", "nu < 2·Dk = 8", "Dk = 4"});
   CHECK_NOTHROW(make_attention("linear:feature=dpfp,nu=7")->forward(x, x, x));
+  // A Taylor projection larger than the head: known at forward time, like nu.
+  require_error<Error>(
+      [&] { make_attention("linear:feature=taylor,taylor_dim=5")->forward(x, x, x); },
+      {"taylor_dim=5", "Dk = 4", "d' <= Dk"});
+  CHECK_NOTHROW(make_attention("linear:feature=taylor,taylor_dim=4")->forward(x, x, x));
   require_error<Error>(
       [] {
         LinearConfig c;
@@ -280,6 +296,51 @@ TEST_CASE("linear: specs print every key in order and round-trip", "[linear]") {
   }
   CHECK(make_attention("linear:seed=4,rule=delta,feature=favor,beta=0.25,m=8")->spec() ==
         "linear:feature=favor,m=8,nu=1,rule=delta,beta=0.25,eps=1e-06,seed=4");
+  // taylor_dim only with the map that reads it.
+  CHECK(make_attention("linear:taylor_dim=16,feature=taylor")->spec() ==
+        "linear:feature=taylor,m=256,nu=1,rule=sum,beta=1,eps=1e-06,seed=1,taylor_dim=16");
+}
+
+TEST_CASE("linear: the Taylor map's kernel is 1 + t + t^2/2", "[linear]") {
+  // phi(x)·phi(y) = 1 + t + t^2 / 2 with t = x'·y', x' = P x / d'^(1/4): without a projection
+  // t = x·y / sqrt(Dk); with one, t = (Px)·(Py) / sqrt(d'), P the fixed orthonormal rows.
+  const Tensor x = random_tensor(1, 1, 6, 8, 3);
+  for (const std::size_t dim : {8, 3}) {
+    INFO("d' = " << dim);
+    const FeatureMap map(Feature::taylor, 8, dim, 1, 5, 1.0);
+    const xt::xtensor<float, 2> p = taylor_projection(dim, 8, 5);
+    if (dim < 8)  // the rows are orthonormal
+      for (std::size_t a = 0; a < dim; ++a)
+        for (std::size_t b = 0; b < dim; ++b) {
+          double dot = 0;
+          for (std::size_t c = 0; c < 8; ++c) dot += double(p(a, c)) * p(b, c);
+          CHECK(dot == Approx(a == b ? 1.0 : 0.0).margin(1e-6));
+        }
+    std::vector<float> phi(6 * map.dim());
+    map.map(x.data(), 6, phi.data());
+    for (std::size_t i = 0; i < 6; ++i)
+      for (std::size_t j = 0; j < 6; ++j) {
+        double t = 0;
+        if (dim == 8) {
+          for (std::size_t c = 0; c < 8; ++c) t += double(x(0, 0, i, c)) * x(0, 0, j, c);
+        } else {
+          for (std::size_t a = 0; a < dim; ++a) {
+            double pi = 0, pj = 0;
+            for (std::size_t c = 0; c < 8; ++c) {
+              pi += double(p(a, c)) * x(0, 0, i, c);
+              pj += double(p(a, c)) * x(0, 0, j, c);
+            }
+            t += pi * pj;
+          }
+        }
+        t /= std::sqrt(double(dim));
+        double kernel = 0;
+        for (std::size_t r = 0; r < map.dim(); ++r)
+          kernel += double(phi[i * map.dim() + r]) * phi[j * map.dim() + r];
+        // float32 features of size ~1, up to 65 of them summed: ~1e-6 relative.
+        CHECK(kernel == Approx(1 + t + t * t / 2).epsilon(1e-5));
+      }
+  }
 }
 
 TEST_CASE("linear: flops() counts the recurrent form's memory writes and reads", "[linear]") {
@@ -294,4 +355,7 @@ TEST_CASE("linear: flops() counts the recurrent form's memory writes and reads",
   // favor m=16: Dphi = 16, plus 2·8·16 = 256 per q and k row for the projection.
   CHECK(make_attention("linear:feature=favor,m=16")->flops(d, {}) ==
         3.0 * (24 * (2 * 16 * 5 + 256) + 20 * (2 * 16 * 5 + 256)));
+  // taylor d' = 2 < Dk: Dphi = 1 + 2 + 4 = 7, plus 2·8·2 = 32 per row for the projection.
+  CHECK(make_attention("linear:feature=taylor,taylor_dim=2")->flops(d, {}) ==
+        3.0 * (24 * (2 * 7 * 5 + 32) + 20 * (2 * 7 * 5 + 32)));
 }

@@ -14,9 +14,10 @@ Kinds:
              where none is allowed.
   linformer  q k v, E F [H,kp,Nk] (the matrices each head uses), lengths, scale: softmax
              attention over E K and F V, padded keys and values zeroed before the projection.
-  linear     q k v, feature (elu1|relu|favor|dpfp), rule (sum|delta), causal, eps, beta, nu,
-             lengths, scale, and for favor W [m,Dk]: linear attention with favor's stabilisers
-             (query row max; key max over the visible keys) held constant, as in attnlab.
+  linear     q k v, feature (elu1|relu|favor|dpfp|taylor), rule (sum|delta), causal, eps, beta,
+             nu, lengths, scale, and W: favor's [m,Dk], taylor's projection [d',Dk] if any:
+             linear attention with favor's stabilisers (query row max; key max over the
+             visible keys) held constant, as in attnlab.
   scan       q k v, and g [B,H,N] / beta [B,H,N] when "g" / "beta" are true; delta, normalise,
              causal, lengths, scale, head_g (the per-head log-decay when g is not an input),
              beta_value: the decay-and-delta recurrence of variants/linear_scan.hpp.
@@ -105,6 +106,12 @@ def features(torch, spec, x, w):
         scale = spec["scale"]
         xs = x * math.sqrt(scale)
         return xs @ w.T - (xs * xs).sum(-1, keepdim=True) / 2 - 0.5 * math.log(w.shape[0])
+    if feature == "taylor":  # [1, x', vec(x' x'^T) / sqrt(2)], x' = W x / d'^(1/4)
+        xp = x if w is None else x @ w.T
+        m = xp.shape[-1]
+        xp = xp / m ** 0.25
+        outer = (xp[:, :, None] * xp[:, None, :]).reshape(xp.shape[0], m * m) / math.sqrt(2)
+        return torch.cat([torch.ones_like(xp[:, :1]), xp, outer], dim=-1)
     xp = torch.cat([functional.relu(x), functional.relu(-x)], dim=-1)
     return torch.cat([xp * torch.roll(xp, j, dims=-1) for j in range(1, spec["nu"] + 1)], dim=-1)
 
@@ -224,8 +231,8 @@ def run_case(np, torch, folder):
     elif kind == "scan":
         out = scan(torch, spec, x["q"], x["k"], x["v"], x.get("g"), x.get("beta"))
     else:
-        w = None
-        if spec["feature"] == "favor":
+        w = None  # favor's random features, or taylor's projection when it has one
+        if os.path.exists(os.path.join(folder, "W.npy")):
             w = torch.tensor(np.load(os.path.join(folder, "W.npy")).astype(np.float64))
         out = linear(torch, spec, x["q"], x["k"], x["v"], w)
     (out * d_out).sum().backward()

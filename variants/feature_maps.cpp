@@ -64,6 +64,8 @@ const char* feature_name(Feature f) {
       return "favor";
     case Feature::dpfp:
       return "dpfp";
+    case Feature::taylor:
+      return "taylor";
   }
   return "?";
 }
@@ -106,6 +108,17 @@ xt::xtensor<float, 2> favor_projection(std::size_t m, std::size_t dk, std::uint6
   return w;
 }
 
+xt::xtensor<float, 2> taylor_projection(std::size_t rows, std::size_t dk, std::uint64_t seed) {
+  xt::xtensor<float, 2> p = favor_projection(rows, dk, seed);
+  for (std::size_t r = 0; r < rows; ++r) {
+    double norm = 0;
+    for (std::size_t c = 0; c < dk; ++c) norm += double(p(r, c)) * p(r, c);
+    norm = std::sqrt(norm);
+    for (std::size_t c = 0; c < dk; ++c) p(r, c) = static_cast<float>(p(r, c) / norm);
+  }
+  return p;
+}
+
 FeatureMap::FeatureMap(Feature f, std::size_t dk, std::size_t m, std::size_t nu, std::uint64_t seed,
                        double scale)
     : feature_(f), dk_(dk), dim_(dk), nu_(nu) {
@@ -113,6 +126,20 @@ FeatureMap::FeatureMap(Feature f, std::size_t dk, std::size_t m, std::size_t nu,
   if (f == Feature::dpfp) {
     ATTNLAB_ASSERT(nu >= 1 && nu < 2 * dk);
     dim_ = 2 * dk * nu;
+  }
+  if (f == Feature::taylor) {
+    ATTNLAB_ASSERT(m >= 1 && m <= dk);
+    taylor_dim_ = m;
+    dim_ = 1 + m + m * m;
+    const double root4 = std::pow(static_cast<double>(m), -0.25);
+    if (m < dk) {
+      const xt::xtensor<float, 2> p = taylor_projection(m, dk, seed);
+      w_.resize(m * dk);
+      for (std::size_t r = 0; r < m; ++r)
+        for (std::size_t c = 0; c < dk; ++c) w_[r * dk + c] = static_cast<float>(p(r, c) * root4);
+    } else {
+      scale_ = static_cast<float>(root4);  // no projection: x' = x · d'^(-1/4)
+    }
   }
   if (f == Feature::favor) {
     ATTNLAB_ASSERT(m >= 1);
@@ -129,8 +156,36 @@ FeatureMap::FeatureMap(Feature f, std::size_t dk, std::size_t m, std::size_t nu,
   }
 }
 
+void FeatureMap::taylor_input(const float* x, float* xp) const {
+  const std::size_t m = taylor_dim_;
+  if (w_.empty()) {
+    for (std::size_t a = 0; a < m; ++a) xp[a] = x[a] * scale_;
+    return;
+  }
+  for (std::size_t r = 0; r < m; ++r) {
+    float sum = 0.0f;
+    for (std::size_t c = 0; c < dk_; ++c) sum += w_[r * dk_ + c] * x[c];
+    xp[r] = sum;
+  }
+}
+
 void FeatureMap::map(const float* x, std::size_t rows, float* out) const {
   switch (feature_) {
+    case Feature::taylor: {
+      const std::size_t m = taylor_dim_;
+      const float half = static_cast<float>(std::sqrt(0.5));
+      std::vector<float> xp(m);
+      for (std::size_t i = 0; i < rows; ++i) {
+        taylor_input(x + i * dk_, xp.data());
+        float* o = out + i * dim_;
+        o[0] = 1.0f;
+        std::copy(xp.begin(), xp.end(), o + 1);
+        float* outer = o + 1 + m;
+        for (std::size_t a = 0; a < m; ++a)
+          for (std::size_t b = 0; b < m; ++b) outer[a * m + b] = xp[a] * xp[b] * half;
+      }
+      return;
+    }
     case Feature::elu1:
       elu1(x, out, rows * dk_);
       return;
@@ -170,6 +225,32 @@ void FeatureMap::map(const float* x, std::size_t rows, float* out) const {
 void FeatureMap::backward(const float* x, std::size_t rows, const float* phi, const float* d_phi,
                           float* dx) const {
   switch (feature_) {
+    case Feature::taylor: {
+      // dx'_a = dphi[1 + a] + sum_b (G_ab + G_ba) x'_b / sqrt(2), G the outer block's gradient;
+      // dx = (P / d'^(1/4))^T dx', or dx' · d'^(-1/4) without a projection.
+      const std::size_t m = taylor_dim_;
+      const float half = static_cast<float>(std::sqrt(0.5));
+      std::vector<float> xp(m), dxp(m);
+      for (std::size_t i = 0; i < rows; ++i) {
+        taylor_input(x + i * dk_, xp.data());
+        const float* g = d_phi + i * dim_;
+        const float* outer = g + 1 + m;
+        for (std::size_t a = 0; a < m; ++a) {
+          float sum = 0.0f;
+          for (std::size_t b = 0; b < m; ++b) sum += (outer[a * m + b] + outer[b * m + a]) * xp[b];
+          dxp[a] = g[1 + a] + sum * half;
+        }
+        float* d = dx + i * dk_;
+        if (w_.empty()) {
+          for (std::size_t a = 0; a < m; ++a) d[a] = dxp[a] * scale_;
+          continue;
+        }
+        std::fill(d, d + dk_, 0.0f);
+        for (std::size_t r = 0; r < m; ++r)
+          for (std::size_t c = 0; c < dk_; ++c) d[c] += w_[r * dk_ + c] * dxp[r];
+      }
+      return;
+    }
     case Feature::elu1:  // d/dx (x + 1) = 1; d/dx exp(x) = exp(x) = phi
       for (std::size_t i = 0; i < rows * dk_; ++i) dx[i] = d_phi[i] * (x[i] > 0.0f ? 1.0f : phi[i]);
       return;

@@ -168,6 +168,15 @@ std::pair<std::string, std::string> linear_config_problem(const LinearConfig& c)
   if (!(c.eps >= 0.0 && std::isfinite(c.eps)))
     return {"eps=" + text(c.eps), "must be finite and >= 0"};
   if (c.seed < 0) return {"seed=" + std::to_string(c.seed), "must be >= 0"};
+  if (c.taylor_dim < 0)
+    return {"taylor_dim=" + std::to_string(c.taylor_dim), "must be >= 0 (0: Dk, no projection)"};
+  if (c.feature == Feature::taylor && c.rule == LinearRule::delta)
+    return {"rule=delta",
+            "feature=taylor takes the sum rule only: its features have mixed signs, so the "
+            "sum normalisation does not bound |phi| and the delta rule's I - beta phi phi^T "
+            "can expand the memory step after step"};
+  if (c.taylor_dim != 0 && c.feature != Feature::taylor)
+    return {"taylor_dim=" + std::to_string(c.taylor_dim), "only feature=taylor reads it"};
   return {"", ""};
 }
 
@@ -177,16 +186,37 @@ LinearAttention::LinearAttention(const LinearConfig& config) : config_(config) {
 }
 
 std::string LinearAttention::spec() const {
-  return SpecWriter("linear")
-      .add("feature", std::string(feature_name(config_.feature)))
+  SpecWriter spec("linear");
+  spec.add("feature", std::string(feature_name(config_.feature)))
       .add("m", config_.m)
       .add("nu", config_.nu)
       .add("rule", std::string(config_.rule == LinearRule::sum ? "sum" : "delta"))
       .add("beta", config_.beta)
       .add("eps", config_.eps)
-      .add("seed", config_.seed)
-      .str();
+      .add("seed", config_.seed);
+  if (config_.feature == Feature::taylor) spec.add("taylor_dim", config_.taylor_dim);
+  return spec.str();
 }
+
+namespace {
+
+// The feature dim Dphi of `c` for head dim dk (taylor's d' as given, unchecked).
+std::size_t feature_dim(const LinearConfig& c, std::size_t dk) {
+  switch (c.feature) {
+    case Feature::favor:
+      return static_cast<std::size_t>(c.m);
+    case Feature::dpfp:
+      return 2 * dk * static_cast<std::size_t>(c.nu);
+    case Feature::taylor: {
+      const std::size_t d = c.taylor_dim == 0 ? dk : static_cast<std::size_t>(c.taylor_dim);
+      return 1 + d + d * d;
+    }
+    default:
+      return dk;
+  }
+}
+
+}  // namespace
 
 Support LinearAttention::support() const {
   Support s;
@@ -199,10 +229,7 @@ Support LinearAttention::support() const {
 }
 
 StateDims LinearAttention::state_dims(const Dims& d) const {
-  const std::size_t rows = config_.feature == Feature::favor  ? std::size_t(config_.m)
-                           : config_.feature == Feature::dpfp ? 2 * d.dk * std::size_t(config_.nu)
-                                                              : d.dk;
-  return {rows, d.dv, config_.rule == LinearRule::sum};
+  return {feature_dim(config_, d.dk), d.dv, config_.rule == LinearRule::sum};
 }
 
 std::string LinearAttention::why_unsupported(const std::string& feature) const {
@@ -213,26 +240,34 @@ std::string LinearAttention::why_unsupported(const std::string& feature) const {
 }
 
 double LinearAttention::flops(const Dims& d, const Mask& mask) const {
-  const double dphi = config_.feature == Feature::favor  ? double(config_.m)
-                      : config_.feature == Feature::dpfp ? 2.0 * double(d.dk * config_.nu)
-                                                         : double(d.dk);
+  const double dphi = double(feature_dim(config_, d.dk));
   double keys = 0;  // keys that write into the memory, over the batch
   for (std::size_t b = 0; b < d.batch; ++b) keys += double(mask.valid_keys(b, d.nk));
   const double queries = double(d.batch * d.nq);
   const double dv = double(d.dv);
   const double write = config_.rule == LinearRule::sum ? 2 * dphi * (dv + 1) : 4 * dphi * dv;
   const double read = config_.rule == LinearRule::sum ? 2 * dphi * (dv + 1) : 2 * dphi * dv;
-  const double favor = config_.feature == Feature::favor ? 2.0 * double(d.dk) * dphi : 0.0;
-  return double(d.heads) * (keys * (write + favor) + queries * (read + favor));
+  double projection = config_.feature == Feature::favor ? 2.0 * double(d.dk) * dphi : 0.0;
+  if (config_.feature == Feature::taylor && config_.taylor_dim != 0 &&
+      std::size_t(config_.taylor_dim) < d.dk)  // taylor's P x
+    projection = 2.0 * double(d.dk) * double(config_.taylor_dim);
+  return double(d.heads) * (keys * (write + projection) + queries * (read + projection));
 }
 
 FeatureMap LinearAttention::feature_map(std::size_t dk, double scale) const {
   if (config_.feature == Feature::dpfp && static_cast<std::size_t>(config_.nu) >= 2 * dk)
     throw Error(spec() + ": nu=" + std::to_string(config_.nu) + ": dpfp needs nu < 2·Dk = " +
                 std::to_string(2 * dk) + " (Dk = " + std::to_string(dk) + ")");
-  return FeatureMap(config_.feature, dk, static_cast<std::size_t>(config_.m),
-                    static_cast<std::size_t>(config_.nu), static_cast<std::uint64_t>(config_.seed),
-                    scale);
+  std::size_t m = static_cast<std::size_t>(config_.m);
+  if (config_.feature == Feature::taylor) {
+    if (static_cast<std::size_t>(config_.taylor_dim) > dk)
+      throw Error(spec() + ": taylor_dim=" + std::to_string(config_.taylor_dim) +
+                  ": the Taylor projection maps Dk = " + std::to_string(dk) +
+                  " down to d' <= Dk (0: no projection)");
+    m = config_.taylor_dim == 0 ? dk : static_cast<std::size_t>(config_.taylor_dim);
+  }
+  return FeatureMap(config_.feature, dk, m, static_cast<std::size_t>(config_.nu),
+                    static_cast<std::uint64_t>(config_.seed), scale);
 }
 
 void LinearAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
@@ -413,11 +448,13 @@ Tensor LinearState::step(TensorRef q, TensorRef k, TensorRef v) {
 
 std::unique_ptr<Attention> make_linear(Params& params) {
   LinearConfig c;
-  const std::string feature = params.choice("feature", "elu1", {"elu1", "relu", "favor", "dpfp"});
-  c.feature = feature == "relu"    ? Feature::relu
-              : feature == "favor" ? Feature::favor
-              : feature == "dpfp"  ? Feature::dpfp
-                                   : Feature::elu1;
+  const std::string feature =
+      params.choice("feature", "elu1", {"elu1", "relu", "favor", "dpfp", "taylor"});
+  c.feature = feature == "relu"     ? Feature::relu
+              : feature == "favor"  ? Feature::favor
+              : feature == "dpfp"   ? Feature::dpfp
+              : feature == "taylor" ? Feature::taylor
+                                    : Feature::elu1;
   c.m = params.integer("m", c.m);
   c.nu = params.integer("nu", c.nu);
   c.rule = params.choice("rule", "sum", {"sum", "delta"}) == "delta" ? LinearRule::delta
@@ -425,6 +462,12 @@ std::unique_ptr<Attention> make_linear(Params& params) {
   c.beta = params.number("beta", c.beta);
   c.eps = params.number("eps", c.eps);
   c.seed = params.integer("seed", c.seed);
+  // Read with a sentinel so that taylor_dim given beside another feature is refused, not ignored.
+  constexpr std::int64_t kAbsent = std::numeric_limits<std::int64_t>::min();
+  const std::int64_t taylor_dim = params.integer("taylor_dim", kAbsent);
+  if (taylor_dim != kAbsent && c.feature != Feature::taylor)
+    params.fail("taylor_dim", "only feature=taylor reads it");
+  if (taylor_dim != kAbsent) c.taylor_dim = taylor_dim;
   const auto [setting, why] = linear_config_problem(c);  // fail() quotes the key=value itself
   if (!setting.empty()) params.fail(setting.substr(0, setting.find('=')), why);
   return std::make_unique<LinearAttention>(c);

@@ -4,13 +4,21 @@
 // Secretly Fast Weight Programmers"; Choromanski et al. 2020, Performer / FAVOR+).
 //
 // Spec: "linear:feature=elu1,m=256,nu=1,rule=sum,beta=1,eps=1e-06,seed=1" (the defaults).
-//   feature  elu1 | relu | favor | dpfp, the map phi (variants/feature_maps.hpp)   default elu1
+//   feature  elu1 | relu | favor | dpfp | taylor, the map phi (feature_maps.hpp)  default elu1
 //   m        favor's number of random features, >= 1                              default 256
 //   nu       dpfp's number of rolls, 1 <= nu < 2·Dk (checked at forward time)      default 1
 //   rule     sum | delta                                                           default sum
 //   beta     delta rule's write strength, 0 < beta <= 1                            default 1
 //   eps      sum rule's denominator guard, finite, >= 0                            default 1e-6
-//   seed     favor's random projection                                             default 1
+//   seed     favor's and taylor's projection                                       default 1
+//   taylor_dim  taylor's feature dim d' (Based: 16), 0 <= d' <= Dk (checked at     default 0
+//            forward time); 0: d' = Dk, no projection. Given and printed only with
+//            feature=taylor (the other maps' canonical specs, and the results keyed by them,
+//            stay as they were); with another feature it is refused. feature=taylor takes
+//            rule=sum only (refused with delta: its mixed-sign features are not bounded by the
+//            sum normalisation, and the delta rule's I - beta phi phi^T can then expand).
+// Based (Arora et al. 2024) is feature=taylor with the sum rule, causal, beside a small
+// sliding window in the model.
 //
 // What it computes, for each batch item and head:
 //   rule=sum    out_i = phi(q_i)^T S / (phi(q_i)^T z + eps), S = sum_j phi(k_j) v_j^T,
@@ -41,11 +49,12 @@
 //   state sums.
 // Cost: O(B·H·N·(64·(Dphi + Dv) + Dphi·Dv)) time, O(B·H·Dphi·Dv) state memory, plus per thread
 //   one head's features, O(N·Dphi), kept across calls (no page faults per call);
-//   Dphi = Dk (elu1, relu), m (favor), 2·Dk·nu (dpfp).
+//   Dphi = Dk (elu1, relu), m (favor), 2·Dk·nu (dpfp), 1 + d' + d'^2 (taylor).
 // FLOPs (flops()): those of the recurrent form, whatever kernel runs: per key, the memory write
 //   (sum: 2·Dphi·(Dv + 1) for S and z; delta: 4·Dphi·Dv, read W phi(k) then the rank-1 update),
 //   per query the read (sum: 2·Dphi·(Dv + 1); delta: 2·Dphi·Dv); favor adds 2·Dk·m per q and k
-//   row for its projection; elementwise feature maps are not counted.
+//   row for its projection, taylor 2·Dk·d' when it projects; elementwise feature maps (and
+//   taylor's outer product) are not counted.
 // Masks: causal (Nq == Nk), key padding (padded keys write nothing), cross-attention for the
 //   non-causal forms, Dv != Dk. Boolean masks: Unsupported (no per-pair weights exist).
 // Recurrent state (TokenInputs::initial_state, Saved::final_state): S [B, H, Dphi, Dv], plus
@@ -55,7 +64,10 @@
 //   (Unsupported).
 // Packed documents (Mask::documents): each document on its own, as the scan engine runs them
 //   (variants/linear_scan.hpp), favor's stabiliser restarting with each.
-// Exactness: none against softmax; feature=favor approaches softmax attention as m grows.
+// Exactness: none against softmax; feature=favor approaches softmax attention as m grows;
+// feature=taylor with d' = Dk weighs key j by exactly 1 + t + t^2/2, t = q·k / sqrt(Dk) (the
+// second-order Taylor expansion of softmax's exp(t)), its normalised sum rule being that kernel's
+// attention.
 // Backward (every form above, every feature map; favor's stabilisers held constant, as
 // Performer implementations do: they cancel up to eps, and exactly under the delta rule): the
 // division's gradient (dnum = g / (den + eps), dden = -(g·out) / (den + eps); num and den from
@@ -92,7 +104,8 @@ struct LinearConfig {
   LinearRule rule = LinearRule::sum;  ///< sum or delta (fast-weight) update
   double beta = 1.0;                  ///< delta rule write strength (0 < beta <= 1)
   double eps = 1e-6;                  ///< added to the denominator (finite, >= 0)
-  std::int64_t seed = 1;              ///< FAVOR+ projection seed (>= 0)
+  std::int64_t seed = 1;              ///< FAVOR+ and Taylor projection seed (>= 0)
+  std::int64_t taylor_dim = 0;        ///< Taylor's feature dim d' (0: Dk, no projection)
 };
 
 /// {"key=value", why} for the first broken constraint of `c` ({"", ""} when it is valid), e.g.

@@ -265,6 +265,8 @@ raises(ValueError, ["unknown", "nosuch"], attnlab.attention, q, k, v, spec="nosu
 raises(ValueError, ["sliding:left=-1"], attnlab.make, "sliding:left=-1")
 raises(ValueError, ["moba:topk=0", "topk=0", ">= 1"], attnlab.make, "moba:topk=0")
 raises(ValueError, ["moba:block=0", "block=0", ">= 1"], attnlab.make, "moba:block=0")
+raises(ValueError, ["taylor_dim=17", "Dk = 16"], attnlab.attention, q, k, v,
+       spec="linear:feature=taylor,taylor_dim=17")
 raises(ValueError, ["mask"], attnlab.attention, q, k, v, mask=band[:30])
 raises(TypeError, ["mask", "float32"], attnlab.attention, q, k, v, mask=band.astype(np.float32))
 raises(ValueError, ["causal"], attnlab.attention, q, k, v, causal="upper")
