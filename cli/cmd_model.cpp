@@ -183,8 +183,10 @@ void add_model_command(CLI::App& app) {
                   "The block: transformer (the 2017 encoder) or llama (a causal decoder: "
                   "RMSNorm, rotary q and k, SwiGLU, no biases)")
       ->capture_default_str();
-  cmd->add_option("--kv-heads", o->config.layer.kv_heads,
-                  "Key and value heads (arch llama; must divide --heads; 0: as many as --heads)")
+  cmd->add_option(
+         "--kv-heads", o->config.layer.kv_heads,
+         "Key and value heads (arch llama; must divide --heads; 0: as many as --heads; fewer: "
+         "grouped heads, for a core that takes them)")
       ->check(kNotNegative)
       ->capture_default_str();
   cmd->add_option("--rope-base", o->config.layer.rope_base, "Rotary embeddings' base (arch llama)")

@@ -173,8 +173,10 @@ void add_train_command(CLI::App& app) {
                   "The block: transformer (the 2017 encoder) or llama (RMSNorm, rotary q and k, "
                   "SwiGLU, no biases; always causal)")
       ->capture_default_str();
-  cmd->add_option("--kv-heads", c.kv_heads,
-                  "Key and value heads (arch llama; must divide --heads; 0: as many as --heads)")
+  cmd->add_option(
+         "--kv-heads", c.kv_heads,
+         "Key and value heads (arch llama; must divide --heads; 0: as many as --heads; fewer: "
+         "grouped heads, for a core that takes them)")
       ->check(kNotNegative)
       ->capture_default_str();
   cmd->add_option("--rope-base", c.rope_base, "Rotary embeddings' base (arch llama)")

@@ -13,13 +13,16 @@
 // The 2017 block's switches apply where they mean something: no-skip, no-ffn (no SwiGLU nor its
 // norm), no-norm (no RMSNorm), no-final-norm, tied-qk, short-conv (before the rotation),
 // head-norm. The block is always pre-norm, so pre-ln changes nothing.
-// Grouped key and value heads (LayerConfig::kv_heads < heads) are refused (Unsupported) until
-// the attention interface takes them.
+// Grouped key and value heads (LayerConfig::kv_heads < heads; GQA, and MQA at 1): k_proj and
+// v_proj have kv_heads·d_k rows and the core takes k and v with kv_heads heads as they are
+// (models/multi_head_attention.hpp); a core that does not take grouped heads is refused
+// (Unsupported naming it), and so is tied-qk with them (Error).
 //
 // Parameter names are Hugging Face's LlamaForCausalLM state dict's, so that one exported to
 // .npy loads (models/weights.hpp):
 //   model.embed_tokens.weight                           [vocab, d_model]
-//   model.layers.<i>.self_attn.{q,k,v,o}_proj.weight    [d_model, d_model]
+//   model.layers.<i>.self_attn.{q,o}_proj.weight        [d_model, d_model]
+//   model.layers.<i>.self_attn.{k,v}_proj.weight        [kv_heads·d_k, d_model]
 //   model.layers.<i>.mlp.{gate,up}_proj.weight          [ffn, d_model]
 //   model.layers.<i>.mlp.down_proj.weight               [d_model, ffn]
 //   model.layers.<i>.input_layernorm.weight             [d_model]

@@ -101,10 +101,9 @@ MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
 
 MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
                                        const std::string& spec, const AttentionOptions& options)
-    : in_proj_weight(Matrix::from_shape({3 * d_model, d_model})),
-      in_proj_bias(Vector::from_shape({options.bias ? 3 * d_model : 0})),
-      out_proj(d_model, d_model, options.bias),
+    : out_proj(d_model, d_model, options.bias),
       heads_(heads),
+      kv_heads_(options.kv_heads ? options.kv_heads : heads),
       options_(options) {
   if (heads == 0 || d_model == 0 || d_model % heads != 0)
     throw Error("multi-head attention: d_model=" + std::to_string(d_model) + ", heads=" +
@@ -117,15 +116,16 @@ MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
     throw Error("multi-head attention: kv_heads=" + std::to_string(options.kv_heads) +
                 " does not divide heads=" + std::to_string(heads) +
                 ": each key and value head serves the same number of query heads");
-  if (options.kv_heads != 0 && options.kv_heads != heads)
-    throw Unsupported("multi-head attention",
-                      "grouped key and value heads (kv_heads=" + std::to_string(options.kv_heads) +
-                          " < heads=" + std::to_string(heads) + "): not implemented yet");
+  if (options.tied_qk && kv_heads_ != heads)
+    throw Error("multi-head attention: tied W_Q = W_K with kv_heads=" + std::to_string(kv_heads_) +
+                " < heads=" + std::to_string(heads) + ": W_K has fewer rows than W_Q");
   if (options.rope_base != 0) rotary_.emplace(d_model / heads, options.rope_base);
+  const std::size_t rows = block_offset(3);  // W_Q, W_K, W_V stacked
+  in_proj_weight = Matrix::from_shape({rows, d_model});
+  in_proj_bias = Vector::from_shape({options.bias ? rows : 0});
   in_proj_weight.fill(0);
   in_proj_bias.fill(0);
-  if (options.short_conv)
-    conv_weight.emplace(Matrix::from_shape({3 * d_model, kConvWidth})).fill(0);
+  if (options.short_conv) conv_weight.emplace(Matrix::from_shape({rows, kConvWidth})).fill(0);
   if (options.head_norm) head_norm_weight.emplace(Vector::from_shape({d_model / heads})).fill(1);
   set_attention(spec);
 }
@@ -166,8 +166,17 @@ const Attention& MultiHeadAttention::attention() const {
 }
 
 void MultiHeadAttention::set_attention(const std::string& spec) {
+  std::shared_ptr<Attention> backend = make_attention(spec);
+  // Refused here, not at the first forward (and before the layer changes): a model or a training
+  // run fails before it starts.
+  if (kv_heads_ != heads_ && !backend->support().grouped_heads)
+    throw Unsupported(backend->name(),
+                      "grouped heads (kv_heads=" + std::to_string(kv_heads_) +
+                          " key and value heads for heads=" + std::to_string(heads_) +
+                          " query heads; kv_heads=" + std::to_string(heads_) +
+                          " gives each query head its own)");
   core_.spec = spec;
-  core_.backend = make_attention(spec);
+  core_.backend = std::move(backend);
   core_.canonical = core_.backend->spec();
   attention_parameters = core_.backend->parameters(heads_);
   core_.own = !attention_parameters.empty();
@@ -242,22 +251,23 @@ void MultiHeadAttention::project(const Activations& query, const Activations& me
   // buffer reused by the three: a fresh one each costs page faults (milliseconds per MiB here).
   // The short convolution's backward needs all three: then each block has its own rows.
   shape_buffer(y, {short_conv() ? 3 * rows : rows, d});
+  // Block `which` (0: q, 1: k, 2: v): block_size(which) = its heads · dk columns.
   auto block = [&](const Activations& x, std::size_t which, Tensor& heads) {
-    const std::size_t n = x.shape()[1];
+    const std::size_t n = x.shape()[1], width = block_size(which), offset = block_offset(which);
+    const std::size_t dk = head_dim(), count = which == 0 ? heads_ : kv_heads_;
     float* u = y.data() + (short_conv() ? which * rows * d : 0);
-    affine(x.data(), batch * n, d, d, in_proj_weight.data() + which * d * d, d, d,
-           bias() ? in_proj_bias.data() + which * d : nullptr, u, d);
-    if (!short_conv()) return split_heads(u, batch, n, heads_, head_dim(), heads);
-    const std::size_t dk = head_dim();
-    const std::vector<float> taps = conv_taps(conv_weight->data() + which * d * kConvWidth, d);
-    std::vector<float> pre(d), s(d);
-    shape_buffer(heads, {batch, heads_, n, dk});
+    affine(x.data(), batch * n, d, d, in_proj_weight.data() + offset * d, width, d,
+           bias() ? in_proj_bias.data() + offset : nullptr, u, width);
+    if (!short_conv()) return split_heads(u, batch, n, count, dk, heads);
+    const std::vector<float> taps = conv_taps(conv_weight->data() + offset * kConvWidth, width);
+    std::vector<float> pre(width), s(width);
+    shape_buffer(heads, {batch, count, n, dk});
     for (std::size_t b = 0; b < batch; ++b)
       for (std::size_t i = 0; i < n; ++i) {
-        causal_conv_row(taps.data(), u + b * n * d, i, d, pre.data());
-        sigmoid(pre.data(), d, s.data());
-        for (std::size_t c = 0; c < d; ++c) s[c] *= pre[c];
-        for (std::size_t h = 0; h < heads_; ++h) std::copy_n(&s[h * dk], dk, &heads(b, h, i, 0));
+        causal_conv_row(taps.data(), u + b * n * width, i, width, pre.data());
+        sigmoid(pre.data(), width, s.data());
+        for (std::size_t c = 0; c < width; ++c) s[c] *= pre[c];
+        for (std::size_t h = 0; h < count; ++h) std::copy_n(&s[h * dk], dk, &heads(b, h, i, 0));
       }
   };
   block(query, 0, out.q);
@@ -317,8 +327,8 @@ void MultiHeadAttention::forward(const Activations& query, const Activations& me
 void MultiHeadAttention::short_conv_backward(std::size_t which, std::size_t batch, std::size_t n,
                                              const float* u, float* d_out, float* du,
                                              Matrix& grad_weight) const {
-  const std::size_t d = d_model(), width = kConvWidth;
-  const std::vector<float> taps = conv_taps(conv_weight->data() + which * d * width, d);
+  const std::size_t d = block_size(which), width = kConvWidth;
+  const std::vector<float> taps = conv_taps(conv_weight->data() + block_offset(which) * width, d);
   std::vector<float> pre(d), s(d);
   std::vector<double> d_taps(width * d, 0.0);  // summed in order over the rows: deterministic
   for (std::size_t b = 0; b < batch; ++b) {
@@ -347,7 +357,7 @@ void MultiHeadAttention::short_conv_backward(std::size_t which, std::size_t batc
         for (std::size_t c = 0; c < d; ++c) dw[c] += double(g[c]) * row[c];
       }
   }
-  float* g = grad_weight.data() + which * d * width;
+  float* g = grad_weight.data() + block_offset(which) * width;
   for (std::size_t c = 0; c < d; ++c)
     for (std::size_t t = 0; t < width; ++t)
       g[c * width + t] += static_cast<float>(d_taps[t * d + c]);
@@ -394,7 +404,8 @@ Tensor attention_probabilities(const Tensor& q, const Tensor& k, const Mask& mas
     for (std::size_t h = 0; h < d.heads; ++h) {
       float* s = &p(b, h, 0, 0);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(d.nq), int(d.nk), int(d.dk), scale,
-                  &q(b, h, 0, 0), int(d.dk), &k(b, h, 0, 0), int(d.dk), 0.0f, s, int(d.nk));
+                  &q(b, h, 0, 0), int(d.dk), &k(b, d.kv_head(h), 0, 0), int(d.dk), 0.0f, s,
+                  int(d.nk));
       for (std::size_t i = 0; i < d.nq; ++i) masked_softmax(s + i * d.nk, d.nk, mask, b, h, i, d);
     }
   return p;
@@ -408,8 +419,8 @@ void MultiHeadAttention::initialize(std::uint64_t seed, const std::string& prefi
     fill_normal(parameter(prefix + "o_proj.weight", out_proj.weight), kLlamaInitStd, seed);
   } else {
     // Xavier-uniform over the whole [3d, d] matrix, as torch.nn.MultiheadAttention does.
-    fill_uniform(parameter(prefix + "in_proj_weight", in_proj_weight), std::sqrt(6.0 / (4.0 * d)),
-                 seed);
+    fill_uniform(parameter(prefix + "in_proj_weight", in_proj_weight),
+                 std::sqrt(6.0 / double(d + block_offset(3))), seed);
     fill_uniform(parameter(prefix + "out_proj.weight", out_proj.weight), 1.0 / std::sqrt(double(d)),
                  seed);
   }
@@ -447,9 +458,9 @@ void MultiHeadAttention::parameters(const std::string& prefix, Parameters& out) 
 ParameterRef MultiHeadAttention::block_parameter(const std::string& prefix, std::size_t which,
                                                  bool bias_block) {
   static const char* const names[] = {"q_proj.", "k_proj.", "v_proj."};
-  const std::size_t d = d_model();
-  if (bias_block) return {prefix + names[which] + "bias", {d}, in_proj_bias.data() + which * d};
-  return {prefix + names[which] + "weight", {d, d}, in_proj_weight.data() + which * d * d};
+  const std::size_t rows = block_size(which), offset = block_offset(which), d = d_model();
+  if (bias_block) return {prefix + names[which] + "bias", {rows}, in_proj_bias.data() + offset};
+  return {prefix + names[which] + "weight", {rows, d}, in_proj_weight.data() + offset * d};
 }
 
 void MultiHeadAttention::check_tied(const std::string& where) const {
@@ -496,8 +507,9 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
   merge_heads(g.dq, trace.dq);
   merge_heads(g.dk, trace.dk);
   merge_heads(g.dv, trace.dv);
-  Matrix& dw = shape_buffer(trace.d_in_proj_weight, {3 * d, d});
-  Vector& db = shape_buffer(trace.d_in_proj_bias, {mha.bias() ? 3 * d : 0});
+  const std::size_t stacked = mha.block_offset(3);
+  Matrix& dw = shape_buffer(trace.d_in_proj_weight, {stacked, d});
+  Vector& db = shape_buffer(trace.d_in_proj_bias, {mha.bias() ? stacked : 0});
   AttentionInputGrads& out = trace.grads;
   shape_buffer(out.query, trace.query.shape());
   shape_buffer(out.memory, trace.memory.shape());
@@ -507,17 +519,18 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
   const std::size_t rows = trace.projected.shape()[0] / (mha.short_conv() ? 3 : 1);
   for (std::size_t which = 0; which < 3; ++which) {
     const Activations& x = which == 0 ? trace.query : trace.memory;
-    const std::size_t n = x.shape()[1];
+    const std::size_t n = x.shape()[1], width = mha.block_size(which);
+    const std::size_t offset = mha.block_offset(which);
     float* dx = which == 0 ? out.query.data() : which == 1 ? out.memory.data() : dmemory_v.data();
     const float* d_projection = blocks[which]->data();
     if (mha.short_conv()) {  // back through SiLU and the convolution to the projection
-      shape_buffer(trace.d_projection, {batch, n, d});
+      shape_buffer(trace.d_projection, {batch, n, width});
       mha.short_conv_backward(which, batch, n, trace.projected.data() + which * rows * d,
                               blocks[which]->data(), trace.d_projection.data(), *grad.conv_weight);
       d_projection = trace.d_projection.data();
     }
-    affine_backward(x.data(), batch * n, d, d, w + which * d * d, d, d, d_projection, d, dx, d,
-                    dw.data() + which * d * d, mha.bias() ? db.data() + which * d : nullptr, false);
+    affine_backward(x.data(), batch * n, d, d, w + offset * d, width, d, d_projection, width, dx, d,
+                    dw.data() + offset * d, mha.bias() ? db.data() + offset : nullptr, false);
   }
   add(out.memory.data(), dmemory_v.data(), out.memory.data(), out.memory.size());
   // g = logsigmoid(pre) / tau: dpre = dg sigmoid(-pre) / tau; beta = sigmoid(pre): dpre =

@@ -8,12 +8,19 @@
 // scale) passed through unchanged, so a backend that cannot honour it throws Unsupported.
 // Self-attention: memory = query. Cross-attention: queries from the decoder, keys and values
 // from the encoder's output (Nq != Nk).
+// Grouped key and value heads (AttentionOptions::kv_heads, GQA; 1: MQA): W_K and W_V project to
+// kv_heads heads only, and the core gets k and v [B, kv_heads, Nk, d_k] as they are (query head
+// h reads key and value head h / (heads / kv_heads), Hugging Face's repeat_kv); the layer never
+// repeats them. A core that does not take grouped heads (Support::grouped_heads) is refused
+// when it is set (Unsupported naming it).
 //
 // Parameters and semantics are those of torch.nn.MultiheadAttention (batch_first, no dropout,
 // no bias_k/bias_v, kdim = vdim = d_model):
 //   in_proj_weight [3 d_model, d_model]  rows W_Q, then W_K, then W_V; head i uses rows
-//                                        i·d_k .. (i+1)·d_k - 1 of each block
-//   in_proj_bias   [3 d_model]           b_Q, b_K, b_V
+//                                        i·d_k .. (i+1)·d_k - 1 of each block (with grouped
+//                                        heads [d_model + 2 kv_heads·d_k, d_model]: W_K and
+//                                        W_V have kv_heads·d_k rows)
+//   in_proj_bias   [3 d_model]           b_Q, b_K, b_V (likewise)
 //   out_proj.weight [d_model, d_model], out_proj.bias [d_model]
 // Tied W_Q = W_K (tied_qk): the K block of in_proj_weight and in_proj_bias always equals the Q
 // block (kept so on initialisation, checked when weights are loaded), so with self-attention the
@@ -36,7 +43,8 @@
 // conv_weight [3 d_model, kConvWidth]: torch.nn.Conv1d(groups=channels, bias=False,
 // padding=kConvWidth - 1) cut to the first N outputs. A token's q, k and v then see the few tokens
 // before it, which a linear attention cannot look up by position (MQAR's key-value pairs are
-// neighbours). Not with tied_qk (k would no longer equal q).
+// neighbours). Not with tied_qk (k would no longer equal q). With grouped heads conv_weight has
+// the rows of in_proj_weight (d_model + 2 kv_heads·d_k).
 // Head norm (head_norm; Gated DeltaNet's output normalisation, without its output gate): each
 // row of a head's output [dk] is divided by its root mean square (eps kHeadNormEps) and
 // multiplied by a learned gain head_norm.weight [dk] shared by the heads, before head_mask and
@@ -58,7 +66,8 @@
 // LlamaAttention's: q_proj.weight, k_proj.weight, v_proj.weight (views of the three blocks of
 // in_proj_weight, which stays the storage; with biases also q_proj.bias, ..., as Qwen's),
 // o_proj.weight; initialised N(0, 0.02²) as Hugging Face initialises them.
-// Cost: 2·B·(Nq + 2·Nk)·d_model² + 2·B·Nq·d_model² FLOPs of GEMMs plus the core's own.
+// Cost: 2·B·(Nq·d_model + 2·Nk·kv_heads·d_k)·d_model + 2·B·Nq·d_model² FLOPs of GEMMs plus
+// the core's own.
 #pragma once
 
 #include <cstddef>
@@ -91,7 +100,7 @@ struct AttentionOptions {
   double rope_base = 0;     ///< rotary embeddings on q and k with this base (0: none)
   AttentionNames names = AttentionNames::torch;  ///< parameter names and initialisation
   /// Key and value heads (0: as many as query heads). Must divide the query heads; fewer than
-  /// them (grouped heads) is not supported yet.
+  /// them (grouped heads) needs a core that takes them, and no tied_qk.
   std::size_t kv_heads = 0;
 };
 
@@ -152,18 +161,20 @@ class MultiHeadAttention {
   MultiHeadAttention(std::size_t d_model, std::size_t heads, const std::string& spec = "full",
                      bool tied_qk = false, bool short_conv = false, bool head_norm = false);
   /// The same with every option; also throws Error for an odd head dimension or a rotary base
-  /// <= 0 with rotary embeddings, and kv_heads not dividing heads (naming the field), and
-  /// Unsupported for fewer key and value heads than query heads.
+  /// <= 0 with rotary embeddings, kv_heads not dividing heads or fewer than heads with tied_qk
+  /// (naming the field), and Unsupported when kv_heads < heads and the core does not take
+  /// grouped heads (naming the core).
   MultiHeadAttention(std::size_t d_model, std::size_t heads, const std::string& spec,
                      const AttentionOptions& options);
 
-  Matrix in_proj_weight;            ///< [3 d_model, d_model]: W_Q, W_K, W_V stacked
-  Vector in_proj_bias;              ///< [3 d_model]: b_Q, b_K, b_V (empty without biases)
+  /// [d_model + 2 kv_dim(), d_model]: W_Q, W_K, W_V stacked (block_offset, block_size)
+  Matrix in_proj_weight;
+  Vector in_proj_bias;              ///< b_Q, b_K, b_V stacked likewise (empty without biases)
   Linear out_proj;                  ///< W_O [d_model, d_model], b_O (none without biases)
   std::optional<Linear> gate_proj;  ///< W_g [H, d_model], b_g: when the core takes g
   std::optional<Linear> beta_proj;  ///< W_beta [H, d_model], b_beta: when the core takes beta
-  /// The short convolution's filters [3 d_model, kConvWidth] (see the header comment): when
-  /// built with short_conv.
+  /// The short convolution's filters [d_model + 2 kv_dim(), kConvWidth] (see the header
+  /// comment): when built with short_conv.
   std::optional<Matrix> conv_weight;
   /// The short convolution's width (DeltaNet's default).
   static constexpr std::size_t kConvWidth = 4;
@@ -211,12 +222,14 @@ class MultiHeadAttention {
   void forward(const Activations& query, const Activations& memory, const Mask& mask,
                Activations& y, AttentionTrace* keep = nullptr) const;
 
-  /// The heads' inputs: q [B, H, Nq, d_k] from `query`, k and v [B, H, Nk, d_k] from `memory`.
+  /// The heads' inputs: q [B, H, Nq, d_k] from `query`, k and v [B, kv_heads, Nk, d_k] from
+  /// `memory`.
   QKV project(const Activations& query, const Activations& memory) const;
   /// The same into `out` and the projection rows `scratch`, both shaped by shape_buffer: a
   /// training step reuses them. `scratch` is [B·max(Nq, Nk), d_model], or with the short
   /// convolution [3·B·max(Nq, Nk), d_model] holding the three projections before it (block
-  /// `which` from row which·B·max(Nq, Nk)), which its backward needs.
+  /// `which` from row which·B·max(Nq, Nk), packed in rows of block_size(which) floats), which
+  /// its backward needs.
   void project(const Activations& query, const Activations& memory, QKV& out,
                Matrix& scratch) const;
 
@@ -244,7 +257,8 @@ class MultiHeadAttention {
 
   /// Replaces the core by make_attention(spec), keeping every weight; gate projections the new
   /// core needs and the old did not have start at zero (g = logsigmoid(0) / 16, beta = 1/2);
-  /// attention_parameters start as the new core's own (linformer's drawn E and F).
+  /// attention_parameters start as the new core's own (linformer's drawn E and F). Throws
+  /// Unsupported (naming the core) when kv_heads < heads and the core does not take grouped heads.
   void set_attention(const std::string& spec);
 
   /// The core backend, holding attention_parameters: handed to it here when they differ from
@@ -260,6 +274,16 @@ class MultiHeadAttention {
   std::size_t heads() const { return heads_; }
   /// d_k = d_v = d_model / heads.
   std::size_t head_dim() const { return d_model() / heads_; }
+  /// The key and value heads (kv_heads, or heads when it is 0).
+  std::size_t kv_heads() const { return kv_heads_; }
+  /// The width of the key and value projections, kv_heads · d_k.
+  std::size_t kv_dim() const { return kv_heads_ * head_dim(); }
+  /// The first row of block `which` (0: W_Q, 1: W_K, 2: W_V; 3: their end) in in_proj_weight.
+  std::size_t block_offset(std::size_t which) const {
+    return which == 0 ? 0 : d_model() + (which - 1) * kv_dim();
+  }
+  /// The rows of block `which`: d_model for W_Q, kv_dim() for W_K and W_V.
+  std::size_t block_size(std::size_t which) const { return which == 0 ? d_model() : kv_dim(); }
   /// Whether W_Q = W_K (and b_Q = b_K).
   bool tied_qk() const { return options_.tied_qk; }
   /// Whether the projections have biases.
@@ -269,9 +293,9 @@ class MultiHeadAttention {
   /// The options it was built with.
   const AttentionOptions& options() const { return options_; }
   /// The short convolution's backward for block `which` (0: q, 1: k, 2: v) of `batch`
-  /// sequences of n rows: u the projection rows it saw [batch·n, d_model], d_out dL/d(its output)
-  /// in the same layout (overwritten with dL/d(before SiLU)); writes dL/du into du and adds the
-  /// filters' gradient into the block's rows of grad_weight [3 d_model, kConvWidth].
+  /// sequences of n rows: u the projection rows it saw [batch·n, block_size(which)], d_out dL/d(its
+  /// output) in the same layout (overwritten with dL/d(before SiLU)); writes dL/du into du and adds
+  /// the filters' gradient into the block's rows of grad_weight (conv_weight's shape).
   void short_conv_backward(std::size_t which, std::size_t batch, std::size_t n, const float* u,
                            float* d_out, float* du, Matrix& grad_weight) const;
   /// Whether q, k and v pass through the short convolution.
@@ -297,6 +321,7 @@ class MultiHeadAttention {
   };
 
   std::size_t heads_;
+  std::size_t kv_heads_;
   AttentionOptions options_;
   std::optional<Rotary> rotary_;
   mutable Core core_;  // attention() hands the core its tensors: logically const
@@ -328,7 +353,7 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
 /// gradient), so that one set serves every layer of a stack in turn (models/residual.hpp).
 void swap_backward_scratch(AttentionTrace& a, AttentionTrace& b);
 
-/// softmax(q k^T · scale) under `mask` for q [B, H, Nq, Dk], k [B, H, Nk, Dk]: the dense
+/// softmax(q k^T · scale) under `mask` for q [B, H, Nq, Dk], k [B, Hkv, Nk, Dk]: the dense
 /// [B, H, Nq, Nk] probabilities exact attention weighs the values with (rows that see no key are
 /// zero), accumulated in float32 by one sgemm per head. Validates shapes and mask (throws Error).
 Tensor attention_probabilities(const Tensor& q, const Tensor& k, const Mask& mask = {});

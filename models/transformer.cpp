@@ -347,6 +347,9 @@ void ModelConfig::validate() const {
       throw Error("model: kv_heads=" + std::to_string(l.kv_heads) +
                   " does not divide heads=" + std::to_string(l.heads) +
                   ": each key and value head must serve the same number of query heads");
+    if (l.kv_heads != 0 && l.kv_heads != l.heads && l.tied_qk)
+      throw Error("model: kv_heads=" + std::to_string(l.kv_heads) + " < heads=" +
+                  std::to_string(l.heads) + " with tied-qk: W_K has fewer rows than W_Q");
     if (!(l.rope_base > 0) || !std::isfinite(l.rope_base))
       throw Error("model: rope_base=" + std::to_string(l.rope_base) +
                   ", expected a finite number > 0 (the rotary embeddings' base)");
@@ -376,7 +379,8 @@ void ModelConfig::validate() const {
 double ModelConfig::parameter_count() const {
   const double d = double(layer.d_model), ffn = layer.feed_forward ? double(layer.ffn) : 0;
   if (arch == Arch::llama) {  // no biases, a SwiGLU, RMSNorms with a gain only
-    const double attention = (layer.tied_qk ? 2 : 3) * d * d + d * d;
+    const double kv = layer.kv_heads ? d / double(layer.heads) * double(layer.kv_heads) : d;
+    const double attention = (layer.tied_qk ? 1 : 2) * d * d + 2 * d * kv;
     const double norms = layer.layer_norm ? 2 * d : 0;
     const double final_norm = layer.layer_norm && layer.final_norm ? d : 0;
     return double(vocab) * d + double(layers) * (attention + 3 * d * ffn + norms) + final_norm;

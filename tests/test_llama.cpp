@@ -170,12 +170,24 @@ A64 merge64(const Tensor64& t) {
   return y;
 }
 
-// LlamaAttention (no biases, rotary q and k, causal exact softmax): p = q, k, v, o weights.
+// Key or value heads [B, Hkv, N, dk] repeated for `heads` query heads, as Hugging Face's
+// repeat_kv: query head h reads head h / (heads / Hkv).
+Tensor64 repeat_kv64(const Tensor64& t, std::size_t heads) {
+  const std::size_t group = heads / t.shape()[1];
+  Tensor64 out = xt::zeros<double>({t.shape()[0], heads, t.shape()[2], t.shape()[3]});
+  for (std::size_t b = 0; b < t.shape()[0]; ++b)
+    for (std::size_t h = 0; h < heads; ++h) xt::view(out, b, h) = xt::view(t, b, h / group);
+  return out;
+}
+
+// LlamaAttention (no biases, rotary q and k, causal exact softmax): p = q, k, v, o weights;
+// k and v have wk's rows / d_k heads (grouped heads when fewer than `heads`), repeated.
 A64 attention64(const A64& x, const A64& wq, const A64& wk, const A64& wv, const A64& wo,
                 std::size_t heads, double base) {
+  const std::size_t kv_heads = wk.shape()[0] / (wq.shape()[0] / heads);
   const Tensor64 q = rope64(heads64(linear64(x, wq), heads), base);
-  const Tensor64 k = rope64(heads64(linear64(x, wk), heads), base);
-  const Tensor64 v = heads64(linear64(x, wv), heads);
+  const Tensor64 k = repeat_kv64(rope64(heads64(linear64(x, wk), kv_heads), base), heads);
+  const Tensor64 v = repeat_kv64(heads64(linear64(x, wv), kv_heads), heads);
   const double scale = 1.0 / std::sqrt(double(q.shape()[3]));
   const Tensor64 out = reference_attention(
       q, k, v, scale,
@@ -201,6 +213,11 @@ A64 model64(const Tokens& tokens, const Arrays64& p, std::size_t layers, std::si
   for (std::size_t l = 0; l < layers; ++l)
     x = block64(x, Arrays64(p.begin() + 1 + 9 * l, p.begin() + 10 + 9 * l), heads, base, eps);
   return rms64(x, p.back(), eps);
+}
+
+template <class Array>
+std::vector<std::size_t> shape_of(const Array& a) {
+  return {a.shape().begin(), a.shape().end()};
 }
 
 LayerConfig llama_layer(std::size_t d = 8, std::size_t heads = 2, std::size_t ffn = 12) {
@@ -320,7 +337,12 @@ TEST_CASE("rotary embeddings: Hugging Face's rotate_half, relative positions, in
 
 TEST_CASE("Llama attention and block: forward and gradients against fp64", "[models][llama]") {
   const double base = 50.0;  // turns every pair of channels visibly over 5 tokens
-  LayerConfig c = llama_layer();
+  // As many key and value heads as query heads, MQA (one), GQA (two for four).
+  const auto [heads, kv_heads] =
+      GENERATE(table<std::size_t, std::size_t>({{2, 0}, {2, 1}, {4, 2}}));
+  INFO("heads " << heads << ", kv_heads " << kv_heads);
+  LayerConfig c = llama_layer(8, heads);
+  c.kv_heads = kv_heads;
   c.rope_base = base;
   c.eps = 1e-5;
   Mask causal;
@@ -331,11 +353,18 @@ TEST_CASE("Llama attention and block: forward and gradients against fp64", "[mod
   perturb(block, 14);
   const Arrays64 p = values_of(block);
   REQUIRE(p.size() == 9);
+  // W_K and W_V project to the key and value heads only: the layer never repeats them.
+  const std::size_t kv_rows = (kv_heads ? kv_heads : heads) * (8 / heads);
+  CHECK(shape_of(p[1]) == std::vector<std::size_t>{kv_rows, 8});
+  CHECK(shape_of(p[2]) == std::vector<std::size_t>{kv_rows, 8});
   SECTION("attention") {
     const MultiHeadAttention& mha = block.self_attn;
     CHECK(!mha.bias());
+    const QKV projected = mha.project(x, x);
+    CHECK(projected.k.shape()[1] == kv_rows / (8 / heads));
+    CHECK(projected.v.shape()[1] == kv_rows / (8 / heads));
     require_close_grad(to64(mha.forward(x, causal)),
-                       attention64(to64(x), p[0], p[1], p[2], p[3], 2, base), kRtol, kAtol,
+                       attention64(to64(x), p[0], p[1], p[2], p[3], heads, base), kRtol, kAtol,
                        "forward");
     AttentionTrace trace;
     const Activations& y = forward(mha, x, x, causal, trace);
@@ -345,14 +374,14 @@ TEST_CASE("Llama attention and block: forward and gradients against fp64", "[mod
     Arrays64 in(p.begin(), p.begin() + 4);
     in.insert(in.begin(), to64(x));
     const Arrays64 fd = test::central_differences(
-        [&](const Arrays64& a) { return attention64(a[0], a[1], a[2], a[3], a[4], 2, base); }, in,
-        to64(dy));
+        [&](const Arrays64& a) { return attention64(a[0], a[1], a[2], a[3], a[4], heads, base); },
+        in, to64(dy));
     require_close_grad(to64(g.query) + to64(g.memory), fd[0], kRtol, kAtol, "dx");
     require_parameter_grads(grad, fd, 1, "attention");
   }
   SECTION("block") {
-    require_close_grad(to64(block.forward(x, causal)), block64(to64(x), p, 2, base, 1e-5), kRtol,
-                       kAtol, "forward");
+    require_close_grad(to64(block.forward(x, causal)), block64(to64(x), p, heads, base, 1e-5),
+                       kRtol, kAtol, "forward");
     LlamaBlockTrace trace;
     const Activations& y = forward(block, x, causal, trace);
     CHECK((y == block.forward(x, causal)));
@@ -362,7 +391,7 @@ TEST_CASE("Llama attention and block: forward and gradients against fp64", "[mod
     in.insert(in.begin(), to64(x));
     const Arrays64 fd = test::central_differences(
         [&](const Arrays64& a) {
-          return block64(a[0], Arrays64(a.begin() + 1, a.end()), 2, base, 1e-5);
+          return block64(a[0], Arrays64(a.begin() + 1, a.end()), heads, base, 1e-5);
         },
         in, to64(dy));
     require_close_grad(to64(dx), fd[0], kRtol, kAtol, "dx");
@@ -435,18 +464,23 @@ TEST_CASE("Llama model: switches, cores and every forward equal to the traced on
           "[models][llama]") {
   struct Case {
     std::string spec, switches;
+    std::size_t heads = 2, kv_heads = 0;
   };
   const Case cases[] = {{"full", "no-final-norm"},
                         {"sliding:left=2,right=0", "head-norm"},
                         {"gated-delta", "short-conv,head-norm"},
                         {"linear", "short-conv"},
                         {"full", "tied-qk,no-ffn"},
-                        {"full", "no-skip,no-norm"}};
+                        {"full", "no-skip,no-norm"},
+                        // Grouped heads: the short convolution over the narrower k and v blocks.
+                        {"full", "short-conv,head-norm", 2, 1},
+                        {"sliding:left=2,right=0", "short-conv", 4, 2}};
   for (const Case& c : cases) {
-    INFO(c.spec << " " << c.switches);
+    INFO(c.spec << " " << c.switches << " heads " << c.heads << " kv_heads " << c.kv_heads);
     ModelConfig m;
     m.arch = Arch::llama;
-    m.layer = llama_layer(16, 2, 24);
+    m.layer = llama_layer(16, c.heads, 24);
+    m.layer.kv_heads = c.kv_heads;
     m.layer.spec = c.spec;
     apply_switches(m.layer, c.switches);
     m.layers = 2;
@@ -510,9 +544,20 @@ TEST_CASE("Llama model: bad input names the field", "[models][llama]") {
   }
   {
     ModelConfig c = m;
-    c.layer.kv_heads = 2;  // divides heads: grouped heads, not yet taken by the interface
+    c.layer.kv_heads = 2;  // divides heads: grouped heads, refused by a core without them
+    c.layer.spec = "gated-delta";
     CHECK_THROWS_AS(LlamaModel(c), Unsupported);
-    require_error([&] { LlamaModel model(c); }, {"kv_heads=2", "grouped"});
+    require_error([&] { LlamaModel model(c); }, {"gated-delta", "grouped heads", "kv_heads=2"});
+    c.layer.spec = "full";
+    CHECK_NOTHROW(LlamaModel(c));
+    MultiHeadAttention mha(8, 4, "full", [] {
+      AttentionOptions o;
+      o.kv_heads = 2;
+      return o;
+    }());
+    require_error([&] { mha.set_attention("linear"); }, {"linear", "grouped heads"});
+    c.layer.tied_qk = true;  // W_K would have fewer rows than W_Q
+    require_error([&] { LlamaModel model(c); }, {"kv_heads=2", "tied-qk"});
   }
   {
     ModelConfig c = m;
@@ -553,4 +598,25 @@ TEST_CASE("Llama model: bad input names the field", "[models][llama]") {
   model.save(folder);
   save_npy(folder + "/lm_head.weight.npy", xt::xarray<float>::from_shape({5, 8}));
   CHECK(model.load(folder) == std::vector<std::string>{"lm_head.weight.npy"});
+
+  // A grouped model's folder holds k_proj and v_proj [kv_heads·d_k, d_model]; either model
+  // names the tensor whose shape the other's folder does not have.
+  ModelConfig grouped_config = m;
+  grouped_config.layer.kv_heads = 1;
+  LlamaModel grouped(grouped_config);
+  test::TempDir grouped_dir("llama-grouped-weights");
+  const std::string grouped_folder = grouped_dir.path().string();
+  grouped.save(grouped_folder);
+  const std::string attn = grouped_folder + "/model.layers.0.self_attn.";
+  CHECK(shape_of(load_npy_float(attn + "k_proj.weight.npy")) == std::vector<std::size_t>{2, 8});
+  CHECK(shape_of(load_npy_float(attn + "v_proj.weight.npy")) == std::vector<std::size_t>{2, 8});
+  CHECK(shape_of(load_npy_float(attn + "q_proj.weight.npy")) == std::vector<std::size_t>{8, 8});
+  require_error([&] { grouped.load(folder); },
+                {"model.layers.0.self_attn.k_proj.weight.npy", "(8, 8)", "(2, 8)"});
+  require_error([&] { model.load(grouped_folder); },
+                {"model.layers.0.self_attn.k_proj.weight.npy", "(2, 8)", "(8, 8)"});
+  LlamaModel reloaded(grouped_config);
+  reloaded.layers[0].self_attn.in_proj_weight.fill(0);
+  CHECK(reloaded.load(grouped_folder).empty());
+  CHECK((reloaded.forward(tokens) == grouped.forward(tokens)));
 }

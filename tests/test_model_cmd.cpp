@@ -151,6 +151,19 @@ TEST_CASE("model --arch llama: a causal decoder beside full; bad configurations 
   CHECK(std::filesystem::exists(dir.file("w/model.layers.1.mlp.down_proj.weight.npy")));
   REQUIRE(model_cli(dir, small + "--spec full --weights w").code == 0);
   require_failure(dir, small + "--spec full --kv-heads 3", {"kv_heads=3", "heads=2"});
+  require_failure(dir, small + "--spec linear --kv-heads 1", {"linear", "grouped heads"});
+  // Grouped heads (MQA): a causal window covering every earlier token is exact attention here
+  // too, each core given one key and value head.
+  const CliResult mqa =
+      model_cli(dir, small + "--spec sliding:left=12,right=0 --kv-heads 1 --save-weights g");
+  INFO(mqa.err);
+  REQUIRE(mqa.code == 0);
+  CHECK(mqa.out.find("1 key and value heads") != std::string::npos);
+  const auto mqa_rows = layer_rows(mqa.out);
+  REQUIRE(mqa_rows.size() == 2);
+  for (const LayerRow& row : mqa_rows) CHECK(row.rel_fro < 1e-6);
+  require_failure(dir, small + "--spec full --weights g",
+                  {"model.layers.0.self_attn.k_proj.weight.npy", "(8, 16)", "(16, 16)"});
   require_failure(dir, small + "--spec full --rope-base -1", {"rope_base"});
   require_failure(dir, "--arch mamba --spec full --n 8", {"arch 'mamba'"});
   require_failure(dir,

@@ -141,15 +141,20 @@ TEST_CASE("the plain-torch Llama block and models load with Hugging Face's names
     causal.causal = Causal::top_left;
     require_close(block.forward(c.x, causal), to64(c.expected), kTolerance, kTolerance);
   }
-  for (const auto& [name, spec, switches] :
-       {std::tuple{"llama_model_full", "full", ""},
-        std::tuple{"llama_model_sliding", "sliding:left=3,right=0", ""},
-        std::tuple{"llama_model_gated_delta", "gated-delta", "short-conv,head-norm"}}) {
+  for (const auto& [name, spec, switches, kv_heads] :
+       {std::tuple{"llama_model_full", "full", "", 0},
+        std::tuple{"llama_model_sliding", "sliding:left=3,right=0", "", 0},
+        std::tuple{"llama_model_gated_delta", "gated-delta", "short-conv,head-norm", 0},
+        // Grouped heads: k and v reach the core with 2 (1) heads, torch repeats them.
+        std::tuple{"llama_model_full_gqa", "full", "", 2},
+        std::tuple{"llama_model_sliding_mqa", "sliding:left=3,right=0", "short-conv,head-norm",
+                   1}}) {
     INFO(name);
     const Case c = load_case(name);
     ModelConfig m;
     m.arch = Arch::llama;
     m.layer = config;
+    m.layer.kv_heads = std::size_t(kv_heads);
     m.layer.spec = spec;
     apply_switches(m.layer, switches);
     m.layers = 2;

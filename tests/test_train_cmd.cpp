@@ -12,9 +12,11 @@
 
 #include <catch2/catch.hpp>
 
+#include "attnlab/npy.hpp"
 #include "cli_helpers.hpp"
 
 using namespace attnlab::test;
+using attnlab::load_npy_float;
 namespace fs = std::filesystem;
 
 namespace {
@@ -208,6 +210,14 @@ TEST_CASE(
           0);
   CHECK(fs::exists(dir.file("m/checkpoint/lm_head.weight.npy")));
   CHECK(fs::exists(dir.file("m/checkpoint/model.layers.0.self_attn.gate_proj.weight.npy")));
+  // Grouped heads (MQA): k_proj and v_proj have d_k rows; kv_heads is part of the run's identity.
+  REQUIRE(attnlab_cli(dir, tiny + "--task mqar:pairs=2,vocab=16 --spec full --kv-heads 1 --out g")
+              .code == 0);
+  CHECK(read_text(dir.file("g/summary.json")).find("kv_heads 1") != std::string::npos);
+  for (const char* block : {"k_proj", "v_proj"})
+    CHECK(load_npy_float(dir.file("g/checkpoint/model.layers.1.self_attn." + std::string(block) +
+                                  ".weight.npy"))
+              .shape()[0] == 8);
 
   const auto one_line = [&](const std::string& args, const std::string& fragment,
                             const std::string& out = "bad") {
@@ -221,7 +231,9 @@ TEST_CASE(
   const std::string mqar = tiny + "--task mqar:pairs=2,vocab=16 --spec full ";
   one_line("train --arch gpt --task copy --spec full --n 16", "arch 'gpt'");
   one_line(mqar + "--kv-heads 3", "kv_heads=3");
-  one_line(mqar + "--kv-heads 1", "grouped");  // divides heads: not taken yet
+  one_line(tiny + "--task mqar:pairs=2,vocab=16 --spec gated-delta --kv-heads 1",
+           "gated-delta does not support grouped heads");  // divides heads: not taken by it
+  one_line(mqar + "--kv-heads 1 --switches tied-qk", "tied-qk");
   one_line(mqar + "--rope-base 0", "rope_base");
   one_line(mqar + "--rope-base -5", "rope_base");
   one_line("train --arch llama --task copy --spec full --n 16 --d-model 18 --heads 2",
@@ -236,6 +248,7 @@ TEST_CASE(
            "kv_heads=1");
   // Another run's checkpoint, and weights folders of another model, are named.
   one_line(tiny + "--task text --spec full", "another run", "t");  // t's head is tied
+  one_line(mqar, "another run", "g");                              // g has grouped heads
   REQUIRE(attnlab_cli(dir, mqar + "--tied-embeddings --out tied").code == 0);
   one_line(mqar + "--init tied/checkpoint", "lm_head.weight.npy: missing");
   fs::copy(dir.file("m/checkpoint"), dir.file("extra"), fs::copy_options::recursive);

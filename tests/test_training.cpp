@@ -783,6 +783,14 @@ TEST_CASE("TrainConfig::parse reads back describe(); checkpoint_config reads a c
   c.init.clear();
   c.switches = "pre-ln,no-ffn";
   CHECK(TrainConfig::parse(c.describe(), "here").describe() == c.describe());
+  // kv_heads is written only when set, so the checkpoints of runs before it still resume.
+  CHECK(c.describe().find("kv_heads") == std::string::npos);
+  c.arch = models::Arch::llama;
+  c.kv_heads = 1;
+  CHECK(c.describe().find("\nkv_heads 1\n") != std::string::npos);
+  CHECK(TrainConfig::parse(c.describe(), "here").kv_heads == 1);
+  CHECK(TrainConfig::parse(c.describe(), "here").describe() == c.describe());
+  test::require_error([] { TrainConfig::parse("kv_heads two\n", "there"); }, {"'kv_heads two'"});
   test::require_error([] { TrainConfig::parse("n 16\nlayers two\n", "there"); },
                       {"there", "'layers two'"});
   test::require_error([] { TrainConfig::parse("causal 2\n", "there"); }, {"'causal 2'"});

@@ -23,8 +23,11 @@ those batches with the hyper-parameters the run reports (summary.json), and requ
 For the Llama-style model (`train --arch llama`, scripts/torch_twin.py's LlamaTaskModel in plain
 torch: RMSNorm, rotary embeddings with rotate_half, SwiGLU, no biases) with full, a causal window
 (sliding, head tied to the embedding) and gated-delta (with its learned gates, the short
-convolution and the head norm) as the core, on MQAR, LLAMA_STEPS steps from the same weights and
-batches at lr 1e-3, it requires every step's loss and every parameter after step 1 and after the
+convolution and the head norm) as the core, and with grouped heads (full with 4 query heads over
+2 key and value heads, the causal window with the short convolution and the head norm over 1:
+attnlab hands the core k and v with fewer heads, the twin repeats them as Hugging Face's
+repeat_kv does), on MQAR, LLAMA_STEPS steps from the same weights and batches at lr 1e-3, it
+requires every step's loss and every parameter after step 1 and after the
 last step within 1e-5 relative of torch's (a parameter relative to its tensor's largest entry:
 entries near 0 have no relative precision of their own). Training amplifies float32 rounding:
 where torch's own float32 run ends further than half that from the same run in float64 (the
@@ -157,20 +160,24 @@ def check(attnlab, work, case, switches, causal, task):
 
 
 LLAMA_STEPS, LLAMA_TOLERANCE, LLAMA_DRIFT, LLAMA_LR = 200, 1e-5, 2.0, 1e-3
-LLAMA_CASES = {  # name: (spec, switches, tied embeddings)
-    "llama-full": ("full", "pre-ln", False),
-    "llama-sliding-tied": ("sliding:left=5,right=0", "pre-ln", True),
-    "llama-gated-delta": ("gated-delta", "pre-ln,short-conv,head-norm", False),
+LLAMA_CASES = {  # name: (spec, switches, tied embeddings, heads, kv_heads)
+    "llama-full": ("full", "pre-ln", False, HEADS, HEADS),
+    "llama-sliding-tied": ("sliding:left=5,right=0", "pre-ln", True, HEADS, HEADS),
+    "llama-gated-delta": ("gated-delta", "pre-ln,short-conv,head-norm", False, HEADS, HEADS),
+    # Grouped heads: attnlab hands the core k and v with kv_heads heads, the twin repeats them.
+    "llama-full-gqa": ("full", "pre-ln", False, 4, 2),
+    "llama-sliding-mqa": ("sliding:left=5,right=0", "pre-ln,short-conv,head-norm", False, 2, 1),
 }
 
 
-def llama_train(attnlab, folder, case, spec, switches, tied, steps, out, dump):
+def llama_train(attnlab, folder, case, spec, switches, tied, heads, kv_heads, steps, out, dump):
     cmd = [attnlab, "train", "--arch", "llama", "--task", MQAR[0], "--spec", spec, "--n", str(N),
-           "--layers", str(LAYERS), "--d-model", str(D_MODEL), "--heads", str(HEADS), "--ffn",
+           "--layers", str(LAYERS), "--d-model", str(D_MODEL), "--heads", str(heads), "--ffn",
            str(FFN), "--batch", str(BATCH), "--switches", switches, "--warmup", "10", "--steps",
            str(steps), "--eval-size", "4", "--eval-every", str(steps), "--init",
            os.path.join(folder, "init"), "--out", os.path.join(folder, out), "--quiet"]
     cmd += ["--tied-embeddings"] if tied else []
+    cmd += ["--kv-heads", str(kv_heads)] if kv_heads != heads else []
     cmd += ["--lr", str(LLAMA_LR)]
     cmd += ["--dump-batches", os.path.join(folder, "batches")] if dump else []
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -212,17 +219,19 @@ def train_twin(model, folder, adam, steps, on_step=None):
     return np.array(losses)
 
 
-def check_llama(attnlab, work, case, spec, switches, tied):
+def check_llama(attnlab, work, case, spec, switches, tied, heads, kv_heads):
     folder = os.path.join(work, case)
     torch.manual_seed(len(case))
     _, vocab, classes, _ = MQAR
-    model = torch_twin.LlamaTaskModel(vocab, classes, D_MODEL, HEADS, FFN, LAYERS, spec=spec,
-                                      tied=tied, short_conv="short-conv" in switches,
+    model = torch_twin.LlamaTaskModel(vocab, classes, D_MODEL, heads, FFN, LAYERS, spec=spec,
+                                      kv_heads=kv_heads, tied=tied,
+                                      short_conv="short-conv" in switches,
                                       head_norm="head-norm" in switches)
     torch_twin.export(model, os.path.join(folder, "init"))
     reference = copy.deepcopy(model).double()  # the same weights, for a float64 run if needed
-    llama_train(attnlab, folder, case, spec, switches, tied, 1, "step-1", False)
-    llama_train(attnlab, folder, case, spec, switches, tied, LLAMA_STEPS, "run", True)
+    run = (attnlab, folder, case, spec, switches, tied, heads, kv_heads)
+    llama_train(*run, 1, "step-1", False)
+    llama_train(*run, LLAMA_STEPS, "run", True)
     with open(os.path.join(folder, "run", "summary.json")) as f:
         adam = adam_of(json.load(f))
     ours = np.loadtxt(os.path.join(folder, "run", "train.csv"), delimiter=",", skiprows=1)
@@ -268,8 +277,8 @@ def main(attnlab):
     with tempfile.TemporaryDirectory(prefix="attnlab-torch-train-") as work:
         for case, (switches, causal, task) in CASES.items():
             check(attnlab, work, case, switches, causal, task)
-        for case, (spec, switches, tied) in LLAMA_CASES.items():
-            check_llama(attnlab, work, case, spec, switches, tied)
+        for case, (spec, switches, tied, heads, kv_heads) in LLAMA_CASES.items():
+            check_llama(attnlab, work, case, spec, switches, tied, heads, kv_heads)
 
 
 if __name__ == "__main__":

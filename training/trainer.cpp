@@ -109,6 +109,13 @@ void TrainConfig::validate() const {
                         "causal masks, which train --causal needs in every "
                         "attention call");
   }
+  if (kv_heads != 0 && kv_heads != heads) {
+    const auto attention = make_attention(spec);
+    if (!attention->support().grouped_heads)
+      throw Unsupported(attention->name(), "grouped heads, which train --kv-heads " +
+                                               std::to_string(kv_heads) + " < --heads " +
+                                               std::to_string(heads) + " needs");
+  }
   models::require_memory(
       memory_bytes(), "train: n=" + std::to_string(n) + ", batch=" + std::to_string(batch) +
                           ", layers=" + std::to_string(layers) +
@@ -128,8 +135,10 @@ double TrainConfig::memory_bytes() const {
   // activations and has four hidden gradients.
   const double hidden = arch == models::Arch::llama ? 3 * double(ffn) : double(ffn);
   const double scratch = arch == models::Arch::llama ? 4 * double(ffn) : double(ffn);
-  const double activations =
-      double(layers) * tokens * (20 * d + hidden) + tokens * (12 * d + scratch) + 2 * logits;
+  // Grouped heads narrow k and v (kept in the trace) and their four gradients (scratch).
+  const double narrower = kv_heads ? d - d / double(heads) * double(kv_heads) : 0;
+  const double activations = double(layers) * tokens * (20 * d - 2 * narrower + hidden) +
+                             tokens * (12 * d - 4 * narrower + scratch) + 2 * logits;
   const double held_out = 2.0 * double(eval_size) * double(n) * sizeof(std::int64_t);
   return 4 * (4 * parameters + activations) + held_out;
 }

@@ -71,7 +71,8 @@ struct TrainConfig {
 
   /// Throws Error naming the first bad field (sizes, the task, the spec, the switches, Adam), or
   /// the sizes when memory_bytes() exceeds what this process may use (models::require_memory);
-  /// Unsupported when `causal` and the spec has no causal mode.
+  /// Unsupported when `causal` and the spec has no causal mode, or kv_heads < heads and its core
+  /// does not take grouped heads.
   void validate() const;
 
   /// A lower bound of the bytes a run needs: four copies of the parameters (weights, gradients,
