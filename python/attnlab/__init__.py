@@ -462,11 +462,22 @@ def attention(q, k, v, spec="full", causal=None, key_lengths=None, mask=None, sc
                               enable_gqa=enable_gqa)
 
 
-def reference(q, k, v, causal=None, key_lengths=None, mask=None, scale=None):
-    """Exact softmax attention under the same mask, accumulated in float64: a float64 array."""
+def reference(q, k, v, causal=None, key_lengths=None, mask=None, scale=None, *,
+              cu_seqlens=None, cu_seqlens_k=None, bias=None, sinks=None, alibi_slopes=None,
+              softcap=None, window_size=None, prefix_lengths=None, log_decay=None,
+              enable_gqa=False):
+    """Exact softmax attention under the same mask and modifiers (attention's keywords; log_decay
+    is the forgetting gate), accumulated in float64 from the equations: a float64 array."""
     rank, q4, k4, v4 = _qkv(q, k, v)
-    m = _mask(q4, k4, causal, key_lengths, mask, scale)
-    return _unlift(_core.reference(q4, k4, v4, m), rank)
+    _grouped(q4, k4, enable_gqa)
+    m = _documents(_mask(q4, k4, causal, key_lengths, mask, scale), q4, cu_seqlens, cu_seqlens_k)
+    _modifiers(m, window_size, prefix_lengths, softcap)
+    t = _scores(_tokens(rank, log_decay, None), rank, bias, sinks, alibi_slopes)
+    if any(x is not None for x in (log_decay, bias, sinks, alibi_slopes)):
+        # The float64 reference reads these unchecked: full's forward, which takes every one,
+        # checks their shapes and values first (and costs less than the reference).
+        _core.Backend("full").forward(q4, k4, v4, m, t)
+    return _unlift(_core.reference(q4, k4, v4, m, t), rank)
 
 
 def compare(out, ref):

@@ -280,14 +280,16 @@ class Backend {
   std::unique_ptr<attnlab::Attention> attention_;
 };
 
-// The float64 reference under a mask, as float64 [B, H, Nq, Dv].
-py::array reference(const Floats& q, const Floats& k, const Floats& v, const MaskArgs& m) {
+// The float64 reference under a mask and the score modifiers in `t` (which the caller has
+// validated: reference_attention does not), as float64 [B, H, Nq, Dv].
+py::array reference(const Floats& q, const Floats& k, const Floats& v, const MaskArgs& m,
+                    const TokenArgs& t) {
   attnlab::Mask mask = make_mask(m);
   attnlab::Tensor64 ref;
   {
     py::gil_scoped_release release;
     ref = attnlab::reference_attention(to_tensor<float, 4>(q), to_tensor<float, 4>(k),
-                                       to_tensor<float, 4>(v), mask);
+                                       to_tensor<float, 4>(v), mask, token_views(t));
   }
   return to_numpy(std::move(ref));
 }
@@ -387,6 +389,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("_read_address", [](const Floats& a) {
     return reinterpret_cast<std::uintptr_t>(a.ndim() == 3 ? token_view(a).data() : view(a).data());
   });
-  m.def("reference", &reference, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask"));
+  m.def("reference", &reference, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("mask"),
+        py::arg("tokens"));
   m.def("compare", &compare, py::arg("out"), py::arg("ref"));
 }

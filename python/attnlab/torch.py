@@ -227,7 +227,8 @@ def _slopes(alibi_slopes):
 
 
 def _integers(x):
-    """Offsets or lengths given as an integer tensor, as a list; anything else as given."""
+    """Offsets, lengths or a window given as an integer tensor, as a list; anything else as
+    given."""
     return x.tolist() if isinstance(x, torch.Tensor) else x
 
 
@@ -287,7 +288,7 @@ def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mas
     masks = _masks(q4, k4, causal, allowed, padding)
     masks.update(cu_seqlens=_integers(cu_seqlens), cu_seqlens_k=_integers(cu_seqlens_k),
                  prefix_lengths=_integers(prefix_lengths), enable_gqa=enable_gqa,
-                 window_size=window_size, softcap=softcap)
+                 window_size=_integers(window_size), softcap=softcap)
     if isinstance(initial_state, tuple) and len(initial_state) != 2:
         raise ValueError(f"initial_state: expected a tensor S or a tuple (S, z), got a tuple of "
                          f"{len(initial_state)}")

@@ -115,6 +115,10 @@ def case(what, inputs=(), batch=2, nq=24, nk=24, hkv=H, spec="full", bias_shape=
         errors[names[n]] = rel(got, t.grad)
     check(set(grads) == {names[n] for n in x}, f"{what}: NumPy gradients {sorted(grads)}")
     check(max(errors.values()) < TOL, f"{what}: NumPy relative errors {errors}")
+    if spec == "full":  # the library's float64 reference: the same sums in another order
+        exact = attnlab.reference(arrays["q"], arrays["k"], arrays["v"], **keywords)
+        check(exact.dtype == np.float64 and rel(exact, ref.detach()) < 1e-12,
+              f"{what}: attnlab.reference {rel(exact, ref.detach())}")
 
     # torch: the same through autograd, every float input a leaf.
     leaves = {n: t.clone().requires_grad_() for n, t in x.items()}
@@ -175,6 +179,12 @@ for what, keywords in (("window covering N", dict(window_size=(24, 24))),
     got = attnlab.attention(q, k, v, causal="top-left", **keywords)
     check(np.abs(got - plain).max() < 1e-5, f"{what} equals plain full: {np.abs(got - plain).max()}")
 
+# support names what each variant takes.
+full_support, linear_support = attnlab.make("full").support, attnlab.make("linear").support
+for flag in ("grouped_heads", "window", "prefix", "softcap", "bias", "sinks", "alibi",
+             "forgetting_gate"):
+    check(full_support[flag] and not linear_support[flag], f"support[{flag!r}]")
+
 # alibi_slopes(H): the paper's geometric slopes, 2^(-8 (h + 1) / H) for H a power of two.
 check(np.allclose(attnlab.alibi_slopes(8), 2.0 ** (-np.arange(1, 9))), "alibi_slopes(8)")
 check(attnlab.alibi_slopes(6).shape == (6,) and attnlab.alibi_slopes(6).dtype == np.float32,
@@ -229,6 +239,20 @@ zero_inf = causal_float.clone().requires_grad_()
 at.attention(x, x, x, attn_mask=zero_inf).sum().backward()
 check(zero_inf.grad is not None and zero_inf.grad.shape == (12, 12), "0/-inf mask with grad")
 
+# torch: a float key_padding_mask is added to the scores as [B, 1, 1, Nk] (nn.MultiheadAttention
+# adds it so), differentiably; window_size and prefix_lengths may be integer tensors.
+x = torch.randn(2, H, 12, D)
+added = torch.randn(2, 12, requires_grad=True)
+as_bias = added.detach().clone().requires_grad_()
+d_out = torch.randn(2, H, 12, D)
+(at.attention(x, x, x, key_padding_mask=added) * d_out).sum().backward()
+(at.attention(x, x, x, attn_mask=as_bias[:, None, None, :]) * d_out).sum().backward()
+check(torch.allclose(added.grad, as_bias.grad, atol=1e-6), "float key_padding_mask as a bias")
+check(torch.equal(at.attention(x, x, x, causal=True, window_size=torch.tensor([3, 0]),
+                               prefix_lengths=torch.tensor([2, 5])),
+                  at.attention(x, x, x, causal=True, window_size=(3, 0), prefix_lengths=[2, 5])),
+      "window_size and prefix_lengths as tensors")
+
 # Bad input: each names the keyword, for NumPy and for torch, and leaves the inputs as they were.
 q, k, v = (np.random.default_rng(5).standard_normal((2, H, 8, D), dtype=np.float32)
            for _ in range(3))
@@ -265,6 +289,8 @@ raises(ValueError, ["bias", "broadcast"], attnlab.attention, q, k, v,
 nan_bias = np.zeros((8, 8), np.float32)
 nan_bias[2, 3] = np.nan
 raises(ValueError, ["bias", "NaN"], attnlab.attention, q, k, v, bias=nan_bias)
+raises(ValueError, ["bias", "NaN"], attnlab.reference, q, k, v, bias=nan_bias)
+raises(ValueError, ["sinks", "H = 4"], attnlab.reference, q, k, v, sinks=np.zeros(3, np.float32))
 raises(ValueError, ["attn_mask", "NaN"], at.attention, *map(torch.from_numpy, (q, k, v)),
        attn_mask=torch.from_numpy(nan_bias))
 raises(ValueError, ["attn_mask", "broadcast"], at.attention, *map(torch.from_numpy, (q, k, v)),
