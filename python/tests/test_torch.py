@@ -296,13 +296,19 @@ def weights_case(spec, blocked=None, row_sum_tol=1e-5):
         check(bool((per_head[..., blocked] == 0).all()), f"{spec}: zeros where no key is seen")
 
 
+# Every registered variant: weights where it defines them (the softmax variants, those taking
+# a bias; linear's sum rule), else (output, None) and one warning per spec.
 i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
-weights_case("sliding:left=3,right=1", blocked=(j < i - 3) | (j > i + 1))
-weights_case("bigbird:block=4,window=3,global=1,random=1")
-weights_case("linear", row_sum_tol=1e-4)
-
-# Without weights to return (gla, linformer): (output, None) and one warning per spec.
-for spec in ("gla", "linformer:k=4,max_len=32"):
+weight_specs = {"full": "full", "bigbird": "bigbird:block=4,window=3,global=1,random=1",
+                "sliding": "sliding:left=3,right=1", "moba": "moba:block=4,topk=2",
+                "linear": "linear", "linformer": "linformer:k=4,max_len=32", "delta": "delta",
+                "retnet": "retnet", "gla": "gla", "gated-delta": "gated-delta"}
+check(sorted(weight_specs) == sorted(attnlab.variants()), "a weights case for every variant")
+for name, spec in weight_specs.items():
+    if attnlab.make(spec).support["bias"] or name == "linear":
+        blocked = (j < i - 3) | (j > i + 1) if name == "sliding" else None
+        weights_case(spec, blocked, row_sum_tol=1e-4 if name == "linear" else 1e-5)
+        continue
     mha = at.MultiheadAttention(E, NH, batch_first=True, spec=spec)
     x = torch.randn(2, L, E)
     with warnings.catch_warnings(record=True) as caught:
@@ -312,7 +318,7 @@ for spec in ("gla", "linformer:k=4,max_len=32"):
         quiet = mha(x, x, x, need_weights=False)
     check(first[1] is None and second[1] is None and quiet[1] is None, f"{spec}: no weights")
     check(len(caught) == 1 and "defines no attention weights" in str(caught[0].message) and
-          spec.split(":")[0] in str(caught[0].message), f"{spec}: warned once: "
+          name in str(caught[0].message), f"{spec}: warned once: "
           f"{[str(w.message) for w in caught]}")
     check(torch.equal(first[0], quiet[0]), f"{spec}: need_weights leaves the output alone")
 
