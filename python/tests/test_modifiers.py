@@ -148,6 +148,8 @@ case("bias [H, 1, Nk] broadcast", inputs=("bias",), bias_shape=(H, 1, 24), causa
 case("bias [Nq, Nk] cross", inputs=("bias",), bias_shape=(10, 24), nq=10)
 case("sinks", inputs=("sinks",))
 case("sinks causal padded", inputs=("sinks",), causal="top-left", lengths=[24, 11])
+case("rows that see no key, with sinks (bottom-right, Nq > Nk)", inputs=("sinks", "bias"), nk=10,
+     causal="bottom-right")
 case("log_decay forgetting gate", inputs=("g",), causal="top-left", lengths=[24, 19])
 case("cu_seqlens", batch=1, docs=[0, 7, 7, 24], causal="top-left")
 case("cu_seqlens cu_seqlens_k cross", batch=1, docs=[0, 5, 12], kdocs=[0, 9, 24], nq=12)
@@ -178,6 +180,13 @@ for what, keywords in (("window covering N", dict(window_size=(24, 24))),
                        ("softcap 1e6", dict(softcap=1e6))):
     got = attnlab.attention(q, k, v, causal="top-left", **keywords)
     check(np.abs(got - plain).max() < 1e-5, f"{what} equals plain full: {np.abs(got - plain).max()}")
+
+# A query that sees no key outputs zeros, with a sink too (it takes all the weight).
+q, k, v = (np.random.default_rng(4).standard_normal((1, H, n, D), dtype=np.float32)
+           for n in (12, 5, 5))
+none_seen = attnlab.attention(q, k, v, causal="bottom-right", sinks=np.zeros(H, np.float32))
+check(np.all(none_seen[:, :, :7] == 0) and np.all(np.abs(none_seen[:, :, 7:]).sum(-1) > 0),
+      "rows that see no key are zeros, the others are not")
 
 # support names what each variant takes.
 full_support, linear_support = attnlab.make("full").support, attnlab.make("linear").support
