@@ -1,15 +1,15 @@
 // Backward passes of linear attention: every feature map (elu1, relu, favor, dpfp, taylor) under
 // the sum rule (non-causal, causal in chunks) and the delta rule (non-causal, causal by
 // recomputation), against central finite differences of the fp64 definitions
-// (tests/linear_reference.hpp) on small shapes and against PyTorch autograd on shapes that cross
-// the kernels' chunk and checkpoint edges; key padding, Nq != Nk where the form allows it.
+// (variants/recurrence_reference.hpp) on small shapes and against PyTorch autograd on shapes that
+// cross the kernels' chunk and checkpoint edges; key padding, Nq != Nk where the form allows it.
 #include <cmath>
 #include <string>
 
 #include "grad_helpers.hpp"
 #include "helpers.hpp"
-#include "linear_reference.hpp"
 #include "variants/linear.hpp"
+#include "variants/recurrence_reference.hpp"
 
 using namespace attnlab;
 using attnlab::test::Arrays64;
@@ -110,8 +110,7 @@ TEST_CASE("linear: every form's backward equals finite differences of its fp64 d
         const Run r = run(*a, nq, nk, 3, 4, m.mask, nq * 10 + nk);
         const Arrays64 fd = test::central_differences(
             [&](const Arrays64& x) -> xt::xarray<double> {
-              return test::linear_reference(c, Tensor64(x[0]), Tensor64(x[1]), Tensor64(x[2]),
-                                            m.mask);
+              return linear_reference(c, Tensor64(x[0]), Tensor64(x[1]), Tensor64(x[2]), m.mask);
             },
             {to64(r.q), to64(r.k), to64(r.v)}, to64(r.d_out));
         require_grads(r.g, fd, std::string(spec) + " " + m.name + " vs finite differences");
@@ -169,7 +168,7 @@ TEST_CASE("linear: backward equals PyTorch autograd across chunks and checkpoint
                             {"lengths", lengths}};
         std::vector<std::pair<std::string, xt::xarray<float>>> inputs = {
             {"q", r.q}, {"k", r.k}, {"v", r.v}, {"d_out", r.d_out}};
-        if (const auto w = test::feature_projection(c, 8); w.size()) inputs.emplace_back("W", w);
+        if (const auto w = feature_projection(c, 8); w.size()) inputs.emplace_back("W", w);
         expected.push_back({torch.add(j, inputs),
                             std::string(spec) + " Nq=" + std::to_string(nq) +
                                 " Nk=" + std::to_string(nk) + " mask: " + m.name,
@@ -207,7 +206,7 @@ TEST_CASE("linear: feature maps' backward equals finite differences", "[backward
     const auto features = [&](const Arrays64& in) -> xt::xarray<double> {
       xt::xarray<double> out = xt::zeros<double>({std::size_t(5), p});
       for (std::size_t i = 0; i < 5; ++i) {
-        const std::vector<double> row = test::phi64(c, proj, &in[0](i, 0), 4, 0.6);
+        const std::vector<double> row = phi64(c, proj, &in[0](i, 0), 4, 0.6);
         for (std::size_t r = 0; r < p; ++r)
           out(i, r) = f == Feature::favor ? std::exp(row[r]) : row[r];
       }
@@ -236,11 +235,11 @@ TEST_CASE("linear: feature maps' backward equals finite differences", "[backward
     c.feature = Feature::taylor;
     c.taylor_dim = dim == 4 ? 0 : std::int64_t(dim);
     c.seed = 7;
-    const xt::xtensor<float, 2> proj = test::feature_projection(c, 4);
+    const xt::xtensor<float, 2> proj = feature_projection(c, 4);
     const auto features = [&](const Arrays64& in) -> xt::xarray<double> {
       xt::xarray<double> out = xt::zeros<double>({std::size_t(5), p});
       for (std::size_t i = 0; i < 5; ++i) {
-        const std::vector<double> row = test::phi64(c, proj, &in[0](i, 0), 4, 0.6);
+        const std::vector<double> row = phi64(c, proj, &in[0](i, 0), 4, 0.6);
         for (std::size_t r = 0; r < p; ++r) out(i, r) = row[r];
       }
       return out;

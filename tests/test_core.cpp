@@ -7,6 +7,7 @@
 #include "attnlab/seed.hpp"
 #include "attnlab/stats.hpp"
 #include "helpers.hpp"
+#include "variants/recurrence_reference.hpp"
 
 using namespace attnlab;
 using attnlab::test::random_tensor;
@@ -270,6 +271,46 @@ TEST_CASE("every registered variant keeps the common contract", "[core]") {
         CHECK_THROWS_AS(a->forward(q, k, v, mask), Unsupported);
     }
   }
+}
+
+TEST_CASE("a variant that is not softmax attention equals its own float64 definition", "[core]") {
+  // What support() declares decides what `attnlab sweep` measures a variant's error against: a
+  // variant that computes a function of its own must have that function in float64
+  // (variants/recurrence_reference.hpp), given the token inputs it takes, or the sweep could
+  // not measure it. fp32 chunked kernels against fp64 on 130 tokens (two chunk edges): the
+  // tolerance of tests/test_linear_family.cpp.
+  const std::size_t B = 1, H = 2, n = 130, d = 16;
+  const Tensor q = random_tensor(B, H, n, d, 1), k = random_tensor(B, H, n, d, 2),
+               v = random_tensor(B, H, n, d, 3);
+  TokenTensor g = TokenTensor::from_shape({B, H, n}), beta = TokenTensor::from_shape({B, H, n});
+  for (std::size_t j = 0; j < n; ++j)
+    for (std::size_t h = 0; h < H; ++h)
+      g(0, h, j) = -0.05f * float((j + h) % 7), beta(0, h, j) = 0.1f + 0.1f * float(j % 9);
+  std::size_t others = 0;
+  for (const std::string& name : attention_names()) {
+    INFO("variant " << name);
+    const auto a = make_attention(name);
+    const Support s = a->support();
+    if (s.approximates_softmax) continue;
+    ++others;
+    const TokenInputs in = TokenInputs::of(s.log_decay ? &g : nullptr, s.beta ? &beta : nullptr);
+    for (const Causal causal : {Causal::none, Causal::top_left}) {
+      Mask mask;
+      mask.causal = causal;
+      Tensor out;
+      a->forward(q, k, v, mask, in, out);
+      test::require_close(out, own_reference(*a, q, k, v, mask, in), 1e-4, 2e-5);
+      // On sampled rows the same values as on all rows.
+      const Tensor64 all = own_reference(*a, q, k, v, mask, in);
+      const Tensor64 some = own_reference(*a, q, k, v, mask, in, {3, 64, 129});
+      CHECK(some(0, 1, 1, 5) == all(0, 1, 64, 5));
+      CHECK(some(0, 0, 2, 0) == all(0, 0, 129, 0));
+    }
+  }
+  CHECK(others >= 1);  // the registry holds such variants today (retnet, gla, ...)
+  // A softmax variant has no float64 definition of its own there: Unsupported, naming it.
+  require_error<Unsupported>([&] { own_reference(*make_attention("full"), q, k, v, {}, {}); },
+                             {"full", "float64 reference"});
 }
 
 TEST_CASE("forward into an output reuses its storage and equals the returning form", "[core]") {

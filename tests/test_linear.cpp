@@ -8,8 +8,8 @@
 #include <xtensor/xview.hpp>
 
 #include "helpers.hpp"
-#include "linear_reference.hpp"
 #include "variants/linear.hpp"
+#include "variants/recurrence_reference.hpp"
 
 using namespace attnlab;
 using attnlab::test::random_tensor;
@@ -25,13 +25,6 @@ namespace {
 // below: worst absolute difference 1.1e-6 on outputs of size ~1, so these bounds keep a margin of
 // about 20x.
 constexpr double kRtol = 2e-4, kAtol = 2e-5;
-
-using attnlab::test::linear_reference;
-
-LinearConfig config_of(const std::string& spec) {
-  const auto a = make_attention(spec);
-  return dynamic_cast<const LinearAttention&>(*a).config();
-}
 
 const char* kSpecs[] = {
     "linear",
@@ -54,8 +47,7 @@ void check_spec(const std::string& spec, std::size_t nq, std::size_t nk, std::si
                v = random_tensor(2, 2, nk, dv, seed + 2);
   INFO(spec << " Nq=" << nq << " Nk=" << nk << " Dk=" << dk << " Dv=" << dv
             << " causal=" << causal_name(mask.causal) << " padded=" << mask.has_key_lengths());
-  require_close(a->forward(q, k, v, mask), linear_reference(config_of(spec), q, k, v, mask), kRtol,
-                kAtol);
+  require_close(a->forward(q, k, v, mask), own_reference(*a, q, k, v, mask, {}), kRtol, kAtol);
 }
 
 }  // namespace
@@ -101,7 +93,7 @@ TEST_CASE("linear: favor stays finite and exact when key norms differ wildly", "
   causal.causal = Causal::top_left;
   const Tensor out = make_attention(spec)->forward(q, k, v, causal);
   REQUIRE(xt::all(xt::isfinite(out)));
-  require_close(out, linear_reference(config_of(spec), q, k, v, causal), kRtol, kAtol);
+  require_close(out, own_reference(*make_attention(spec), q, k, v, causal, {}), kRtol, kAtol);
   // Row 0 sees only key 0, so it is v_0 up to eps relative to its one kernel value.
   CHECK(out(0, 1, 0, 3) == Approx(v(0, 1, 0, 3)).epsilon(1e-4));
 }

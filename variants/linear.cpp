@@ -225,6 +225,8 @@ Support LinearAttention::support() const {
   s.allowed = false;       // no per-pair weights exist to mask
   s.state = !favor_stabilised(config_);
   s.documents = true;
+  // The sum rule estimates a softmax kernel (FAVOR+ converges to it); the delta rule overwrites.
+  s.approximates_softmax = config_.rule == LinearRule::sum;
   return s;
 }
 

@@ -747,6 +747,7 @@ Support ScanAttention::support() const {
   s.beta = rule_.delta && rule_.beta_input;
   s.state = true;
   s.documents = true;
+  s.approximates_softmax = false;  // a decaying or delta-rule memory, not a softmax kernel
   return s;
 }
 

@@ -44,6 +44,13 @@ struct Support {
   /// masks; apart from log_decay (a memory's decay) so that model layers, which learn a gate
   /// for a core that decays its memory, do not add one to softmax attention unasked.
   bool forgetting_gate = false;
+  /// Whether the output is softmax attention's, exactly or approximately (full, sliding,
+  /// bigbird, linformer, linear's kernel feature maps under the sum rule). False for a backend
+  /// that computes a function of its own (a decaying or delta-rule memory: retnet, gla, delta,
+  /// gated-delta, linear's delta rule): its distance from softmax attention says nothing about
+  /// its quality, so comparisons (attnlab sweep, demo) measure it against its own float64
+  /// definition (variants/recurrence_reference.hpp) and list it apart.
+  bool approximates_softmax = true;
 
   /// Everything the softmax engine (lib/attnlab/softmax_engine.hpp) honours, backward included.
   static Support softmax_engine();

@@ -178,6 +178,7 @@ py::dict support_dict(const attnlab::Support& s) {
   d["sinks"] = s.sinks;
   d["alibi"] = s.alibi;
   d["forgetting_gate"] = s.forgetting_gate;
+  d["approximates_softmax"] = s.approximates_softmax;
   return d;
 }
 
