@@ -12,6 +12,7 @@
 #include "attnlab/factory.hpp"
 #include "attnlab/inputs.hpp"
 #include "attnlab/mask.hpp"
+#include "harness/trained_inputs.hpp"
 
 namespace attnlab::harness {
 namespace {
@@ -294,6 +295,8 @@ std::vector<std::string> parse_input_list(const std::string& flag, const std::st
     try {
       if (item.rfind("npy:", 0) == 0) {
         if (item.size() == 4) throw Error("npy:<dir> needs a directory");
+      } else if (is_trained_input(item)) {
+        parse_trained_input(item);
       } else {
         parse_inputs(item);
       }

@@ -1,10 +1,12 @@
 #include "harness/grid.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 #include "attnlab/error.hpp"
 #include "attnlab/npy.hpp"
 #include "harness/peers.hpp"
+#include "harness/trained_inputs.hpp"
 
 namespace attnlab::harness {
 namespace {
@@ -15,6 +17,23 @@ struct Shape {
 
 std::vector<Shape> shapes_of(const SweepConfig& c, const std::string& input) {
   std::vector<Shape> shapes;
+  if (is_trained_input(input)) {
+    // The model's heads and head size; the grid's lengths up to the one it was trained at.
+    const TrainedShape t = trained_shape(parse_trained_input(input));
+    std::string longer;
+    for (auto n : c.n) {
+      if (n > t.max_n) {
+        longer += (longer.empty() ? "" : ", ") + std::to_string(n);
+        continue;
+      }
+      for (auto b : c.batch) shapes.push_back({n, b, t.heads, t.dim});
+    }
+    if (shapes.empty())
+      throw Error("input '" + input + "': n: the model serves N <= " + std::to_string(t.max_n) +
+                  " (the length it was trained at), and the grid's n (" + longer +
+                  ") has none of them");
+    return shapes;
+  }
   if (input.rfind("npy:", 0) == 0) {
     const std::string path = input.substr(4) + "/q.npy";
     const Tensor q = to_bhnd(load_npy_float(path), path);
@@ -45,10 +64,20 @@ std::string point_key(const Point& p) {
 
 std::vector<Point> make_grid(const SweepConfig& c) {
   std::vector<Point> grid;
-  for (const auto& input : c.input)
+  for (const auto& input : c.input) {
+    // A causal model's q, k, v are measured under causal masks only.
+    const bool causal_only =
+        is_trained_input(input) && trained_shape(parse_trained_input(input)).causal;
+    if (causal_only && std::find_if(c.causal.begin(), c.causal.end(), [](const std::string& x) {
+                         return x != "none";
+                       }) == c.causal.end())
+      throw Error("input '" + input +
+                  "': causal: the model is causal, so its q, k, v are measured under causal masks "
+                  "only, and the grid's causal has none (add top-left)");
     for (auto seed : c.seed)
       for (const Shape& s : shapes_of(c, input))
         for (const auto& causal : c.causal) {
+          if (causal_only && causal == "none") continue;
           auto add = [&](const std::string& spec, const std::string& variant, bool peer) {
             Point p;
             p.index = grid.size();
@@ -69,6 +98,7 @@ std::vector<Point> make_grid(const SweepConfig& c) {
           if (c.peers)
             for (const auto& name : peer_names()) add("peer:" + name, name, true);
         }
+  }
   return grid;
 }
 

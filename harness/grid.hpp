@@ -27,7 +27,9 @@ struct Point {
 std::string point_key(const Point& p);
 
 /// The shape of npy:<dir> inputs is read from <dir>/q.npy (n, batch, heads, dim of the grid do
-/// not apply to them: one shape per such input).
+/// not apply to them: one shape per such input). A trained:DIR input has the model's heads and
+/// head size, the grid's n up to the length the model was trained at (Error when none is), and
+/// under a causal model only the causal settings (harness/trained_inputs.hpp).
 std::vector<Point> make_grid(const SweepConfig& config);
 
 struct Shard {

@@ -20,6 +20,8 @@
 #include "attnlab/stats.hpp"
 #include "harness/heap.hpp"
 #include "harness/peers.hpp"
+#include "harness/trained_inputs.hpp"
+#include "variants/recurrence_reference.hpp"
 
 namespace attnlab::harness {
 namespace {
@@ -177,6 +179,8 @@ const QKV& PointRunner::inputs(const Point& p) {
                           std::to_string(p.dim);
   if (key == inputs_key_) return inputs_;
   inputs_ = QKV{};  // free the previous shape first
+  tokens_ = TokenValues{};
+  have_tokens_ = false;
   inputs_key_.clear();
   reference_key_.clear();
   reference_ = Tensor64{};
@@ -187,6 +191,9 @@ const QKV& PointRunner::inputs(const Point& p) {
       return to_bhnd(load_npy_float(path), path);
     };
     inputs_ = QKV{load("q.npy"), load("k.npy"), load("v.npy")};
+  } else if (is_trained_input(p.input)) {
+    inputs_ = trained_inputs(parse_trained_input(p.input), static_cast<std::size_t>(p.n),
+                             static_cast<std::size_t>(p.batch), static_cast<std::uint64_t>(p.seed));
   } else {
     inputs_ = make_inputs(p.input, static_cast<std::size_t>(p.batch),
                           static_cast<std::size_t>(p.heads), static_cast<std::size_t>(p.n),
@@ -194,6 +201,15 @@ const QKV& PointRunner::inputs(const Point& p) {
   }
   inputs_key_ = key;
   return inputs_;
+}
+
+const TokenValues& PointRunner::tokens(const Point& p) {
+  if (!have_tokens_) {
+    tokens_ = make_token_inputs(inputs_.q.shape(0), inputs_.q.shape(1), inputs_.k.shape(2),
+                                static_cast<std::uint64_t>(p.seed));
+    have_tokens_ = true;
+  }
+  return tokens_;
 }
 
 const Tensor64& PointRunner::reference(const Point& p, const std::vector<std::size_t>& rows) {
@@ -259,6 +275,8 @@ Row PointRunner::run(const Point& p) {
     std::vector<double> times;
     Tensor out;
     double flops = std::nan("");
+    std::unique_ptr<Attention> attention;  // null for a peer
+    TokenInputs in;
     if (p.peer) {
       PeerOptions po;
       po.warmup = options_.warmup;
@@ -271,12 +289,23 @@ Row PointRunner::run(const Point& p) {
       out = std::move(pr.output);
       flops = make_attention("full")->flops(d, mask);  // the same exact computation
     } else {
-      const auto attention = make_attention(p.spec);
+      attention = make_attention(p.spec);
       flops = attention->flops(d, mask);
+      const Support support = attention->support();
+      if (support.log_decay || support.beta) {
+        const TokenValues& values = tokens(p);
+        in = TokenInputs::of(support.log_decay ? &values.log_decay : nullptr,
+                             support.beta ? &values.beta : nullptr);
+        r[Col::token_inputs] = std::string(support.log_decay ? "g" : "") +
+                               (support.log_decay && support.beta ? "," : "") +
+                               (support.beta ? "beta" : "");
+      }
+      // One call into `out`, with the token inputs the variant takes (none for most).
+      const auto call = [&] { attention->forward(t.q, t.k, t.v, mask, in, out); };
       heap::reset_peak();
       const std::int64_t base = heap::live_bytes();
       const auto t0 = Clock::now();
-      out = attention->forward(t.q, t.k, t.v, mask);
+      call();  // into an empty `out`: the allocation of the output is part of the first call
       const double first = seconds_since(t0);
       r[Col::peak_mem_bytes] = std::to_string(heap::peak_bytes() - base);
       if (options_.warmup == 0 || first > options_.long_call_seconds) times.push_back(first);
@@ -284,13 +313,13 @@ Row PointRunner::run(const Point& p) {
         // The later calls write into the first call's output: a fresh one above glibc's mmap
         // threshold (N = 16384 here) would be page-faulted in on every call, which at 32 MiB
         // cost several times the O(N) variants' own work (docs/sweep.md).
-        for (int w = 1; w < options_.warmup; ++w) attention->forward(t.q, t.k, t.v, mask, {}, out);
+        for (int w = 1; w < options_.warmup; ++w) call();
         const double want = std::ceil(options_.target_seconds / std::max(first, 1e-9));
         const int reps = std::clamp(static_cast<int>(std::min(want, double(options_.max_reps))),
                                     options_.min_reps, options_.max_reps);
         while (static_cast<int>(times.size()) < reps) {
           const auto t1 = Clock::now();
-          attention->forward(t.q, t.k, t.v, mask, {}, out);
+          call();
           times.push_back(seconds_since(t1));
         }
       }
@@ -307,7 +336,13 @@ Row PointRunner::run(const Point& p) {
     r[Col::sgemm_gflops] = format_number(sgemm_gflops_);
     r[Col::sgemm_fraction] = num(gflops / sgemm_gflops_);
 
-    const ErrorMetrics e = compare(gather_rows(out, rows), reference(p, rows));
+    // A variant that computes something else than softmax attention is measured against its
+    // own float64 definition: its numerical error, not its distance from softmax.
+    const bool own = attention && !attention->support().approximates_softmax;
+    r[Col::error_vs] = own ? "own" : "softmax";
+    const ErrorMetrics e = own ? compare(gather_rows(out, rows),
+                                         own_reference(*attention, t.q, t.k, t.v, mask, in, rows))
+                               : compare(gather_rows(out, rows), reference(p, rows));
     r[Col::err_rows] = std::to_string(rows.empty() ? p.n : static_cast<std::int64_t>(rows.size()));
     r[Col::rel_fro] = format_number(e.rel_fro);
     r[Col::max_abs] = format_number(e.max_abs);

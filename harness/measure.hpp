@@ -7,9 +7,14 @@
 // so a 60 s point does not cost minutes. Time columns: median, min, max and interquartile range
 // (linear-interpolated quartiles) of the timed calls, in seconds per forward call.
 // Memory: extra heap bytes at the peak of the first call (harness/heap.hpp), output included.
-// Error: attnlab::compare of the output against reference_attention in float64 on all query
-// rows when N <= error_rows, else on error_rows rows sampled without replacement by a seeded
-// generator (the same rows for every variant of the same point).
+// Error: attnlab::compare of the output against a float64 reference on all query rows when
+// N <= error_rows, else on error_rows rows sampled without replacement by a seeded generator
+// (the same rows for every variant of the same point). The reference is reference_attention
+// (softmax attention under the same mask) for a variant whose support() approximates softmax,
+// and the variant's own float64 definition (own_reference, variants/recurrence_reference.hpp)
+// for one that computes something else: its numerical error (column error_vs: softmax | own).
+// Token inputs: a variant whose support() takes g or beta gets make_token_inputs' (seeded from
+// the point's seed, the same for every variant of a point); column token_inputs names them.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +60,7 @@ class PointRunner {
 
  private:
   const QKV& inputs(const Point& p);
+  const TokenValues& tokens(const Point& p);
   const Tensor64& reference(const Point& p, const std::vector<std::size_t>& rows);
   std::int64_t estimate_bytes(const Point& p) const;
 
@@ -64,6 +70,8 @@ class PointRunner {
   std::string shard_;
   std::string inputs_key_, reference_key_;
   QKV inputs_;
+  TokenValues tokens_;  // made on first use for the current inputs
+  bool have_tokens_ = false;
   Tensor64 reference_;
   std::map<std::string, std::pair<std::int64_t, std::int64_t>> history_;  // series -> (n, peak)
 };

@@ -1,5 +1,6 @@
 #include "harness/plot.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -22,6 +23,63 @@ std::string number(double x) {
 }
 
 }  // namespace
+
+std::string SeriesStyle::gnuplot() const {
+  return "lc rgb '" + colour + "' pt " + marker;
+}
+
+SeriesStyle series_style(std::size_t index) {
+  // High-contrast colours, told apart on white and by most colour-blind readers pairwise with
+  // the marker; then hues spread by the golden ratio, alternately dark and light.
+  static const char* const kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                                         "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
+                                         "#000080", "#800000", "#008080", "#ff1493", "#556b2f",
+                                         "#daa520", "#4b0082", "#00bfff", "#a0522d", "#32cd32"};
+  // gnuplot's point types: filled circle, square, triangle, diamond, inverted triangle,
+  // pentagon, then the open ones, then +, x, *.
+  static const int kShapes[] = {7, 5, 9, 13, 11, 15, 6, 4, 8, 12, 10, 14, 1, 2, 3};
+  SeriesStyle s;
+  const std::size_t colours = std::size(kColours), shapes = std::size(kShapes);
+  if (index < colours) {
+    s.colour = kColours[index];
+  } else {
+    const double hue = std::fmod(0.137 + 0.6180339887 * double(index - colours), 1.0);
+    const double value = index % 2 ? 0.55 : 0.85, sat = 0.9;
+    const double h6 = hue * 6, f = h6 - std::floor(h6);
+    const double p = value * (1 - sat), q = value * (1 - sat * f), t = value * (1 - sat * (1 - f));
+    double r = value, g = t, b = p;
+    switch (static_cast<int>(h6) % 6) {
+      case 1:
+        r = q, g = value, b = p;
+        break;
+      case 2:
+        r = p, g = value, b = t;
+        break;
+      case 3:
+        r = p, g = q, b = value;
+        break;
+      case 4:
+        r = t, g = p, b = value;
+        break;
+      case 5:
+        r = value, g = p, b = q;
+        break;
+      default:
+        break;
+    }
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "#%02x%02x%02x", int(r * 255 + 0.5), int(g * 255 + 0.5),
+                  int(b * 255 + 0.5));
+    s.colour = buf;
+  }
+  if (index < shapes) {
+    s.marker = std::to_string(kShapes[index]);
+  } else {
+    const std::size_t letter = (index - shapes) % 52;
+    s.marker = std::string("'") + char(letter < 26 ? 'A' + letter : 'a' + letter - 26) + "'";
+  }
+  return s;
+}
 
 std::string gp_quote(const std::string& s) {
   std::string out = "\"";
@@ -56,7 +114,7 @@ void Plotter::plot(const std::string& name, const std::vector<Series>& series,
     for (const auto& [x, y] : series[s].xy) data += number(x) + " " + number(y) + "\n";
     data += "\n\n";
     body += (s ? ", \\\n     '" : "'") + name + ".dat' index " + std::to_string(s) + " " +
-            style_all + " title " + gp_quote(series[s].title);
+            style_all + " " + series_style(s).gnuplot() + " title " + gp_quote(series[s].title);
   }
   if (series.empty()) body += "NaN notitle";
   raw(name, data, body + "\n");

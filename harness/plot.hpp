@@ -18,6 +18,19 @@ struct Series {
   std::vector<std::pair<double, double>> xy;  ///< points in drawing order
 };
 
+/// How series `index` of a plot is drawn: a colour and a point type no other series of the plot
+/// shares. Colours: 20 of high contrast, then hues spread by the golden ratio; markers: gnuplot's
+/// 15 point shapes (filled ones first), then the letters A-Z and a-z.
+struct SeriesStyle {
+  std::string colour;  ///< "#rrggbb"
+  std::string marker;  ///< a gnuplot point type: "7", or a quoted letter "'A'"
+
+  /// "lc rgb '#rrggbb' pt 7": what a plot command appends to a series.
+  std::string gnuplot() const;
+};
+/// The style of series `index` (0-based); distinct for every index below 67, colours for all.
+SeriesStyle series_style(std::size_t index);
+
 /// What a Plotter wrote.
 struct PlotFiles {
   std::vector<std::string> data_files;  ///< .dat and .gp, always written
@@ -32,7 +45,8 @@ class Plotter {
   Plotter(std::filesystem::path dir, std::string gnuplot, PlotFiles& output);
 
   /// NAME.dat with one block per series and NAME.gp: `setup` (set commands) and `extra`, then
-  /// one `plot` of every series with `style_all` ("using 1:2 with linespoints ...").
+  /// one `plot` of every series with `style_all` ("using 1:2 with linespoints lw 2"), each series
+  /// in its own colour and marker (series_style: `style_all` names neither).
   void plot(const std::string& name, const std::vector<Series>& series, const std::string& setup,
             const std::string& style_all, const std::string& extra = "");
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -199,7 +200,28 @@ ReportRow report_row(const Row& row, const std::string& where) {
   r.mean_cos = number(Col::mean_cos);
   r.p99_row = number(Col::p99_row);
   r.shard = row[Col::shard];
+  r.token_inputs = row[Col::token_inputs];
+  r.error_vs = row[Col::error_vs];
   return r;
+}
+
+// Fills error_vs where the row has none from the spec's declaration (a spec the factory does
+// not know, a peer's, is softmax attention); an older row of a variant that is not softmax
+// attention loses its error columns, which were measured against softmax. `declared` caches
+// the declarations by spec (building some backends allocates their projections).
+void complete_error_vs(ReportRow& r, std::map<std::string, bool>& declared) {
+  if (!r.error_vs.empty()) return;
+  auto it = declared.find(r.spec);
+  if (it == declared.end()) {
+    bool softmax = true;
+    try {
+      softmax = make_attention(r.spec)->support().approximates_softmax;
+    } catch (const Error&) {
+    }
+    it = declared.emplace(r.spec, softmax).first;
+  }
+  r.error_vs = it->second ? "softmax" : "own";
+  if (!it->second) r.rel_fro = r.max_abs = r.mean_cos = r.p99_row = r.err_rows = std::nullopt;
 }
 
 }  // namespace
@@ -259,6 +281,7 @@ std::vector<ReportRow> parse_report_rows(std::istream& in, const std::string& wh
                   "' column");
 
   std::vector<ReportRow> rows;
+  std::map<std::string, bool> declared;
   for (std::size_t r = 1; r < records.size(); ++r) {
     const CsvRecord& fields = records[r];
     if (fields.size() == 1 && fields[0].empty()) continue;  // blank line
@@ -270,6 +293,7 @@ std::vector<ReportRow> parse_report_rows(std::istream& in, const std::string& wh
     Row cells;
     for (const auto& [field, column] : columns) cells[column] = fields[field];
     rows.push_back(report_row(cells, what + ": line " + std::to_string(lines[r])));
+    complete_error_vs(rows.back(), declared);
   }
   return rows;
 }
@@ -442,31 +466,33 @@ std::string linformer_table(const std::vector<ReportRow>& rows) {
   return out.str();
 }
 
-std::string error_tables(const std::vector<ReportRow>& rows) {
+namespace {
+
+// One table per length of the rows `keep` picks: spec, input, shape, status, the error columns,
+// speed-up, time and GFLOP/s; with `tokens`, the token inputs each row was given.
+std::string per_length_tables(const std::vector<ReportRow>& rows, bool tokens,
+                              const std::function<bool(const ReportRow&)>& keep) {
   const auto rel = relative_to_full(rows);
   std::set<std::int64_t> lengths;
-  for (const auto& r : rows) lengths.insert(r.n);
+  for (const auto& r : rows)
+    if (keep(r)) lengths.insert(r.n);
   const auto variants = variants_in_order(rows);
   std::ostringstream out;
-  out << "## Error against the exact result, per length\n\n"
-      << "Against the fp64 reference on `err rows` query rows (all, or a seeded sample at long N). "
-      << "rel_fro = ||out - ref||_F / ||ref||_F; mean_cos = mean row cosine; p99 = 99th "
-      << "percentile of the row relative error. Speed-up: our `full` time over the row's time "
-      << "on the same problem; time: median seconds per call; GFLOP/s of the useful work the "
-      << "variant declares, in brackets as a fraction of the OpenBLAS sgemm rate of the same run."
-      << "\n\n";
   for (std::int64_t n : lengths) {
     out << "### N = " << n << "\n\n"
-        << "| spec | input | causal | B,H,D | status | rel_fro | max_abs | mean_cos | p99 | err "
-           "rows | speed-up | time | GFLOP/s (of sgemm) |\n"
-        << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        << "| spec | input | causal | B,H,D | " << (tokens ? "token inputs | " : "")
+        << "status | rel_fro | max_abs | mean_cos | p99 | err rows | speed-up | time | GFLOP/s "
+           "(of sgemm) |\n"
+        << "|---|---|---|---|" << (tokens ? "---|" : "")
+        << "---|---|---|---|---|---|---|---|---|\n";
     for (const auto& v : variants)
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const ReportRow& r = rows[i];
-        if (r.n != n || r.variant != v) continue;
+        if (r.n != n || r.variant != v || !keep(r)) continue;
         out << "| " << code(r.spec) << " | " << code(r.input) << " | " << r.causal << " | "
-            << r.batch << "," << r.heads << "," << r.dim << " | "
-            << (r.ok() ? "ok" : md_escape(r.status + (r.message.empty() ? "" : ": " + r.message)))
+            << r.batch << "," << r.heads << "," << r.dim << " | ";
+        if (tokens) out << (r.token_inputs.empty() ? "none" : md_escape(r.token_inputs)) << " | ";
+        out << (r.ok() ? "ok" : md_escape(r.status + (r.message.empty() ? "" : ": " + r.message)))
             << " | " << opt_fmt("%.2e", r.rel_fro) << " | " << opt_fmt("%.2e", r.max_abs) << " | "
             << opt_fmt("%.6f", r.mean_cos) << " | " << opt_fmt("%.2e", r.p99_row) << " | "
             << opt_fmt("%.0f", r.err_rows) << " | " << opt_fmt("%.2fx", rel[i].speedup) << " | "
@@ -479,6 +505,47 @@ std::string error_tables(const std::vector<ReportRow>& rows) {
     out << "\n";
   }
   return out.str();
+}
+
+const char* const kColumnsText =
+    "rel_fro = ||out - ref||_F / ||ref||_F; mean_cos = mean row cosine; p99 = 99th "
+    "percentile of the row relative error. Speed-up: our `full` time over the row's time "
+    "on the same problem; time: median seconds per call; GFLOP/s of the useful work the "
+    "variant declares, in brackets as a fraction of the OpenBLAS sgemm rate of the same run.";
+
+}  // namespace
+
+std::string error_tables(const std::vector<ReportRow>& rows) {
+  std::ostringstream out;
+  out << "## Error against exact softmax attention, per length\n\n"
+      << "The approximations of softmax attention (and `full` itself, and the peers), against "
+      << "softmax attention in float64 under the same mask on `err rows` query rows (all, or a "
+      << "seeded sample at long N). " << kColumnsText
+      << " The variants that compute something else are in the next section.\n\n";
+  return out.str() + per_length_tables(rows, false,
+                                       [](const ReportRow& r) { return r.approximates_softmax(); });
+}
+
+std::string own_error_tables(const std::vector<ReportRow>& rows) {
+  std::ostringstream out;
+  out << "## Variants that are not softmax attention: numerical error against their own "
+         "definition\n\n";
+  bool any = false;
+  for (const auto& r : rows) any |= !r.approximates_softmax();
+  if (!any) {
+    out << "No such rows (variants whose `support().approximates_softmax` is false: a decaying "
+           "or delta-rule memory).\n\n";
+    return out.str();
+  }
+  out << "A decaying or delta-rule memory (`support().approximates_softmax` false) computes a "
+      << "function of its own: its distance from softmax attention says nothing of its quality, "
+      << "so it is measured against its own float64 definition "
+      << "(`variants/recurrence_reference.hpp`) on the same rows, with the token inputs it takes "
+      << "(g = log sigmoid(z) / 16, beta = sigmoid(z'), seeded; meta.json's `token_inputs`). The "
+      << "error is the float32 kernels' rounding; the speed-up is over `full` as above. "
+      << kColumnsText << "\n\n";
+  return out.str() + per_length_tables(
+                         rows, true, [](const ReportRow& r) { return !r.approximates_softmax(); });
 }
 
 std::string peers_table(const std::vector<ReportRow>& rows) {
@@ -532,6 +599,47 @@ std::string slug(const std::string& s) {
 // Errors of exactly 0 cannot sit on a log axis; they are drawn at this floor.
 constexpr double kErrorFloor = 1e-9;
 
+// One series per variant of the rows `keep` picks, in context `c`: its representative spec's
+// (n, y) for the rows where y gives a value.
+std::vector<Series> series_per_variant(
+    const std::vector<ReportRow>& rows, const Context& c,
+    const std::function<bool(const ReportRow&)>& keep,
+    const std::function<std::optional<double>(const ReportRow&)>& y) {
+  std::vector<ReportRow> kept;
+  for (const auto& r : rows)
+    if (keep(r)) kept.push_back(r);
+  std::vector<Series> out;
+  for (const auto& v : variants_in_order(kept)) {
+    const auto spec = v == "full" ? std::optional<std::string>("full")
+                                  : representative_spec(kept, v, preferred_tokens(v), c);
+    if (!spec) continue;
+    Series s{short_spec(*spec), {}};
+    for (const auto& r : kept)
+      if (r.spec == *spec && r.ok() && context_of(r) == c)
+        if (const auto value = y(r)) s.xy.emplace_back(double(r.n), *value);
+    std::sort(s.xy.begin(), s.xy.end());
+    if (!s.xy.empty()) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// The context of the main problem `ctx` with input `input`, or where the rows `keep` picks hold
+// none (a trained model's input has its own shape, and a causal model is measured causal only)
+// the input's own main context; nullopt when the input has no such rows.
+std::optional<Context> input_context(const std::vector<ReportRow>& rows, const Context& ctx,
+                                     const std::string& input,
+                                     const std::function<bool(const ReportRow&)>& keep) {
+  Context c = ctx;
+  std::get<4>(c) = input;
+  for (const auto& r : rows)
+    if (r.ok() && keep(r) && context_of(r) == c) return c;
+  return main_context(rows, [&](const ReportRow& r) { return r.input == input && keep(r); });
+}
+
+// What every plot's axes say, with units.
+const char* const kLengthAxis = "set xlabel 'sequence length N (tokens)'\n";
+const char* const kErrorUnits = " (||out - ref||_F / ||ref||_F, dimensionless)";
+
 std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& dir,
                           const ReportOptions& options, ReportOutput& output) {
   std::ostringstream md;
@@ -542,80 +650,87 @@ std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& di
     return md.str();
   }
   Plotter plotter(dir / "plots", options.gnuplot, output);
-  const auto variants = variants_in_order(rows);
   md << "Problem: " << describe(*ctx) << "; one line per variant (its spec as in the LRA "
-     << "table, else the spec with most points). Data and gnuplot scripts sit beside the PNGs.\n\n";
+     << "table, else the spec with most points), each in its own colour and marker. Data and "
+     << "gnuplot scripts sit beside the PNGs. The error plots and the Pareto frontiers hold the "
+     << "approximations of softmax attention only; the variants that compute something else "
+     << "have their numerical error plotted apart, and their time with the others.\n\n";
 
-  std::vector<Series> times;
-  for (const auto& v : variants) {
-    const auto spec = v == "full" ? std::optional<std::string>("full")
-                                  : representative_spec(rows, v, preferred_tokens(v), ctx);
-    if (!spec) continue;
-    Series s{short_spec(*spec), {}};
-    for (const auto& r : rows)
-      if (r.spec == *spec && r.ok() && r.time_median_s && context_of(r) == *ctx)
-        s.xy.emplace_back(double(r.n), *r.time_median_s);
-    std::sort(s.xy.begin(), s.xy.end());
-    if (!s.xy.empty()) times.push_back(std::move(s));
-  }
+  const auto every = [](const ReportRow&) { return true; };
+  const auto softmax = [](const ReportRow& r) { return r.approximates_softmax(); };
+  const auto other = [](const ReportRow& r) { return !r.approximates_softmax(); };
   const std::string common =
       "set grid\nset key below left Left reverse maxcols 2 noenhanced\nset logscale x 2\n";
-  plotter.plot("time_vs_n", times,
-               common +
-                   "set logscale y\nset xlabel 'sequence length N'\nset ylabel "
-                   "'seconds per forward call'\nset title " +
-                   gp_quote("Time vs N (" + describe(*ctx) + ")") + " noenhanced\n",
-               "using 1:2 with linespoints lw 2 pt 7");
+  plotter.plot(
+      "time_vs_n",
+      series_per_variant(rows, *ctx, every, [](const ReportRow& r) { return r.time_median_s; }),
+      common + kLengthAxis + "set logscale y\nset ylabel 'time per forward call (s)'\nset title " +
+          gp_quote("Time vs N (" + describe(*ctx) + ")") + " noenhanced\n",
+      "using 1:2 with linespoints lw 2");
   md << "![time vs N](plots/time_vs_n.png)\n\n";
 
   std::set<std::string> inputs;
   for (const auto& r : rows)
     if (r.ok() && r.rel_fro) inputs.insert(r.input);
-  for (const auto& input : inputs) {
-    Context c = *ctx;
-    std::get<4>(c) = input;
-    std::vector<Series> errors;
-    for (const auto& v : variants) {
-      const auto spec = v == "full" ? std::optional<std::string>("full")
-                                    : representative_spec(rows, v, preferred_tokens(v), c);
-      if (!spec) continue;
-      Series s{short_spec(*spec), {}};
-      for (const auto& r : rows)
-        if (r.spec == *spec && r.ok() && r.rel_fro && context_of(r) == c)
-          s.xy.emplace_back(double(r.n), std::max(*r.rel_fro, kErrorFloor));
-      std::sort(s.xy.begin(), s.xy.end());
-      if (!s.xy.empty()) errors.push_back(std::move(s));
+  const auto error = [](const ReportRow& r) -> std::optional<double> {
+    if (!r.rel_fro) return std::nullopt;
+    return std::max(*r.rel_fro, kErrorFloor);
+  };
+  // The error against softmax attention, then the others' numerical error, per input.
+  struct ErrorPlot {
+    const char* prefix;
+    std::function<bool(const ReportRow&)> keep;
+    const char* ylabel;
+    const char* title;
+  };
+  const ErrorPlot error_plots[] = {
+      {"error_vs_n_", softmax, "relative error vs fp64 softmax attention",
+       "Error of the softmax approximations vs N"},
+      {"numerical_error_vs_n_", other, "relative error vs its own fp64 definition",
+       "Numerical error of the variants that are not softmax attention vs N"}};
+  for (const ErrorPlot& plot : error_plots)
+    for (const auto& input : inputs) {
+      const auto c = input_context(rows, *ctx, input, plot.keep);
+      if (!c) continue;
+      const auto errors = series_per_variant(rows, *c, plot.keep, error);
+      // One length (a trained model's input) is a column of the tables, not a curve.
+      std::set<double> lengths;
+      for (const auto& series : errors)
+        for (const auto& [n, value] : series.xy) lengths.insert(n);
+      if (lengths.size() < 2) continue;
+      const std::string name = plot.prefix + slug(input);
+      plotter.plot(name, errors,
+                   common + kLengthAxis + "set logscale y\nset format y '10^{%L}'\nset ylabel " +
+                       gp_quote(std::string(plot.ylabel) + kErrorUnits) + "\nset title " +
+                       gp_quote(std::string(plot.title) + ", input " + input + " (" +
+                                describe_plain(*c) + ")") +
+                       " noenhanced\n",
+                   "using 1:2 with linespoints lw 2");
+      md << "![" << plot.title << ", " << md_escape(input) << "](plots/" << name << ".png)\n\n";
     }
-    if (errors.empty()) continue;
-    const std::string name = "error_vs_n_" + slug(input);
-    plotter.plot(name, errors,
-                 common +
-                     "set logscale y\nset format y '10^{%L}'\nset xlabel 'sequence length N'\n"
-                     "set ylabel 'relative Frobenius error vs fp64 exact'\nset title " +
-                     gp_quote("Error vs N, input " + input) + " noenhanced\n",
-                 "using 1:2 with linespoints lw 2 pt 7");
-    md << "![error vs N, " << md_escape(input) << "](plots/" << name << ".png)\n\n";
-  }
 
-  // Pareto per N: every spec of the main problem shape and causal mode, one frontier per input
-  // distribution (the error depends on the input more than on anything else).
+  // Pareto per N: every approximation of softmax attention of the main problem shape and causal
+  // mode, one frontier per input distribution (the error depends on the input more than on
+  // anything else); every series its own colour and marker.
   const auto rel = relative_to_full(rows);
   std::set<std::int64_t> lengths;
   for (const auto& r : rows) lengths.insert(r.n);
-  static const char* const kFaint[] = {"#b8c4e8", "#f2c9a8", "#b9dfc0", "#e3b8e0"};
-  static const char* const kBold[] = {"#1f3a93", "#c0561b", "#2a7d3a", "#8e2a8a"};
   for (std::int64_t n : lengths) {
     std::string data, body;
     std::size_t blocks = 0, total = 0;
     for (const auto& input : inputs) {
+      const auto c = input_context(rows, *ctx, input, softmax);
+      if (!c) continue;
+      // The input, and its shape where it is not the title's.
+      const std::string what =
+          "input " + input +
+          (describe_plain(*c) == describe_plain(*ctx) ? "" : " (" + describe_plain(*c) + ")");
       std::vector<ParetoPoint> points;
       std::vector<std::string> labels;
       for (std::size_t i = 0; i < rows.size(); ++i) {
         const ReportRow& r = rows[i];
-        Context c = context_of(r);
-        std::get<4>(c) = std::get<4>(*ctx);
-        if (r.n != n || c != *ctx || r.input != input || !rel[i].speedup || !r.rel_fro ||
-            r.variant == "numpy" || r.variant == "torch")
+        if (r.n != n || context_of(r) != *c || !rel[i].speedup || !r.rel_fro ||
+            r.variant == "numpy" || r.variant == "torch" || !r.approximates_softmax())
           continue;
         points.push_back({*rel[i].speedup, std::max(*r.rel_fro, kErrorFloor)});
         labels.push_back(short_spec(r.spec));
@@ -623,26 +738,25 @@ std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& di
       if (points.empty()) continue;
       total += points.size();
       const auto front = pareto_frontier(points);
-      data += "# all points (input " + input + "): speedup rel_fro spec\n";
+      data += "# all points (" + what + "): speedup rel_fro spec\n";
       for (std::size_t i = 0; i < points.size(); ++i)
         data += fmt("%.9g", points[i].speedup) + " " + fmt("%.9g", points[i].error) + " " +
                 gp_quote(labels[i]) + "\n";
-      data += "\n\n# Pareto frontier (input " + input + "; larger speed-up, smaller error)\n";
+      data += "\n\n# Pareto frontier (" + what + "; larger speed-up, smaller error)\n";
       for (std::size_t i : front)
         data += fmt("%.9g", points[i].speedup) + " " + fmt("%.9g", points[i].error) + " " +
                 gp_quote(labels[i]) + "\n";
       data += "\n\n";
-      const std::size_t color = (blocks / 2) % std::size(kFaint);
-      const std::string all = std::to_string(blocks), best = std::to_string(blocks + 1);
-      body += std::string(body.empty() ? "plot " : ", \\\n     ") + "'pareto_n" +
-              std::to_string(n) + ".dat' index " + all +
-              " using 1:2 with points pt 7 ps 1.2 lc rgb '" + kFaint[color] + "' title " +
-              gp_quote("all points, " + input) + ", \\\n     'pareto_n" + std::to_string(n) +
-              ".dat' index " + best + " using 1:2 with linespoints lw 3 pt 7 ps 1.5 lc rgb '" +
-              kBold[color] + "' title " + gp_quote("Pareto frontier, " + input) +
-              ", \\\n     'pareto_n" + std::to_string(n) + ".dat' index " + best +
-              " using 1:2:3 with labels offset char 1,0.6 left font ',8' tc rgb '" + kBold[color] +
-              "' noenhanced notitle";
+      const SeriesStyle all_style = series_style(blocks), best_style = series_style(blocks + 1);
+      const std::string file = "'pareto_n" + std::to_string(n) + ".dat'";
+      body += std::string(body.empty() ? "plot " : ", \\\n     ") + file + " index " +
+              std::to_string(blocks) + " using 1:2 with points ps 1.2 " + all_style.gnuplot() +
+              " title " + gp_quote("all points, " + what) + ", \\\n     " + file + " index " +
+              std::to_string(blocks + 1) + " using 1:2 with linespoints lw 3 ps 1.5 " +
+              best_style.gnuplot() + " title " + gp_quote("Pareto frontier, " + what) +
+              ", \\\n     " + file + " index " + std::to_string(blocks + 1) +
+              " using 1:2:3 with labels offset char 1,0.6 left font ',8' tc rgb '" +
+              best_style.colour + "' noenhanced notitle";
       blocks += 2;
     }
     if (total < 2) continue;
@@ -651,10 +765,12 @@ std::string plots_section(const std::vector<ReportRow>& rows, const fs::path& di
         name, data,
         "set grid\nset logscale xy\nset format y '10^{%L}'\nset key below left Left reverse "
         "maxcols 2 noenhanced\nset offsets graph 0.05, graph 0.35, graph 0.1, graph 0.05\n"
-        "set xlabel 'speed-up over full (same run)'\nset ylabel 'relative Frobenius error'\n"
-        "set title " +
-            gp_quote("Error vs speed-up, N = " + std::to_string(n) + " (" + describe_plain(*ctx) +
-                     ")") +
+        "set xlabel 'speed-up over full (time of full / time of the spec, same run)'\n"
+        "set ylabel " +
+            gp_quote(std::string("relative error vs fp64 softmax attention") + kErrorUnits) +
+            "\nset title " +
+            gp_quote("Error vs speed-up of the softmax approximations, N = " + std::to_string(n) +
+                     " (" + describe_plain(*ctx) + " unless a series says otherwise)") +
             " noenhanced\n" + body + "\n");
     md << "![Pareto N=" << n << "](plots/" << name << ".png)\n\n";
   }
@@ -712,7 +828,7 @@ ReportOutput render_report(const std::string& dir, const ReportOptions& options)
   md << meta_section(base / "meta.json");
   md << lra_table(rows) << linformer_table(rows) << peers_table(rows);
   if (options.plots) md << plots_section(rows, base, options, output);
-  md << error_tables(rows);
+  md << error_tables(rows) << own_error_tables(rows);
 
   output.markdown_path = (base / "report.md").string();
   write_atomically(output.markdown_path, md.str());  // an old report or none, never half of one

@@ -23,12 +23,21 @@ namespace attnlab::harness {
 /// One row of rows.csv (columns documented in docs/sweep.md): the typed view of a harness::Row,
 /// the one schema (harness/rows.hpp). Empty numeric cells are nullopt.
 struct ReportRow {
-  std::string key, spec, variant, causal, input, status, message, shard;
+  std::string key, spec, variant, causal, input, status, message, shard, token_inputs;
   std::int64_t n = 0, batch = 0, heads = 0, dim = 0, reps = 0;
   std::string seed;
+  /// What the error columns were measured against: "softmax" (exact softmax attention) or "own"
+  /// (the variant's own float64 definition). A row without it (an older attnlab's, or a point
+  /// that did not run) takes its spec's declaration, Support::approximates_softmax; an older
+  /// row of a variant that declares "own" then has no error columns (they were measured
+  /// against softmax, which says nothing of such a variant).
+  std::string error_vs = "softmax";
   std::optional<double> time_median_s, time_min_s, time_max_s, time_iqr_s, peak_mem_bytes, flops,
       gflops, sgemm_gflops, sgemm_fraction, err_rows, rel_fro, max_abs, mean_cos, p99_row;
   bool ok() const { return status == "ok"; }
+  /// An approximation of softmax attention (the error tables and Pareto frontiers), not a
+  /// variant that computes something else (listed apart, with its numerical error).
+  bool approximates_softmax() const { return error_vs != "own"; }
 };
 
 /// RFC-4180 CSV (attnlab/csv.hpp) with a header line; the schema's columns are found by name,
@@ -62,7 +71,12 @@ std::vector<std::size_t> pareto_frontier(const std::vector<ParetoPoint>& points)
 /// The markdown sections, each usable on its own (the tests check them one by one).
 std::string lra_table(const std::vector<ReportRow>& rows);
 std::string linformer_table(const std::vector<ReportRow>& rows);
+/// Every approximation of softmax attention (and peers) per length: its error against exact
+/// softmax attention, speed-up and time.
 std::string error_tables(const std::vector<ReportRow>& rows);
+/// The variants that compute something else per length: their numerical error against their
+/// own float64 definition, the token inputs they were given, speed-up and time.
+std::string own_error_tables(const std::vector<ReportRow>& rows);
 std::string peers_table(const std::vector<ReportRow>& rows);
 
 struct ReportOptions {

@@ -21,8 +21,10 @@ std::vector<Row> to_rows(const std::vector<CsvRecord>& records, const std::strin
   bool same = header.size() == kColumnCount;
   for (std::size_t c = 0; same && c < kColumnCount; ++c) same = header[c] == names[c];
   if (!same)
-    throw Error(what + ":1: the header is not the rows.csv schema (expected " +
-                csv_line(header_record()).substr(0, 60) + "...)");
+    throw Error(what + ":1: the header is not the rows.csv schema of this attnlab (expected " +
+                csv_line(header_record()).substr(0, 60) +
+                "...); a run of an older attnlab is measured again with --restart (its rows are "
+                "kept as rows.csv.old)");
   for (std::size_t r = 1; r < records.size(); ++r) {
     if (records[r].size() != kColumnCount)
       throw Error(what + ": record " + std::to_string(r + 1) + " has " +
@@ -38,14 +40,36 @@ std::vector<Row> to_rows(const std::vector<CsvRecord>& records, const std::strin
 }  // namespace
 
 const std::array<const char*, kColumnCount>& column_names() {
-  static const std::array<const char*, kColumnCount> names = {
-      "key",          "spec",           "variant",    "n",
-      "batch",        "heads",          "dim",        "causal",
-      "input",        "seed",           "status",     "message",
-      "reps",         "time_median_s",  "time_min_s", "time_max_s",
-      "time_iqr_s",   "peak_mem_bytes", "flops",      "gflops",
-      "sgemm_gflops", "sgemm_fraction", "err_rows",   "rel_fro",
-      "max_abs",      "mean_cos",       "p99_row",    "shard"};
+  static const std::array<const char*, kColumnCount> names = {"key",
+                                                              "spec",
+                                                              "variant",
+                                                              "n",
+                                                              "batch",
+                                                              "heads",
+                                                              "dim",
+                                                              "causal",
+                                                              "input",
+                                                              "seed",
+                                                              "token_inputs",
+                                                              "status",
+                                                              "message",
+                                                              "reps",
+                                                              "time_median_s",
+                                                              "time_min_s",
+                                                              "time_max_s",
+                                                              "time_iqr_s",
+                                                              "peak_mem_bytes",
+                                                              "flops",
+                                                              "gflops",
+                                                              "sgemm_gflops",
+                                                              "sgemm_fraction",
+                                                              "error_vs",
+                                                              "err_rows",
+                                                              "rel_fro",
+                                                              "max_abs",
+                                                              "mean_cos",
+                                                              "p99_row",
+                                                              "shard"};
   return names;
 }
 

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
 #include <tuple>
 
 #include <fmt/format.h>
+
+#include "harness/trained_inputs.hpp"
 
 namespace attnlab::harness {
 namespace {
@@ -142,8 +145,7 @@ std::vector<std::string> header(const std::vector<std::int64_t>& lengths) {
 }
 
 // One table per shape and causal setting; a reference sub-row under each spec when given.
-std::string speedup_tables(const SummaryRun& run, const SummaryRun* reference,
-                           const std::vector<std::int64_t>& lengths) {
+std::string speedup_tables(const SummaryRun& run, const SummaryRun* reference) {
   const auto values = cell_values(run.rows);
   std::map<std::string, double> ref_by_key;  // the reference's value of each point
   if (reference) {
@@ -151,16 +153,30 @@ std::string speedup_tables(const SummaryRun& run, const SummaryRun* reference,
     for (std::size_t i = 0; i < reference->rows.size(); ++i)
       if (ref_values[i]) ref_by_key.emplace(reference->rows[i].key, *ref_values[i]);
   }
-  std::set<Shape> shapes;
-  for (const auto& r : run.rows) shapes.insert(shape_of(r));
+  // The shapes in order, those of the trained models' inputs (their own heads and head size)
+  // after the synthetic ones; each with the lengths it has, and whether the reference has any
+  // of its points.
+  std::map<Shape, std::set<std::int64_t>> lengths_of;
+  std::map<Shape, bool> synthetic, in_reference;
+  for (const auto& r : run.rows) {
+    lengths_of[shape_of(r)].insert(r.n);
+    synthetic[shape_of(r)] |= !is_trained_input(r.input);
+    in_reference[shape_of(r)] |= ref_by_key.count(r.key) != 0;
+  }
+  std::vector<Shape> shapes;
+  for (const auto& [shape, lengths] : lengths_of) shapes.push_back(shape);
+  std::stable_partition(shapes.begin(), shapes.end(),
+                        [&](const Shape& shape) { return synthetic[shape]; });
   std::string out;
   for (const Shape& shape : shapes) {
     const auto& [batch, heads, dim, causal] = shape;
+    const bool with_reference = reference && in_reference[shape];
     out += fmt::format(
         "\nSpeed-up over exact full, causal {}, B={} H={} D={} (full's row: its time "
         "per call){}:\n",
         causal, batch, heads, dim,
-        reference ? ";\n  below each spec: the same points in " + reference->dir : "");
+        with_reference ? ";\n  below each spec: the same points in " + reference->dir : "");
+    const std::vector<std::int64_t> lengths(lengths_of[shape].begin(), lengths_of[shape].end());
     Table table(header(lengths));
     for (const auto& spec : specs_in_order(run.rows)) {
       std::vector<std::string> ours{short_spec(spec)},
@@ -182,25 +198,44 @@ std::string speedup_tables(const SummaryRun& run, const SummaryRun* reference,
       }
       if (!any) continue;
       table.add(ours);
-      if (reference) table.add(theirs);
+      if (with_reference) table.add(theirs);
     }
     out += table.str();
   }
   return out;
 }
 
-std::string error_table(const SummaryRun& run, const std::vector<std::int64_t>& lengths) {
-  std::string out =
-      "\nError against the fp64 reference, the worst over inputs and causal settings:\n"
-      "  rel_fro on each spec's line, mean cosine below it:\n";
-  Table table(header(lengths));
-  for (const auto& spec : specs_in_order(run.rows)) {
+// A column of an error table: its heading and the rows it takes.
+struct ErrorColumn {
+  std::string heading;
+  std::function<bool(const ReportRow&)> takes;
+};
+
+// The columns N=... of the lengths of `rows`.
+std::vector<ErrorColumn> length_columns(const std::vector<ReportRow>& rows) {
+  std::set<std::int64_t> lengths;
+  for (const auto& r : rows) lengths.insert(r.n);
+  std::vector<ErrorColumn> out;
+  for (auto n : lengths)
+    out.push_back({"N=" + std::to_string(n), [n](const ReportRow& r) { return r.n == n; }});
+  return out;
+}
+
+// Per spec of `rows`, the worst rel_fro (and below it the lowest mean cosine) of each column's
+// rows, under `title`; empty when there are no rows.
+std::string error_table(const std::string& title, const std::vector<ReportRow>& rows,
+                        const std::vector<ErrorColumn>& columns) {
+  if (rows.empty()) return "";
+  std::vector<std::string> heading{"spec"};
+  for (const auto& c : columns) heading.push_back(c.heading);
+  Table table(heading);
+  for (const auto& spec : specs_in_order(rows)) {
     std::vector<std::string> rel_fro_line{short_spec(spec)}, cos_line{"  mean cosine"};
-    for (auto n : lengths) {
+    for (const auto& column : columns) {
       std::vector<const ReportRow*> cell;
       std::optional<double> rel_fro, cos;
-      for (std::size_t i : cell_rows(run.rows, spec, n)) {
-        const ReportRow& r = run.rows[i];
+      for (const ReportRow& r : rows) {
+        if (r.spec != spec || !column.takes(r)) continue;
         cell.push_back(&r);
         if (!r.ok() || !r.rel_fro || !r.mean_cos) continue;
         rel_fro = std::max(rel_fro.value_or(0.0), *r.rel_fro);
@@ -212,7 +247,49 @@ std::string error_table(const SummaryRun& run, const std::vector<std::int64_t>& 
     table.add(rel_fro_line);
     table.add(cos_line);
   }
-  return out + table.str();
+  return "\n" + title + table.str();
+}
+
+// The approximations of softmax attention on the synthetic inputs, then on the trained models'
+// inputs (a column per input and length), then the variants that compute something else.
+std::string error_tables(const SummaryRun& run) {
+  std::vector<ReportRow> synthetic, trained, other;
+  std::vector<std::string> trained_inputs;  // in order of appearance
+  for (const auto& r : run.rows) {
+    if (!r.approximates_softmax()) {
+      other.push_back(r);
+    } else if (is_trained_input(r.input)) {
+      trained.push_back(r);
+      if (std::find(trained_inputs.begin(), trained_inputs.end(), r.input) == trained_inputs.end())
+        trained_inputs.push_back(r.input);
+    } else {
+      synthetic.push_back(r);
+    }
+  }
+  std::vector<ErrorColumn> trained_columns;
+  for (const auto& input : trained_inputs) {
+    std::set<std::int64_t> lengths;
+    for (const auto& r : trained)
+      if (r.input == input) lengths.insert(r.n);
+    for (auto n : lengths)
+      trained_columns.push_back(
+          {trained_input_label(input) + ", N=" + std::to_string(n),
+           [input, n](const ReportRow& r) { return r.input == input && r.n == n; }});
+  }
+  return error_table(
+             "Error against exact softmax attention (fp64), the worst over the synthetic inputs "
+             "and causal\n  settings: rel_fro on each spec's line, mean cosine below it:\n",
+             synthetic, length_columns(synthetic)) +
+         error_table(
+             "Error against exact softmax attention on a trained model's q, k, v (held-out data; "
+             "input\n  trained:DIR,layer=L, its causal settings), rel_fro and mean cosine as "
+             "above:\n",
+             trained, trained_columns) +
+         error_table(
+             "Not softmax attention (a decaying or delta-rule memory): numerical error against "
+             "its own\n  fp64 definition, with seeded token inputs, the worst over every input "
+             "and causal setting:\n",
+             other, length_columns(other));
 }
 
 // sgemm rate of the run and full's best rate against it.
@@ -238,12 +315,7 @@ std::string yardstick_text(const SummaryRun& run) {
 
 std::string sweep_summary(const SummaryRun& run, const SummaryRun* reference) {
   std::map<std::string, int> by_status;
-  std::set<std::int64_t> length_set;
-  for (const auto& r : run.rows) {
-    ++by_status[r.status];
-    length_set.insert(r.n);
-  }
-  const std::vector<std::int64_t> lengths(length_set.begin(), length_set.end());
+  for (const auto& r : run.rows) ++by_status[r.status];
   std::string statuses;
   for (const auto& [status, count] : by_status)
     statuses += (statuses.empty() ? "" : ", ") + std::to_string(count) + " " + status;
@@ -254,8 +326,8 @@ std::string sweep_summary(const SummaryRun& run, const SummaryRun* reference) {
     out += fmt::format("Reference {}\n  measured on {}\n", reference->dir,
                        machine_text(reference->meta));
   if (run.rows.empty()) return out;
-  out += speedup_tables(run, reference, lengths);
-  out += error_table(run, lengths);
+  out += speedup_tables(run, reference);
+  out += error_tables(run);
   out += yardstick_text(run);
   return out;
 }

@@ -22,11 +22,14 @@ struct SummaryRun {
 
 /// Plain text for a terminal, about 100 columns wide: a context line, one speed-up table per
 /// problem shape and causal setting (rows = specs, columns = N; full's row gives its time per
-/// call; peers' rows their speed-up, below 1 when slower than full), one error table (rel_fro
-/// and below it the mean cosine, the worst over inputs and causal settings), and the sgemm
-/// yardstick. Speed-ups are geometric means over the inputs (and seeds) of each cell. With
-/// `reference`, a row under each spec gives the reference's values for the same points. Cells
-/// with no ok row show the status ("unsup.", "oom", "error") or "-" when no point was run.
+/// call; peers' rows their speed-up, below 1 when slower than full; every spec, whatever it
+/// computes), the error table of the approximations of softmax attention against it (rel_fro
+/// and below it the mean cosine, the worst over inputs and causal settings), the table of the
+/// variants that compute something else against their own fp64 definition (ReportRow::error_vs,
+/// in the same form, when there are any), and the sgemm yardstick. Speed-ups are geometric means
+/// over the inputs (and seeds) of each cell. With `reference`, a row under each spec gives the
+/// reference's values for the same points. Cells with no ok row show the status ("unsup.", "oom",
+/// "error") or "-" when no point was run.
 std::string sweep_summary(const SummaryRun& run, const SummaryRun* reference = nullptr);
 
 }  // namespace attnlab::harness

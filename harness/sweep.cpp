@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnlab/error.hpp"
+#include "attnlab/inputs.hpp"
 #include "harness/measure.hpp"
 #include "harness/meta.hpp"
 #include "harness/mpi.hpp"
@@ -132,7 +133,8 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
                             {"mpi_ranks", use_mpi ? ranks : 0},
                             {"grid_points", summary.grid},
                             {"selected_points", summary.selected},
-                            {"done_before", summary.done_before}};
+                            {"done_before", summary.done_before},
+                            {"token_inputs", kTokenInputsRecipe}};
     const MeasureOptions& m = config.measure;
     extra["grid"] = {{"name", config.name},
                      {"specs", config.specs},

@@ -119,10 +119,12 @@ void plot_stat(harness::Plotter& plotter, const std::string& name, const std::ve
     }
     data += "\n\n";
     body += std::string(tied ? ", \\\n     " : "plot ") + "'" + name + ".dat' index " +
-            (tied ? "1" : "0") + " using 1:2:3:4 with yerrorlines lw 2 pt 7 title " +
+            (tied ? "1" : "0") + " using 1:2:3:4 with yerrorlines lw 2 " +
+            harness::series_style(tied ? 1 : 0).gnuplot() + " title " +
             harness::gp_quote(tied ? "W_Q = W_K (tied)" : "separate W_Q, W_K");
   }
-  body += ", \\\n     " + raw(uniform) + " with lines dt 2 lw 2 title 'uniform attention'\n";
+  body += ", \\\n     " + raw(uniform) + " with lines dt 2 lw 2 " +
+          harness::series_style(2).gnuplot() + " title 'uniform attention'\n";
   plotter.raw(
       name, data,
       "set grid\nset key below left Left reverse noenhanced\nset logscale x 2\nset xtics (" +

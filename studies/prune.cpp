@@ -172,7 +172,7 @@ void plot(const StudyOptions& o, const Measured& m, const std::string& unit,
             "set grid\nset key top left Left reverse noenhanced\nset xlabel 'heads removed (of " +
                 std::to_string(m.total) + ")'\nset ylabel 'held-out " + unit +
                 "'\nset title 'Heads removed from the trained model' noenhanced\n",
-            "using 1:2 with linespoints lw 2 pt 7");
+            "using 1:2 with linespoints lw 2");
 }
 
 }  // namespace

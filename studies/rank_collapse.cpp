@@ -122,7 +122,7 @@ void plot(const StudyOptions& o, const std::vector<Row>& rows, std::size_t layer
             "set format y '10^{%L}'\nset xlabel 'depth (layers)'\nset ylabel "
             "'||X - X_1||_F / ||X||_F (X_1: best rank-1 approximation)'\nset title "
             "'Rank collapse with depth (median over seeds)' noenhanced\n",
-            "using 1:2 with linespoints lw 2 pt 7");
+            "using 1:2 with linespoints lw 2");
 }
 
 }  // namespace

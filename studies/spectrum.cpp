@@ -113,7 +113,8 @@ void plot(const StudyOptions& o, const std::vector<Spectrum>& spectra, std::size
               std::to_string(spectra[0].mean.size()) + "' noenhanced\nset arrow from " + q +
               ", graph 0 to " + q + ", graph 1 nohead dt 2 lw 2\nset label 'Linformer: k = " + q +
               "' at " + q + ", graph 0.97 offset 1,0\n",
-          "using 1:2 with lines lw 2");
+          "using 1:2 with linespoints lw 2 pi " +
+              std::to_string(std::max<std::size_t>(1, spectra[0].mean.size() / 8)));
 }
 
 }  // namespace

@@ -273,20 +273,20 @@ void plot(const StudyOptions& o, const std::vector<Row>& rows, const Sizes& z,
                    "set ylabel 'rel. Frobenius distance from full, last layer'\nset title "
                    "'Each variant in the same model (" +
                    model + "): output error by N' noenhanced\n",
-               "using 1:2 with linespoints lw 2 pt 7");
+               "using 1:2 with linespoints lw 2");
   plotter.plot("swap_error_by_layer", by_layer,
                common +
                    "set logscale y\nset format y '10^{%L}'\nset xtics 1\nset xlabel 'layer'\n"
                    "set ylabel 'rel. Frobenius distance from full'\nset title 'Error by "
                    "layer, N = " +
                    std::to_string(n_max) + "' noenhanced\n",
-               "using 1:2 with linespoints lw 2 pt 7");
+               "using 1:2 with linespoints lw 2");
   plotter.plot("swap_time_vs_n", times,
                common +
                    "set logscale xy\nset xlabel 'sequence length N'\nset ylabel 'seconds "
                    "per model forward (B = 1)'\nset title 'Whole-model time (" +
                    model + ")' noenhanced\n",
-               "using 1:2 with linespoints lw 2 pt 7");
+               "using 1:2 with linespoints lw 2");
 }
 
 }  // namespace

@@ -110,7 +110,7 @@ void plot(const StudyOptions& o, const std::vector<Row>& rows, const Sizes& z,
             "set xlabel 'layer'\nset ylabel 'mean attention weight a token pays itself'\nset title "
             "'Self-attention weight, tied and separate W_Q, W_K (mean over heads), N = " +
                 std::to_string(z.n) + "' noenhanced\n",
-            "using 1:2 with linespoints lw 2 pt 7");
+            "using 1:2 with linespoints lw 2");
 }
 
 }  // namespace

@@ -369,7 +369,8 @@ void plot(const StudyOptions& o, const Measured& m, std::size_t layers, harness:
             "'normalised cumulative singular value'\nset title 'Spectrum of P, trained and "
             "untrained, N = " +
                 std::to_string(m.n) + "' noenhanced\n",
-            "using 1:2 with lines lw 2");
+            "using 1:2 with linespoints lw 2 pi " +
+                std::to_string(std::max<std::size_t>(1, m.n / 8)));
 }
 
 }  // namespace

@@ -313,6 +313,12 @@ std::vector<ApiCase> api_cases() {
          harness::parse_config("variants = [\"full\"]\nn = 64\ninput = \"uniform\"\n", "x.toml");
        },
        {"x.toml:3", "uniform", "unknown distribution"}},
+      {"config bad trained input",
+       [] {
+         harness::parse_config("variants = [\"full\"]\nn = 64\ninput = \"trained:x,layer=y\"\n",
+                               "x.toml");
+       },
+       {"x.toml:3", "input", "layer=y"}},
       {"config bad causal",
        [] {
          harness::parse_config("variants = [\"full\"]\nn = 64\ncausal = [\"none\", 3]\n", "x.toml");
@@ -362,12 +368,12 @@ std::vector<ApiCase> api_cases() {
       {"rows short record",
        [] {
          TempDir d("rows");
+         const auto& names = harness::column_names();
          std::ofstream(d.file("rows.csv"))
-             << read_text(std::string(ATTNLAB_TEST_DATA) + "/report_rows.csv").substr(0, 400)
-             << "\nx,y\n";
+             << harness::csv_line(std::vector<std::string>(names.begin(), names.end())) << "x,y\n";
          harness::read_rows(d.file("rows.csv"));
        },
-       {"rows.csv: record", "fields, expected 28"}},
+       {"rows.csv: record", "fields, expected " + std::to_string(harness::kColumnCount)}},
       // .npy files through the library (the CLI rows below go through the same reader)
       {"npy missing",
        [] { load_npy_float("/nonexistent/q.npy"); },
@@ -503,7 +509,7 @@ const std::string kRun = "run --spec full --q q.npy --k k.npy --v v.npy --out o.
 const std::string kSweepBase =
     "sweep --quiet --variant full --heads 1 --reps 1 --causal none --input gaussian --out res";
 const std::string kSweep = kSweepBase + " --n 16 --dim 4";
-// 28 columns, a row of the schema with key k1.
+// A row of the schema (every column) with key k1.
 std::string rows_csv(const std::string& extra = "") {
   const auto& n = harness::column_names();
   std::string text = harness::csv_line(std::vector<std::string>(n.begin(), n.end()));
@@ -836,6 +842,19 @@ std::vector<CliCase> cli_cases() {
        {},
        kSweep + " --input lowrank:r=4e53",
        {"--input", "r=4e53", "below 2^32"}},
+      {"sweep --input trained without a folder",
+       {},
+       kSweep + " --input trained:,layer=1",
+       {"--input", "dir", "empty"}},
+      {"sweep --input trained layer 0", {}, kSweep + " --input trained:ckpt,layer=0", {"layer=0"}},
+      {"sweep --input trained unknown key",
+       {},
+       kSweep + " --input trained:ckpt,heads=2",
+       {"unknown key 'heads'", "layer"}},
+      {"sweep --input trained not a checkpoint",
+       {},
+       kSweep + " --input trained:nope",
+       {"trained:nope", "dir=nope", "state.txt"}},
       {"sweep --shard", {}, kSweep + " --shard 3/2", {"--shard", "3/2"}},
       // sweep: the results folder
       {"sweep foreign rows.csv",
@@ -851,7 +870,7 @@ std::vector<CliCase> cli_cases() {
          std::ofstream(d.file("res/rows.csv")) << rows_csv("x,y\n");
        },
        kSweep,
-       {"res/rows.csv: record 3 has 2 fields, expected 28"}},
+       {"res/rows.csv: record 3 has 2 fields, expected " + std::to_string(harness::kColumnCount)}},
       {"sweep results folder is a file",
        text_file("res", "not a folder"),
        kSweep,
@@ -885,7 +904,7 @@ std::vector<CliCase> cli_cases() {
          std::ofstream(d.file("res/rows.csv")) << rows_csv("x,y\n");
        },
        "report res --no-plots",
-       {"res/rows.csv: line 3 has 2 fields, the header 28"}},
+       {"res/rows.csv: line 3 has 2 fields, the header " + std::to_string(harness::kColumnCount)}},
       {"report read-only folder",
        [](const TempDir& d) {
          fs::create_directory(d.file("res"));

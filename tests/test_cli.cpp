@@ -89,6 +89,29 @@ TEST_CASE("--help and --version behave as users expect", "[cli]") {
   require_failure(dir, "frobnicate", {"unknown command 'frobnicate'", "run"});
 }
 
+TEST_CASE("demo measures each variant against what it computes", "[cli]") {
+  TempDir dir("cli-demo");
+  const CliResult r = attnlab_cli(dir, "demo --n 96 --heads 2 --dim 16 --rows 8");
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  for (const std::string& name : attention_names()) {
+    const auto a = make_attention(name);
+    const auto at = r.out.find("\n" + a->spec() + " ");
+    REQUIRE(at != std::string::npos);
+    const std::string line = r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+    INFO(line);
+    const bool own = !a->support().approximates_softmax;
+    CHECK((line.find("(vs its own fp64 definition") != std::string::npos) == own);
+    // Against its own definition only the float32 kernels' rounding is left (about 1e-7
+    // relative over 96 tokens: below 1e-5 with margin).
+    if (own) {
+      const auto rel = line.find("rel_fro=");
+      REQUIRE(rel != std::string::npos);
+      CHECK(std::stod(line.substr(rel + 8)) < 1e-5);
+    }
+  }
+}
+
 TEST_CASE("--version names the kernel path; ATTNLAB_ISA forces one or fails in one line", "[cli]") {
   TempDir dir("cli");
   setenv("ATTNLAB_ISA", "scalar", 1);

@@ -17,8 +17,11 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
+#include "attnlab/factory.hpp"
 #include "harness/config.hpp"
+#include "harness/grid.hpp"
 #include "harness/report.hpp"
+#include "harness/trained_inputs.hpp"
 #include "npy_helpers.hpp"
 
 using namespace attnlab;
@@ -95,28 +98,41 @@ TEST_CASE("./dev run on a fresh copy measures into runs/, reports and summarises
   CHECK(out.find("Report: runs/default/report.md") != std::string::npos);
   CHECK(out.find("Plots: runs/default/plots/ (") != std::string::npos);
 
-  // Every spec of the default grid has a speed-up row and an error row, with the rows' numbers.
+  // Every point of the grid has its row; every spec a speed-up row and an error row, with the
+  // rows' numbers: an approximation of softmax attention in the table of the synthetic inputs and
+  // in that of the trained model's, a variant that computes something else in its own table.
   const auto rows = read_report_rows((run / "rows.csv").string());
-  const SweepConfig config = default_config();
-  REQUIRE(rows.size() == config.specs.size() * 2 * config.causal.size() * config.input.size());
-  const auto errors = out.substr(out.find("Error against the fp64 reference"));
+  SweepConfig config = default_config();
+  config.n = {64, 128};
+  REQUIRE(rows.size() == make_grid(config).size());
+  std::vector<std::string> synthetic, trained;
+  for (const auto& input : config.input)
+    (is_trained_input(input) ? trained : synthetic).push_back(input);
+  REQUIRE(synthetic.size() == 2);
+  REQUIRE(trained.size() == 2);  // the KJV model's two layers
+  const auto errors = out.substr(out.find("Error against exact softmax attention (fp64)"));
+  const auto learned = out.substr(out.find("on a trained model's q, k, v"));
+  const auto others = out.substr(out.find("Not softmax attention"));
   const auto speedups = out.substr(0, out.find("causal top-left"));
   std::map<std::int64_t, double> full_time;  // n -> geometric mean over inputs, causal none
   for (const auto& r : rows)
     if (r.variant == "full" && r.causal == "none")
-      full_time[r.n] += std::log(*r.time_median_s) / double(config.input.size());
+      full_time[r.n] += std::log(*r.time_median_s) / double(synthetic.size());
   for (const auto& spec : config.specs) {
     const std::string label = short_spec(spec);
     INFO(label);
+    const bool softmax = make_attention(spec)->support().approximates_softmax;
     std::vector<std::string> speed{label}, rel_fro{label}, cos{"mean", "cosine"};
     for (std::int64_t n : {64, 128}) {
       double worst = 0, lowest_cos = 1, log_speedup = 0;
       for (const auto& r : rows) {
         if (r.spec != spec || r.n != n || !r.ok()) continue;
+        CHECK(r.approximates_softmax() == softmax);
+        if (r.causal == "none")  // the synthetic inputs' table
+          log_speedup += (full_time[n] - std::log(*r.time_median_s)) / double(synthetic.size());
+        if (softmax && is_trained_input(r.input)) continue;  // in the trained model's table
         worst = std::max(worst, *r.rel_fro);
         lowest_cos = std::min(lowest_cos, *r.mean_cos);
-        if (r.causal == "none")
-          log_speedup += (full_time[n] - std::log(*r.time_median_s)) / double(config.input.size());
       }
       rel_fro.push_back(fmt::format("{:.2g}", worst));
       cos.push_back(fmt::format("{:.4f}", lowest_cos));
@@ -129,7 +145,18 @@ TEST_CASE("./dev run on a fresh copy measures into runs/, reports and summarises
       }
     }
     CHECK(words_of(speedups, label) == speed);
-    CHECK(words_of(errors, label) == rel_fro);
-    CHECK(words_of(errors, label, true) == cos);
+    CHECK(words_of(softmax ? errors : others, label) == rel_fro);
+    CHECK(words_of(softmax ? errors : others, label, true) == cos);
+    if (!softmax) continue;
+    // The trained model's table: a column per layer and length, causal rows only.
+    std::vector<std::string> on_trained{label};
+    for (const auto& input : trained)
+      for (std::int64_t n : {64, 128})
+        for (const auto& r : rows)
+          if (r.spec == spec && r.n == n && r.input == input) {
+            CHECK(r.causal == "top-left");
+            on_trained.push_back(r.ok() ? fmt::format("{:.2g}", *r.rel_fro) : "unsup.");
+          }
+    CHECK(words_of(learned, label) == on_trained);
   }
 }

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include <catch2/catch.hpp>
@@ -15,6 +17,7 @@
 #include "harness/anchors.hpp"
 #include "harness/plot.hpp"
 #include "harness/report.hpp"
+#include "harness/rows.hpp"
 
 using namespace attnlab;
 using namespace attnlab::harness;
@@ -154,6 +157,165 @@ TEST_CASE("error tables list every row per length, failures with their status", 
   CHECK(t.find("| `full` |", n1024) < t.find("| `sliding:", n1024));
 }
 
+namespace {
+
+// A rows.csv of this attnlab's schema: every column, the given cells set by name.
+std::string rows_text(const std::vector<std::map<std::string, std::string>>& rows) {
+  const auto& names = column_names();
+  std::string text = csv_line(std::vector<std::string>(names.begin(), names.end()));
+  for (const auto& cells : rows) {
+    std::vector<std::string> line(kColumnCount);
+    for (const auto& [name, value] : cells) {
+      Col c;
+      REQUIRE(find_column(name, c));
+      line[static_cast<std::size_t>(c)] = value;
+    }
+    text += csv_line(line);
+  }
+  return text;
+}
+
+std::map<std::string, std::string> ok_row(const std::string& spec, const std::string& seconds,
+                                          const std::string& rel_fro, const std::string& vs,
+                                          const std::string& tokens = "",
+                                          const std::string& n = "1024") {
+  return {{"key", spec + n},
+          {"spec", spec},
+          {"variant", spec.substr(0, spec.find(':'))},
+          {"n", n},
+          {"batch", "1"},
+          {"heads", "8"},
+          {"dim", "64"},
+          {"causal", "none"},
+          {"input", "gaussian:temp=1"},
+          {"seed", "1"},
+          {"status", "ok"},
+          {"time_median_s", seconds},
+          {"rel_fro", rel_fro},
+          {"max_abs", "1e-06"},
+          {"mean_cos", "0.99"},
+          {"p99_row", "1e-06"},
+          {"err_rows", "256"},
+          {"error_vs", vs},
+          {"token_inputs", tokens}};
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "variants that are not softmax attention are listed apart, out of the softmax error tables "
+    "and frontiers, in the time plot",
+    "[report]") {
+  const std::string retnet = "retnet:schedule=retnet";
+  const fs::path dir =
+      fs::temp_directory_path() / ("attnlab-report-own-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "rows.csv") << rows_text(
+      {ok_row("full", "0.01", "1e-07", "softmax"), ok_row(kSliding, "0.005", "0.3", "softmax"),
+       ok_row(retnet, "0.001", "2e-07", "own"), ok_row("gla", "0.002", "3e-07", "own", "g"),
+       ok_row("full", "0.04", "1e-07", "softmax", "", "2048"),
+       ok_row(kSliding, "0.01", "0.4", "softmax", "", "2048"),
+       ok_row(retnet, "0.002", "2e-07", "own", "", "2048"),
+       ok_row("gla", "0.004", "3e-07", "own", "g", "2048")});
+  const auto rows = read_report_rows((dir / "rows.csv").string());
+  const std::string softmax = error_tables(rows), own = own_error_tables(rows);
+  CHECK(contains(softmax, "| `" + kSliding + "` |"));
+  CHECK_FALSE(contains(softmax, "retnet"));
+  CHECK_FALSE(contains(softmax, "`gla`"));
+  CHECK(
+      contains(own, "| `" + retnet +
+                        "` | `gaussian:temp=1` | none | 1,8,64 | none | ok | 2.00e-07 | 1.00e-06 | "
+                        "0.990000 | 1.00e-06 | 256 | 10.00x | 1 ms |"));
+  CHECK(contains(own, "| `gla` | `gaussian:temp=1` | none | 1,8,64 | g | ok | 3.00e-07 |"));
+  CHECK_FALSE(contains(own, "| `full` |"));
+  CHECK(contains(own_error_tables({}), "No such rows"));
+
+  ReportOptions options;
+  options.gnuplot = "/nonexistent/gnuplot";  // the data files are what is checked
+  render_report(dir.string(), options);
+  const std::string pareto = read_text(dir / "plots" / "pareto_n1024.dat");
+  CHECK(contains(pareto, "\"full\""));
+  CHECK_FALSE(contains(pareto, "retnet"));
+  CHECK_FALSE(contains(pareto, "gla"));
+  const std::string errors = read_text(dir / "plots" / "error_vs_n_gaussian_temp_1.dat");
+  CHECK(contains(errors, "# sliding"));
+  CHECK_FALSE(contains(errors, "retnet"));
+  const std::string numerical =
+      read_text(dir / "plots" / "numerical_error_vs_n_gaussian_temp_1.dat");
+  CHECK(contains(numerical, "# retnet"));
+  CHECK(contains(numerical, "# gla"));
+  CHECK_FALSE(contains(numerical, "sliding"));
+  const std::string times = read_text(dir / "plots" / "time_vs_n.dat");
+  for (const char* title : {"# full", "# sliding", "# retnet", "# gla"})
+    CHECK(contains(times, title));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("an older run's rows: a variant that is not softmax attention keeps no softmax error",
+          "[report]") {
+  // Before error_vs, every row was measured against softmax attention; a variant that declares
+  // that it computes something else is classed by its declaration and its error dropped.
+  std::istringstream text(
+      "spec,variant,n,status,rel_fro,mean_cos\n"
+      "full,full,64,ok,1e-07,1\n"
+      "retnet:schedule=retnet,retnet,64,ok,250,0.1\n"
+      "\"linear:rule=delta\",linear,64,unsupported,,\n"
+      "peer:numpy,numpy,64,ok,1e-07,1\n");
+  const auto rows = parse_report_rows(text);
+  REQUIRE(rows.size() == 4);
+  CHECK(rows[0].error_vs == "softmax");
+  CHECK(rows[0].rel_fro == 1e-7);
+  CHECK(rows[1].error_vs == "own");
+  CHECK_FALSE(rows[1].rel_fro);
+  CHECK_FALSE(rows[1].mean_cos);
+  CHECK(rows[2].error_vs == "own");
+  CHECK(rows[3].approximates_softmax());
+}
+
+TEST_CASE("every series of a plot has its own colour and marker; axes name their units",
+          "[report]") {
+  std::set<std::string> colours, markers;
+  for (std::size_t i = 0; i < 67; ++i) {
+    const SeriesStyle style = series_style(i);
+    INFO(i << ": " << style.gnuplot());
+    CHECK(style.colour.size() == 7);
+    CHECK(colours.insert(style.colour).second);
+    CHECK(markers.insert(style.marker).second);
+  }
+  const fs::path dir =
+      fs::temp_directory_path() / ("attnlab-report-styles-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(kRows, dir / "rows.csv");
+  ReportOptions options;
+  options.gnuplot = "/nonexistent/gnuplot";
+  render_report(dir.string(), options);
+  for (const auto& e : fs::directory_iterator(dir / "plots")) {
+    if (e.path().extension() != ".gp") continue;
+    const std::string gp = read_text(e.path());
+    INFO(e.path().filename().string() << ":\n" << gp);
+    // Every series' colour is distinct from the others' (labels reuse their frontier's colour).
+    std::set<std::string> seen;
+    for (std::size_t at = gp.find("lc rgb '"); at != std::string::npos;
+         at = gp.find("lc rgb '", at + 1))
+      CHECK(seen.insert(gp.substr(at, 16)).second);
+    CHECK(seen.size() >= 2);
+    for (const char* label : {"set xlabel '", "set ylabel "}) CHECK(contains(gp, label));
+    if (contains(gp, "sequence length")) CHECK(contains(gp, "N (tokens)"));
+    if (contains(gp, "time per forward call")) CHECK(contains(gp, "(s)"));
+    if (contains(gp, "relative error")) CHECK(contains(gp, "dimensionless"));
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("peers table: time and ratio to full, skipped peers say why", "[report]") {
   const std::string t = peers_table(read_report_rows(kRows));
   CHECK(contains(t,
@@ -244,7 +406,7 @@ TEST_CASE("render_report writes report.md and the plots", "[report]") {
     md << in.rdbuf();
     CHECK(contains(md.str(), "## Long Range Arena efficiency table"));
     CHECK(contains(md.str(), "## Linformer"));
-    CHECK(contains(md.str(), "## Error against the exact result"));
+    CHECK(contains(md.str(), "## Error against exact softmax attention, per length"));
     CHECK(contains(md.str(), "- git.commit: abc123"));
     CHECK(contains(md.str(), "18 rows: 1 error 16 ok 1 skipped"));
     CHECK(fs::exists(dir / "plots" / "time_vs_n.dat"));

@@ -115,7 +115,7 @@ TEST_CASE("the summary shows speed-ups, full's time and errors taken from the ro
   CHECK(line_of(causal, "linformer").find("unsup.") != std::string::npos);
 
   // Errors: the worst over inputs and causal settings.
-  const std::string errors = section(text, "Error against the fp64 reference");
+  const std::string errors = section(text, "Error against exact softmax attention (fp64)");
   CHECK(words(line_of(errors, "sliding:left=32")) == Words{"sliding:left=32", "0.3", "0.2"});
   CHECK(words(line_of(errors, "sliding:left=32", 1)) ==
         Words{"mean", "cosine", "0.9500", "0.9700"});
@@ -123,6 +123,55 @@ TEST_CASE("the summary shows speed-ups, full's time and errors taken from the ro
   CHECK(words(line_of(errors, "linformer", 1)) == Words{"mean", "cosine", "0.5000"});
 
   CHECK(text.find("sgemm 1024^3 at 100.0 GFLOP/s") != std::string::npos);
+}
+
+TEST_CASE(
+    "variants that are not softmax attention keep their speed-up but leave the softmax error "
+    "table; a trained model's inputs get their own",
+    "[summary]") {
+  SummaryRun run{"runs/default", {}, nullptr};
+  const std::string retnet = "retnet:schedule=retnet", trained = "trained:ckpt/kjv,layer=2";
+  ReportRow own = row(retnet, 1024, "none", "a", 0.001, 2e-7, 1.0);  // 10x
+  own.error_vs = "own";
+  ReportRow own_trained = row(retnet, 1024, "top-left", trained, 0.002, 3e-7, 1.0);
+  own_trained.error_vs = "own";
+  own_trained.heads = 2;
+  ReportRow full_trained = row("full", 1024, "top-left", trained, 0.004, 1e-7, 1.0);
+  full_trained.heads = 2;
+  ReportRow sliding_trained = row(kSliding, 1024, "top-left", trained, 0.001, 0.04, 0.999);
+  sliding_trained.heads = 2;
+  run.rows = {row("full", 1024, "none", "a", 0.010, 1e-7, 1.0),
+              row(kSliding, 1024, "none", "a", 0.005, 0.10, 0.99),
+              own,
+              full_trained,
+              sliding_trained,
+              own_trained};
+  const std::string text = sweep_summary(run);
+  INFO(text);
+  // The speed-up tables hold every spec, per shape: the trained model's has 2 heads.
+  CHECK(words(line_of(section(text, "causal none, B=1 H=8"), "retnet")) ==
+        Words{"retnet", "10.00x"});
+  CHECK(words(line_of(section(text, "causal top-left, B=1 H=2"), "retnet")) ==
+        Words{"retnet", "2.00x"});
+  // The softmax table: synthetic inputs only, no retnet.
+  const std::string softmax = section(text, "Error against exact softmax attention (fp64)");
+  CHECK(words(line_of(softmax, "sliding:left=32")) == Words{"sliding:left=32", "0.1"});
+  CHECK(softmax.find("retnet") == std::string::npos);
+  // The trained model's inputs: one column per input and length, named by folder and layer.
+  const std::string learned = section(text, "on a trained model's q, k, v");
+  CHECK(learned.find("kjv, layer 2, N=1024") != std::string::npos);
+  CHECK(words(line_of(learned, "sliding:left=32")) == Words{"sliding:left=32", "0.04"});
+  CHECK(learned.find("retnet") == std::string::npos);
+  // The others: their numerical error, the worst over every input.
+  const std::string other = section(text, "Not softmax attention");
+  CHECK(words(line_of(other, "retnet")) == Words{"retnet", "3e-07"});
+  CHECK(other.find("sliding") == std::string::npos);
+  CHECK(other.find("full") == std::string::npos);
+
+  // Without such rows, no table for them.
+  run.rows = {row("full", 1024, "none", "a", 0.010, 1e-7, 1.0)};
+  CHECK(sweep_summary(run).find("Not softmax attention") == std::string::npos);
+  CHECK(sweep_summary(run).find("trained model") == std::string::npos);
 }
 
 TEST_CASE("a reference run's speed-ups for the same points sit in brackets", "[summary]") {

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -27,7 +28,10 @@
 #include "harness/measure.hpp"
 #include "harness/rows.hpp"
 #include "harness/sweep.hpp"
+#include "harness/trained_inputs.hpp"
 #include "helpers.hpp"
+#include "training/trainer.hpp"
+#include "variants/recurrence_reference.hpp"
 
 using namespace attnlab;
 using attnlab::test::require_error;
@@ -351,6 +355,71 @@ TEST_CASE("input distributions are seeded and shaped as documented", "[harness]"
   require_error([] { make_inputs("gaussian:temp=abc", 1, 1, 8, 16, 1); }, {"temp=abc"});
 }
 
+TEST_CASE("token inputs are seeded, in range, and what the rows' errors were measured with",
+          "[harness]") {
+  const TokenValues a = make_token_inputs(2, 3, 500, 7), b = make_token_inputs(2, 3, 500, 7);
+  CHECK(a.log_decay == b.log_decay);
+  CHECK(a.beta == b.beta);
+  CHECK(a.log_decay != make_token_inputs(2, 3, 500, 8).log_decay);
+  CHECK(a.log_decay.shape(2) == 500);
+  // g = log sigmoid(z) / 16 with z ~ N(0, 1): in (log sigmoid(-6) / 16, 0) for 3000 draws (6
+  // sigma), mean E[log sigmoid(z)] / 16 = -0.0504 (numerically integrated), within 0.003 (the
+  // standard error of the mean of 3000 draws is 0.0006); beta = sigmoid(z'), mean 0.5.
+  CHECK(xt::amax(a.log_decay)() < 0);
+  CHECK(xt::amin(a.log_decay)() > -6.0025 / 16);
+  CHECK(xt::mean(a.log_decay)() == Approx(-0.0504).margin(0.003));
+  CHECK(xt::amin(a.beta)() > 0);
+  CHECK(xt::amax(a.beta)() < 1);
+  CHECK(xt::mean(a.beta)() == Approx(0.5).margin(0.02));
+  // Its own streams: q, k and v are those of make_inputs alone.
+  CHECK(std::string(kTokenInputsRecipe).find("log sigmoid(z) / 16") != std::string::npos);
+
+  // A sweep's error of gated-delta is that of its forward with these inputs against its own
+  // float64 definition on the sampled rows: the row is reproducible from (input, seed) alone.
+  TempDir dir;
+  const SweepConfig c = parse_config(std::string(R"(
+variants = ["gated-delta", "retnet"]
+n = [96]
+heads = 2
+dim = 8
+causal = ["top-left"]
+input = ["gaussian:temp=0.5"]
+seed = 5
+)") + kMeasure,
+                                     "tokens.toml");
+  sweep_quietly(c, dir.str());
+  const auto rows = read_rows(dir.str("rows.csv"));
+  REQUIRE(rows.size() == 2);
+  const QKV t = make_inputs("gaussian:temp=0.5", 1, 2, 96, 8, 5);
+  const TokenValues tokens = make_token_inputs(1, 2, 96, 5);
+  Mask causal;
+  causal.causal = Causal::top_left;
+  for (const Row& r : rows) {
+    INFO(r[Col::spec] << ": " << r[Col::message]);
+    REQUIRE(r[Col::status] == "ok");
+    CHECK(r[Col::error_vs] == "own");
+    const auto a = make_attention(r[Col::spec]);
+    const bool gated = a->support().log_decay;
+    CHECK(r[Col::token_inputs] == (gated ? "g,beta" : ""));
+    const TokenInputs in = gated ? TokenInputs::of(&tokens.log_decay, &tokens.beta) : TokenInputs{};
+    Tensor out;
+    a->forward(t.q, t.k, t.v, causal, in, out);
+    const auto sample = error_rows(96, 24, 5);
+    Tensor picked = Tensor::from_shape({1, 2, sample.size(), 8});
+    for (std::size_t h = 0; h < 2; ++h)
+      for (std::size_t i = 0; i < sample.size(); ++i)
+        for (std::size_t c2 = 0; c2 < 8; ++c2) picked(0, h, i, c2) = out(0, h, sample[i], c2);
+    const ErrorMetrics e = compare(picked, own_reference(*a, t.q, t.k, t.v, causal, in, sample));
+    CHECK(std::stod(r[Col::rel_fro]) == Approx(e.rel_fro).epsilon(1e-6));
+    // Without the gates the same kernel computes something else: the rows used them.
+    if (gated) {
+      Tensor plain;
+      a->forward(t.q, t.k, t.v, causal, {}, plain);
+      CHECK(xt::amax(xt::abs(plain - out))() > 1e-2);
+    }
+  }
+}
+
 TEST_CASE("rows are CSV with quoting, and a torn last line is dropped", "[harness]") {
   CHECK(csv_line(std::vector<std::string>{"a", "b,c", "say \"hi\"", ""}) ==
         "a,\"b,c\",\"say \"\"hi\"\"\",\n");
@@ -495,6 +564,18 @@ input = ["gaussian:temp=0.5", "lowrank:r=32"]
     CHECK(r[Col::err_rows] == "24");  // n = 64 > error_rows = 24: a sample
     CHECK(std::stod(r[Col::sgemm_gflops]) > 0);
     CHECK(std::stod(r[Col::mean_cos]) <= 1.0 + 1e-12);
+    // What the variant declares decides what its error is measured against; a variant that is
+    // not softmax attention is measured against its own float64 definition, given the token
+    // inputs it takes, and then its error is only the float32 kernels' rounding: fp32 chunked
+    // kernels against fp64 over 64 tokens, measured below 1e-6; softmax variants are not all
+    // that close to softmax (linear attention is not).
+    const Support support = make_attention(p.spec)->support();
+    CHECK(r[Col::error_vs] == (support.approximates_softmax ? "softmax" : "own"));
+    if (!support.approximates_softmax) CHECK(std::stod(r[Col::rel_fro]) < 1e-5);
+    const std::string tokens = std::string(support.log_decay ? "g" : "") +
+                               (support.log_decay && support.beta ? "," : "") +
+                               (support.beta ? "beta" : "");
+    CHECK(r[Col::token_inputs] == tokens);
     if (p.spec == "full") {
       // exact: fp32 with an online softmax against fp64, ~1e-7 relative
       CHECK(std::stod(r[Col::rel_fro]) < 1e-5);
@@ -508,7 +589,7 @@ input = ["gaussian:temp=0.5", "lowrank:r=32"]
   const auto meta = nlohmann::json::parse(read_file(dir.str("meta.json")));
   for (const char* key : {"git_commit", "git_dirty", "compiler", "compiler_flags", "build_type",
                           "cpu_model", "cpu_flags", "blas", "OPENBLAS_CORETYPE", "threads", "date",
-                          "hostname", "config", "grid", "sgemm_gflops", "runs"}) {
+                          "hostname", "config", "grid", "sgemm_gflops", "runs", "token_inputs"}) {
     INFO("meta.json key " << key);
     CHECK(meta.contains(key));
   }
@@ -735,6 +816,123 @@ TEST_CASE("npy:<dir> inputs are the user's arrays, with their own shape", "[harn
   // A missing directory is a config error, found before anything runs.
   c.input = {"npy:" + dir.str("missing")};
   require_error([&] { make_grid(c); }, {"missing/q.npy"});
+}
+
+TEST_CASE(
+    "trained:DIR inputs are a checkpoint's q, k, v on held-out text, at the lengths it serves",
+    "[harness]") {
+  // The committed KJV model (benchmarks/checkpoints/kjv): causal, N = 1024, 2 layers, 2 heads
+  // of 64.
+  const std::string kjv = std::string(ATTNLAB_SOURCE_DIR) + "/benchmarks/checkpoints/kjv";
+  const TrainedInput in = parse_trained_input("trained:" + kjv + ",layer=2");
+  CHECK(in.dir == kjv);
+  CHECK(in.layer == 2);
+  CHECK(parse_trained_input("trained:" + kjv).layer == 1);
+  CHECK(trained_input_label("trained:" + kjv + ",layer=2") == "kjv, layer 2");
+  const TrainedShape shape = trained_shape(in);
+  CHECK(shape.max_n == 1024);
+  CHECK(shape.heads == 2);
+  CHECK(shape.dim == 64);
+  CHECK(shape.causal);
+
+  const QKV a = trained_inputs(in, 64, 2, 7), b = trained_inputs(in, 64, 2, 7);
+  CHECK(shape_string(a.q) == "[2, 2, 64, 64]");
+  CHECK(a.q == b.q);  // a function of (input, n, batch, seed)
+  CHECK(a.v == b.v);
+  CHECK(a.k != trained_inputs(in, 64, 2, 8).k);
+  CHECK(a.q != trained_inputs(parse_trained_input("trained:" + kjv + ",layer=1"), 64, 2, 7).q);
+  // Learned structure: the trained layer's causal attention rows are far from uniform. Mean row
+  // entropy over rows 32..63 of both heads and items: uniform log(i + 1), mean 3.86 nats; this
+  // checkpoint's layer 2 measured 2.26 (2.24-2.27 over seeds 7-9), its initialisation (the same
+  // config untrained) 3.78.
+  double entropy = 0, count = 0;
+  for (std::size_t item = 0; item < 2; ++item)
+    for (std::size_t h = 0; h < 2; ++h)
+      for (std::size_t i = 32; i < 64; ++i) {
+        std::vector<double> logit(i + 1);
+        for (std::size_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (std::size_t c = 0; c < 64; ++c)
+            dot += double(a.q(item, h, i, c)) * a.k(item, h, j, c);
+          logit[j] = dot / 8.0;
+        }
+        const double top = *std::max_element(logit.begin(), logit.end());
+        double z = 0, e = 0;
+        for (double l : logit) z += std::exp(l - top);
+        for (double l : logit) {
+          const double p = std::exp(l - top) / z;
+          if (p > 0) e -= p * std::log(p);
+        }
+        entropy += e, ++count;
+      }
+  CHECK(entropy / count < 3.0);
+
+  // In a sweep: the model's heads and head size, the grid's n up to 1024, causal settings only.
+  SweepConfig c = parse_config(std::string(R"(
+variants = ["full", "sliding:left=8,right=0", "gla"]
+n = [64, 2048]
+causal = ["none", "top-left"]
+input = ["trained:)") + kjv + R"(,layer=2"]
+)" + kMeasure,
+                               "trained.toml");
+  const auto grid = make_grid(c);
+  REQUIRE(grid.size() == 3);
+  for (const Point& p : grid) {
+    CHECK(p.n == 64);
+    CHECK(p.heads == 2);
+    CHECK(p.dim == 64);
+    CHECK(p.causal == "top-left");
+  }
+  TempDir dir;
+  sweep_quietly(c, dir.str());
+  const auto rows = read_rows(dir.str("rows.csv"));
+  REQUIRE(rows.size() == 3);
+  for (const Row& r : rows) {
+    INFO(r[Col::spec] << ": " << r[Col::message]);
+    CHECK(r[Col::status] == "ok");
+    CHECK(r[Col::heads] == "2");
+    if (r[Col::spec] == "full") CHECK(std::stod(r[Col::rel_fro]) < 1e-5);  // exact
+    if (r[Col::spec] == "gla") CHECK(r[Col::error_vs] == "own");
+  }
+
+  // Bad input names the field and what was expected.
+  const std::string ckpt = "trained:" + kjv;
+  require_error([] { parse_trained_input("trained:"); }, {"trained:", "dir", "empty"});
+  require_error([] { parse_trained_input("trained:,layer=1"); }, {"dir", "empty"});
+  require_error([&] { parse_trained_input(ckpt + ",layer=0"); }, {"layer=0", "1 or more"});
+  require_error([&] { parse_trained_input(ckpt + ",layer=two"); }, {"layer=two"});
+  require_error([&] { parse_trained_input(ckpt + ",depth=1"); }, {"unknown key 'depth'", "layer"});
+  require_error([&] { parse_trained_input(ckpt + ",2"); }, {"'2'", "not key=value"});
+  require_error([&] { trained_shape(parse_trained_input(ckpt + ",layer=3")); },
+                {"layer=3", "2 layers"});
+  require_error([&] { trained_shape(parse_trained_input("trained:" + dir.str("nothing"))); },
+                {"dir=", "nothing", "state.txt"});
+  require_error([&] { trained_inputs(in, 2048, 1, 1); }, {"n=2048", "trained at N = 1024"});
+  {  // A Llama-style model rotates q and k inside its blocks: refused, naming the architecture.
+    training::TrainConfig llama;
+    llama.task = "copy";
+    llama.n = 16;
+    llama.layers = 1;
+    llama.d_model = 16;
+    llama.heads = 2;
+    llama.ffn = 32;
+    llama.arch = models::Arch::llama;
+    training::Trainer(llama).save(dir.str("llama"));
+    require_error([&] { trained_shape(parse_trained_input("trained:" + dir.str("llama"))); },
+                  {"dir=", "--arch llama"});
+  }
+  c.n = {2048, 4096};
+  require_error([&] { make_grid(c); }, {"n:", "N <= 1024", "2048, 4096"});
+  c.n = {64};
+  c.causal = {"none"};
+  require_error([&] { make_grid(c); }, {"causal:", "causal masks only"});
+  require_error([] { parse_input_list("--input", "trained:,layer=1"); }, {"--input", "dir"});
+  require_error(
+      [] {
+        parse_config("variants = [\"full\"]\nn = [64]\ninput = [\"trained:x,layer=-1\"]\n",
+                     "t.toml");
+      },
+      {"t.toml:3", "input", "layer=-1"});
 }
 
 TEST_CASE("a sweep that fails before its first row removes the folder it created", "[harness]") {

@@ -19,8 +19,8 @@ std::mt19937_64 stream(std::uint64_t seed, std::uint64_t purpose, std::size_t b,
 
 [[noreturn]] void fail(const std::string& text, const std::string& why) {
   throw Error("input distribution '" + text + "': " + why +
-              " (expected gaussian:temp=T, lowrank:r=R[,temp=T], local:width=W[,gap=G] or "
-              "npy:<dir>)");
+              " (expected gaussian:temp=T, lowrank:r=R[,temp=T], local:width=W[,gap=G], "
+              "npy:<dir> or trained:DIR[,layer=L])");
 }
 
 double positive(const std::string& text, const std::string& key, const std::string& value) {
@@ -162,6 +162,28 @@ QKV make_inputs(const std::string& distribution, std::size_t batch, std::size_t 
             }
         break;
       }
+    }
+  });
+  return t;
+}
+
+const char* const kTokenInputsRecipe =
+    "g = log sigmoid(z) / 16 and beta = sigmoid(z'), z and z' ~ N(0, 1) per (item, head, "
+    "token), each from its own stream of (seed, item, head) (lib/attnlab/inputs.hpp)";
+
+TokenValues make_token_inputs(std::size_t batch, std::size_t heads, std::size_t n,
+                              std::uint64_t seed) {
+  TokenValues t{TokenTensor::from_shape({batch, heads, n}),
+                TokenTensor::from_shape({batch, heads, n})};
+  per_slice(batch, heads, [&](std::size_t b, std::size_t h) {
+    std::normal_distribution<double> normal(0.0, 1.0);
+    auto rng_g = stream(seed, 4, b, h), rng_beta = stream(seed, 5, b, h);
+    for (std::size_t i = 0; i < n; ++i) {
+      // log sigmoid(z) = -log(1 + e^-z), in the form that does not overflow for z < 0.
+      const double z = normal(rng_g);
+      const double log_sigmoid = z >= 0 ? -std::log1p(std::exp(-z)) : z - std::log1p(std::exp(z));
+      t.log_decay(b, h, i) = static_cast<float>(log_sigmoid / 16.0);
+      t.beta(b, h, i) = static_cast<float>(1.0 / (1.0 + std::exp(-normal(rng_beta))));
     }
   });
   return t;

@@ -15,12 +15,19 @@
 //                        (default G = 6): attention concentrates within a few W of the diagonal.
 // v is standard normal in every case. Each (item, head) slice has its own random stream derived
 // from the seed, so the tensors do not depend on the number of threads.
+//
+// The per-token inputs of the variants whose support() takes them (make_token_inputs), the same
+// for every distribution, from streams of their own (q, k, v do not change):
+//   g    = log sigmoid(z) / 16, z ~ N(0, 1): GLA's gate (logsigmoid over its normaliser 16), decays
+//          a = exp(g) of about 0.95 per token, between 0.8 and 1
+//   beta = sigmoid(z'), z' ~ N(0, 1): DeltaNet's write strength
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "attnlab/attention.hpp"
 #include "attnlab/tensor.hpp"
 
 namespace attnlab {
@@ -49,5 +56,18 @@ InputDistribution parse_inputs(const std::string& text);
 /// distribution does not fit the shape (lowrank r > dim).
 QKV make_inputs(const std::string& distribution, std::size_t batch, std::size_t heads,
                 std::size_t n, std::size_t dim, std::uint64_t seed);
+
+/// The per-token inputs g and beta of one problem (see the header comment).
+struct TokenValues {
+  TokenTensor log_decay;  ///< g [B, H, N], < 0
+  TokenTensor beta;       ///< beta [B, H, N], in (0, 1)
+};
+
+/// g and beta of shape [batch, heads, n] from `seed` (see the header comment).
+TokenValues make_token_inputs(std::size_t batch, std::size_t heads, std::size_t n,
+                              std::uint64_t seed);
+
+/// How make_token_inputs draws g and beta, in words: what a sweep records in its meta.json.
+extern const char* const kTokenInputsRecipe;
 
 }  // namespace attnlab
