@@ -127,6 +127,15 @@ void run(RunOptions& o) {
   }
 }
 
+// The registered variants whose default spec takes the per-token input `input`, for the help
+// text: read from their support(), so a new variant is listed without an edit here.
+std::string variants_taking(bool Support::*input) {
+  std::vector<std::string> names;
+  for (const std::string& name : attention_names())
+    if (make_attention(name)->support().*input) names.push_back(name);
+  return names.empty() ? "none registered" : join_names(names);
+}
+
 }  // namespace
 
 void add_run_command(CLI::App& app) {
@@ -148,11 +157,11 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--mask", o->mask, "Boolean mask .npy (bool or uint8), true = may attend");
   cmd->add_option("--scale", o->scale, "Softmax scale (default 1/sqrt(Dk))");
   cmd->add_option("--log-decay", o->log_decay,
-                  "Log-decay g .npy, <= 0, one per token: [B,H,N], [H,N] or [N] (gla, "
-                  "gated-delta)");
+                  "Log-decay g .npy, <= 0, one per token: [B,H,N], [H,N] or [N] (" +
+                      variants_taking(&Support::log_decay) + ")");
   cmd->add_option("--beta", o->beta,
-                  "Delta-rule write strength .npy in [0, 1], shaped as --log-decay (delta, "
-                  "gated-delta)");
+                  "Delta-rule write strength .npy in [0, 1], shaped as --log-decay (" +
+                      variants_taking(&Support::beta) + ")");
   for (RunExtension extend : run_extensions()) o->hooks.push_back(extend(*cmd));
   cmd->callback([o] { run(*o); });
 }

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -59,6 +60,21 @@ void require_error(F&& f, std::initializer_list<std::string> fragments) {
     return;
   }
   FAIL("expected an exception mentioning " << *fragments.begin());
+}
+
+/// The registered variants that declare everything the softmax engine honours
+/// (Support::softmax_engine(): its clients, full, sliding and bigbird today), so that a new
+/// client is tested without an edit here.
+inline std::vector<std::string> engine_clients() {
+  const Support engine = Support::softmax_engine();
+  std::vector<std::string> out;
+  for (const std::string& name : attention_names()) {
+    const Support s = make_attention(name)->support();
+    if (s.backward == engine.backward && s.grouped_heads && s.window && s.documents && s.prefix &&
+        s.custom && s.softcap && s.bias && s.sinks && s.alibi && s.forgetting_gate)
+      out.push_back(name);
+  }
+  return out;
 }
 
 }  // namespace attnlab::test

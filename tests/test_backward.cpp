@@ -632,7 +632,7 @@ TEST_CASE("softmax variants: gradients are bitwise equal across runs and thread 
   // One head (its tiles split over private dK/dV sums) and six heads (whole heads per task);
   // plain and causal; lengths off and on the 48-query, 128-key tile edges.
   const int threads_before = omp_get_max_threads();
-  for (const char* spec : {"full", "sliding", "bigbird"})
+  for (const std::string& spec : test::engine_clients())
     for (auto [heads, n] : {std::pair<std::size_t, std::size_t>{1, 300}, {6, 384}})
       for (const Causal causal : {Causal::none, Causal::top_left}) {
         INFO(spec << " heads=" << heads << " N=" << n << " causal=" << (causal != Causal::none));

@@ -1,8 +1,10 @@
 // End-to-end tests of the attnlab executable (path in $ATTNLAB_CLI, set by meson test): exit codes,
 // the one-line error messages, no output file on failure, and that a good run's output equals
 // make_attention(spec)->forward in-process.
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "attnlab/blas.hpp"
 #include "attnlab/kernels.hpp"
@@ -77,6 +79,30 @@ TEST_CASE("--help and --version behave as users expect", "[cli]") {
   r = attnlab_cli(dir, "run --help");
   CHECK(r.code == 0);
   CHECK(r.out.find("--key-lengths") != std::string::npos);
+  // --log-decay and --beta name the variants that take them, as their support() says: the
+  // comma-separated list in brackets after each option's "[N] (" and "--log-decay (".
+  const auto listed = [&](const std::string& option, const std::string& before) {
+    const auto at = r.out.find(before, r.out.find(option));
+    REQUIRE(at != std::string::npos);
+    std::string text = r.out.substr(at + before.size());
+    text = text.substr(0, text.find(')'));
+    std::set<std::string> names;
+    std::string name;
+    for (char c : text + ",") {
+      if (c == ',')
+        names.insert(name), name.clear();
+      else if (!std::isspace(static_cast<unsigned char>(c)))
+        name += c;
+    }
+    return names;
+  };
+  const auto log_decay = listed("--log-decay", "[N] ("), beta = listed("--beta", "--log-decay (");
+  for (const std::string& name : attention_names()) {
+    INFO(name);
+    const Support s = make_attention(name)->support();
+    CHECK(log_decay.count(name) == std::size_t(s.log_decay));
+    CHECK(beta.count(name) == std::size_t(s.beta));
+  }
 
   r = attnlab_cli(dir, "--version");
   CHECK(r.code == 0);

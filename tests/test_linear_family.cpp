@@ -26,6 +26,18 @@ using attnlab::test::uniform_tokens;
 
 namespace {
 
+// The default spec of every registered client of the scan engine (a new one is tested here
+// without an edit), then the `extra` settings.
+std::vector<std::string> scan_specs(std::initializer_list<const char*> extra = {}) {
+  std::vector<std::string> specs;
+  for (const std::string& name : attention_names()) {
+    const auto a = make_attention(name);
+    if (dynamic_cast<const ScanAttention*>(a.get())) specs.push_back(a->spec());
+  }
+  for (const char* spec : extra) specs.push_back(spec);
+  return specs;
+}
+
 std::unique_ptr<ScanAttention> make_scan(const std::string& spec) {
   return std::unique_ptr<ScanAttention>(
       static_cast<ScanAttention*>(make_attention(spec).release()));
@@ -89,10 +101,8 @@ const GateCase kGates[] = {
 }  // namespace
 
 TEST_CASE("every scan variant equals its float64 recurrence", "[linear-family]") {
-  const char* specs[] = {
-      "delta",       "delta:beta=0.6",      "retnet", "retnet:schedule=fixed,gamma=0.9", "gla",
-      "gated-delta", "gated-delta:beta=0.3"};
-  for (const char* spec : specs) {
+  for (const std::string& spec :
+       scan_specs({"delta:beta=0.6", "retnet:schedule=fixed,gamma=0.9", "gated-delta:beta=0.3"})) {
     const auto a = make_scan(spec);
     const Support s = a->support();
     for (std::size_t n : {1, 5, 64, 65, 130}) {
@@ -160,7 +170,7 @@ TEST_CASE("scan variants' exact reductions", "[linear-family]") {
       CHECK(std::exp(r.head_log_decay(h, 4)) == Approx(1.0 - std::exp2(-5.0 - double(h))));
   }
   SECTION("chunked causal equals the recurrent step loop") {
-    for (const char* spec : {"delta:beta=0.7", "retnet", "gla", "gated-delta"}) {
+    for (const std::string& spec : scan_specs({"delta:beta=0.7"})) {
       INFO(spec);
       const auto a = make_scan(spec);
       const TokenTensor g = uniform_tokens(B, H, n, -2, 0, 5);
@@ -206,7 +216,7 @@ TEST_CASE("scan variants' backward against finite differences and torch", "[line
     std::string what;
   };
   std::vector<Expected> expected;
-  for (const char* spec : {"delta:beta=0.8", "retnet", "gla", "gated-delta"}) {
+  for (const std::string& spec : scan_specs({"delta:beta=0.8"})) {
     for (const bool causal : {true, false}) {
       for (const bool padded : {false, true}) {
         const auto a = make_scan(spec);
@@ -273,7 +283,7 @@ TEST_CASE("the chunked backward across chunk edges, padding, strong decay and be
   const Case cases[] = {{1, 1, -1, 0},     {63, 63, -0.5, 0},  {64, 64, -1, 0},
                         {65, 65, -8, -4},  {129, 129, -2, 0},  {131, 70, -0.3, 0},
                         {130, 60, -8, -4}, {128, 64, -1e-3, 0}};
-  for (const char* spec : {"gla", "retnet", "delta:beta=0.8", "gated-delta"}) {
+  for (const std::string& spec : scan_specs({"delta:beta=0.8"})) {
     for (const Case& c : cases) {
       for (const bool causal : {true, false}) {
         const auto a = make_scan(spec);
@@ -317,7 +327,7 @@ TEST_CASE("scan variants stay finite on extreme inputs", "[linear-family][numeri
   for (std::size_t t = 0; t < n; t += 3) g(0, 0, t) = -1e4f;
   TokenTensor beta = uniform_tokens(B, H, n, 0, 1, 36);
   for (std::size_t t = 0; t < n; ++t) beta(0, t % 2, t) = float(t % 3 == 0);
-  for (const char* spec : {"delta", "retnet", "gla", "gated-delta"}) {
+  for (const std::string& spec : scan_specs()) {
     INFO(spec);
     const auto a = make_scan(spec);
     const TokenInputs in =

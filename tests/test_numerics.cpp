@@ -73,13 +73,11 @@ bool exact(const std::string& spec, const Mask& mask) {
 }
 
 // Kernel-weighted averages: with all keys equal every visible key gets the same weight. Not
-// Linformer, not the delta rule, and not the scan engine's clients (no normaliser: retnet and
-// gla sum, delta and gated-delta overwrite).
+// Linformer (its projections mix the keys), and not a variant that is not softmax attention (no
+// normaliser: retnet and gla sum, the delta rule overwrites), as its support() declares.
 bool averages(const std::string& spec) {
-  const std::string name = spec.substr(0, spec.find(':'));
-  for (const char* scan : {"delta", "retnet", "gla", "gated-delta"})
-    if (name == scan) return false;
-  return name != "linformer" && spec.find("rule=delta") == std::string::npos;
+  return spec.substr(0, spec.find(':')) != "linformer" &&
+         make_attention(spec)->support().approximates_softmax;
 }
 
 std::vector<std::string> specs_for(const Problem& p) {
