@@ -318,6 +318,20 @@ TEST_CASE("a variant that is not softmax attention equals its own float64 defini
   // A softmax variant has no float64 definition of its own there: Unsupported, naming it.
   require_error<Unsupported>([&] { own_reference(*make_attention("full"), q, k, v, {}, {}); },
                              {"full", "float64 reference"});
+  Mask packed;
+  packed.documents = {0, 60, 130};
+  require_error<Unsupported>([&] { own_reference(*make_attention("gla"), q, k, v, packed, {}); },
+                             {"gla", "packed documents"});
+  Mask windowed;
+  windowed.window = Window{8, 8};
+  require_error<Unsupported>([&] { own_reference(*make_attention("gla"), q, k, v, windowed, {}); },
+                             {"gla", "window"});
+  const std::vector<float> sinks(q.shape()[1], 0.5f);
+  TokenInputs with_sinks;
+  with_sinks.sinks = std::span<const float>(sinks);
+  require_error<Unsupported>(
+      [&] { own_reference(*make_attention("retnet"), q, k, v, {}, with_sinks); },
+      {"retnet", "sinks"});
 }
 
 TEST_CASE("forward into an output reuses its storage and equals the returning form", "[core]") {

@@ -319,6 +319,15 @@ ScanRecurrence scan_recurrence(const ScanAttention& a, const Mask& mask, std::si
 Tensor64 own_reference(const Attention& attention, const Tensor& q, const Tensor& k,
                        const Tensor& v, const Mask& mask, const TokenInputs& in,
                        const std::vector<std::size_t>& rows) {
+  if (mask.has_documents())  // refused, never read as one sequence per item
+    throw Unsupported(attention.name(),
+                      "packed documents in its float64 reference (one sequence per batch item; "
+                      "run each document alone)");
+  // The softmax engine's modifiers are not in these definitions: refused, never ignored.
+  if (mask.has_modifiers() || in.bias || in.sinks || in.alibi_slopes)
+    throw Unsupported(attention.name(),
+                      "a window, prefix, custom mask, softcap, bias, sinks or ALiBi in its "
+                      "float64 reference (the softmax engine's modifiers)");
   const State64 initial = in.initial_state ? state64(*in.initial_state) : State64();
   const State64* from = in.initial_state ? &initial : nullptr;
   if (const auto* linear = dynamic_cast<const LinearAttention*>(&attention))
