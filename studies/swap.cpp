@@ -326,7 +326,9 @@ StudyOutput swap_study(const StudyOptions& o, harness::PlotFiles& plots) {
       "The LRA paper (Tay et al. 2020, `../shared/anchors/papers.md`) reports speed-ups of the "
       "same six models in training steps per second on TPU v3 at batch 32 (local 5.3x, "
       "Linformer 5.5x, BigBird 1.1x, linear 5.6x, Performer 5.7x at 4K) and their accuracy after "
-      "training; `results/default/report.md` sets our attention calls beside those speed-ups. "
+      "training; `./dev run`'s sweep sets our attention calls beside those speed-ups (none is "
+      "current in `results/`: the last, `results/archive/default/report.md`, timed older "
+      "kernels). "
       "Here the whole model's forward is timed on a CPU at B = 1, and the distances are those "
       "of untrained weights: how much each approximation changes the model before any training "
       "adapts to it.";
