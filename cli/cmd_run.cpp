@@ -1,12 +1,19 @@
 // attnlab run: one forward pass on .npy inputs, written to a .npy output.
 //   attnlab run --spec SPEC --q q.npy --k k.npy --v v.npy [--causal top-left|bottom-right]
 //               [--key-lengths 5,7] [--mask m.npy] [--scale X]
+//               [--cu-seqlens o.npy [--cu-seqlens-k ok.npy]] [--window LEFT,RIGHT]
+//               [--prefix-lengths p.npy] [--softcap CAP] [--bias b.npy]
+//               [--alibi-slopes s.npy|paper] [--sinks s.npy]
 //               [--log-decay g.npy] [--beta beta.npy] --out o.npy
-// Inputs are float32 or float64 of shape [B,H,N,D], [H,N,D] or [N,D], all three of the same rank;
-// the output is float32 with that rank. The mask file is bool or uint8, [Nq,Nk], [H,Nq,Nk] or
-// [B,H,Nq,Nk], true = may attend. The per-token inputs of the linear family (TokenInputs: the
-// log-decay g and the delta rule's beta) are float32 or float64 of q's rank minus one, [B,H,N],
-// [H,N] or [N], lowered as q is. Nothing is written unless the whole run succeeds.
+// Inputs are float32 or float64 of shape [B,H,N,D], [H,N,D] or [N,D], all three of the same rank
+// (k and v may have fewer heads than q: grouped KV heads); the output is float32 with q's rank.
+// The mask file is bool or uint8, [Nq,Nk], [H,Nq,Nk] or [B,H,Nq,Nk], true = may attend; the bias
+// is float, of the same ranks, broadcastable to [B,H,Nq,Nk]. Offsets (cu_seqlens) and prefix
+// lengths are int32 or int64 vectors; sinks and ALiBi slopes float vectors [H] ("paper": ALiBi's
+// geometric slopes). The per-token inputs (TokenInputs: the log-decay g, for softmax variants the
+// forgetting gate, and the delta rule's beta) are float32 or float64 of q's rank minus one,
+// [B,H,N], [H,N] or [N], lowered as q is. Mask::validate and Attention::forward check the values
+// and name the parameter. Nothing is written unless the whole run succeeds.
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -15,6 +22,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +30,7 @@
 
 #include "attnlab/attnlab.hpp"
 #include "attnlab/npy.hpp"
+#include "cli/mask_flags.hpp"
 #include "cli/run.hpp"
 
 namespace attnlab::cli {
@@ -38,26 +47,18 @@ std::vector<RunExtension> run_extensions() {
 }
 
 struct RunOptions {
-  std::string spec, q, k, v, out, causal = "none", key_lengths, mask, log_decay, beta;
-  std::optional<double> scale;
+  std::string spec, q, k, v, out, causal = "none", mask, log_decay, beta;
+  std::string bias, alibi_slopes, sinks;
+  MaskFlags mask_flags;
+  std::optional<double> scale, softcap;
   std::vector<RunHook> hooks;
 };
 
-std::vector<std::int64_t> parse_key_lengths(const std::string& text) {
-  std::vector<std::int64_t> lengths;
-  std::size_t start = 0;
-  while (true) {
-    const auto comma = text.find(',', start);
-    const std::string token = text.substr(start, comma - start);
-    std::int64_t n = -1;
-    const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), n);
-    if (token.empty() || ec != std::errc() || end != token.data() + token.size() || n < 0)
-      throw Error("--key-lengths '" + text + "': '" + token +
-                  "' is not a non-negative integer (expected e.g. 5,7: one length per batch item)");
-    lengths.push_back(n);
-    if (comma == std::string::npos) return lengths;
-    start = comma + 1;
-  }
+// A float vector of one value per query head ([H]), for --sinks and --alibi-slopes: its length
+// against the heads and its values are checked by Attention::forward, which names the input.
+std::vector<float> load_per_head(const std::string& path) {
+  const auto a = load_npy_float(path, {1});
+  return std::vector<float>(a.begin(), a.end());
 }
 
 std::string shape_of(const xt::xarray<float>& a) {
@@ -95,9 +96,10 @@ void run(RunOptions& o) {
 
   Mask mask;
   mask.causal = parse_causal(o.causal);
-  if (!o.key_lengths.empty()) mask.key_lengths = parse_key_lengths(o.key_lengths);
   if (!o.mask.empty()) mask.allowed = mask_to_bhnd(load_npy_mask(o.mask), o.mask);
   mask.scale = o.scale;
+  apply_mask_flags(o.mask_flags, mask);
+  mask.softcap = o.softcap;
 
   TokenTensor log_decay, beta;
   TokenInputs tokens;
@@ -108,6 +110,25 @@ void run(RunOptions& o) {
   if (!o.beta.empty()) {
     beta = load_tokens(o.beta, "--beta", q.dimension());
     tokens.beta = beta;
+  }
+  Tensor bias;
+  if (!o.bias.empty()) {
+    bias = read_for("--bias", [&] { return to_bhnd(load_npy_float(o.bias), o.bias); });
+    tokens.bias = bias;
+  }
+  std::vector<float> sinks, slopes;
+  if (!o.sinks.empty()) {
+    sinks = read_for("--sinks", [&] { return load_per_head(o.sinks); });
+    tokens.sinks = std::span<const float>(sinks);
+  }
+  if (!o.alibi_slopes.empty()) {
+    // The paper's slopes need the query heads: the rank of q decides which axis holds them.
+    slopes = o.alibi_slopes == "paper"
+                 ? alibi_slopes(q.dimension() == 4   ? q.shape()[1]
+                                : q.dimension() == 3 ? q.shape()[0]
+                                                     : 1)
+                 : read_for("--alibi-slopes", [&] { return load_per_head(o.alibi_slopes); });
+    tokens.alibi_slopes = std::span<const float>(slopes);
   }
 
   for (const RunHook& hook : o.hooks) hook(attention);
@@ -127,15 +148,6 @@ void run(RunOptions& o) {
   }
 }
 
-// The registered variants whose default spec takes the per-token input `input`, for the help
-// text: read from their support(), so a new variant is listed without an edit here.
-std::string variants_taking(bool Support::*input) {
-  std::vector<std::string> names;
-  for (const std::string& name : attention_names())
-    if (make_attention(name)->support().*input) names.push_back(name);
-  return names.empty() ? "none registered" : join_names(names);
-}
-
 }  // namespace
 
 void add_run_command(CLI::App& app) {
@@ -153,12 +165,27 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--out", o->out, "Output .npy (float32, written only on success)")->required();
   cmd->add_option("--causal", o->causal,
                   "none, top-left or bottom-right (FlashAttention alignment)");
-  cmd->add_option("--key-lengths", o->key_lengths, "Valid keys per batch item, e.g. 5,7");
   cmd->add_option("--mask", o->mask, "Boolean mask .npy (bool or uint8), true = may attend");
   cmd->add_option("--scale", o->scale, "Softmax scale (default 1/sqrt(Dk))");
+  add_mask_flags(*cmd, o->mask_flags);
+  cmd->add_option(
+      "--softcap", o->softcap,
+      "Tanh soft-capping of the scores, cap > 0 (" + variants_taking(&Support::softcap) + ")");
+  cmd->add_option("--bias", o->bias,
+                  "Additive float bias .npy broadcastable to [B,H,Nq,Nk] (" +
+                      variants_taking(&Support::bias) + ")");
+  cmd->add_option("--alibi-slopes", o->alibi_slopes,
+                  "ALiBi slopes: .npy float [H] >= 0, or 'paper' for the paper's geometric ones (" +
+                      variants_taking(&Support::alibi) + ")");
+  cmd->add_option("--sinks", o->sinks,
+                  "Attention sinks: .npy float [H], one logit per head (" +
+                      variants_taking(&Support::sinks) + ")");
   cmd->add_option("--log-decay", o->log_decay,
-                  "Log-decay g .npy, <= 0, one per token: [B,H,N], [H,N] or [N] (" +
-                      variants_taking(&Support::log_decay) + ")");
+                  "Log-decay g .npy, <= 0, one per token: [B,H,N], [H,N] or [N] (a memory's "
+                  "decay: " +
+                      variants_taking(&Support::log_decay) +
+                      "; softmax's forgetting gate, with --causal: " +
+                      variants_taking(&Support::forgetting_gate) + ")");
   cmd->add_option("--beta", o->beta,
                   "Delta-rule write strength .npy in [0, 1], shaped as --log-decay (" +
                       variants_taking(&Support::beta) + ")");

@@ -2,9 +2,13 @@
 // the one-line error messages, no output file on failure, and that a good run's output equals
 // make_attention(spec)->forward in-process.
 #include <cctype>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <span>
+
+#include <xtensor/xadapt.hpp>
 
 #include "attnlab/blas.hpp"
 #include "attnlab/kernels.hpp"
@@ -80,12 +84,12 @@ TEST_CASE("--help and --version behave as users expect", "[cli]") {
   CHECK(r.code == 0);
   CHECK(r.out.find("--key-lengths") != std::string::npos);
   // --log-decay and --beta name the variants that take them, as their support() says: the
-  // comma-separated list in brackets after each option's "[N] (" and "--log-decay (".
-  const auto listed = [&](const std::string& option, const std::string& before) {
+  // comma-separated list after `before` (in the option's help), up to `end`.
+  const auto listed = [&](const std::string& option, const std::string& before, char end) {
     const auto at = r.out.find(before, r.out.find(option));
     REQUIRE(at != std::string::npos);
     std::string text = r.out.substr(at + before.size());
-    text = text.substr(0, text.find(')'));
+    text = text.substr(0, text.find(end));
     std::set<std::string> names;
     std::string name;
     for (char c : text + ",") {
@@ -96,11 +100,14 @@ TEST_CASE("--help and --version behave as users expect", "[cli]") {
     }
     return names;
   };
-  const auto log_decay = listed("--log-decay", "[N] ("), beta = listed("--beta", "--log-decay (");
+  const auto log_decay = listed("--log-decay", "a memory's decay: ", ';');
+  const auto gate = listed("--log-decay", "forgetting gate, with --causal: ", ')');
+  const auto beta = listed("--beta", "--log-decay (", ')');
   for (const std::string& name : attention_names()) {
     INFO(name);
     const Support s = make_attention(name)->support();
     CHECK(log_decay.count(name) == std::size_t(s.log_decay));
+    CHECK(gate.count(name) == std::size_t(s.forgetting_gate));
     CHECK(beta.count(name) == std::size_t(s.beta));
   }
 
@@ -244,6 +251,91 @@ TEST_CASE("run passes --log-decay and --beta to the linear family as forward doe
   CHECK(xt::amax(xt::abs(got - expected))() <= 1e-6f);
   a->forward(q, k, v, mask, {}, plain);  // the inputs were read: without them the output differs
   CHECK(xt::amax(xt::abs(got - plain))() > 1e-3f);
+}
+
+TEST_CASE("run takes the softmax engine's modifiers, each read, all at once", "[cli]") {
+  // Two documents packed in a batch of one, grouped heads (4 query heads on 2 KV heads), and
+  // every modifier: the CLI's output equals forward in-process with the same Mask and inputs,
+  // also with any one flag left out, which changes the output (none is read and then ignored).
+  TempDir dir("cli-mods");
+  const std::size_t heads = 4, n = 20;
+  const Tensor q = random_tensor(1, heads, n, 8, 31), k = random_tensor(1, 2, n, 8, 32),
+               v = random_tensor(1, 2, n, 8, 33);
+  save(dir, "q.npy", q), save(dir, "k.npy", k), save(dir, "v.npy", v);
+  const auto save_ints = [&](const std::string& name, const std::vector<std::int64_t>& x) {
+    write_npy_raw(dir.file(name), "<i8", std::to_string(x.size()) + ",", raw_bytes(x));
+  };
+  save_ints("cu.npy", {0, 7, 20});
+  save_ints("prefix.npy", {3, 4});  // per document
+  save_ints("prefix1.npy", {3});    // per batch item, when the documents are left out
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  save_npy(dir.file("sinks.npy"), xt::xarray<float>(xt::adapt(sinks, std::vector<std::size_t>{heads})));
+  const Tensor bias = random_tensor(1, 1, n, n, 34, 0.5f);
+  save(dir, "bias.npy", bias, 2);
+  const TokenTensor g = test::uniform_tokens(1, heads, n, -0.3, 0.0, 35);
+  save_npy(dir.file("g.npy"), xt::xarray<float>(g));
+  const std::vector<float> slopes = alibi_slopes(heads);
+
+  enum Part { documents, window, prefix, softcap, sink, alibi, additive, gate, parts };
+  const char* flags[parts] = {
+      "--cu-seqlens cu.npy", "--window 5,2",      "--prefix-lengths prefix.npy",
+      "--softcap 4",         "--sinks sinks.npy", "--alibi-slopes paper",
+      "--bias bias.npy",     "--log-decay g.npy"};
+  for (const std::string& spec : test::engine_clients()) {
+    Tensor all;
+    for (int left_out = parts; left_out >= 0; --left_out) {  // parts: none left out
+      INFO("spec " << spec << ", without " << (left_out < parts ? flags[left_out] : "nothing"));
+      Mask mask;
+      mask.causal = Causal::top_left;
+      TokenInputs in;
+      std::string args = "run --spec " + spec + " --q q.npy --k k.npy --v v.npy --causal top-left";
+      for (int f = 0; f < parts; ++f) {
+        if (f == left_out) continue;
+        args += std::string(" ") +
+                (f == prefix && left_out == documents ? "--prefix-lengths prefix1.npy" : flags[f]);
+        switch (f) {
+          case documents:
+            mask.documents = {0, 7, 20};
+            break;
+          case window:
+            mask.window = Window{5, 2};
+            break;
+          case prefix:
+            mask.prefix_lengths = left_out == documents ? std::vector<std::int64_t>{3}
+                                                        : std::vector<std::int64_t>{3, 4};
+            break;
+          case softcap:
+            mask.softcap = 4.0;
+            break;
+          case sink:
+            in.sinks = std::span<const float>(sinks);
+            break;
+          case alibi:
+            in.alibi_slopes = std::span<const float>(slopes);
+            break;
+          case additive:
+            in.bias = TensorRef(bias);
+            break;
+          default:
+            in.log_decay = g;
+        }
+      }
+      Tensor expected;
+      make_attention(spec)->forward(q, k, v, mask, in, expected);
+      std::filesystem::remove(dir.file("o.npy"));
+      const CliResult r = attnlab_cli(dir, args + " --out o.npy");
+      INFO("attnlab " << args << "\nstderr: " << r.err);
+      REQUIRE(r.code == 0);
+      const Tensor got = to_bhnd(load_npy_float(dir.file("o.npy")), "o.npy");
+      REQUIRE(shape_string(got) == shape_string(expected));
+      CHECK(xt::amax(xt::abs(got - expected))() <= 1e-6f);  // the same code on the same data
+      if (left_out == parts)
+        all = got;
+      else
+        CHECK(xt::amax(xt::abs(got - all))() > 1e-4f);
+      if (spec != "full") break;  // the others: all at once only
+    }
+  }
 }
 
 TEST_CASE("bad input exits 2 with one line naming the problem and writes nothing", "[cli]") {

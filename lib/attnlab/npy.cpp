@@ -28,7 +28,7 @@ constexpr std::size_t kMagicLen = 6;
 // headers over 10000 bytes unless told otherwise).
 constexpr std::size_t kMaxHeader = 65536;
 
-enum class Dtype { f32, f64, b1, u1 };
+enum class Dtype { f32, f64, b1, u1, i4, i8 };
 
 struct Header {
   Dtype dtype;
@@ -101,8 +101,11 @@ Dtype parse_dtype(const std::string& path, const std::string& descr) {
   if (descr == "<f8") return Dtype::f64;
   if (descr == "|b1" || descr == "<b1" || descr == ">b1") return Dtype::b1;
   if (descr == "|u1" || descr == "<u1" || descr == ">u1") return Dtype::u1;
+  if (descr == "<i4") return Dtype::i4;
+  if (descr == "<i8") return Dtype::i8;
   fail(path, "dtype '" + descr + "' is not accepted (expected float32 '<f4' or float64 '<f8'; " +
-                 "bool '|b1' or uint8 '|u1' for masks)");
+                 "bool '|b1' or uint8 '|u1' for masks; int32 '<i4' or int64 '<i8' for offsets " +
+                 "and lengths)");
 }
 
 std::vector<std::size_t> parse_shape(const std::string& path, const std::string& text) {
@@ -165,7 +168,7 @@ Header parse_header(const std::string& path, const std::string& bytes) {
 }
 
 std::size_t item_size(Dtype d) {
-  return d == Dtype::f64 ? 8 : d == Dtype::f32 ? 4 : 1;
+  return d == Dtype::f64 || d == Dtype::i8 ? 8 : d == Dtype::f32 || d == Dtype::i4 ? 4 : 1;
 }
 
 // Parses the header and checks the rank and the data length; returns the element count.
@@ -201,13 +204,30 @@ std::size_t check_layout(const std::string& path, const std::string& bytes, cons
   return count;
 }
 
+const char* dtype_name(Dtype d) {
+  switch (d) {
+    case Dtype::f32:
+      return "<f4";
+    case Dtype::f64:
+      return "<f8";
+    case Dtype::b1:
+      return "|b1";
+    case Dtype::u1:
+      return "|u1";
+    case Dtype::i4:
+      return "<i4";
+    default:
+      return "<i8";
+  }
+}
+
 }  // namespace
 
 xt::xarray<float> load_npy_float(const std::string& path, const std::vector<std::size_t>& ranks) {
   const std::string bytes = read_all(path);
   const Header h = parse_header(path, bytes);
   if (h.dtype != Dtype::f32 && h.dtype != Dtype::f64)
-    fail(path, std::string("dtype '") + (h.dtype == Dtype::b1 ? "|b1" : "|u1") +
+    fail(path, std::string("dtype '") + dtype_name(h.dtype) +
                    "' is not accepted (expected float32 '<f4' or float64 '<f8')");
   const std::size_t count = check_layout(path, bytes, h, ranks);
   xt::xarray<float> a = xt::xarray<float>::from_shape(h.shape);
@@ -233,7 +253,7 @@ xt::xarray<bool> load_npy_mask(const std::string& path, const std::vector<std::s
   const std::string bytes = read_all(path);
   const Header h = parse_header(path, bytes);
   if (h.dtype != Dtype::b1 && h.dtype != Dtype::u1)
-    fail(path, std::string("dtype '") + (h.dtype == Dtype::f32 ? "<f4" : "<f8") +
+    fail(path, std::string("dtype '") + dtype_name(h.dtype) +
                    "' is not accepted for a mask (expected bool '|b1' or uint8 '|u1')");
   const std::size_t count = check_layout(path, bytes, h, ranks);
   xt::xarray<bool> a = xt::xarray<bool>::from_shape(h.shape);
@@ -245,6 +265,27 @@ xt::xarray<bool> load_npy_mask(const std::string& path, const std::vector<std::s
     a.data()[i] = v == 1;
   }
   return a;
+}
+
+std::vector<std::int64_t> load_npy_ints(const std::string& path) {
+  const std::string bytes = read_all(path);
+  const Header h = parse_header(path, bytes);
+  if (h.dtype != Dtype::i4 && h.dtype != Dtype::i8)
+    fail(path, std::string("dtype '") + dtype_name(h.dtype) +
+                   "' is not accepted for integers (expected int32 '<i4' or int64 '<i8')");
+  const std::size_t count = check_layout(path, bytes, h, {1});
+  std::vector<std::int64_t> out(count);
+  const char* data = bytes.data() + h.data_offset;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (h.dtype == Dtype::i4) {
+      std::int32_t x = 0;
+      std::memcpy(&x, data + 4 * i, 4);
+      out[i] = x;
+    } else {
+      std::memcpy(&out[i], data + 8 * i, 8);
+    }
+  }
+  return out;
 }
 
 void save_npy(const std::string& path, const xt::xarray<float>& a) {
