@@ -312,6 +312,17 @@ TEST_CASE("a variant that is not softmax attention equals its own float64 defini
       const Tensor64 some = own_reference(*a, q, k, v, mask, in, {3, 64, 129});
       CHECK(some(0, 1, 1, 5) == all(0, 1, 64, 5));
       CHECK(some(0, 0, 2, 0) == all(0, 0, 129, 0));
+      // Packed documents: each its own sequence, in the reference as in the variant (an empty
+      // document included); sampled rows placed as asked, across documents.
+      if (!s.documents) continue;
+      Mask packed = mask;
+      packed.documents = {0, 60, 60, 130};
+      a->forward(q, k, v, packed, in, out);
+      test::require_close(out, own_reference(*a, q, k, v, packed, in), 1e-4, 2e-5);
+      const Tensor64 rows = own_reference(*a, q, k, v, packed, in, {70, 3});
+      const Tensor64 whole = own_reference(*a, q, k, v, packed, in);
+      CHECK(rows(0, 1, 0, 2) == whole(0, 1, 70, 2));
+      CHECK(rows(0, 0, 1, 4) == whole(0, 0, 3, 4));
     }
   }
   CHECK(others >= 1);  // the registry holds such variants today (retnet, gla, ...)
@@ -320,8 +331,9 @@ TEST_CASE("a variant that is not softmax attention equals its own float64 defini
                              {"full", "float64 reference"});
   Mask packed;
   packed.documents = {0, 60, 130};
+  packed.key_lengths = {100};
   require_error<Unsupported>([&] { own_reference(*make_attention("gla"), q, k, v, packed, {}); },
-                             {"gla", "packed documents"});
+                             {"gla", "key padding", "packed documents"});
   Mask windowed;
   windowed.window = Window{8, 8};
   require_error<Unsupported>([&] { own_reference(*make_attention("gla"), q, k, v, windowed, {}); },

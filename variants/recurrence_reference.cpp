@@ -316,13 +316,62 @@ ScanRecurrence scan_recurrence(const ScanAttention& a, const Mask& mask, std::si
   return r;
 }
 
+namespace {
+
+// Rows [first, last) of axis 2 of x [1, H, N, D] (a document's tokens).
+Tensor token_rows(const Tensor& x, std::size_t first, std::size_t last) {
+  Tensor out = Tensor::from_shape({1, x.shape(1), last - first, x.shape(3)});
+  for (std::size_t h = 0; h < x.shape(1); ++h)
+    std::copy_n(&x(0, h, first, 0), (last - first) * x.shape(3), &out(0, h, 0, 0));
+  return out;
+}
+
+TokenTensor token_slice(const TokenRef& t, std::size_t first, std::size_t last) {
+  TokenTensor out = TokenTensor::from_shape({1, t.shape()[1], last - first});
+  for (std::size_t h = 0; h < t.shape()[1]; ++h)
+    for (std::size_t j = first; j < last; ++j) out(0, h, j - first) = t(0, h, j);
+  return out;
+}
+
+}  // namespace
+
 Tensor64 own_reference(const Attention& attention, const Tensor& q, const Tensor& k,
                        const Tensor& v, const Mask& mask, const TokenInputs& in,
                        const std::vector<std::size_t>& rows) {
-  if (mask.has_documents())  // refused, never read as one sequence per item
-    throw Unsupported(attention.name(),
-                      "packed documents in its float64 reference (one sequence per batch item; "
-                      "run each document alone)");
+  if (mask.has_documents()) {
+    // Each document is a sequence of its own (a batch of one): its definition on its tokens,
+    // from a zero state, its query rows placed where `rows` asks for them.
+    if (mask.has_key_lengths() || in.initial_state)
+      throw Unsupported(attention.name(),
+                        "key padding or an initial state with packed documents in its float64 "
+                        "reference");
+    Mask one = mask;
+    one.documents.clear();
+    one.key_documents.clear();
+    const std::size_t heads = q.shape(1), dv = v.shape(3);
+    const std::size_t count = rows.empty() ? q.shape(2) : rows.size();
+    Tensor64 out = Tensor64::from_shape({1, heads, count, dv});
+    for (std::size_t doc = 0; doc + 1 < mask.documents.size(); ++doc) {
+      const auto [q0, q1] = mask.document_queries(doc);
+      const auto [k0, k1] = mask.document_keys(doc);
+      std::vector<std::size_t> local, slots;  // rows of this document, and where they go
+      for (std::size_t r = 0; r < count; ++r) {
+        const std::size_t i = rows.empty() ? r : rows[r];
+        if (i >= q0 && i < q1) local.push_back(i - q0), slots.push_back(r);
+      }
+      if (local.empty()) continue;
+      TokenTensor g, beta;
+      if (in.log_decay) g = token_slice(*in.log_decay, k0, k1);
+      if (in.beta) beta = token_slice(*in.beta, k0, k1);
+      const Tensor64 part = own_reference(
+          attention, token_rows(q, q0, q1), token_rows(k, k0, k1), token_rows(v, k0, k1), one,
+          TokenInputs::of(in.log_decay ? &g : nullptr, in.beta ? &beta : nullptr), local);
+      for (std::size_t h = 0; h < heads; ++h)
+        for (std::size_t r = 0; r < local.size(); ++r)
+          std::copy_n(&part(0, h, r, 0), dv, &out(0, h, slots[r], 0));
+    }
+    return out;
+  }
   // The softmax engine's modifiers are not in these definitions: refused, never ignored.
   if (mask.has_modifiers() || in.bias || in.sinks || in.alibi_slopes)
     throw Unsupported(attention.name(),

@@ -89,9 +89,10 @@ ScanRecurrence scan_recurrence(const ScanAttention& a, const Mask& mask, std::si
 /// The float64 output of `attention`'s own definition on q, k, v, `in` (its g, beta and initial
 /// state) and `mask` (validated by a forward of the caller's), on the query rows `rows` (all
 /// when empty): linear attention or a client of the scan engine, (item, head) slices in
-/// parallel. Throws Unsupported naming the variant when it has no float64 definition here, or
-/// for what the definitions do not model: packed documents (Mask::documents) and the softmax
-/// engine's modifiers (window, prefix, custom, softcap; bias, sinks, ALiBi).
+/// parallel; packed documents (Mask::documents) each as a sequence of its own. Throws
+/// Unsupported naming the variant when it has no float64 definition here, or for what the
+/// definitions do not model: the softmax engine's modifiers (window, prefix, custom, softcap;
+/// bias, sinks, ALiBi), and key padding or an initial state beside packed documents.
 Tensor64 own_reference(const Attention& attention, const Tensor& q, const Tensor& k,
                        const Tensor& v, const Mask& mask, const TokenInputs& in,
                        const std::vector<std::size_t>& rows = {});
