@@ -155,18 +155,19 @@ const std::vector<Tensor>& token_pool() {
   return pool;
 }
 
-void step(LinearState& state) {
-  const Tensor& x = token_pool()[state.position() % token_pool().size()];
-  benchmark::DoNotOptimize(state.step(x, x, x));
+void step(TokenDecoder& decoder) {
+  const Tensor& x = token_pool()[decoder.tokens() % token_pool().size()];
+  benchmark::DoNotOptimize(decoder.step(x, x, x));
 }
 
 void BM_step(benchmark::State& state) {
   const bool delta = state.range(0) != 0;
   const auto attention = make_attention(delta ? "linear:rule=delta" : "linear");
-  const auto& linear = dynamic_cast<const LinearAttention&>(*attention);
-  LinearState near = linear.start(1, kHeads, kDim, kDim), far = near;
-  while (near.position() < 1024) step(near);
-  while (far.position() < 65536) step(far);
+  const auto near_decoder = attention->start_decoding({1, kHeads, kDim, kDim});
+  const auto far_decoder = attention->start_decoding({1, kHeads, kDim, kDim});
+  TokenDecoder &near = *near_decoder, &far = *far_decoder;
+  while (near.tokens() < 1024) step(near);
+  while (far.tokens() < 65536) step(far);
   const auto [near_s, far_s] = alternate(
       state, [&] { return timed([&] { step(near); }); }, [&] { return timed([&] { step(far); }); });
   state.counters["us_at_1024"] = 1e6 * near_s;

@@ -182,9 +182,8 @@ std::vector<ApiCase> api_cases() {
       {"linformer N > max_len", [=] { forward("linformer:k=4,max_len=6", q, k, v); }, {"max_len"}},
       {"recurrent step shape",
        [] {
-         const auto a = make_attention("linear");
-         auto state = dynamic_cast<const LinearAttention&>(*a).start(1, 2, 4, 4);
-         state.step(t(1, 2, 1, 4), t(1, 2, 1, 5), t(1, 2, 1, 4));
+         const auto decoder = make_attention("linear")->start_decoding({1, 2, 4, 4});
+         decoder->step(t(1, 2, 1, 4), t(1, 2, 1, 5), t(1, 2, 1, 4));
        },
        {"[1, 2, 1, 5]"}},
       // spec strings: syntax

@@ -117,35 +117,33 @@ TEST_CASE("linear: padded keys and values are never read", "[linear]") {
     }
 }
 
-TEST_CASE("linear: the recurrent state reproduces the causal batch output", "[linear]") {
+TEST_CASE("linear: the recurrent decoder reproduces the causal batch output", "[linear]") {
   for (const char* spec : kSpecs) {
     INFO(spec);
     const auto a = make_attention(spec);
-    const auto& linear = dynamic_cast<const LinearAttention&>(*a);
     const std::size_t n = 110;  // three chunks, the last one partial
     const Tensor q = random_tensor(2, 3, n, 8, 7), k = random_tensor(2, 3, n, 8, 8),
                  v = random_tensor(2, 3, n, 5, 9);
     Mask causal;
     causal.causal = Causal::top_left;
     const Tensor batch = a->forward(q, k, v, causal);
-    LinearState state = linear.start(2, 3, 8, 5);
+    const auto decoder = a->start_decoding({2, 3, 8, 5});
     Tensor stepped = Tensor::from_shape({2, 3, n, 5});
     for (std::size_t t = 0; t < n; ++t) {
       auto row = [t](const Tensor& x) -> Tensor {
         return xt::view(x, xt::all(), xt::all(), xt::range(t, t + 1), xt::all());
       };
-      CHECK(state.position() == t);
+      CHECK(decoder->tokens() == t);
       xt::view(stepped, xt::all(), xt::all(), xt::range(t, t + 1), xt::all()) =
-          state.step(row(q), row(k), row(v));
+          decoder->step(row(q), row(k), row(v));
     }
     // Same sums in another order (chunked products against per-token updates): equal to
     // float rounding, not bitwise.
     require_close(stepped, xt::cast<double>(batch), 1e-4, 1e-5);
   }
-  const auto a = make_attention("linear");
-  LinearState state = dynamic_cast<const LinearAttention&>(*a).start(1, 2, 4, 4);
+  const auto decoder = make_attention("linear")->start_decoding({1, 2, 4, 4});
   const Tensor x = random_tensor(1, 2, 1, 4, 1);
-  require_error<Error>([&] { state.step(x, x, random_tensor(1, 2, 2, 4, 1)); },
+  require_error<Error>([&] { decoder->step(x, x, random_tensor(1, 2, 2, 4, 1)); },
                        {"v", "[1, 2, 2, 4]", "[1, 2, 1, 4]"});
 }
 

@@ -180,7 +180,7 @@ TEST_CASE("scan variants' exact reductions", "[linear-family]") {
       Tensor out;
       Saved saved;
       a->forward(q, k, v, causal, in, out, saved);
-      ScanState state = a->start(B, H, dk, dv);
+      const auto state = a->start_decoding({B, H, dk, dv});
       for (std::size_t t = 0; t < n; ++t) {
         const auto slice = [t](const auto& x) {
           using T = std::decay_t<decltype(x)>;
@@ -196,13 +196,13 @@ TEST_CASE("scan variants' exact reductions", "[linear-family]") {
         };
         const TokenTensor gt = slice(g), bt = slice(beta);
         const Tensor o =
-            state.step(row(q), row(k), row(v),
-                       TokenInputs::of(in.log_decay ? &gt : nullptr, in.beta ? &bt : nullptr));
+            state->step(row(q), row(k), row(v),
+                        TokenInputs::of(in.log_decay ? &gt : nullptr, in.beta ? &bt : nullptr));
         for (std::size_t h = 0; h < H; ++h)
           for (std::size_t c = 0; c < dv; ++c)
             REQUIRE(o(0, h, 0, c) == Approx(out(0, h, t, c)).margin(1e-5).epsilon(1e-4));
       }
-      CHECK(state.position() == n);
+      CHECK(state->tokens() == n);
     }
   }
 }

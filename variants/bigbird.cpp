@@ -6,9 +6,11 @@
 #include <string>
 #include <utility>
 
+#include "attnlab/decoder.hpp"
 #include "attnlab/error.hpp"
 #include "attnlab/seed.hpp"
 #include "attnlab/softmax_engine.hpp"
+#include "variants/kv_cache.hpp"
 
 namespace attnlab {
 namespace {
@@ -273,6 +275,30 @@ void BigBirdAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, c
   RowLogSumExp storage;
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, in, d, saved, storage);
   engine::backward(q, k, v, mask, in, d, BigBirdSparsity(config_, d, mask), out, d_out, lse, g);
+}
+
+std::unique_ptr<TokenDecoder> BigBirdAttention::start_decoding(const DecodeConfig& config) const {
+  if (config.max_tokens == 0)
+    throw Error(spec() +
+                ": decoding needs max_tokens: the causal block pattern (its last global "
+                "blocks, its random blocks) depends on the sequence length");
+  auto blocks = std::make_shared<const BigBirdLayout>(
+      bigbird_layout(config_, config.heads, config.max_tokens, config.max_tokens, true));
+  const auto block = std::size_t(config_.block);
+  KvCacheLayout layout;
+  layout.per_head = true;          // random blocks are drawn per head
+  layout.forward_prefill = false;  // the prompt's own forward would lay out fewer blocks
+  layout.pattern = [blocks, block](std::size_t h, std::size_t p, PositionRanges& out) {
+    for (const std::uint32_t j : blocks->blocks(h, p / block)) {
+      const std::size_t first = j * block, last = std::min((j + 1) * block, p + 1);
+      if (first >= last) continue;
+      if (!out.empty() && out.back().second == first)
+        out.back().second = last;
+      else
+        out.push_back({first, last});
+    }
+  };
+  return make_kv_cache_decoder(*this, config, std::move(layout));
 }
 
 std::unique_ptr<Attention> make_bigbird(Params& params) {

@@ -96,6 +96,10 @@ class BigBirdAttention final : public Attention {
   /// Throws Error naming the first parameter out of range.
   explicit BigBirdAttention(const BigBirdConfig& config);
   std::string spec() const override;
+  /// Decoding: a KV cache read through its causal block pattern for max_tokens
+  /// tokens, which it needs (the pattern of the last blocks depends on the length)
+  /// (variants/kv_cache.hpp).
+  std::unique_ptr<TokenDecoder> start_decoding(const DecodeConfig& config) const override;
   Support support() const override;
   double flops(const Dims& d, const Mask& mask) const override;
   /// The parameters it was built with.

@@ -2,7 +2,9 @@
 
 #include <memory>
 
+#include "attnlab/decoder.hpp"
 #include "attnlab/softmax_engine.hpp"
+#include "variants/kv_cache.hpp"
 
 namespace attnlab {
 
@@ -21,6 +23,14 @@ void FullAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, cons
   RowLogSumExp storage;
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, in, d, saved, storage);
   engine::backward(q, k, v, mask, in, d, engine::Sparsity(), out, d_out, lse, g);
+}
+
+std::unique_ptr<TokenDecoder> FullAttention::start_decoding(const DecodeConfig& config) const {
+  KvCacheLayout layout;  // every held key
+  layout.pattern = [](std::size_t, std::size_t p, PositionRanges& out) {
+    out.push_back({0, p + 1});
+  };
+  return make_kv_cache_decoder(*this, config, std::move(layout));
 }
 
 std::unique_ptr<Attention> make_full(Params&) {

@@ -39,6 +39,8 @@ namespace attnlab {
 class FullAttention final : public Attention {
  public:
   std::string spec() const override { return "full"; }
+  /// Decoding: a KV cache read through every held key (variants/kv_cache.hpp).
+  std::unique_ptr<TokenDecoder> start_decoding(const DecodeConfig& config) const override;
   Support support() const override { return Support::softmax_engine(); }
   double flops(const Dims& d, const Mask& mask) const override;
 

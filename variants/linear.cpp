@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attnlab/decoder.hpp"
 #include "attnlab/error.hpp"
 #include "attnlab/kernels.hpp"
 #include "variants/linear_scan.hpp"
@@ -87,10 +88,11 @@ struct HeadWork {
   std::vector<float> fq, fk, hq, hk, sq, sk, g, den, num, dnum, dden, dfq, dfk, checkpoints;
 };
 
-// One head prepared for the engine: features (the delta rule's sum-normalised) and favor's g.
+// One head prepared for the engine: features (the delta rule's sum-normalised) and favor's g,
+// its running stabiliser starting from *running (and left there) when given, else -infinity.
 scan::Head prepare(const FeatureMap& map, const LinearConfig& c, const float* q, const float* k,
                    const float* v, std::size_t nq, std::size_t nk, std::size_t valid, bool causal,
-                   HeadWork& w) {
+                   HeadWork& w, float* running = nullptr) {
   const std::size_t p = map.dim();
   scan::Head h;
   h.nq = nq;
@@ -115,8 +117,9 @@ scan::Head prepare(const FeatureMap& map, const LinearConfig& c, const float* q,
   }
   row_features(map, q, nq, w.fq.data());
   w.g.resize(nk);
-  float stabiliser = kNegInf;
+  float stabiliser = running ? *running : kNegInf;  // a decoder's, carried from call to call
   sum_key_features(map, k, nk, valid, w.fk.data(), w.g.data(), stabiliser);
+  if (running) *running = stabiliser;
   h.q = w.fq.data();
   h.k = w.fk.data();
   h.v = v;
@@ -284,7 +287,7 @@ void LinearAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask&
 
 void LinearAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
                           const TokenInputs& in, const Dims& d, Tensor& out,
-                          RecurrentState* final_state) const {
+                          RecurrentState* final_state, float* stabilisers) const {
   const FeatureMap map = feature_map(d.dk, mask.softmax_scale(d.dk));
   const bool causal = mask.causal != Causal::none;
   const float eps = static_cast<float>(config_.eps);
@@ -301,7 +304,8 @@ void LinearAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mas
       const scan::Sequence& seq = seqs[static_cast<std::size_t>(t)];
       const std::size_t qr = seq.query_row(d), kr = seq.key_row(d);
       scan::Head h = prepare(map, config_, q.data() + qr * d.dk, k.data() + kr * d.dk,
-                             v.data() + kr * d.dv, seq.nq, seq.nk, seq.valid, causal, w);
+                             v.data() + kr * d.dv, seq.nq, seq.nk, seq.valid, causal, w,
+                             stabilisers ? stabilisers + seq.state : nullptr);
       with_initial_state(h, in, seq.state, p, d.dv);
       float* oh = out.data() + qr * d.dv;
       const scan::StateOut final_head = head_state(final_state, seq.state, p, d.dv);
@@ -387,65 +391,79 @@ void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, co
   }
 }
 
-LinearState LinearAttention::start(std::size_t batch, std::size_t heads, std::size_t dk,
-                                   std::size_t dv, std::optional<double> scale) const {
-  if (batch == 0 || heads == 0 || dk == 0 || dv == 0)
-    throw Error(spec() + ": a recurrent state needs batch, heads, Dk and Dv >= 1");
-  if (scale && !(*scale > 0.0 && std::isfinite(*scale)))
-    throw Error(spec() + ": scale=" + std::to_string(*scale) + ": must be finite and > 0");
-  return LinearState(config_, feature_map(dk, scale.value_or(1.0 / std::sqrt(double(dk)))), batch,
-                     heads, dv);
-}
-
-LinearState::LinearState(const LinearConfig& config, FeatureMap map, std::size_t batch,
-                         std::size_t heads, std::size_t dv)
-    : config_(config),
-      map_(std::move(map)),
-      batch_(batch),
-      heads_(heads),
-      dv_(dv),
-      memory_(batch * heads * scan::state_floats(map_.dim(), dv), 0.0f),
-      c_(batch * heads, kNegInf),
-      fq_(map_.dim()),
-      fk_(map_.dim()) {}
-
-Tensor LinearState::step(TensorRef q, TensorRef k, TensorRef v) {
-  const std::size_t p = map_.dim(), dk = map_.dk();
-  auto expect = [&](TensorRef t, std::size_t dim, const char* what) {
-    const auto& s = t.shape();
-    if (s[0] != batch_ || s[1] != heads_ || s[2] != 1 || s[3] != dim)
-      throw Error(std::string("LinearState::step: ") + what + " has shape " + shape_string(t) +
-                  ", expected [" + std::to_string(batch_) + ", " + std::to_string(heads_) +
-                  ", 1, " + std::to_string(dim) + "]");
-  };
-  expect(q, dk, "q");
-  expect(k, dk, "k");
-  expect(v, dv_, "v");
-  Tensor out = Tensor::from_shape({batch_, heads_, 1, dv_});
-  std::vector<float> tmp(dv_), sums(1);
-  for (std::size_t bh = 0; bh < batch_ * heads_; ++bh) {
-    const float* vh = v.data() + bh * dv_;
-    float* oh = out.data() + bh * dv_;
-    float* mem = memory_.data() + bh * scan::state_floats(p, dv_);
-    if (config_.rule == LinearRule::delta) {  // the engine's step on hat(q), hat(k)
-      std::vector<float> phi(p), kh(p), qh(p);
-      delta_rows(map_, k.data() + bh * dk, 1, phi.data(), kh.data(), sums.data());
-      delta_rows(map_, q.data() + bh * dk, 1, phi.data(), qh.data(), sums.data());
-      const float beta = static_cast<float>(config_.beta);
-      scan::step(mem, nullptr, qh.data(), kh.data(), vh, 0.0f, &beta, p, dv_, oh, nullptr,
-                 tmp.data());
-      continue;
-    }
-    float g = 0.0f;
-    sum_key_features(map_, k.data() + bh * dk, 1, 1, fk_.data(), &g, c_[bh]);
-    row_features(map_, q.data() + bh * dk, 1, fq_.data());
-    float den = 0.0f;
-    scan::step(mem, mem + p * dv_, fq_.data(), fk_.data(), vh, g, nullptr, p, dv_, oh, &den,
-               tmp.data());
-    divide_rows(oh, &den, 1, dv_, static_cast<float>(config_.eps));
+// The recurrent decoder: (S, z) or W of every item and head, and favor's running stabiliser
+// under the sum rule; prefill through the chunked forward from them (its final state written
+// back in place: each head reads its initial state before it writes its final one), steps
+// through the engine's step on one row of features.
+class LinearDecoder final : public TokenDecoder {
+ public:
+  LinearDecoder(const LinearAttention& owner, const DecodeConfig& c)
+      : TokenDecoder(owner, c),
+        own_(owner.config()),
+        map_(own_.feature_map(c.dk, *config_.scale)),
+        stabilisers_(favor_stabilised(own_.config()) ? c.batch * c.heads : 0, kNegInf) {
+    const std::size_t p = map_.dim();
+    state_.memory = xt::zeros<float>({c.batch, c.heads, p, c.dv});
+    if (own_.config().rule == LinearRule::sum)
+      state_.key_sum = xt::zeros<float>({c.batch, c.heads, p});
   }
-  ++position_;
-  return out;
+
+  std::size_t bytes() const override {
+    return (state_.memory.size() + state_.key_sum.size() + stabilisers_.size()) * sizeof(float);
+  }
+
+ protected:
+  void do_prefill(TensorRef q, TensorRef k, TensorRef v, const TokenInputs& in,
+                  const std::vector<std::size_t>& lengths, Tensor& out) override {
+    const DecodeConfig& c = config_;
+    const std::size_t n = q.shape()[2];
+    Mask mask;
+    mask.causal = Causal::top_left;
+    mask.scale = c.scale;
+    mask.key_lengths.assign(lengths.begin(), lengths.end());
+    TokenInputs from = in;
+    from.initial_state = state_.ref();
+    own_.run(q, k, v, mask, from, Dims{c.batch, c.heads, n, n, c.dk, c.dv}, out, &state_,
+             stabilisers_.empty() ? nullptr : stabilisers_.data());
+  }
+
+  void do_step(TensorRef q, TensorRef k, TensorRef v, const TokenInputs&, Tensor& out) override {
+    const DecodeConfig& c = config_;
+    const LinearConfig& lc = own_.config();
+    const std::size_t p = map_.dim();
+    std::vector<float> tmp(c.dv), fq(p), fk(p), phi(p), sums(1);
+    for (std::size_t bh = 0; bh < c.batch * c.heads; ++bh) {
+      const float* vh = v.data() + bh * c.dv;
+      float* oh = out.data() + bh * c.dv;
+      float* s = state_.memory.data() + bh * p * c.dv;
+      if (lc.rule == LinearRule::delta) {  // the engine's step on hat(q), hat(k)
+        delta_rows(map_, k.data() + bh * c.dk, 1, phi.data(), fk.data(), sums.data());
+        delta_rows(map_, q.data() + bh * c.dk, 1, phi.data(), fq.data(), sums.data());
+        const float beta = static_cast<float>(lc.beta);
+        scan::step(s, nullptr, fq.data(), fk.data(), vh, 0.0f, &beta, p, c.dv, oh, nullptr,
+                   tmp.data());
+        continue;
+      }
+      float g = 0.0f, unused = kNegInf;
+      sum_key_features(map_, k.data() + bh * c.dk, 1, 1, fk.data(), &g,
+                       stabilisers_.empty() ? unused : stabilisers_[bh]);
+      row_features(map_, q.data() + bh * c.dk, 1, fq.data());
+      float den = 0.0f;
+      scan::step(s, state_.key_sum.data() + bh * p, fq.data(), fk.data(), vh, g, nullptr, p, c.dv,
+                 oh, &den, tmp.data());
+      divide_rows(oh, &den, 1, c.dv, static_cast<float>(lc.eps));
+    }
+  }
+
+ private:
+  LinearAttention own_;  // a copy of its maker: the decoder outlives it
+  FeatureMap map_;
+  RecurrentState state_;
+  std::vector<float> stabilisers_;  // favor's sum rule: its running max log-feature per head
+};
+
+std::unique_ptr<TokenDecoder> LinearAttention::start_decoding(const DecodeConfig& config) const {
+  return std::make_unique<LinearDecoder>(*this, config);
 }
 
 std::unique_ptr<Attention> make_linear(Params& params) {

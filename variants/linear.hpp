@@ -77,7 +77,7 @@
 // gradient, then the sum normalisation's and the feature map's backward. O(B·H·N·(64·(Dphi +
 // Dv) + Dphi·Dv)) time, O((N / 64 + 64)·Dphi·Dv) memory per head. Padded keys and values get
 // zero gradients.
-// A recurrent LinearState decodes token by token at O(Dphi·Dv) per head and token.
+// Decoding (start_decoding): the recurrence, O(Dphi·Dv) per head and token, prefill in chunks.
 #pragma once
 
 #include <cstdint>
@@ -113,8 +113,6 @@ struct LinearConfig {
 /// that need Dk (nu < 2·Dk) are checked at forward time.
 std::pair<std::string, std::string> linear_config_problem(const LinearConfig& c);
 
-class LinearState;
-
 /// Linear (fast-weight) attention with a feature map in place of the softmax (see above).
 class LinearAttention final : public Attention {
  public:
@@ -134,9 +132,10 @@ class LinearAttention final : public Attention {
   /// phi for head size dk and q·k scale; throws Error when nu >= 2·dk under dpfp.
   FeatureMap feature_map(std::size_t dk, double scale) const;
 
-  /// An empty recurrent state for `batch` x `heads` sequences; scale defaults to 1/sqrt(dk).
-  LinearState start(std::size_t batch, std::size_t heads, std::size_t dk, std::size_t dv,
-                    std::optional<double> scale = {}) const;
+  /// Token-by-token decoding (lib/attnlab/decoder.hpp) with the recurrence: (S, z) or W per
+  /// item and head (and favor's running stabiliser), O(Dphi·Dv) per token whatever the
+  /// position; prefill runs the chunked form from the held state.
+  std::unique_ptr<TokenDecoder> start_decoding(const DecodeConfig& config) const override;
 
  protected:
   void compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
@@ -148,35 +147,14 @@ class LinearAttention final : public Attention {
 
  private:
   /// The forward, from in.initial_state when given, writing the final state when not null.
+  /// `stabilisers` (favor's sum rule, one per sequence and head): the running stabilisers to
+  /// start from and to leave, or nullptr (from -infinity, as every call but a decoder's).
   void run(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
-           const Dims& d, Tensor& out, RecurrentState* final_state) const;
+           const Dims& d, Tensor& out, RecurrentState* final_state,
+           float* stabilisers = nullptr) const;
 
+  friend class LinearDecoder;
   LinearConfig config_;
-};
-
-/// Token-by-token decoding: the causal form as a recurrence (the scan engine's step). The
-/// memory is (S, z) per head for the sum rule and W per head for the delta rule, O(Dphi·Dv)
-/// whatever the position.
-class LinearState {
- public:
-  /// q, k [B, H, 1, Dk], v [B, H, 1, Dv] -> [B, H, 1, Dv]: the next row of the causal output.
-  /// Throws Error when the shapes do not match the state.
-  Tensor step(TensorRef q, TensorRef k, TensorRef v);
-
-  /// Tokens consumed so far.
-  std::size_t position() const { return position_; }
-
- private:
-  friend class LinearAttention;
-  LinearState(const LinearConfig& config, FeatureMap map, std::size_t batch, std::size_t heads,
-              std::size_t dv);
-
-  LinearConfig config_;
-  FeatureMap map_;
-  std::size_t batch_, heads_, dv_, position_ = 0;
-  std::vector<float> memory_;   // per head: S [Dphi x Dv], then z [Dphi] (sum) or W^T (delta)
-  std::vector<float> c_;        // per head: favor's key stabiliser (sum rule)
-  std::vector<float> fq_, fk_;  // one row of features each
 };
 
 /// The factory's maker for "linear:...": reads and checks the keys (throws Error).

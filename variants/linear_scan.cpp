@@ -4,7 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "attnlab/decoder.hpp"
 #include "attnlab/error.hpp"
+#include "attnlab/factory.hpp"
 #include "attnlab/kernels.hpp"
 
 namespace attnlab {
@@ -841,69 +843,65 @@ void ScanAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, cons
   }
 }
 
-ScanState ScanAttention::start(std::size_t batch, std::size_t heads, std::size_t dk, std::size_t dv,
-                               double scale) const {
-  if (batch == 0 || heads == 0 || dk == 0 || dv == 0)
-    throw Error(spec() + ": a recurrent state needs batch, heads, Dk and Dv >= 1");
-  if (scale == 0.0) scale = 1.0 / std::sqrt(double(dk));
-  if (!(scale > 0.0 && std::isfinite(scale)))
-    throw Error(spec() + ": scale=" + std::to_string(scale) + ": must be finite and > 0");
-  return ScanState(*this, batch, heads, dk, dv, scale);
-}
-
-ScanState::ScanState(const ScanAttention& owner, std::size_t batch, std::size_t heads,
-                     std::size_t dk, std::size_t dv, double scale)
-    : rule_(owner.rule()),
-      name_(owner.name()),
-      batch_(batch),
-      heads_(heads),
-      dk_(dk),
-      dv_(dv),
-      scale_(scale),
-      memory_(batch * heads * dk * dv, 0.0f) {
-  for (std::size_t h = 0; h < heads; ++h) head_g_.push_back(owner.head_log_decay(h, heads));
-}
-
-Tensor ScanState::step(TensorRef q, TensorRef k, TensorRef v, const TokenInputs& in) {
-  const std::string who = name_ + " state step";
-  auto expect = [&](TensorRef t, std::size_t dim, const char* what) {
-    const auto& s = t.shape();
-    if (s[0] != batch_ || s[1] != heads_ || s[2] != 1 || s[3] != dim)
-      throw Error(who + ": " + what + " has shape " + shape_string(t) + ", expected [" +
-                  std::to_string(batch_) + ", " + std::to_string(heads_) + ", 1, " +
-                  std::to_string(dim) + "]");
-  };
-  expect(q, dk_, "q");
-  expect(k, dk_, "k");
-  expect(v, dv_, "v");
-  for (const auto& [t, label, taken] :
-       {std::tuple{in.log_decay, "log-decay g", rule_.decay == ScanRule::Decay::input},
-        std::tuple{in.beta, "beta", rule_.delta && rule_.beta_input}}) {
-    if (!t) continue;
-    if (!taken) throw Unsupported(name_, std::string("a per-token ") + label + " input");
-    if (t->shape()[0] != batch_ || t->shape()[1] != heads_ || t->shape()[2] != 1)
-      throw Error(who + ": " + label + " must have shape [" + std::to_string(batch_) + ", " +
-                  std::to_string(heads_) + ", 1]");
+// The recurrent decoder: the state S of every item and head, prefill through the chunked
+// forward from it (its final state written back in place: each head reads its initial state
+// before it writes its final one), steps through scan::step.
+class ScanDecoder final : public TokenDecoder {
+ public:
+  ScanDecoder(std::unique_ptr<Attention> own, const DecodeConfig& config)
+      : TokenDecoder(*own, config),
+        own_(std::move(own)),
+        scan_(dynamic_cast<const ScanAttention&>(*own_)) {
+    for (std::size_t h = 0; h < config.heads; ++h)
+      head_g_.push_back(scan_.head_log_decay(h, config.heads));
+    state_.memory = xt::zeros<float>({config.batch, config.heads, config.dk, config.dv});
   }
-  Tensor out = Tensor::from_shape({batch_, heads_, 1, dv_});
-  std::vector<float> qp(dk_), kp(dk_), tmp(dv_);
-  float norm = 0.0f;
-  for (std::size_t bh = 0; bh < batch_ * heads_; ++bh) {
-    scan::prepare_rows(q.data() + bh * dk_, 1, dk_, rule_.normalise, static_cast<float>(scale_),
-                       qp.data(), &norm);
-    scan::prepare_rows(k.data() + bh * dk_, 1, dk_, rule_.normalise, 1.0f, kp.data(), &norm);
-    float g = static_cast<float>(head_g_[bh % heads_]);
-    if (in.log_decay) g = in.log_decay->data()[bh];
-    float beta = static_cast<float>(rule_.beta);
-    if (in.beta) beta = in.beta->data()[bh];
-    if (!(g <= 0.0f) || !(beta >= 0.0f && beta <= 1.0f))
-      throw Error(who + ": g must be <= 0 and beta in [0, 1]");
-    scan::step(memory_.data() + bh * dk_ * dv_, nullptr, qp.data(), kp.data(), v.data() + bh * dv_,
-               g, rule_.delta ? &beta : nullptr, dk_, dv_, out.data() + bh * dv_, nullptr,
-               tmp.data());
+
+  std::size_t bytes() const override { return state_.memory.size() * sizeof(float); }
+
+ protected:
+  void do_prefill(TensorRef q, TensorRef k, TensorRef v, const TokenInputs& in,
+                  const std::vector<std::size_t>& lengths, Tensor& out) override {
+    const DecodeConfig& c = config_;
+    const std::size_t n = q.shape()[2];
+    Mask mask;
+    mask.causal = Causal::top_left;
+    mask.scale = c.scale;
+    mask.key_lengths.assign(lengths.begin(), lengths.end());
+    TokenInputs from = in;
+    from.initial_state = state_.ref();
+    scan_.run_forward(q, k, v, mask, from, Dims{c.batch, c.heads, n, n, c.dk, c.dv}, out, nullptr,
+                      &state_);
   }
-  ++position_;
-  return out;
+
+  void do_step(TensorRef q, TensorRef k, TensorRef v, const TokenInputs& in, Tensor& out) override {
+    const DecodeConfig& c = config_;
+    const ScanRule& rule = scan_.rule();
+    std::vector<float> qp(c.dk), kp(c.dk), tmp(c.dv);
+    float norm = 0.0f;
+    for (std::size_t bh = 0; bh < c.batch * c.heads; ++bh) {
+      scan::prepare_rows(q.data() + bh * c.dk, 1, c.dk, rule.normalise,
+                         static_cast<float>(*c.scale), qp.data(), &norm);
+      scan::prepare_rows(k.data() + bh * c.dk, 1, c.dk, rule.normalise, 1.0f, kp.data(), &norm);
+      float g = static_cast<float>(head_g_[bh % c.heads]);
+      if (in.log_decay) g = in.log_decay->data()[bh];
+      float beta = static_cast<float>(rule.beta);
+      if (in.beta) beta = in.beta->data()[bh];
+      scan::step(state_.memory.data() + bh * c.dk * c.dv, nullptr, qp.data(), kp.data(),
+                 v.data() + bh * c.dv, g, rule.delta ? &beta : nullptr, c.dk, c.dv,
+                 out.data() + bh * c.dv, nullptr, tmp.data());
+    }
+  }
+
+ private:
+  std::unique_ptr<Attention> own_;  // made from the spec: the decoder outlives its maker
+  const ScanAttention& scan_;
+  std::vector<double> head_g_;
+  RecurrentState state_;
+};
+
+std::unique_ptr<TokenDecoder> ScanAttention::start_decoding(const DecodeConfig& config) const {
+  return std::make_unique<ScanDecoder>(make_attention(spec()), config);
 }
 
 }  // namespace attnlab

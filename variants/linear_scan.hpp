@@ -166,8 +166,6 @@ struct ScanRule {
 /// 0 <= beta <= 1.
 ScanRule delta_rule(const std::string& name, double beta, bool gated);
 
-class ScanState;
-
 /// An Attention that is a client of the scan engine: prepares q (softmax scale, optional
 /// normalisation), k, g and beta per its ScanRule, and runs the engine forward and backward.
 /// Masks: causal (Nq == Nk), key padding, cross-attention non-causal, Dv != Dk; boolean masks
@@ -181,9 +179,10 @@ class ScanAttention : public Attention {
   /// the read (2·Dk·Dv); the chunked form's intra-chunk products are extra work, not counted.
   double flops(const Dims& d, const Mask& mask) const override;
 
-  /// An empty recurrent state for token-by-token decoding; scale defaults to 1/sqrt(dk).
-  ScanState start(std::size_t batch, std::size_t heads, std::size_t dk, std::size_t dv,
-                  double scale = 0.0) const;
+  /// Token-by-token decoding (lib/attnlab/decoder.hpp) with the recurrence: the state S per
+  /// item and head, O(Dk·Dv) per token whatever the position; prefill runs the chunked form
+  /// from the held state. max_tokens is not needed (nothing grows).
+  std::unique_ptr<TokenDecoder> start_decoding(const DecodeConfig& config) const override;
 
   /// The rule it runs.
   const ScanRule& rule() const { return rule_; }
@@ -207,31 +206,8 @@ class ScanAttention : public Attention {
                    const Dims& d, Tensor& out, std::vector<float>* checkpoints,
                    RecurrentState* final_state) const;
 
+  friend class ScanDecoder;
   ScanRule rule_;
-};
-
-/// Token-by-token decoding with a ScanAttention's rule: the causal form as its recurrence,
-/// O(Dk·Dv) per head and token whatever the position.
-class ScanState {
- public:
-  /// q, k [B, H, 1, Dk], v [B, H, 1, Dv] -> [B, H, 1, Dv]; `in` holds this token's g and beta
-  /// ([B, H, 1]) where the rule takes them. Throws Error when shapes do not match the state.
-  Tensor step(TensorRef q, TensorRef k, TensorRef v, const TokenInputs& in = {});
-
-  /// Tokens consumed so far.
-  std::size_t position() const { return position_; }
-
- private:
-  friend class ScanAttention;
-  ScanState(const ScanAttention& owner, std::size_t batch, std::size_t heads, std::size_t dk,
-            std::size_t dv, double scale);
-
-  ScanRule rule_;
-  std::string name_;
-  std::vector<double> head_g_;
-  std::size_t batch_, heads_, dk_, dv_, position_ = 0;
-  double scale_;
-  std::vector<float> memory_;  // per head: S [Dk x Dv]
 };
 
 }  // namespace attnlab

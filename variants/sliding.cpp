@@ -5,7 +5,9 @@
 #include <memory>
 #include <vector>
 
+#include "attnlab/decoder.hpp"
 #include "attnlab/softmax_engine.hpp"
+#include "variants/kv_cache.hpp"
 
 namespace attnlab {
 namespace {
@@ -173,6 +175,33 @@ void SlidingAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, c
   RowLogSumExp storage;
   const RowLogSumExp& lse = lse_or_recompute(q, k, v, mask, in, d, saved, storage);
   engine::backward(q, k, v, mask, in, d, SlidingSparsity(config_, d, mask), out, d_out, lse, grads);
+}
+
+std::unique_ptr<TokenDecoder> SlidingAttention::start_decoding(const DecodeConfig& config) const {
+  // Causal: the global keys [0, G), then the window's keys p - S·a (a = L .. 0) past them; a
+  // global query (p < G) attends every key before it. The ring holds the last L·S + 1.
+  const auto left = std::size_t(config_.left), stride = std::size_t(config_.dilation),
+             global = std::size_t(config_.global);
+  KvCacheLayout layout;
+  layout.fixed = global;
+  layout.ring = left * stride + 1;
+  layout.pattern = [=](std::size_t, std::size_t p, PositionRanges& out) {
+    if (p < global) {
+      out.push_back({0, p + 1});
+      return;
+    }
+    if (global > 0) out.push_back({0, global});
+    for (std::size_t a = left + 1; a-- > 0;) {
+      if (a * stride > p - global) continue;  // before the window's first key past the globals
+      const std::size_t j = p - a * stride;
+      if (stride == 1) {
+        out.push_back({j, p + 1});
+        return;
+      }
+      out.push_back({j, j + 1});
+    }
+  };
+  return make_kv_cache_decoder(*this, config, std::move(layout));
 }
 
 std::unique_ptr<Attention> make_sliding(Params& params) {

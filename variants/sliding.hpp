@@ -55,6 +55,10 @@ class SlidingAttention final : public Attention {
   explicit SlidingAttention(const SlidingConfig& config);
 
   std::string spec() const override;
+  /// Decoding: a KV cache read through its causal window: a ring of its last left·dilation + 1
+  /// positions after its global ones, O(window) memory; dilation > 1 reads key by key
+  /// (variants/kv_cache.hpp).
+  std::unique_ptr<TokenDecoder> start_decoding(const DecodeConfig& config) const override;
   Support support() const override { return Support::softmax_engine(); }
 
   /// 2 · (Dk + Dv) per attended (query, key) pair, counting the window, global and mask

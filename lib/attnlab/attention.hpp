@@ -6,6 +6,7 @@
 #include <any>
 #include <array>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -16,6 +17,9 @@
 #include "attnlab/tensor.hpp"
 
 namespace attnlab {
+
+class TokenDecoder;
+struct DecodeConfig;
 
 /// What a backend can honour. Anything requested outside it throws Unsupported.
 struct Support {
@@ -270,6 +274,11 @@ class Attention {
   /// not finite; Unsupported for a backend without any, unless `values` is empty). Not while a
   /// call runs on this object.
   virtual void set_parameters(const std::vector<ParameterTensor>& values);
+
+  /// A decoder for token-by-token generation (lib/attnlab/decoder.hpp): a causal variant's KV
+  /// cache, window or recurrent state. The default throws Unsupported naming decoding (and why,
+  /// per why_unsupported("decoding")).
+  virtual std::unique_ptr<TokenDecoder> start_decoding(const DecodeConfig& config) const;
 
   /// The size of one (sequence, head)'s recurrent state for a call of sizes `d` (support().state;
   /// the default: S [Dk x Dv], no key sum).

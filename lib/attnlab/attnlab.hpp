@@ -2,6 +2,7 @@
 #pragma once
 
 #include "attnlab/attention.hpp"
+#include "attnlab/decoder.hpp"
 #include "attnlab/error.hpp"
 #include "attnlab/factory.hpp"
 #include "attnlab/mask.hpp"
