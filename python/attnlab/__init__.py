@@ -16,8 +16,8 @@ import numpy as np
 
 from attnlab import _core
 
-__all__ = ["Attention", "Saved", "alibi_slopes", "attention", "compare", "make", "reference",
-           "variants"]
+__all__ = ["Attention", "Decoder", "Saved", "alibi_slopes", "attention", "compare", "make",
+           "reference", "variants"]
 
 Saved = _core.Saved  # what forward(..., save=True) keeps for backward; .lse: array or None
 
@@ -300,6 +300,32 @@ class Attention:
         learned = self._learned_heads and self.parameters(self._learned_heads)
         return (_remake, (self._made_from, learned))
 
+    def start_decoding(self, batch, heads, dk, dv, kv_heads=None, scale=None, max_tokens=0,
+                       window_size=None, softcap=None, sinks=None, alibi_slopes=None):
+        """A Decoder for `batch` sequences of `heads` query heads of sizes dk, dv: a KV cache
+        (full; kv_heads key and value heads, a divisor of heads, each stored once), its window's
+        ring (sliding), its block pattern (bigbird, which needs max_tokens) or its recurrent
+        state (the linear family). scale: the softmax scale (default 1 / sqrt(dk)); max_tokens:
+        the most tokens an item may hold (0: no limit). The softmax variants' modifiers, as the
+        forward takes them: window_size=(left, right) (FlashAttention's; causal, so right does not
+        matter), softcap (None or 0: none), sinks and alibi_slopes (float32 [heads]); the
+        forgetting gate is prefill's and step's log_decay. NotImplementedError for a variant without a causal
+        form (linformer) or an option it does not take."""
+        for name, x in (("batch", batch), ("heads", heads), ("dk", dk), ("dv", dv),
+                        ("max_tokens", max_tokens),
+                        ("kv_heads", 0 if kv_heads is None else kv_heads)):
+            if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 0:
+                raise ValueError(f"{name}: expected a non-negative integer, got {x!r}")
+        if scale is not None and (not isinstance(scale, numbers.Real) or not np.isfinite(scale)
+                                  or scale <= 0):
+            raise ValueError(f"scale={scale!r}: expected a finite number > 0")
+        mask = _modifiers(_core.Mask(), window_size, None, softcap)
+        per_head = _scores(_core.Tokens(), 4, None, sinks, alibi_slopes)
+        handle = self._backend.start_decoding(
+            int(batch), int(heads), int(dk), int(dv), 0 if kv_heads is None else int(kv_heads),
+            None if scale is None else float(scale), int(max_tokens), mask, per_head)
+        return Decoder(handle, self.spec)
+
     def parameters(self, heads):
         """The variant's own learned tensors as `heads` heads use them, {name: float32 array}:
         linformer's "E" and "F" ([H, k, max_len], share=none), "E" alone (share=kv) or "E"
@@ -422,6 +448,62 @@ class Attention:
                                                   grads.pop("d_initial_key_sum", None), rank,
                                                   documents)
         return grads
+
+
+class Decoder:
+    """Token-by-token decoding (Attention.start_decoding): a causal variant's KV cache, window
+    ring or recurrent state. Inputs are float32: q [B, H, N, Dk], k [B, Hkv, N, Dk], v
+    [B, Hkv, N, Dv] (N = 1 for step); prefill followed by steps gives the rows of the causal
+    forward of all the tokens."""
+
+    def __init__(self, handle, spec):
+        self._handle = handle
+        self._spec = spec
+
+    def __repr__(self):
+        return f"<attnlab.Decoder of {self._spec!r}, {self.tokens} tokens, {self.bytes} bytes>"
+
+    @property
+    def tokens(self):
+        """The tokens held per batch item, a list."""
+        return list(self._handle.tokens)
+
+    @property
+    def bytes(self):
+        """The bytes the decoder holds (its cache's storage as allocated, or its states)."""
+        return int(self._handle.bytes)
+
+    @staticmethod
+    def _rank4(**named):
+        out = []
+        for name, x in named.items():
+            x = _floats(name, x)
+            if x.ndim != 4:
+                raise ValueError(f"{name}: shape {list(x.shape)}, expected [B, H, N, D] (a "
+                                 "decoder takes rank 4)")
+            out.append(x)
+        return out
+
+    def _inputs(self, q, k, v, log_decay, beta):
+        return (*self._rank4(q=q, k=k, v=v), _tokens(4, log_decay, beta))
+
+    def prefill(self, q, k, v, log_decay=None, beta=None, lengths=None):
+        """A prompt of N tokens per item after those held: its outputs [B, H, N, Dv], the rows
+        of the causal forward (chunked). lengths: B prompt lengths (the rest of each item's N
+        tokens is padding: not kept, output zeros); None: all N."""
+        q, k, v, t = self._inputs(q, k, v, log_decay, beta)
+        return self._handle.prefill(q, k, v, t, _offsets("lengths", lengths))
+
+    def step(self, q, k, v, log_decay=None, beta=None):
+        """One token per item ([B, H, 1, D]) after those held: its output [B, H, 1, Dv]."""
+        q, k, v, t = self._inputs(q, k, v, log_decay, beta)
+        return self._handle.step(q, k, v, t)
+
+    def extend(self, k, v, log_decay=None, beta=None):
+        """A context whose outputs are not wanted (k [B, Hkv, N, Dk], v [B, Hkv, N, Dv]) after
+        the tokens held: a KV cache stores it without attending, a recurrent state takes it in."""
+        k, v = self._rank4(k=k, v=v)
+        self._handle.extend(k, v, _tokens(4, log_decay, beta))
 
 
 def _remake(spec, learned):

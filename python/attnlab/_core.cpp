@@ -182,6 +182,46 @@ py::dict support_dict(const attnlab::Support& s) {
   return d;
 }
 
+// A decoder (attnlab::TokenDecoder): q, k, v read in place, outputs handed over without a copy.
+class DecoderHandle {
+ public:
+  explicit DecoderHandle(std::unique_ptr<attnlab::TokenDecoder> d) : decoder_(std::move(d)) {}
+
+  py::array prefill(const Floats& q, const Floats& k, const Floats& v, const TokenArgs& t,
+                    const std::vector<std::int64_t>& lengths) {
+    attnlab::Tensor out;
+    {
+      py::gil_scoped_release release;
+      out = decoder_->prefill(view(q), view(k), view(v), token_views(t), lengths);
+    }
+    return to_numpy(std::move(out));
+  }
+
+  py::array step(const Floats& q, const Floats& k, const Floats& v, const TokenArgs& t) {
+    attnlab::Tensor out;
+    {
+      py::gil_scoped_release release;
+      out = decoder_->step(view(q), view(k), view(v), token_views(t));
+    }
+    return to_numpy(std::move(out));
+  }
+
+  void extend(const Floats& k, const Floats& v, const TokenArgs& t) {
+    py::gil_scoped_release release;
+    decoder_->extend(view(k), view(v), token_views(t));
+  }
+
+  std::vector<std::size_t> tokens() const {
+    std::vector<std::size_t> t;
+    for (std::size_t b = 0; b < decoder_->config().batch; ++b) t.push_back(decoder_->tokens(b));
+    return t;
+  }
+  std::size_t bytes() const { return decoder_->bytes(); }
+
+ private:
+  std::unique_ptr<attnlab::TokenDecoder> decoder_;
+};
+
 // One backend built from a factory string, shared by the Python objects that hold it.
 class Backend {
  public:
@@ -258,6 +298,27 @@ class Backend {
       d[key.c_str()] = parameter_array(std::move(p));
     }
     return d;
+  }
+
+  // A decoder of this variant (Attention::start_decoding); kv_heads, max_tokens 0: H, no limit;
+  // the window and softcap of `m`, the sinks and ALiBi slopes of `t` (copied: the decoder's).
+  DecoderHandle start_decoding(std::size_t batch, std::size_t heads, std::size_t dk, std::size_t dv,
+                               std::size_t kv_heads, std::optional<double> scale,
+                               std::size_t max_tokens, const MaskArgs& m,
+                               const TokenArgs& t) const {
+    attnlab::DecodeConfig c(batch, heads, dk, dv);
+    c.kv_heads = kv_heads;
+    c.scale = scale;
+    c.max_tokens = max_tokens;
+    if (m.window) c.window = attnlab::Window{m.window->first, m.window->second};
+    c.softcap = m.softcap;
+    for (const auto& [given, into] :
+         {std::pair{&t.sinks, &c.sinks}, std::pair{&t.alibi_slopes, &c.alibi_slopes}})
+      if (*given) {
+        const auto values = span_of(**given);
+        into->assign(values.begin(), values.end());
+      }
+    return DecoderHandle(attention_->start_decoding(c));
   }
 
   // The variant's own learned tensors for `heads` heads: {name: array} (linformer: "E", ...).
@@ -368,6 +429,15 @@ PYBIND11_MODULE(_core, m) {
         return py::make_tuple(array(s.memory), array(s.key_sum));
       });
 
+  py::class_<DecoderHandle>(m, "TokenDecoder")
+      .def("prefill", &DecoderHandle::prefill, py::arg("q"), py::arg("k"), py::arg("v"),
+           py::arg("tokens"), py::arg("lengths"))
+      .def("step", &DecoderHandle::step, py::arg("q"), py::arg("k"), py::arg("v"),
+           py::arg("tokens"))
+      .def("extend", &DecoderHandle::extend, py::arg("k"), py::arg("v"), py::arg("tokens"))
+      .def_property_readonly("tokens", &DecoderHandle::tokens)
+      .def_property_readonly("bytes", &DecoderHandle::bytes);
+
   py::class_<Backend>(m, "Backend")
       .def(py::init<const std::string&>(), py::arg("spec"))
       .def_property_readonly("spec", &Backend::spec)
@@ -377,6 +447,9 @@ PYBIND11_MODULE(_core, m) {
       .def("backward", &Backend::backward, py::arg("q"), py::arg("k"), py::arg("v"),
            py::arg("mask"), py::arg("tokens"), py::arg("out"), py::arg("d_out"),
            py::arg("saved") = py::none())
+      .def("start_decoding", &Backend::start_decoding, py::arg("batch"), py::arg("heads"),
+           py::arg("dk"), py::arg("dv"), py::arg("kv_heads"), py::arg("scale"),
+           py::arg("max_tokens"), py::arg("mask"), py::arg("tokens"))
       .def("parameters", &Backend::parameters, py::arg("heads"))
       .def("set_parameters", &Backend::set_parameters, py::arg("values"))
       .def("_time_cpp_forward", &Backend::time_cpp_forward, py::arg("q"), py::arg("k"),
