@@ -30,6 +30,7 @@ void add_merge_command(CLI::App& app);
 void add_model_command(CLI::App& app);
 void add_study_command(CLI::App& app);
 void add_train_command(CLI::App& app);
+void add_decode_command(CLI::App& app);
 }  // namespace attnlab::cli
 
 namespace {
@@ -42,7 +43,7 @@ constexpr AddCommand kCommands[] = {
     attnlab::cli::add_mask_command,  attnlab::cli::add_report_command,
     attnlab::cli::add_sweep_command, attnlab::cli::add_merge_command,
     attnlab::cli::add_model_command, attnlab::cli::add_study_command,
-    attnlab::cli::add_train_command,
+    attnlab::cli::add_train_command, attnlab::cli::add_decode_command,
 };
 
 int fail(std::string message) {

@@ -533,6 +533,16 @@ std::vector<CliCase> cli_cases() {
       {"unknown command", {}, "frobnicate", {"unknown command 'frobnicate'", "run"}},
       {"unknown option", {}, kRun + " --bogus 1", {"--bogus"}},
       {"missing --out", {}, "run --spec full --q q.npy --k k.npy --v v.npy", {"--out is required"}},
+      // attnlab decode
+      {"decode: kv heads",
+       {},
+       "decode --out res --heads 8 --kv-heads 3",
+       {"--kv-heads 3", "divisor"}},
+      {"decode: spec", {}, "decode --out res --variant nosuch", {"nosuch"}},
+      {"decode: context",
+       {},
+       "decode --out res --contexts 0",
+       {"--contexts", "not a positive integer"}},
       // .npy inputs: the file
       {"missing file",
        {},

@@ -269,7 +269,8 @@ TEST_CASE("run takes the softmax engine's modifiers, each read, all at once", "[
   save_ints("prefix.npy", {3, 4});  // per document
   save_ints("prefix1.npy", {3});    // per batch item, when the documents are left out
   const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
-  save_npy(dir.file("sinks.npy"), xt::xarray<float>(xt::adapt(sinks, std::vector<std::size_t>{heads})));
+  save_npy(dir.file("sinks.npy"),
+           xt::xarray<float>(xt::adapt(sinks, std::vector<std::size_t>{heads})));
   const Tensor bias = random_tensor(1, 1, n, n, 34, 0.5f);
   save(dir, "bias.npy", bias, 2);
   const TokenTensor g = test::uniform_tokens(1, heads, n, -0.3, 0.0, 35);

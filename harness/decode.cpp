@@ -1,0 +1,474 @@
+#include "harness/decode.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <xtensor/xview.hpp>
+
+#include "attnlab/attnlab.hpp"
+#include "attnlab/csv.hpp"
+#include "attnlab/inputs.hpp"
+#include "harness/config.hpp"
+#include "harness/measure.hpp"
+#include "harness/meta.hpp"
+#include "harness/plot.hpp"
+#include "harness/progress.hpp"
+
+namespace attnlab::harness {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum Column : std::size_t {
+  kKey,
+  kKind,
+  kSpec,
+  kVariant,
+  kBatch,
+  kHeads,
+  kKvHeads,
+  kDim,
+  kContext,
+  kStatus,
+  kMessage,
+  kReps,
+  kMedian,
+  kMin,
+  kMax,
+  kStepsPerToken,
+  kBytesHeld,
+  kReadGbps,
+  kColumns
+};
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A point of the sweep.
+struct DecodePoint {
+  std::string kind, spec;
+  std::int64_t kv = 0, dim = 0, context = 0;
+};
+
+std::string key_of(const DecodeSweep& s, const DecodePoint& p) {
+  return p.kind + "|" + p.spec + "|B=" + std::to_string(s.batch) + "|H=" + std::to_string(s.heads) +
+         "|Hkv=" + std::to_string(p.kv) + "|D=" + std::to_string(p.dim) +
+         "|N=" + std::to_string(p.context);
+}
+
+CsvRecord base_row(const DecodeSweep& s, const DecodePoint& p) {
+  CsvRecord r(kColumns);
+  r[kKey] = key_of(s, p);
+  r[kKind] = p.kind;
+  r[kSpec] = p.spec;
+  r[kVariant] = p.spec.substr(0, p.spec.find(':'));
+  r[kBatch] = std::to_string(s.batch);
+  r[kHeads] = std::to_string(s.heads);
+  r[kKvHeads] = std::to_string(p.kv);
+  r[kDim] = std::to_string(p.dim);
+  r[kContext] = std::to_string(p.context);
+  r[kStatus] = "ok";
+  return r;
+}
+
+// Random tokens, made once per shape: q [B, H, n, D], k and v [B, Hkv, n, D].
+struct Tokens {
+  Tensor q, k, v;
+};
+
+// The inputs of the sweep's distribution (lib/attnlab/inputs.hpp): q of H heads, k and v of Hkv.
+Tokens tokens(const DecodeSweep& s, const DecodePoint& p, std::size_t n) {
+  const auto b = std::size_t(s.batch), d = std::size_t(p.dim);
+  QKV queries = make_inputs("gaussian", b, std::size_t(s.heads), n, d, 1);
+  QKV keys = make_inputs("gaussian", b, std::size_t(p.kv), n, d, 2);
+  return {std::move(queries.q), std::move(keys.k), std::move(keys.v)};
+}
+
+DecodeConfig config_of(const DecodeSweep& s, const DecodePoint& p, std::size_t max_tokens) {
+  DecodeConfig c(std::size_t(s.batch), std::size_t(s.heads), std::size_t(p.dim),
+                 std::size_t(p.dim));
+  c.kv_heads = std::size_t(p.kv);
+  c.max_tokens = max_tokens;
+  return c;
+}
+
+// The bytes of a KV cache of every token: what full and bigbird hold (sliding holds its ring, a
+// recurrent variant its state, whatever the context).
+double cache_bytes(const DecodeSweep& s, const DecodePoint& p, std::size_t tokens) {
+  return double(s.batch) * double(p.kv) * double(tokens) * 2.0 * double(p.dim) * sizeof(float);
+}
+
+bool holds_every_token(const Attention& a) {
+  return a.name() == "full" || a.name() == "bigbird";
+}
+
+// One step row: fill the context by extend, then time steps.
+void run_step(const DecodeSweep& s, const DecodePoint& p, const Attention& a, CsvRecord& row) {
+  const auto context = std::size_t(p.context), steps = std::size_t(s.steps);
+  const auto decoder = a.start_decoding(config_of(s, p, context + steps + 2));
+  constexpr std::size_t kChunk = 4096;  // tokens per extend: the same random chunk again
+  const Tokens chunk = tokens(s, p, std::min(context, kChunk));
+  for (std::size_t held = 0; held < context;) {
+    const std::size_t n = std::min(kChunk, context - held);
+    if (n == chunk.k.shape()[2]) {
+      decoder->extend(chunk.k, chunk.v);
+    } else {
+      const Tensor k = xt::view(chunk.k, xt::all(), xt::all(), xt::range(0, n), xt::all());
+      const Tensor v = xt::view(chunk.v, xt::all(), xt::all(), xt::range(0, n), xt::all());
+      decoder->extend(k, v);
+    }
+    held += n;
+  }
+  const Tokens one = tokens(s, p, 1);
+  std::vector<double> times;
+  for (std::size_t i = 0; i < steps + 2; ++i) {
+    const auto t0 = Clock::now();
+    decoder->step(one.q, one.k, one.v);
+    if (i >= 2) times.push_back(seconds_since(t0));
+  }
+  const TimeStats t = time_stats(times);
+  row[kReps] = std::to_string(times.size());
+  row[kMedian] = format_number(t.median);
+  row[kMin] = format_number(t.min);
+  row[kMax] = format_number(t.max);
+  row[kBytesHeld] = std::to_string(decoder->bytes());
+  row[kReadGbps] = format_number(double(decoder->bytes()) / t.median / 1e9);
+}
+
+// One prefill row: chunked prefill of the prompt against as many steps, per token.
+void run_prefill(const DecodeSweep& s, const DecodePoint& p, const Attention& a, CsvRecord& row) {
+  const auto n = std::size_t(p.context);
+  const Tokens prompt = tokens(s, p, n);
+  std::vector<Tensor> rows_q, rows_k, rows_v;
+  for (std::size_t i = 0; i < n; ++i) {
+    rows_q.push_back(xt::view(prompt.q, xt::all(), xt::all(), xt::range(i, i + 1), xt::all()));
+    rows_k.push_back(xt::view(prompt.k, xt::all(), xt::all(), xt::range(i, i + 1), xt::all()));
+    rows_v.push_back(xt::view(prompt.v, xt::all(), xt::all(), xt::range(i, i + 1), xt::all()));
+  }
+  double chunked = 0, stepped = 0, worst = 0;
+  for (std::int64_t r = 0; r < s.reps; ++r) {
+    auto decoder = a.start_decoding(config_of(s, p, n));
+    auto t0 = Clock::now();
+    decoder->prefill(prompt.q, prompt.k, prompt.v);
+    const double c = seconds_since(t0) / double(n);
+    decoder = a.start_decoding(config_of(s, p, n));
+    t0 = Clock::now();
+    for (std::size_t i = 0; i < n; ++i) decoder->step(rows_q[i], rows_k[i], rows_v[i]);
+    const double st = seconds_since(t0) / double(n);
+    chunked = r == 0 ? c : std::min(chunked, c);
+    stepped = r == 0 ? st : std::min(stepped, st);
+    worst = std::max(worst, c);
+    row[kBytesHeld] = std::to_string(decoder->bytes());
+  }
+  row[kReps] = std::to_string(s.reps);
+  row[kMedian] = format_number(chunked);  // best of reps, per token
+  row[kMin] = format_number(chunked);
+  row[kMax] = format_number(worst);
+  row[kStepsPerToken] = format_number(stepped);
+}
+
+std::vector<DecodePoint> points(const DecodeSweep& s) {
+  std::vector<DecodePoint> all;
+  for (const std::string& spec : s.specs)
+    for (const std::int64_t d : s.dims)
+      for (const std::int64_t kv : s.kv_heads) {
+        for (const std::int64_t n : s.contexts) all.push_back({"step", spec, kv, d, n});
+        for (const std::int64_t n : s.prefill_lengths) all.push_back({"prefill", spec, kv, d, n});
+      }
+  return all;
+}
+
+void check(const DecodeSweep& s) {
+  if (s.heads < 1 || s.batch < 1 || s.steps < 1 || s.reps < 1 || s.bandwidth_bytes < 4096)
+    throw Error(
+        "decode sweep: heads, batch, steps and reps must be >= 1, the bandwidth buffer >= 4 KiB");
+  for (const std::int64_t kv : s.kv_heads)
+    if (kv < 1 || s.heads % kv != 0)
+      throw Error("--kv-heads " + std::to_string(kv) +
+                  ": expected a divisor of --heads = " + std::to_string(s.heads));
+  for (const auto& [values, name] :
+       {std::pair{&s.contexts, "--contexts"}, std::pair{&s.prefill_lengths, "--prefill"},
+        std::pair{&s.dims, "--dims"}})
+    for (const std::int64_t x : *values)
+      if (x < 1) throw Error(std::string(name) + " " + std::to_string(x) + ": expected >= 1");
+  for (const std::string& spec : s.specs) make_attention(spec);  // Error naming a bad spec
+}
+
+}  // namespace
+
+const std::vector<std::string>& decode_columns() {
+  static const std::vector<std::string> names = {
+      "key",           "kind",       "spec",       "variant",
+      "batch",         "heads",      "kv_heads",   "dim",
+      "context",       "status",     "message",    "reps",
+      "time_median_s", "time_min_s", "time_max_s", "steps_s_per_token",
+      "bytes_held",    "read_gbps"};
+  return names;
+}
+
+double measure_read_bandwidth(std::size_t bytes, int reps) {
+  const std::size_t n = bytes / sizeof(float);
+  std::unique_ptr<float[]> data(new float[n]);
+#pragma omp parallel for schedule(static)
+  for (std::ptrdiff_t i = 0; i < static_cast<std::ptrdiff_t>(n); ++i)
+    data[static_cast<std::size_t>(i)] = 1.0f;  // touched by the thread that reads it
+  double best = 0;
+  volatile float sink = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    float total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+    for (std::ptrdiff_t i = 0; i < static_cast<std::ptrdiff_t>(n); ++i)
+      total += data[static_cast<std::size_t>(i)];
+    const double s = seconds_since(t0);
+    sink = sink + total;
+    best = std::max(best, double(bytes) / s / 1e9);
+  }
+  return best;
+}
+
+std::size_t run_decode_sweep(const std::string& dir, const DecodeSweep& sweep,
+                             std::FILE* progress) {
+  check(sweep);
+  std::filesystem::create_directories(dir);
+  CsvAppendOptions options;
+  options.holder = "another decode sweep";
+  CsvAppender file(dir + "/decode.csv", decode_columns(), options);
+  std::vector<std::string> done;
+  for (std::size_t i = 1; i < file.records().size(); ++i) done.push_back(file.records()[i][kKey]);
+  std::vector<DecodePoint> todo;
+  for (const DecodePoint& p : points(sweep))
+    if (std::find(done.begin(), done.end(), key_of(sweep, p)) == done.end()) todo.push_back(p);
+  SweepConfig config;
+  config.origin = "attnlab decode";
+  nlohmann::json extra;
+  extra["decode_points"] = todo.size();
+  record_run(dir, config, extra);
+  const double budget = sweep.memory_budget_bytes > 0
+                            ? sweep.memory_budget_bytes
+                            : 0.5 * static_cast<double>(mem_available_bytes());
+  std::size_t appended = 0;
+  {  // the yardstick, in every invocation
+    CsvRecord row(kColumns);
+    // Numbered: two invocations within one second still get keys of their own.
+    const auto earlier = std::count_if(done.begin(), done.end(), [](const std::string& key) {
+      return key.rfind("bandwidth|", 0) == 0;
+    });
+    row[kKey] = "bandwidth|" + std::to_string(earlier + 1) + "|" + utc_now();
+    row[kKind] = "bandwidth";
+    row[kStatus] = "ok";
+    row[kReadGbps] = format_number(measure_read_bandwidth(sweep.bandwidth_bytes));
+    file.append(row);
+    ++appended;
+  }
+  Progress bar(todo.size(), progress);
+  for (const DecodePoint& p : todo) {
+    const std::string label = key_of(sweep, p);
+    bar.start(label);
+    const auto t0 = Clock::now();
+    CsvRecord row = base_row(sweep, p);
+    const std::size_t tokens =
+        std::size_t(p.context) + (p.kind == "step" ? std::size_t(sweep.steps) + 2 : 0);
+    try {
+      const auto a = make_attention(p.spec);
+      if (holds_every_token(*a) && cache_bytes(sweep, p, tokens) > budget) {
+        row[kStatus] = "skipped";
+        row[kMessage] = "a KV cache of " + std::to_string(tokens) +
+                        " tokens would pass the memory budget of " + format_number(budget) +
+                        " bytes";
+      } else if (p.kind == "step") {
+        run_step(sweep, p, *a, row);
+      } else {
+        run_prefill(sweep, p, *a, row);
+      }
+    } catch (const Unsupported& e) {
+      row[kStatus] = "unsupported";
+      row[kMessage] = e.what();
+    } catch (const std::bad_alloc&) {
+      row[kStatus] = "skipped";
+      row[kMessage] = "out of memory";
+    }
+    file.append(row);
+    ++appended;
+    bar.done(label, row[kStatus], seconds_since(t0));
+  }
+  render_decode_report(dir, sweep.gnuplot);
+  return appended;
+}
+
+namespace {
+
+// One ok row of decode.csv, parsed.
+struct Parsed {
+  std::string kind, spec;
+  std::int64_t kv = 0, dim = 0, context = 0;
+  double time = 0, steps_per_token = 0, bytes = 0, gbps = 0;
+};
+
+double number_or_nan(const std::string& text) {
+  try {
+    return text.empty() ? std::nan("") : std::stod(text);
+  } catch (const std::exception&) {
+    return std::nan("");
+  }
+}
+
+std::string fixed(double x, int digits) {
+  if (!std::isfinite(x)) return "-";
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(digits);
+  s << x;
+  return s.str();
+}
+
+std::string tokens_text(std::int64_t n) {
+  if (n >= (1 << 20) && n % (1 << 20) == 0) return std::to_string(n >> 20) + "M";
+  if (n >= 1024 && n % 1024 == 0) return std::to_string(n >> 10) + "K";
+  return std::to_string(n);
+}
+
+}  // namespace
+
+void render_decode_report(const std::string& dir, const std::string& gnuplot) {
+  const auto records = read_csv(dir + "/decode.csv");
+  std::vector<Parsed> rows;
+  std::vector<double> bandwidths;
+  for (std::size_t i = 1; i < records.size(); ++i) {
+    const CsvRecord& r = records[i];
+    if (r.size() != kColumns || r[kStatus] != "ok") continue;
+    if (r[kKind] == "bandwidth") {
+      bandwidths.push_back(number_or_nan(r[kReadGbps]));
+      continue;
+    }
+    rows.push_back({r[kKind], r[kSpec], std::stoll(r[kKvHeads]), std::stoll(r[kDim]),
+                    std::stoll(r[kContext]), number_or_nan(r[kMedian]),
+                    number_or_nan(r[kStepsPerToken]), number_or_nan(r[kBytesHeld]),
+                    number_or_nan(r[kReadGbps])});
+  }
+  std::sort(bandwidths.begin(), bandwidths.end());
+  const double bandwidth = bandwidths.empty() ? std::nan("") : bandwidths[bandwidths.size() / 2];
+  std::set<std::pair<std::int64_t, std::int64_t>> shapes;  // (D, Hkv)
+  std::vector<std::string> specs;
+  std::set<std::int64_t> contexts, prompts;
+  for (const Parsed& r : rows) {
+    shapes.insert({r.dim, r.kv});
+    if (std::find(specs.begin(), specs.end(), r.spec) == specs.end()) specs.push_back(r.spec);
+    (r.kind == "step" ? contexts : prompts).insert(r.context);
+  }
+  const auto find = [&](const std::string& kind, const std::string& spec, std::int64_t d,
+                        std::int64_t kv, std::int64_t n) -> const Parsed* {
+    for (const Parsed& r : rows)
+      if (r.kind == kind && r.spec == spec && r.dim == d && r.kv == kv && r.context == n) return &r;
+    return nullptr;
+  };
+  std::ostringstream md;
+  md << "# Decode sweep\n\nRendered by `attnlab decode` from decode.csv (harness/decode.hpp says "
+        "what each column measures); the run's context is in meta.json. B = 1 unless the rows "
+        "say otherwise.\n\n";
+  md << "Streaming read bandwidth of the run (median of its bandwidth rows): "
+     << fixed(bandwidth, 1) << " GB/s.\n\n";
+  PlotFiles files;
+  Plotter plotter(std::filesystem::path(dir) / "plots", gnuplot, files);
+  for (const auto& [d, kv] : shapes) {
+    const std::string shape = "D = " + std::to_string(d) + ", Hkv = " + std::to_string(kv);
+    md << "## " << shape << "\n\nMicroseconds per decoded token at each context (bytes held "
+       << "after it, MiB, in brackets):\n\n| variant |";
+    for (const std::int64_t n : contexts) md << " " << tokens_text(n) << " |";
+    md << " max / min |\n| --- |";
+    for (std::size_t i = 0; i <= contexts.size(); ++i) md << " --- |";
+    md << "\n";
+    std::vector<Series> times, memory;
+    for (const std::string& spec : specs) {
+      Series t{spec, {}}, m{spec, {}};
+      std::string line = "| `" + spec + "` |";
+      double lo = INFINITY, hi = 0;
+      for (const std::int64_t n : contexts) {
+        const Parsed* r = find("step", spec, d, kv, n);
+        line += r ? " " + fixed(r->time * 1e6, 1) + " (" + fixed(r->bytes / 1048576.0, 1) + ") |"
+                  : " - |";
+        if (!r) continue;
+        t.xy.emplace_back(double(n), r->time);
+        m.xy.emplace_back(double(n), r->bytes);
+        lo = std::min(lo, r->time);
+        hi = std::max(hi, r->time);
+      }
+      if (t.xy.empty()) continue;
+      md << line << " " << fixed(hi / lo, 2) << " |\n";
+      times.push_back(std::move(t));
+      memory.push_back(std::move(m));
+    }
+    md << "\nThe context from which each variant's step is cheaper than `full`'s (the first "
+          "measured context where it is, and stays so):\n\n| variant | context |\n| --- | --- |\n";
+    for (const std::string& spec : specs) {
+      if (spec == "full") continue;
+      std::int64_t from = -1;
+      for (const std::int64_t n : contexts) {
+        const Parsed *r = find("step", spec, d, kv, n), *f = find("step", "full", d, kv, n);
+        if (!r || !f) continue;
+        if (r->time < f->time) {
+          if (from < 0) from = n;
+        } else {
+          from = -1;
+        }
+      }
+      md << "| `" << spec << "` | " << (from < 0 ? "not in the measured range" : tokens_text(from))
+         << " |\n";
+    }
+    md << "\n`full`'s step reads its whole cache: GB/s read (bytes held / step time) and its "
+          "fraction of the run's bandwidth:\n\n| context | GB/s | x bandwidth |\n| --- | --- | --- "
+          "|\n";
+    for (const std::int64_t n : contexts)
+      if (const Parsed* f = find("step", "full", d, kv, n))
+        md << "| " << tokens_text(n) << " | " << fixed(f->gbps, 2) << " | "
+           << fixed(f->gbps / bandwidth, 2) << " |\n";
+    if (!prompts.empty()) {
+      md << "\nPrefill, seconds per token: chunked / token-by-token (below 1: chunked is "
+            "faster):\n\n| variant |";
+      for (const std::int64_t n : prompts) md << " N = " << n << " |";
+      md << "\n| --- |";
+      for (std::size_t i = 0; i < prompts.size(); ++i) md << " --- |";
+      md << "\n";
+      for (const std::string& spec : specs) {
+        md << "| `" << spec << "` |";
+        for (const std::int64_t n : prompts) {
+          const Parsed* r = find("prefill", spec, d, kv, n);
+          md << " " << (r ? fixed(r->time / r->steps_per_token, 2) : "-") << " |";
+        }
+        md << "\n";
+      }
+    }
+    const std::string name = "d" + std::to_string(d) + "_hkv" + std::to_string(kv);
+    const std::string common =
+        "set grid\nset key below left Left reverse maxcols 2 noenhanced\nset logscale x 2\n"
+        "set logscale y\nset xlabel 'context (tokens held)'\n";
+    plotter.plot("step_" + name, times,
+                 common + "set ylabel 'seconds per decoded token'\nset title " +
+                     gp_quote("Step time vs context (" + shape + ")") + " noenhanced\n",
+                 "using 1:2 with linespoints lw 2 pt 7");
+    plotter.plot("memory_" + name, memory,
+                 common + "set ylabel 'bytes held'\nset title " +
+                     gp_quote("Memory vs context (" + shape + ")") + " noenhanced\n",
+                 "using 1:2 with linespoints lw 2 pt 7");
+    md << "\n![step time](plots/step_" << name << ".png) ![memory](plots/memory_" << name
+       << ".png)\n\n";
+  }
+  if (!files.plot_note.empty()) md << files.plot_note << "\n";
+  write_atomically(dir + "/report.md", md.str());
+}
+
+}  // namespace attnlab::harness
