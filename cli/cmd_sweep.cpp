@@ -1,6 +1,6 @@
-// attnlab sweep: runs a grid of (variant spec x N x batch x heads x dim x causal x input x seed)
-// into runs/<name>/rows.csv + meta.json, then renders its report and prints a summary beside the
-// committed reference run in results/<name>/. The engine is in harness/sweep.hpp; the config
+// attnlab sweep: runs a grid of (variant spec x N x batch x heads x dim x causal x mask x input x
+// seed) into runs/<name>/rows.csv + meta.json, then renders its report and prints a summary beside
+// the committed reference run in results/<name>/. The engine is in harness/sweep.hpp; the config
 // format, columns and commands are in docs/sweep.md.
 #include <algorithm>
 #include <cstdio>
@@ -16,6 +16,7 @@
 
 #include "attnlab/error.hpp"
 #include "harness/config.hpp"
+#include "harness/mask_spec.hpp"
 #include "harness/mpi.hpp"
 #include "harness/report.hpp"
 #include "harness/summary.hpp"
@@ -28,7 +29,7 @@ using namespace attnlab::harness;
 
 struct SweepFlags {
   std::string config, name, out, n, batch, heads, dim, seed, causal, shard;
-  std::vector<std::string> variants, inputs;
+  std::vector<std::string> variants, inputs, masks;
   int reps = 0, warmup = -1;
   double target_seconds = 0, memory_budget = 0;
   std::int64_t error_rows = 0;
@@ -57,6 +58,12 @@ SweepConfig build_config(const SweepFlags& f) {
   if (!f.dim.empty()) c.dim = parse_int_list("--dim", f.dim);
   if (!f.seed.empty()) c.seed = parse_int_list("--seed", f.seed);
   if (!f.causal.empty()) c.causal = parse_causal_list("--causal", f.causal);
+  if (!f.masks.empty()) {
+    c.mask.clear();
+    for (const auto& m : f.masks)
+      for (const auto& x : parse_mask_list("--mask", m))
+        if (std::find(c.mask.begin(), c.mask.end(), x) == c.mask.end()) c.mask.push_back(x);
+  }
   if (!f.inputs.empty()) {
     c.input.clear();
     for (const auto& i : f.inputs)
@@ -124,10 +131,10 @@ void sweep(const SweepFlags& f) {
   if (f.dry_run) {
     for (const Point& p : make_grid(config))
       if (options.shard.contains(p.index))
-        std::printf("%s %s n=%lld batch=%lld heads=%lld dim=%lld causal=%s input=%s seed=%lld\n",
-                    p.key.c_str(), p.spec.c_str(), (long long)p.n, (long long)p.batch,
-                    (long long)p.heads, (long long)p.dim, p.causal.c_str(), p.input.c_str(),
-                    (long long)p.seed);
+        std::printf(
+            "%s %s n=%lld batch=%lld heads=%lld dim=%lld causal=%s mask=%s input=%s seed=%lld\n",
+            p.key.c_str(), p.spec.c_str(), (long long)p.n, (long long)p.batch, (long long)p.heads,
+            (long long)p.dim, p.causal.c_str(), p.mask.c_str(), p.input.c_str(), (long long)p.seed);
     return;
   }
   SweepSummary s;
@@ -176,9 +183,12 @@ void add_sweep_command(CLI::App& app) {
   auto f = std::make_shared<SweepFlags>();
   CLI::App* cmd = app.add_subcommand(
       "sweep",
-      "Run a grid of variant specs x N x batch x heads x dim x causal x input x seed and append "
+      "Run a grid of variant specs x N x batch x heads x dim x causal x mask x input x seed and "
+      "append "
       "one row per point to <out>/rows.csv (resumable; see docs/sweep.md). Without --config: the "
-      "built-in default (benchmarks/configs/default.toml). Flags override the config.");
+      "built-in default (benchmarks/configs/default.toml). A flag replaces its axis of the "
+      "config; an axis not given keeps the config's (the default's mask axis: none and "
+      "documents:count=16).");
   cmd->add_option("--config", f->config, "TOML grid (docs/sweep.md)")->check(CLI::ExistingFile);
   cmd->add_option("--name", f->name, "result set name: runs/<name>/");
   cmd->add_option("--out", f->out,
@@ -192,6 +202,10 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--heads", f->heads, "head counts");
   cmd->add_option("--dim", f->dim, "head dimensions");
   cmd->add_option("--causal", f->causal, "none,top-left,bottom-right (comma-separated)");
+  cmd->add_option(
+      "--mask", f->masks,
+      "none | documents:count=D | prefix:frac=F | window:left=L[,right=R] "
+      "(';'-separated or repeatable; replaces the config's mask axis; --mask none: no mask)");
   cmd->add_option("--input", f->inputs,
                   "gaussian:temp=T | lowrank:r=R[,temp=T] | local:width=W[,gap=G] | npy:<dir> "
                   "(repeatable)");

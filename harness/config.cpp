@@ -12,6 +12,7 @@
 #include "attnlab/factory.hpp"
 #include "attnlab/inputs.hpp"
 #include "attnlab/mask.hpp"
+#include "harness/mask_spec.hpp"
 #include "harness/trained_inputs.hpp"
 
 namespace attnlab::harness {
@@ -319,6 +320,7 @@ void validate(const SweepConfig& c) {
   need(!c.heads.empty(), "heads");
   need(!c.dim.empty(), "dim");
   need(!c.causal.empty(), "causal");
+  need(!c.mask.empty(), "mask");
   need(!c.input.empty(), "input");
   need(!c.seed.empty(), "seed");
   for (const auto& [values, key] : {std::pair{&c.n, "n"}, std::pair{&c.batch, "batch"},
@@ -365,6 +367,12 @@ SweepConfig parse_config(const std::string& text, const std::string& origin) {
       for (const auto& s : string_list(v, origin, key))
         for (const auto& x : at(origin, v, key, [&] { return parse_causal_list(key, s); }))
           c.causal.push_back(x);
+    } else if (key == "mask") {
+      c.mask.clear();
+      for (const auto& s : string_list(v, origin, key)) {
+        const std::string text = at(origin, v, key, [&] { return parse_mask_spec(s).text(); });
+        if (std::find(c.mask.begin(), c.mask.end(), text) == c.mask.end()) c.mask.push_back(text);
+      }
     } else if (key == "input") {
       for (const auto& s : string_list(v, origin, key))
         for (const auto& x : at(origin, v, key, [&] { return parse_input_list(key, s); }))
@@ -379,7 +387,7 @@ SweepConfig parse_config(const std::string& text, const std::string& origin) {
     } else {
       fail_at(origin, k.source(), key,
               "unknown key (known: name, variants, [[variant]], n, "
-              "batch, heads, dim, causal, input, seed, peers, [measure], [max_n])");
+              "batch, heads, dim, causal, mask, input, seed, peers, [measure], [max_n])");
     }
   }
   if (const toml::node* v = root.get("variants"))

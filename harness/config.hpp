@@ -28,6 +28,7 @@ struct SweepConfig {
   std::vector<std::string> specs;  // canonical specs (make_attention(s)->spec()), no duplicates
   std::vector<std::int64_t> n, batch, heads, dim, seed;
   std::vector<std::string> causal;            // causal_name() forms: none, top-left, bottom-right
+  std::vector<std::string> mask = {"none"};   // canonical mask specs (harness/mask_spec.hpp)
   std::vector<std::string> input;             // distribution strings as given
   std::map<std::string, std::int64_t> max_n;  // per canonical spec: larger n left out of the grid
   bool peers = false;  // add peer:numpy and peer:torch rows (harness/peers.hpp)
@@ -50,6 +51,7 @@ std::vector<std::string> expand_spec(const std::string& pattern);
 std::vector<std::int64_t> parse_int_list(const std::string& flag, const std::string& text);
 std::vector<std::string> parse_causal_list(const std::string& flag, const std::string& text);
 std::vector<std::string> parse_input_list(const std::string& flag, const std::string& text);
+// (parse_mask_list, for --mask: harness/mask_spec.hpp)
 
 /// Checks lists are non-empty and values in range (Error naming `origin` and the key).
 void validate(const SweepConfig& config);

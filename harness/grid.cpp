@@ -5,6 +5,7 @@
 
 #include "attnlab/error.hpp"
 #include "attnlab/npy.hpp"
+#include "harness/mask_spec.hpp"
 #include "harness/peers.hpp"
 #include "harness/trained_inputs.hpp"
 
@@ -54,7 +55,8 @@ std::vector<Shape> shapes_of(const SweepConfig& c, const std::string& input) {
 std::string point_key(const Point& p) {
   const std::string text = p.spec + "|" + std::to_string(p.n) + "|" + std::to_string(p.batch) +
                            "|" + std::to_string(p.heads) + "|" + std::to_string(p.dim) + "|" +
-                           p.causal + "|" + p.input + "|" + std::to_string(p.seed);
+                           p.causal + "|" + p.input + "|" + std::to_string(p.seed) +
+                           (p.mask == "none" ? "" : "|" + p.mask);
   std::uint64_t h = 14695981039346656037ull;
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
   char buf[17];
@@ -64,6 +66,22 @@ std::string point_key(const Point& p) {
 
 std::vector<Point> make_grid(const SweepConfig& c) {
   std::vector<Point> grid;
+  std::vector<MaskSpec> masks;
+  for (const auto& text : c.mask) {
+    masks.push_back(parse_mask_spec(text));
+    if (masks.back().needs_causal() &&
+        std::find_if(c.causal.begin(), c.causal.end(),
+                     [](const std::string& x) { return x != "none"; }) == c.causal.end())
+      throw Error("mask '" + text +
+                  "': prefix-LM relaxes a causal mask, and the grid's causal has none (add "
+                  "top-left)");
+    if (masks.back().kind == MaskSpec::Kind::documents)
+      for (auto b : c.batch)
+        if (b != 1)
+          throw Error("mask '" + text + "': packed documents take a batch of one, and the grid's " +
+                      "batch has " + std::to_string(b) +
+                      " (batch 1, or a mask axis without documents: --mask none)");
+  }
   for (const auto& input : c.input) {
     // A causal model's q, k, v are measured under causal masks only.
     const bool causal_only =
@@ -76,28 +94,31 @@ std::vector<Point> make_grid(const SweepConfig& c) {
                   "only, and the grid's causal has none (add top-left)");
     for (auto seed : c.seed)
       for (const Shape& s : shapes_of(c, input))
-        for (const auto& causal : c.causal) {
-          if (causal_only && causal == "none") continue;
-          auto add = [&](const std::string& spec, const std::string& variant, bool peer) {
-            Point p;
-            p.index = grid.size();
-            p.spec = spec;
-            p.variant = variant;
-            p.peer = peer;
-            p.n = s.n, p.batch = s.batch, p.heads = s.heads, p.dim = s.dim, p.seed = seed;
-            p.causal = causal;
-            p.input = input;
-            p.key = point_key(p);
-            grid.push_back(std::move(p));
-          };
-          for (const auto& spec : c.specs) {
-            const auto limit = c.max_n.find(spec);
-            if (limit != c.max_n.end() && s.n > limit->second) continue;
-            add(spec, spec.substr(0, spec.find(':')), false);
+        for (const auto& causal : c.causal)
+          for (const MaskSpec& mask : masks) {
+            if (causal_only && causal == "none") continue;
+            if (mask.needs_causal() && causal == "none") continue;
+            auto add = [&](const std::string& spec, const std::string& variant, bool peer) {
+              Point p;
+              p.index = grid.size();
+              p.spec = spec;
+              p.variant = variant;
+              p.peer = peer;
+              p.n = s.n, p.batch = s.batch, p.heads = s.heads, p.dim = s.dim, p.seed = seed;
+              p.causal = causal;
+              p.mask = mask.text();
+              p.input = input;
+              p.key = point_key(p);
+              grid.push_back(std::move(p));
+            };
+            for (const auto& spec : c.specs) {
+              const auto limit = c.max_n.find(spec);
+              if (limit != c.max_n.end() && s.n > limit->second) continue;
+              add(spec, spec.substr(0, spec.find(':')), false);
+            }
+            if (c.peers && mask.kind == MaskSpec::Kind::none)
+              for (const auto& name : peer_names()) add("peer:" + name, name, true);
           }
-          if (c.peers)
-            for (const auto& name : peer_names()) add("peer:" + name, name, true);
-        }
   }
   return grid;
 }

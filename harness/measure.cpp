@@ -19,6 +19,7 @@
 #include "attnlab/reference.hpp"
 #include "attnlab/stats.hpp"
 #include "harness/heap.hpp"
+#include "harness/mask_spec.hpp"
 #include "harness/peers.hpp"
 #include "harness/trained_inputs.hpp"
 #include "variants/recurrence_reference.hpp"
@@ -52,6 +53,7 @@ Row base_row(const Point& p, const std::string& shard) {
   r[Col::heads] = std::to_string(p.heads);
   r[Col::dim] = std::to_string(p.dim);
   r[Col::causal] = p.causal;
+  r[Col::mask] = p.mask;
   r[Col::input] = p.input;
   r[Col::seed] = std::to_string(p.seed);
   r[Col::shard] = shard;
@@ -87,8 +89,13 @@ Tensor64 parallel_reference(const QKV& t, const Mask& mask, const std::vector<st
       return one;
     };
     try {
+      // The slice is a batch of one: its item's entries of the per-item parts.
+      Mask item = mask;
+      if (!mask.prefix_lengths.empty() && !mask.has_documents())
+        item.prefix_lengths = {mask.prefix_lengths[b]};
+      if (mask.has_key_lengths()) item.key_lengths = {mask.key_lengths[b]};
       const Tensor64 part =
-          reference_attention(slice(t.q, d), slice(t.k, d), slice(t.v, dv), mask, rows);
+          reference_attention(slice(t.q, d), slice(t.k, d), slice(t.v, dv), item, rows);
       std::copy_n(part.data(), nrows * dv, &ref(b, h, 0, 0));
     } catch (const std::exception& e) {
 #pragma omp critical
@@ -102,7 +109,16 @@ Tensor64 parallel_reference(const QKV& t, const Mask& mask, const std::vector<st
 // A point of a series differs from its neighbours only in n (and seed).
 std::string series(const Point& p) {
   return p.spec + "|" + std::to_string(p.batch) + "|" + std::to_string(p.heads) + "|" +
-         std::to_string(p.dim) + "|" + p.causal + "|" + p.input;
+         std::to_string(p.dim) + "|" + p.causal + "|" + p.mask + "|" + p.input;
+}
+
+// The point's mask: its causal setting and its mask spec, at its sizes.
+Mask mask_of(const Point& p) {
+  Mask mask;
+  mask.causal = parse_causal(p.causal);
+  add_mask_part(parse_mask_spec(p.mask), static_cast<std::size_t>(p.n),
+                static_cast<std::size_t>(p.batch), mask);
+  return mask;
 }
 
 std::string gib(double bytes) {
@@ -213,11 +229,9 @@ const TokenValues& PointRunner::tokens(const Point& p) {
 }
 
 const Tensor64& PointRunner::reference(const Point& p, const std::vector<std::size_t>& rows) {
-  const std::string key = inputs_key_ + "|" + p.causal;
+  const std::string key = inputs_key_ + "|" + p.causal + "|" + p.mask;
   if (key == reference_key_) return reference_;
-  Mask mask;
-  mask.causal = parse_causal(p.causal);
-  reference_ = parallel_reference(inputs_, mask, rows);
+  reference_ = parallel_reference(inputs_, mask_of(p), rows);
   reference_key_ = key;
   return reference_;
 }
@@ -249,6 +263,7 @@ void PointRunner::remember(const Row& row) {
   p.heads = std::stoll(row[Col::heads]);
   p.dim = std::stoll(row[Col::dim]);
   p.causal = row[Col::causal];
+  p.mask = row[Col::mask];
   p.input = row[Col::input];
   const std::int64_t n = std::stoll(row[Col::n]);
   const auto peak = static_cast<std::int64_t>(std::stod(row[Col::peak_mem_bytes]));
@@ -265,8 +280,7 @@ Row PointRunner::run(const Point& p) {
                             gib(double(budget_)) + "; not run",
                         shard_);
     const QKV& t = inputs(p);
-    Mask mask;
-    mask.causal = parse_causal(p.causal);
+    const Mask mask = mask_of(p);
     const Dims d = check_qkv(t.q, t.k, t.v);
     const std::vector<std::size_t> rows = error_rows(p.n, options_.error_rows, p.seed);
 

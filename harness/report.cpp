@@ -179,7 +179,11 @@ ReportRow report_row(const Row& row, const std::string& where) {
   r.batch = integer(Col::batch);
   r.heads = integer(Col::heads);
   r.dim = integer(Col::dim);
-  r.causal = row[Col::causal];
+  // The causal setting and the mask spec read as one masking setting ("top-left" or
+  // "top-left, documents:count=16"): every table and plot that separates causal settings
+  // separates masks too, and the rows without a mask (or an older run's) read as before.
+  const std::string& mask = row[Col::mask];
+  r.causal = row[Col::causal] + (mask.empty() || mask == "none" ? "" : ", " + mask);
   r.input = row[Col::input];
   r.seed = row[Col::seed];
   r.status = row[Col::status];

@@ -2,7 +2,8 @@
 // re-running anything (the ann-benchmarks way: raw rows first, metrics and plots later).
 //
 // Speed-up and memory ratios are derived here by joining each row with the `full` row of the
-// same (n, batch, heads, dim, causal, input), preferring the same seed. A point that is missing
+// same (n, batch, heads, dim, causal, input), preferring the same seed; `causal` holds the mask
+// spec too when the row has one ("top-left, documents:count=16"). A point that is missing
 // or not `ok` prints as "—", never as a number.
 //
 // Output: <dir>/report.md, and under <dir>/plots/ a gnuplot data file (.dat), script (.gp) and

@@ -26,6 +26,7 @@ enum class Col : std::size_t {
   heads,
   dim,
   causal,
+  mask,
   input,
   seed,
   token_inputs,

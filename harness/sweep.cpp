@@ -25,8 +25,9 @@ namespace fs = std::filesystem;
 // Shape first, spec last: a terminal line cuts the end of long specs.
 std::string label(const Point& p) {
   return "n=" + std::to_string(p.n) + " b=" + std::to_string(p.batch) +
-         " h=" + std::to_string(p.heads) + " d=" + std::to_string(p.dim) + " " + p.causal + " " +
-         p.input + " seed=" + std::to_string(p.seed) + " " + p.spec;
+         " h=" + std::to_string(p.heads) + " d=" + std::to_string(p.dim) + " " + p.causal +
+         (p.mask == "none" ? "" : " " + p.mask) + " " + p.input +
+         " seed=" + std::to_string(p.seed) + " " + p.spec;
 }
 
 std::int64_t budget_bytes(const MeasureOptions& m) {
@@ -143,6 +144,7 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
                      {"heads", config.heads},
                      {"dim", config.dim},
                      {"causal", config.causal},
+                     {"mask", config.mask},
                      {"input", config.input},
                      {"seed", config.seed},
                      {"peers", config.peers},
@@ -200,8 +202,8 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
       } else {
         const Row r = parse_row_line(line);
         store(r);
-        progress.done("n=" + r[Col::n] + " " + r[Col::causal] + " " + r[Col::input] + " " +
-                          r[Col::spec] + " (rank " + r[Col::shard] + ")",
+        progress.done("n=" + r[Col::n] + " " + r[Col::causal] + " " + r[Col::mask] + " " +
+                          r[Col::input] + " " + r[Col::spec] + " (rank " + r[Col::shard] + ")",
                       r[Col::status], -1.0);
       }
       if (block) return;

@@ -512,7 +512,8 @@ std::string header_claiming(std::size_t len, int major) {
 
 const std::string kRun = "run --spec full --q q.npy --k k.npy --v v.npy --out o.npy";
 const std::string kSweepBase =
-    "sweep --quiet --variant full --heads 1 --reps 1 --causal none --input gaussian --out res";
+    "sweep --quiet --variant full --heads 1 --reps 1 --causal none --mask none --input gaussian "
+    "--out res";
 const std::string kSweep = kSweepBase + " --n 16 --dim 4";
 // A row of the schema (every column) with key k1.
 std::string rows_csv(const std::string& extra = "") {
@@ -953,6 +954,22 @@ std::vector<CliCase> cli_cases() {
        kSweep + " --input trained:nope",
        {"trained:nope", "dir=nope", "state.txt"}},
       {"sweep --shard", {}, kSweep + " --shard 3/2", {"--shard", "3/2"}},
+      {"sweep --mask key",
+       {},
+       kSweep + " --mask window:wide=3",
+       {"--mask", "window:wide=3", "wide"}},
+      {"sweep --mask documents batch",
+       {},
+       kSweep + " --batch 2 --mask documents:count=4",
+       {"documents:count=4", "batch of one", "2"}},
+      {"sweep default mask axis batch",  // the default config's documents, kept: the hint says so
+       {},
+       "sweep --quiet --variant full --n 16 --dim 4 --batch 2 --out res",
+       {"documents:count=16", "batch of one", "--mask none"}},
+      {"sweep --mask prefix no causal",
+       {},
+       kSweep + " --mask prefix:frac=0.5",
+       {"prefix:frac=0.5", "causal", "top-left"}},
       // sweep: the results folder
       {"sweep foreign rows.csv",
        [](const TempDir& d) {

@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -98,13 +100,18 @@ TEST_CASE("./dev run on a fresh copy measures into runs/, reports and summarises
   CHECK(out.find("Report: runs/default/report.md") != std::string::npos);
   CHECK(out.find("Plots: runs/default/plots/ (") != std::string::npos);
 
-  // Every point of the grid has its row; every spec a speed-up row and an error row, with the
-  // rows' numbers: an approximation of softmax attention in the table of the synthetic inputs and
-  // in that of the trained model's, a variant that computes something else in its own table.
+  // Every point of the grid has its row; every spec a speed-up row per masking setting and an
+  // error row, with the rows' numbers, recomputed here as harness/summary.cpp takes them: a
+  // speed-up table per causal setting and mask ("none, documents:count=16": the report's causal
+  // holds the mask), the geometric mean over the synthetic inputs of each row's speed-up over the
+  // full row of its point; the errors the worst over every input and masking setting of a cell:
+  // an approximation of softmax attention in the table of the synthetic inputs and in that of the
+  // trained model's, a variant that computes something else in its own table.
   const auto rows = read_report_rows((run / "rows.csv").string());
   SweepConfig config = default_config();
   config.n = {64, 128};
   REQUIRE(rows.size() == make_grid(config).size());
+  REQUIRE(config.mask == std::vector<std::string>{"none", "documents:count=16"});
   std::vector<std::string> synthetic, trained;
   for (const auto& input : config.input)
     (is_trained_input(input) ? trained : synthetic).push_back(input);
@@ -113,50 +120,101 @@ TEST_CASE("./dev run on a fresh copy measures into runs/, reports and summarises
   const auto errors = out.substr(out.find("Error against exact softmax attention (fp64)"));
   const auto learned = out.substr(out.find("on a trained model's q, k, v"));
   const auto others = out.substr(out.find("Not softmax attention"));
-  const auto speedups = out.substr(0, out.find("causal top-left"));
-  std::map<std::int64_t, double> full_time;  // n -> geometric mean over inputs, causal none
+  // The speed-up table of one masking setting on the synthetic inputs' shape (B=1 H=8 D=64).
+  auto speedup_table = [&](const std::string& setting) {
+    const auto at = out.find("Speed-up over exact full, causal " + setting + ", B=1 H=8 D=64");
+    REQUIRE(at != std::string::npos);
+    return out.substr(at, out.find("\n\n", at) - at);
+  };
+  const std::vector<std::string> settings{"none", "none, documents:count=16", "top-left",
+                                          "top-left, documents:count=16"};
+  std::map<std::tuple<std::int64_t, std::string, std::string>, double> full_time;
   for (const auto& r : rows)
-    if (r.variant == "full" && r.causal == "none")
-      full_time[r.n] += std::log(*r.time_median_s) / double(synthetic.size());
+    if (r.variant == "full" && r.ok()) full_time[{r.n, r.causal, r.input}] = *r.time_median_s;
+  // A cell with no figure prints its first row's status ("unsup." for unsupported).
+  auto status_of = [](const std::vector<const ReportRow*>& cell) -> std::string {
+    if (cell.empty()) return "-";
+    return cell.front()->status == "unsupported" ? "unsup." : cell.front()->status;
+  };
+  auto geomean = [](const std::vector<double>& xs) {
+    double log_sum = 0;
+    for (double x : xs) log_sum += std::log(x);
+    return std::exp(log_sum / double(xs.size()));
+  };
+  std::set<std::string> masked_ok;  // the specs with a figure under 16 documents
   for (const auto& spec : config.specs) {
     const std::string label = short_spec(spec);
     INFO(label);
     const bool softmax = make_attention(spec)->support().approximates_softmax;
-    std::vector<std::string> speed{label}, rel_fro{label}, cos{"mean", "cosine"};
-    for (std::int64_t n : {64, 128}) {
-      double worst = 0, lowest_cos = 1, log_speedup = 0;
-      for (const auto& r : rows) {
-        if (r.spec != spec || r.n != n || !r.ok()) continue;
-        CHECK(r.approximates_softmax() == softmax);
-        if (r.causal == "none")  // the synthetic inputs' table
-          log_speedup += (full_time[n] - std::log(*r.time_median_s)) / double(synthetic.size());
-        if (softmax && is_trained_input(r.input)) continue;  // in the trained model's table
-        worst = std::max(worst, *r.rel_fro);
-        lowest_cos = std::min(lowest_cos, *r.mean_cos);
+    for (const auto& setting : settings) {
+      INFO("causal " << setting);
+      std::vector<std::string> speed{label};
+      for (std::int64_t n : {64, 128}) {
+        std::vector<const ReportRow*> cell;
+        std::vector<double> values;  // full's times, the others' speed-ups over full
+        for (const auto& r : rows) {
+          if (r.spec != spec || r.n != n || r.causal != setting || is_trained_input(r.input))
+            continue;
+          cell.push_back(&r);
+          const auto full = full_time.find({r.n, r.causal, r.input});
+          if (r.ok() && full != full_time.end())
+            values.push_back(spec == "full" ? *r.time_median_s : full->second / *r.time_median_s);
+        }
+        REQUIRE(cell.size() == synthetic.size());
+        if (values.empty()) {
+          speed.push_back(status_of(cell));
+        } else if (spec == "full") {  // "1.23 ms": two words
+          const std::string t = time_text(geomean(values));
+          speed.push_back(t.substr(0, t.find(' ')));
+          speed.push_back(t.substr(t.find(' ') + 1));
+        } else {
+          speed.push_back(fmt::format("{:.2f}x", geomean(values)));
+        }
+        if (!values.empty() && setting.find("documents") != std::string::npos)
+          masked_ok.insert(spec);
       }
-      rel_fro.push_back(fmt::format("{:.2g}", worst));
-      cos.push_back(fmt::format("{:.4f}", lowest_cos));
-      if (spec == "full") {  // "1.23 ms": two words
-        const std::string t = time_text(std::exp(full_time[n]));
-        speed.push_back(t.substr(0, t.find(' ')));
-        speed.push_back(t.substr(t.find(' ') + 1));
-      } else {
-        speed.push_back(fmt::format("{:.2f}x", std::exp(log_speedup)));
-      }
+      CHECK(words_of(speedup_table(setting), label) == speed);
     }
-    CHECK(words_of(speedups, label) == speed);
+    // The error tables: the worst over the inputs and masking settings of each cell.
+    std::vector<std::string> rel_fro{label}, cos{"mean", "cosine"};
+    for (std::int64_t n : {64, 128}) {
+      std::vector<const ReportRow*> cell;
+      std::optional<double> worst, lowest_cos;
+      for (const auto& r : rows) {
+        if (r.spec != spec || r.n != n) continue;
+        if (softmax && is_trained_input(r.input)) continue;  // in the trained model's table
+        cell.push_back(&r);
+        if (!r.ok()) continue;
+        CHECK(r.approximates_softmax() == softmax);
+        worst = std::max(worst.value_or(0.0), *r.rel_fro);
+        lowest_cos = std::min(lowest_cos.value_or(1.0), *r.mean_cos);
+      }
+      rel_fro.push_back(worst ? fmt::format("{:.2g}", *worst) : status_of(cell));
+      if (lowest_cos) cos.push_back(fmt::format("{:.4f}", *lowest_cos));
+    }
     CHECK(words_of(softmax ? errors : others, label) == rel_fro);
     CHECK(words_of(softmax ? errors : others, label, true) == cos);
     if (!softmax) continue;
-    // The trained model's table: a column per layer and length, causal rows only.
+    // The trained model's table: a column per layer and length, causal rows only (with and
+    // without the documents), the worst of each.
     std::vector<std::string> on_trained{label};
     for (const auto& input : trained)
-      for (std::int64_t n : {64, 128})
+      for (std::int64_t n : {64, 128}) {
+        std::vector<const ReportRow*> cell;
+        std::optional<double> worst;
         for (const auto& r : rows)
           if (r.spec == spec && r.n == n && r.input == input) {
-            CHECK(r.causal == "top-left");
-            on_trained.push_back(r.ok() ? fmt::format("{:.2g}", *r.rel_fro) : "unsup.");
+            CHECK(r.causal.rfind("top-left", 0) == 0);
+            cell.push_back(&r);
+            if (r.ok()) worst = std::max(worst.value_or(0.0), *r.rel_fro);
           }
+        REQUIRE(cell.size() == 2);  // top-left, and with the documents
+        on_trained.push_back(worst ? fmt::format("{:.2g}", *worst) : status_of(cell));
+      }
     CHECK(words_of(learned, label) == on_trained);
   }
+  // The documents are applied, not only recorded: the engine's clients run them, and a
+  // variant that takes no documents is refused (its row says unsup.).
+  CHECK(masked_ok.count("full"));
+  CHECK(masked_ok.size() < config.specs.size());
 }

@@ -25,6 +25,7 @@
 #include "harness/config.hpp"
 #include "harness/grid.hpp"
 #include "harness/heap.hpp"
+#include "harness/mask_spec.hpp"
 #include "harness/measure.hpp"
 #include "harness/rows.hpp"
 #include "harness/sweep.hpp"
@@ -272,6 +273,8 @@ TEST_CASE("the built-in default config parses and covers every variant", "[harne
     INFO("variant " << name);
     CHECK(found);
   }
+  // ./dev run shows the mask axis: every point also with 16 packed documents.
+  CHECK(c.mask == std::vector<std::string>{"none", "documents:count=16"});
   // The compiled-in text is benchmarks/configs/default.toml.
   CHECK(c.text == read_file(std::string(ATTNLAB_SOURCE_DIR) + "/benchmarks/configs/default.toml"));
 }
@@ -600,6 +603,125 @@ input = ["gaussian:temp=0.5", "lowrank:r=32"]
   CHECK(again.done_before == grid.size());
   CHECK(read_rows(dir.str("rows.csv")).size() == grid.size());
   CHECK(nlohmann::json::parse(read_file(dir.str("meta.json")))["runs"].size() == 2);
+}
+
+TEST_CASE("mask specs parse to canonical texts and make the Mask they say", "[harness]") {
+  CHECK(parse_mask_spec("none").text() == "none");
+  CHECK(parse_mask_spec(" documents:count=16 ").text() == "documents:count=16");
+  CHECK(parse_mask_spec("prefix:frac=0.25").text() == "prefix:frac=0.25");
+  CHECK(parse_mask_spec("window:left=512").text() == "window:left=512,right=512");
+  CHECK(parse_mask_spec("window:right=0,left=-1").text() == "window:left=-1,right=0");
+  for (const char* text : {"none", "documents:count=3", "prefix:frac=0.5", "window:left=4,right=0"})
+    CHECK(parse_mask_spec(parse_mask_spec(text).text()).text() == text);
+
+  Mask m;
+  add_mask_part(parse_mask_spec("documents:count=3"), 10, 1, m);
+  CHECK(m.documents == std::vector<std::int64_t>{0, 3, 6, 10});
+  m = Mask{};
+  m.causal = Causal::top_left;
+  add_mask_part(parse_mask_spec("prefix:frac=0.25"), 10, 2, m);
+  CHECK(m.prefix_lengths == std::vector<std::int64_t>{2, 2});
+  m = Mask{};
+  add_mask_part(parse_mask_spec("window:left=4,right=0"), 10, 1, m);
+  REQUIRE(m.window);
+  CHECK((m.window->left == 4 && m.window->right == 0));
+
+  // Bad specs quote the spec and name the key.
+  require_error([] { parse_mask_spec("documents:cnt=4"); }, {"mask 'documents:cnt=4'", "cnt"});
+  require_error([] { parse_mask_spec("documents"); }, {"mask 'documents'", "count"});
+  require_error([] { parse_mask_spec("documents:count=0"); }, {"count=0", ">= 1"});
+  require_error([] { parse_mask_spec("prefix:frac=1.5"); }, {"frac=1.5", "[0, 1]"});
+  require_error([] { parse_mask_spec("window:left=-2"); }, {"left=-2", "-1 (unbounded)"});
+  require_error([] { parse_mask_spec("window"); }, {"mask 'window'", "left"});
+  require_error([] { parse_mask_spec("causal"); }, {"unknown mask 'causal'", "documents"});
+  require_error([] { parse_mask_list("--mask", "none;window:left=x"); },
+                {"--mask", "window:left=x", "left=x"});
+  require_error(
+      [] {
+        Mask two;
+        add_mask_part(parse_mask_spec("documents:count=2"), 10, 2, two);
+      },
+      {"documents:count=2", "batch of one", "batch = 2"});
+  require_error(
+      [] {
+        Mask unmasked;
+        add_mask_part(parse_mask_spec("prefix:frac=0.5"), 10, 1, unmasked);
+      },
+      {"prefix:frac=0.5", "causal = none"});
+  require_error(
+      [] {
+        Mask many;
+        add_mask_part(parse_mask_spec("documents:count=11"), 10, 1, many);
+      },
+      {"count=11", "N = 10"});
+}
+
+TEST_CASE("the mask is a grid axis, each point measured against softmax under its mask",
+          "[harness]") {
+  TempDir dir;
+  SweepConfig c = parse_config(std::string(R"(
+name = "masks"
+variants = ["full", "sliding:left=8,right=8", "linformer"]
+n = [64]
+batch = 1
+heads = 2
+dim = 16
+causal = ["none", "top-left"]
+mask = ["none", "documents:count=4", "prefix:frac=0.25", "window:left=8"]
+input = ["gaussian:temp=0.5"]
+)") + kMeasure,
+                               "masks.toml");
+  CHECK(c.mask == std::vector<std::string>{"none", "documents:count=4", "prefix:frac=0.25",
+                                           "window:left=8,right=8"});
+  const auto grid = make_grid(c);
+  // Per spec: none, documents and window under both causal settings, prefix under top-left only.
+  CHECK(grid.size() == 3 * 7);
+  std::set<std::string> keys;
+  for (const Point& p : grid) {
+    keys.insert(p.key);
+    CHECK_FALSE((p.mask == "prefix:frac=0.25" && p.causal == "none"));
+  }
+  CHECK(keys.size() == grid.size());  // the mask is part of the key
+
+  sweep_quietly(c, dir.str());
+  const auto rows = read_rows(dir.str("rows.csv"));
+  REQUIRE(rows.size() == grid.size());
+  for (const Row& r : rows) {
+    INFO(r[Col::spec] << " " << r[Col::causal] << " " << r[Col::mask] << ": " << r[Col::message]);
+    // The spec column holds the full spec (linformer:k=256,...): the variant names it.
+    if (r[Col::variant] == "linformer") {  // takes no mask beyond causal padding: refused, named
+      if (r[Col::mask] != "none") {
+        CHECK(r[Col::status] == "unsupported");
+        CHECK(r[Col::message].find("linformer") != std::string::npos);
+      }
+      continue;
+    }
+    REQUIRE(r[Col::status] == "ok");
+    if (r[Col::variant] != "full") continue;
+    // Exact under every mask: the reference applies the same mask (a reference without it
+    // would be far off: a document sees a quarter of the keys). fp32 against fp64: ~1e-7.
+    CHECK(std::stod(r[Col::rel_fro]) < 1e-5);
+    // The flops count the visible pairs: the mask is applied, not only recorded.
+    const bool causal = r[Col::causal] != "none";
+    double pairs = causal ? 64.0 * 65 / 2 : 64.0 * 64;
+    if (r[Col::mask] == "documents:count=4") pairs = causal ? 4 * 16.0 * 17 / 2 : 4 * 16.0 * 16;
+    if (r[Col::mask] == "prefix:frac=0.25") pairs = 64.0 * 65 / 2 + 16.0 * 15 / 2;
+    if (r[Col::mask] == "window:left=8,right=8") {
+      pairs = 0;
+      for (int i = 0; i < 64; ++i)
+        pairs += std::min(63, causal ? i : i + 8) - std::max(0, i - 8) + 1;
+    }
+    CHECK(std::stod(r[Col::flops]) == 2 * pairs * 2 * (16 + 16));
+  }
+
+  // The grid refuses what its masks cannot take, naming the mask.
+  c.causal = {"none"};
+  require_error([&] { make_grid(c); }, {"prefix:frac=0.25", "causal", "top-left"});
+  c.causal = {"top-left"};
+  c.batch = {2};
+  require_error([&] { make_grid(c); }, {"documents:count=4", "batch of one", "2"});
+  require_error([] { parse_config("mask = [\"window:wide=3\"]\n", "bad.toml"); },
+                {"bad.toml:1", "mask", "window:wide=3", "wide"});
 }
 
 TEST_CASE("points over the memory budget are refused as oom without running", "[harness]") {
@@ -980,11 +1102,19 @@ TEST_CASE("attnlab sweep and merge from the command line", "[harness]") {
   const char* cli = std::getenv("ATTNLAB_CLI");
   if (!cli) FAIL("ATTNLAB_CLI is not set (meson test sets it)");
   TempDir dir;
-  const std::string base = std::string(cli) +
-                           " sweep --quiet --variant full --variant 'sliding:left=[2,4]' --n 24,40 "
-                           "--heads 2 --dim 8 --causal none,top-left --input gaussian:temp=0.5 "
-                           "--reps 1 --error-rows 16";
+  const std::string flags =
+      std::string(cli) +
+      " sweep --quiet --variant full --variant 'sliding:left=[2,4]' --n 24,40 "
+      "--heads 2 --dim 8 --causal none,top-left --input gaussian:temp=0.5 "
+      "--reps 1 --error-rows 16";
   const std::string log = " > " + dir.str("log.txt") + " 2>&1";
+  // Flags replace only the axes they name: without --mask the built-in default config's mask
+  // axis (none and 16 packed documents) stays, as its seeds and batch do.
+  REQUIRE(run_command(flags + " --dry-run" + log) == 0);
+  const std::string points = read_file(dir.str("log.txt"));
+  CHECK(std::count(points.begin(), points.end(), '\n') == 24);
+  CHECK(points.find("mask=documents:count=16") != std::string::npos);
+  const std::string base = flags + " --mask none";  // 3 specs x 2 N x 2 causal settings
   REQUIRE(run_command(base + " --out " + dir.str("whole") + log) == 0);
   CHECK(read_file(dir.str("log.txt")).find("12 run (12 ok)") != std::string::npos);
   REQUIRE(run_command(base + " --shard 1/2 --out " + dir.str("s1") + log) == 0);
@@ -1171,7 +1301,7 @@ TEST_CASE("a point the kernel's OOM killer ends twice is an error, the rest runs
   const std::string sweep =
       "sh -c 'echo $$ > " + cg + "/cgroup.procs && exec " + cli +
       " sweep --quiet --variant full --n 64,131072 --heads 8 --dim 64 --causal none "
-      "--input gaussian --reps 1 --memory-budget 1e15 --out " +
+      "--mask none --input gaussian --reps 1 --memory-budget 1e15 --out " +
       out + "' > /dev/null 2>&1";
   CHECK(run_command(sweep) != 0);  // killed by the OOM killer on the second point
   CHECK(read_rows(out + "/rows.csv").size() == 1);
