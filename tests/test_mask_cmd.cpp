@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -146,4 +147,171 @@ TEST_CASE("attnlab mask: bad input is one line and exit 2", "[bigbird]") {
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
   CHECK_FALSE(std::filesystem::exists(s.file("l.png")));
+}
+
+namespace {
+
+// The rows of the text grid `attnlab mask` prints without --out (every line before the summary).
+std::vector<std::string> grid_lines(const std::string& out) {
+  std::vector<std::string> lines;
+  std::size_t at = 0;
+  while (at < out.size()) {
+    const std::size_t end = out.find('\n', at);
+    const std::string line = out.substr(at, end - at);
+    if (line.find(' ') != std::string::npos) break;  // the summary
+    lines.push_back(line);
+    at = end + 1;
+  }
+  return lines;
+}
+
+// The class of the tile of queries [i0, i1) and keys [j0, j1) read off the mask key by key,
+// independently of the engine: empty when no pair is visible; full when every query sees every
+// key that any query of the tile sees there; else partial. ('.', '#', '+' as the command prints.)
+char brute_class(const Mask& m, const Dims& d, std::size_t i0, std::size_t i1, std::size_t j0,
+                 std::size_t j1) {
+  std::vector<bool> any(j1 - j0, false);
+  for (std::size_t i = i0; i < i1; ++i)
+    for (std::size_t j = j0; j < j1; ++j)
+      if (m.may_attend(0, 0, i, j, d)) any[j - j0] = true;
+  if (std::find(any.begin(), any.end(), true) == any.end()) return '.';
+  for (std::size_t i = i0; i < i1; ++i)
+    for (std::size_t j = j0; j < j1; ++j)
+      if (any[j - j0] && !m.may_attend(0, 0, i, j, d)) return '+';
+  return '#';
+}
+
+void save_offsets(const TempDir& s, const std::string& name, std::vector<std::int64_t> values) {
+  attnlab::test::write_npy_raw(s.file(name), "<i8", std::to_string(values.size()) + ",",
+                               attnlab::test::raw_bytes(values));
+}
+
+}  // namespace
+
+TEST_CASE("attnlab mask prints the engine's tile classes, which the mask's keys confirm", "[cli]") {
+  TempDir s("tiles");
+  save_offsets(s, "cu.npy", {0, 70, 71, 300});
+  save_offsets(s, "prefix.npy", {100});
+  struct Case {
+    std::string args;
+    std::function<void(Mask&)> make;
+  };
+  const std::vector<Case> cases = {
+      {"", [](Mask&) {}},
+      {"--causal", [](Mask& m) { m.causal = Causal::top_left; }},
+      {"--causal --cu-seqlens cu.npy",
+       [](Mask& m) {
+         m.causal = Causal::top_left;
+         m.documents = {0, 70, 71, 300};
+       }},
+      {"--window 60,0",
+       [](Mask& m) {
+         m.window = Window{60, 0};
+       }},
+      {"--causal --prefix-lengths prefix.npy",
+       [](Mask& m) {
+         m.causal = Causal::top_left;
+         m.prefix_lengths = {100};
+       }},
+      {"--key-lengths 200", [](Mask& m) { m.key_lengths = {200}; }},
+      {"--causal=bottom-right --nk 400", [](Mask& m) { m.causal = Causal::bottom_right; }},
+      {"--mask documents:count=3",
+       [](Mask& m) {
+         m.documents = {0, 100, 200, 300};
+       }},
+      {"--causal --mask window:left=50",
+       [](Mask& m) {
+         m.causal = Causal::top_left;
+         m.window = Window{50, 50};
+       }},
+  };
+  for (const Case& c : cases) {
+    const CliResult r = mask_cli(s, "--n 300 " + c.args);
+    INFO("attnlab mask --n 300 " << c.args << "\nstdout:\n" << r.out << "stderr: " << r.err);
+    REQUIRE(r.code == 0);
+    const std::size_t nk = c.args.find("--nk 400") != std::string::npos ? 400 : 300;
+    Mask m;
+    c.make(m);
+    const Dims d{1, 1, 300, nk, 1, 1};
+    const std::vector<std::string> lines = grid_lines(r.out);
+    REQUIRE(lines.size() == (300 + 47) / 48);  // query tiles of 48
+    std::size_t skipped = 0;
+    for (std::size_t t = 0; t < lines.size(); ++t) {
+      REQUIRE(lines[t].size() == (nk + 127) / 128);  // key chunks of 128
+      for (std::size_t c2 = 0; c2 < lines[t].size(); ++c2) {
+        INFO("tile " << t << ", chunk " << c2);
+        CHECK(lines[t][c2] == brute_class(m, d, 48 * t, std::min<std::size_t>(48 * t + 48, 300),
+                                          128 * c2, std::min<std::size_t>(128 * c2 + 128, nk)));
+        skipped += lines[t][c2] == '.';
+      }
+    }
+    CHECK(r.out.find("empty " + std::to_string(skipped) + " ") != std::string::npos);
+  }
+}
+
+TEST_CASE("attnlab mask draws the tile classes as png, pgm and svg", "[cli]") {
+  TempDir s("tiles");
+  REQUIRE(mask_cli(s, "--n 1000 --causal --window 200,0 --out t.png").code == 0);
+  std::uint32_t w = 0, h = 0;
+  const auto pixels = decode_png(read_text(s.file("t.png")), w, h);
+  const std::size_t rows = (1000 + 47) / 48, cols = (1000 + 127) / 128;
+  REQUIRE(w == cols * 8);
+  REQUIRE(h == rows * 3);
+  const CliResult text = mask_cli(s, "--n 1000 --causal --window 200,0");
+  const std::vector<std::string> lines = grid_lines(text.out);
+  REQUIRE(lines.size() == rows);
+  for (std::size_t t = 0; t < rows; ++t)
+    for (std::size_t c = 0; c < cols; ++c) {
+      // Palette: 0 empty (white), 6 full (blue), 7 partial (orange); the tile's first pixel.
+      const int want = lines[t][c] == '#' ? 6 : lines[t][c] == '+' ? 7 : 0;
+      CHECK(int(pixels[(t * 3) * w + c * 8]) == want);
+    }
+  REQUIRE(mask_cli(s, "--n 1000 --causal --out t.pgm").code == 0);
+  CHECK(read_text(s.file("t.pgm")).rfind("P5\n64 63\n255\n", 0) == 0);
+  REQUIRE(mask_cli(s, "--n 1000 --causal --out t.svg").code == 0);
+  const std::string svg = read_text(s.file("t.svg"));
+  CHECK(svg.find("partial</text>") != std::string::npos);
+  CHECK(svg.find("</svg>") != std::string::npos);
+}
+
+TEST_CASE("attnlab mask: bad tile input is one line, exit 2, nothing written", "[cli]") {
+  TempDir s("tiles");
+  save_offsets(s, "cu.npy", {0, 70, 200});
+  const std::pair<std::string, std::string> cases[] = {
+      {"--n 100 --mask bogus --out t.png", "unknown mask 'bogus'"},
+      {"--n 100 --mask documents:count=0 --out t.png", "count=0"},
+      {"--n 100 --mask prefix:frac=0.5 --out t.png", "causal = none"},
+      {"--n 100 --window 5 --out t.png", "--window '5'"},
+      {"--n 100 --window -3,0 --out t.png", "window.left = -3"},
+      {"--n 100 --cu-seqlens cu.npy --out t.png", "ends at 200"},
+      {"--n 100 --cu-seqlens nope.npy --out t.png", "--cu-seqlens nope.npy"},
+      {"--n 100 --causal=sideways --out t.png", "causal mode 'sideways'"},
+      {"--n 100 --item 2 --out t.png", "--item 2"},
+      {"--n 100 --nk 50 --mask documents:count=2 --out t.png", "--nk"},
+      {"--n 100 --out t.jpg", ".png, .pgm or .svg"},
+      {"--spec bigbird --n 100 --window 4,4 --out t.png", "--window"},
+  };
+  for (const auto& [args, fragment] : cases) {
+    const CliResult r = mask_cli(s, args);
+    INFO("attnlab mask " << args << "\nstderr: " << r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.rfind("attnlab: error: ", 0) == 0);
+    CHECK(r.err.find(fragment) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+  CHECK_FALSE(std::filesystem::exists(s.file("t.png")));
+}
+
+TEST_CASE("docs/cli.md's tile picture is what attnlab mask prints", "[cli]") {
+  const std::string doc = read_text(std::string(ATTNLAB_SOURCE_DIR) + "/docs/cli.md");
+  const std::string command = "attnlab mask --n 1024 --causal --mask documents:count=4";
+  REQUIRE(doc.find(command + "\n") != std::string::npos);  // in the ci: block above the picture
+  const std::string opening = "The first prints\n\n```text\n";
+  const auto at = doc.find(opening);
+  REQUIRE(at != std::string::npos);
+  const auto begin = at + opening.size();
+  TempDir s("doc-tiles");
+  const CliResult r = mask_cli(s, command.substr(std::string("attnlab mask ").size()));
+  REQUIRE(r.code == 0);
+  CHECK(doc.substr(begin, doc.find("```", begin) - begin) == r.out);
 }

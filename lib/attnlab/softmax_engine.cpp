@@ -215,10 +215,12 @@ struct Chunk {
   float* scores;
 };
 
-template <class Engine, class Consume>
-void for_each_chunk(const Problem& pr, const Rows& rows, const std::vector<KeyRun>& runs,
-                    const float* kt, Scratch& sc, Engine& engine, float* cap_grad,
-                    Consume consume) {
+// Every chunk of the runs that some row of the tile reaches, with its class: the one
+// classification, which the forward and backward compute by and tile_classes() reports.
+// visit(c0, cols, j0, step, column, cls) for each, empty ones included.
+template <class Visit>
+void for_each_class(const Problem& pr, const Rows& rows, const std::vector<KeyRun>& runs,
+                    Scratch& sc, Visit visit) {
   const KeyLayout& layout = pr.layout;
   for (const KeyRun& run : runs) {
     const auto first = static_cast<Index>(layout.first(run.cls));
@@ -238,16 +240,27 @@ void for_each_chunk(const Problem& pr, const Rows& rows, const std::vector<KeyRu
       const std::size_t column = base + static_cast<std::size_t>(c0);
       cols = std::min<Index>(static_cast<Index>(kCols - column % kCols), hi - c0);
       const Index j0 = first + step * c0;
-      const TileClass cls =
-          classify(pr, rows, sc, max_a, min_z, c0, cols, j0, j0 + step * (cols - 1));
-      if (cls == TileClass::empty) continue;
-      float* s = engine.scores(kt + column / kCols * pr.d.dk * kCols + column % kCols, kCols,
-                               static_cast<std::size_t>(cols));
-      if (pr.has_mods()) apply_mods(pr, rows, sc, s, cols, j0, step, cap_grad);
-      if (cls == TileClass::partial) mask_partial(pr, rows, sc, s, c0, cols, first, step);
-      consume(Chunk{c0, cols, j0, step, column, s});
+      visit(c0, cols, j0, step, column,
+            classify(pr, rows, sc, max_a, min_z, c0, cols, j0, j0 + step * (cols - 1)));
     }
   }
+}
+
+template <class Engine, class Consume>
+void for_each_chunk(const Problem& pr, const Rows& rows, const std::vector<KeyRun>& runs,
+                    const float* kt, Scratch& sc, Engine& engine, float* cap_grad,
+                    Consume consume) {
+  for_each_class(
+      pr, rows, runs, sc,
+      [&](Index c0, Index cols, Index j0, Index step, std::size_t column, TileClass cls) {
+        if (cls == TileClass::empty) return;
+        float* s = engine.scores(kt + column / kCols * pr.d.dk * kCols + column % kCols, kCols,
+                                 static_cast<std::size_t>(cols));
+        if (pr.has_mods()) apply_mods(pr, rows, sc, s, cols, j0, step, cap_grad);
+        if (cls == TileClass::partial)  // the run's first key: j0 - step·c0
+          mask_partial(pr, rows, sc, s, c0, cols, j0 - step * c0, step);
+        consume(Chunk{c0, cols, j0, step, column, s});
+      });
 }
 
 // A sink's logit for head h (natural log), or -infinity.
@@ -307,6 +320,28 @@ void check(const Mask& mask, const TokenInputs& in, const Dims&) {
     throw Error(
         "log_decay: the forgetting gate (FoX) of softmax attention needs a causal mask "
         "(causal = top-left or bottom-right): it decays scores over j < t <= i");
+}
+
+std::vector<TileVisit> tile_classes(const Mask& mask, const Dims& d, const Sparsity& sparsity,
+                                    std::size_t b, std::size_t h) {
+  mask.validate(d);
+  const Tensor none;
+  const TokenInputs in;
+  const Problem pr(none, none, none, mask, in, d, sparsity);
+  std::vector<TileVisit> visits;
+  Rows rows;
+  Scratch sc;
+  std::vector<KeyRun> runs;
+  for (const QueryTile& tile : sparsity.tiles(d, mask, OnlineSoftmax::kRows)) {
+    rows.set(pr, b, h, tile);
+    runs.clear();
+    sparsity.runs(pr.layout, b, h, tile, runs);
+    for_each_class(pr, rows, runs, sc,
+                   [&](Index, Index cols, Index j0, Index step, std::size_t, TileClass cls) {
+                     visits.push_back({tile, j0, step, cols, cls});
+                   });
+  }
+  return visits;
 }
 
 double visible_pairs(const Mask& mask, const Dims& d) {

@@ -124,6 +124,23 @@ void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Tok
               const Dims& d, const Sparsity& sparsity, TensorRef out, TensorRef d_out,
               const RowLogSumExp& lse, AllGradients& g);
 
+/// A (query tile, key chunk) pair as the forward visits it, and its class.
+struct TileVisit {
+  QueryTile tile;                    ///< the queries
+  std::int64_t j0 = 0;               ///< the first key
+  std::int64_t step = 1;             ///< the distance between two of its keys
+  std::int64_t cols = 0;             ///< its keys: j0 + step·c for c < cols
+  TileClass cls = TileClass::empty;  ///< empty: skipped; full: no mask work; partial: masked
+};
+
+/// Every (query tile, key chunk) pair that the forward visits for item b and query head h, in
+/// its order, with the class the forward's own code gives it (empty ones included: the forward
+/// skips them; chunks that no row of a tile reaches are not visited at all). The same
+/// classification as the forward's and the backward's (whose query tiles are larger), for
+/// pictures (`attnlab mask`) and tests. Validates the mask against d.
+std::vector<TileVisit> tile_classes(const Mask& mask, const Dims& d, const Sparsity& sparsity,
+                                    std::size_t b, std::size_t h);
+
 /// The (query, key) pairs the interval parts of the mask leave visible, summed over items and
 /// query heads (Mask::key_span: neither the boolean nor the custom mask is subtracted).
 double visible_pairs(const Mask& mask, const Dims& d);
