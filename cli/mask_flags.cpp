@@ -59,8 +59,9 @@ void add_mask_flags(CLI::App& cmd, MaskFlags& f) {
                      variants_taking(&Support::documents) + ")");
   cmd.add_option("--cu-seqlens-k", f.cu_seqlens_k,
                  "Key offsets for cross-attention, ending at Nk (default: --cu-seqlens)");
-  cmd.add_option("--window", f.window,
-                 "Sliding window LEFT,RIGHT around each query (-1: unbounded; " +
+  cmd.add_option("--window,--window-size", f.window,
+                 "Sliding window LEFT,RIGHT around each query (FlashAttention's window_size; "
+                 "-1: unbounded; " +
                      variants_taking(&Support::window) + ")");
   cmd.add_option("--prefix-lengths", f.prefix_lengths,
                  "Prefix-LM with --causal: .npy of int prefix lengths, one per batch item (per "

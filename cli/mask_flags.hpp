@@ -3,7 +3,7 @@
 //   --key-lengths 5,7              valid keys per batch item
 //   --cu-seqlens o.npy             packed documents: int32/int64 offsets 0 = o_0 <= ... <= o_D = Nq
 //   --cu-seqlens-k ok.npy          the key offsets of cross-attention (default: --cu-seqlens)
-//   --window LEFT,RIGHT            FlashAttention's window_size (-1: unbounded)
+//   --window LEFT,RIGHT            FlashAttention's window_size (-1: unbounded; --window-size too)
 //   --prefix-lengths p.npy         prefix-LM under a causal mask: int lengths per item (document)
 // A file that cannot be read is an Error naming the option and the file; the values are checked
 // by Mask::validate, whose messages name the part (documents (cu_seqlens), window.left, ...).

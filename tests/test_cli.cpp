@@ -339,6 +339,23 @@ TEST_CASE("run takes the softmax engine's modifiers, each read, all at once", "[
   }
 }
 
+TEST_CASE("run and mask take FlashAttention's --window-size as --window", "[cli]") {
+  TempDir dir("cli-window");
+  const Tensor q = random_tensor(1, 2, 40, 8, 41), k = random_tensor(1, 2, 40, 8, 42),
+               v = random_tensor(1, 2, 40, 8, 43);
+  save(dir, "q.npy", q), save(dir, "k.npy", k), save(dir, "v.npy", v);
+  Mask mask;
+  mask.window = Window{5, 2};
+  require_same_as_library(dir, "full", "--window-size 5,2", q, k, v, mask, 4);
+  require_same_as_library(dir, "full", "--window 5,2", q, k, v, mask, 4);
+  const CliResult tiles = attnlab_cli(dir, "mask --n 300 --window-size 40,0");
+  REQUIRE(tiles.code == 0);
+  CHECK(tiles.out == attnlab_cli(dir, "mask --n 300 --window 40,0").out);
+  CHECK(tiles.out.find("window 40,0") != std::string::npos);
+  require_failure(dir, "run --spec full --q q.npy --k k.npy --v v.npy --window-size 5 --out o.npy",
+                  {"--window '5'", "LEFT,RIGHT"});
+}
+
 TEST_CASE("bad input exits 2 with one line naming the problem and writes nothing", "[cli]") {
   TempDir dir("cli");
   const Tensor q = random_tensor(2, 2, 6, 4, 21);
