@@ -75,12 +75,6 @@ std::vector<Point> make_grid(const SweepConfig& c) {
       throw Error("mask '" + text +
                   "': prefix-LM relaxes a causal mask, and the grid's causal has none (add "
                   "top-left)");
-    if (masks.back().kind == MaskSpec::Kind::documents)
-      for (auto b : c.batch)
-        if (b != 1)
-          throw Error("mask '" + text + "': packed documents take a batch of one, and the grid's " +
-                      "batch has " + std::to_string(b) +
-                      " (batch 1, or a mask axis without documents: --mask none)");
   }
   for (const auto& input : c.input) {
     // A causal model's q, k, v are measured under causal masks only.
@@ -98,6 +92,18 @@ std::vector<Point> make_grid(const SweepConfig& c) {
           for (const MaskSpec& mask : masks) {
             if (causal_only && causal == "none") continue;
             if (mask.needs_causal() && causal == "none") continue;
+            // Documents the shape cannot take are refused before any point runs (an npy
+            // input's batch included).
+            if (mask.kind == MaskSpec::Kind::documents && s.batch != 1)
+              throw Error("mask '" + mask.text() +
+                          "': packed documents take a batch of one, and the grid's batch has " +
+                          std::to_string(s.batch) +
+                          " (batch 1, or a mask axis without documents: --mask none)");
+            if (mask.kind == MaskSpec::Kind::documents && mask.count > s.n)
+              throw Error("mask '" + mask.text() + "': count=" + std::to_string(mask.count) +
+                          ": more documents than the N = " + std::to_string(s.n) +
+                          " tokens of a point of the grid (a mask axis without documents: "
+                          "--mask none)");
             auto add = [&](const std::string& spec, const std::string& variant, bool peer) {
               Point p;
               p.index = grid.size();

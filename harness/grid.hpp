@@ -33,8 +33,8 @@ std::string point_key(const Point& p);
 /// head size, the grid's n up to the length the model was trained at (Error when none is), and
 /// under a causal model only the causal settings (harness/trained_inputs.hpp). A prefix mask is
 /// combined with the causal settings only (prefix-LM relaxes a causal mask), a documents mask
-/// needs batch = 1 (Error naming the mask otherwise), and the peers (NumPy, PyTorch) are measured
-/// without a mask only: they take no such mask.
+/// needs batch = 1 and N >= its count (Error naming the mask otherwise), and the peers (NumPy,
+/// PyTorch) are measured without a mask only: they take no such mask.
 std::vector<Point> make_grid(const SweepConfig& config);
 
 struct Shard {

@@ -720,6 +720,9 @@ input = ["gaussian:temp=0.5"]
   c.causal = {"top-left"};
   c.batch = {2};
   require_error([&] { make_grid(c); }, {"documents:count=4", "batch of one", "2"});
+  c.batch = {1};
+  c.n = {64, 2};  // a length shorter than the documents: refused before any point runs
+  require_error([&] { make_grid(c); }, {"documents:count=4", "more documents", "N = 2"});
   require_error([] { parse_config("mask = [\"window:wide=3\"]\n", "bad.toml"); },
                 {"bad.toml:1", "mask", "window:wide=3", "wide"});
 }
@@ -934,6 +937,17 @@ TEST_CASE("npy:<dir> inputs are the user's arrays, with their own shape", "[harn
   CHECK(rows[0][Col::status] == "ok");
   CHECK(rows[0][Col::input] == "npy:" + dir.str());
   CHECK(std::stod(rows[0][Col::rel_fro]) < 1e-5);  // full is exact (fp32 vs fp64)
+
+  // Their batch is the files': packed documents on a batch of two are refused up front.
+  const QKV two = make_inputs("gaussian", 2, 2, 40, 8, 6);
+  fs::create_directory(dir.str("two"));
+  for (const auto& [name, x] :
+       {std::pair{"q", &two.q}, std::pair{"k", &two.k}, std::pair{"v", &two.v}})
+    save_npy(dir.str("two/" + std::string(name) + ".npy"), xt::xarray<float>(*x));
+  c.input = {"npy:" + dir.str("two")};
+  c.mask = {"none", "documents:count=4"};
+  require_error([&] { make_grid(c); }, {"documents:count=4", "batch of one", "has 2"});
+  c.mask = {"none"};
 
   // A missing directory is a config error, found before anything runs.
   c.input = {"npy:" + dir.str("missing")};
