@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "attnlab/bf16.hpp"
 #include "attnlab/mask.hpp"
 #include "attnlab/tensor.hpp"
 
@@ -205,6 +206,16 @@ struct AllGradients {
   std::vector<ParameterTensor> parameters;  ///< the backend's parameters (empty: none)
 };
 
+/// Gradients of a bfloat16 call (Attention::backward's bf16 overload): dq, dk, dv in bf16 and
+/// `rest`, AllGradients in float32: the token inputs' and parameters' gradients, and in
+/// rest.qkv the float32 dq, dk, dv they were rounded from (storage kept from call to call).
+struct AllGradientsBf16 {
+  TensorBf16 dq;      ///< dL/dq [B, H, Nq, Dk]
+  TensorBf16 dk;      ///< dL/dk [B, Hkv, Nk, Dk]
+  TensorBf16 dv;      ///< dL/dv [B, Hkv, Nk, Dv]
+  AllGradients rest;  ///< everything else, float32
+};
+
 /// The one attention interface: every backend, exact or approximate, is an Attention built by
 /// make_attention(spec) and called through forward() and backward().
 class Attention {
@@ -263,6 +274,29 @@ class Attention {
   /// unspecified.
   void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const TokenInputs& in,
                 TensorRef out, TensorRef d_out, const Saved& saved, AllGradients& g) const;
+
+  /// bfloat16 q, k, v (bf16.hpp), computed on kernels::active_bf16_path(): today bf16-via-f32,
+  /// the float32 kernels on the inputs widened (exactly) to float32, so every variant and
+  /// modifier takes them, the row log-sum-exp and softmax statistics stay float32, and the
+  /// results are rounded once, to the type of the tensor they are written to: `out` bf16 (the
+  /// default) or float32 (on request). Validated as the float32 forward (a NaN or Inf in q, k,
+  /// v refused, named); the token inputs stay float32. tests/test_bf16.cpp states and checks the
+  /// error bound against float64 attention of the bf16 inputs.
+  TensorBf16 forward(TensorRefBf16 q, TensorRefBf16 k, TensorRefBf16 v, const Mask& mask = {},
+                     const TokenInputs& in = {}) const;
+  /// The same into `out`: bf16 or float32, with what backward reads in `saved` (null: nothing).
+  void forward(TensorRefBf16 q, TensorRefBf16 k, TensorRefBf16 v, const Mask& mask,
+               const TokenInputs& in, TensorBf16& out, Saved* saved = nullptr) const;
+  void forward(TensorRefBf16 q, TensorRefBf16 k, TensorRefBf16 v, const Mask& mask,
+               const TokenInputs& in, Tensor& out, Saved* saved = nullptr) const;  ///< likewise
+  /// The backward of a bf16 forward: out and d_out in bf16, dq, dk, dv rounded to bf16 (the
+  /// rest float32); or, on request, out, d_out and every gradient in float32.
+  void backward(TensorRefBf16 q, TensorRefBf16 k, TensorRefBf16 v, const Mask& mask,
+                const TokenInputs& in, TensorRefBf16 out, TensorRefBf16 d_out, const Saved& saved,
+                AllGradientsBf16& g) const;
+  void backward(TensorRefBf16 q, TensorRefBf16 k, TensorRefBf16 v, const Mask& mask,
+                const TokenInputs& in, TensorRef out, TensorRef d_out, const Saved& saved,
+                AllGradients& g) const;  ///< likewise
 
   /// The backend's own learned tensors as `heads` heads use them (linformer: E and F), in the
   /// names and shapes backward's AllGradients::parameters reports their gradients in, so a

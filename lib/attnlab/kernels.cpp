@@ -76,26 +76,68 @@ std::string supported_list() {
   return names;
 }
 
-// ATTNLAB_ISA if set, else the fastest path this CPU runs.
-Isa chosen_at_start() {
+constexpr Bf16Path kAllBf16[] = {Bf16Path::via_f32, Bf16Path::avx512bf16, Bf16Path::amx};
+
+// Kernels exist for the converted path only (issue 47 adds the others).
+bool bf16_path_built(Bf16Path path) {
+  return path == Bf16Path::via_f32;
+}
+
+std::string bf16_supported_list() {
+  std::string names;
+  for (Bf16Path path : kAllBf16)
+    if (bf16_path_supported(path))
+      names += (names.empty() ? "" : ", ") + std::string(bf16_path_name(path));
+  return names;
+}
+
+// Why `path` cannot run here: "this CPU cannot run it (...)" or "this build does not have it".
+std::string bf16_refusal(Bf16Path path) {
+  if (!cpu_has_bf16_path(path))
+    return std::string("this CPU cannot run it (it lacks ") +
+           (path == Bf16Path::amx ? "AMX-TILE and AMX-BF16" : "AVX512_BF16") +
+           "; bfloat16 paths here: " + bf16_supported_list() + ")";
+  return "this build does not have it (its kernels are not written yet; bfloat16 paths here: " +
+         bf16_supported_list() + ")";
+}
+
+// What ATTNLAB_ISA asks for: a float32 path, or a bf16 path over the fastest float32 one.
+struct Choice {
+  Isa isa;
+  Bf16Path bf16;
+};
+
+// ATTNLAB_ISA if set, else the fastest paths this CPU runs.
+Choice chosen_at_start() {
   const char* forced = std::getenv("ATTNLAB_ISA");
-  if (!forced || !*forced) return supported_isas().back();
+  if (!forced || !*forced) return {supported_isas().back(), Bf16Path::via_f32};
+  if (Bf16Path path; parse_bf16_path(forced, path)) {
+    if (!bf16_path_supported(path))
+      throw Error(std::string("ATTNLAB_ISA=") + forced + ": " + bf16_refusal(path));
+    return {supported_isas().back(), path};
+  }
   const Isa isa = parse_isa(forced);
   if (!isa_supported(isa))
     throw Error(std::string("ATTNLAB_ISA=") + forced + ": this " +
                 (table_of(isa) ? "CPU cannot run it" : "build does not have it") +
                 " (supported here: " + supported_list() + ")");
-  return isa;
+  return {isa, Bf16Path::via_f32};
 }
 
-std::atomic<int> active{-1};  // an Isa; -1 until the first kernel call chooses one
+std::atomic<int> active{-1};       // an Isa; -1 until the first kernel call chooses one
+std::atomic<int> active_bf16{-1};  // a Bf16Path, likewise
+
+const Choice& first_choice() {
+  static const Choice first = chosen_at_start();  // thread-safe; tried again if it threw
+  return first;
+}
 
 Isa current() {
   if (const int isa = active.load(std::memory_order_relaxed); isa >= 0)
     return static_cast<Isa>(isa);
-  static const Isa first = chosen_at_start();  // thread-safe; tried again if it threw
+  const Choice& first = first_choice();
   int unset = -1;
-  active.compare_exchange_strong(unset, static_cast<int>(first));  // unless use_isa came first
+  active.compare_exchange_strong(unset, static_cast<int>(first.isa));  // unless use_isa came first
   return static_cast<Isa>(active.load());
 }
 
@@ -120,7 +162,75 @@ const char* isa_name(Isa isa) {
 Isa parse_isa(const std::string& text) {
   for (Isa isa : kAll)
     if (text == isa_name(isa)) return isa;
-  throw Error("kernel path '" + text + "': expected scalar, avx2 or avx512");
+  throw Error("kernel path '" + text +
+              "': expected scalar, avx2 or avx512 (or a bfloat16 path: bf16-via-f32, "
+              "avx512bf16, amx)");
+}
+
+const char* bf16_path_name(Bf16Path path) {
+  switch (path) {
+    case Bf16Path::via_f32:
+      return "bf16-via-f32";
+    case Bf16Path::avx512bf16:
+      return "avx512bf16";
+    case Bf16Path::amx:
+      return "amx";
+  }
+  return "?";
+}
+
+bool parse_bf16_path(const std::string& text, Bf16Path& path) {
+  for (Bf16Path p : kAllBf16)
+    if (text == bf16_path_name(p)) {
+      path = p;
+      return true;
+    }
+  return false;
+}
+
+bool cpu_has_bf16_path(Bf16Path path) {
+#ifdef ATTNLAB_X86_KERNELS
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  switch (path) {
+    case Bf16Path::via_f32:
+      return true;
+    case Bf16Path::avx512bf16:  // CPUID.(7, 1):EAX bit 5
+      return cpu_runs(Isa::avx512) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+    case Bf16Path::amx:  // CPUID.(7, 0):EDX bits 22 (AMX-BF16) and 24 (AMX-TILE)
+      return cpu_runs(Isa::avx512) && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22)) &&
+             (d & (1u << 24));
+  }
+  return false;
+#else
+  return path == Bf16Path::via_f32;
+#endif
+}
+
+bool bf16_path_supported(Bf16Path path) {
+  return bf16_path_built(path) && cpu_has_bf16_path(path);
+}
+
+Bf16Path active_bf16_path() {
+  if (const int path = active_bf16.load(std::memory_order_relaxed); path >= 0)
+    return static_cast<Bf16Path>(path);
+  const Choice& first = first_choice();
+  int unset = -1;
+  active_bf16.compare_exchange_strong(unset, static_cast<int>(first.bf16));
+  return static_cast<Bf16Path>(active_bf16.load());
+}
+
+void use_bf16_path(Bf16Path path) {
+  if (!bf16_path_supported(path))
+    throw Error(std::string("bfloat16 path ") + bf16_path_name(path) + ": " + bf16_refusal(path));
+  active_bf16.store(static_cast<int>(path));
+}
+
+void round_to_bf16_bits(const float* src, std::uint16_t* dst, std::size_t n) {
+  table().round_to_bf16(src, dst, n);
+}
+
+void widen_bf16_bits(const std::uint16_t* src, float* dst, std::size_t n) {
+  table().widen_bf16(src, dst, n);
 }
 
 bool isa_supported(Isa isa) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -36,8 +37,9 @@ bool isa_supported(Isa isa);
 std::vector<Isa> supported_isas();
 
 /// The path the kernels take. Chosen on first use: the environment variable ATTNLAB_ISA
-/// (scalar, avx2 or avx512) if set, else the fastest supported one. Throws Error when
-/// ATTNLAB_ISA names an unknown path or one this CPU cannot run.
+/// (scalar, avx2 or avx512) if set, else the fastest supported one (also when ATTNLAB_ISA names
+/// a bf16 path, Bf16Path). Throws Error when ATTNLAB_ISA names an unknown path or one this CPU
+/// (or build) cannot run.
 Isa active_isa();
 
 /// Makes every later kernel call take `isa` (tests and benchmarks compare paths in one process);
@@ -46,6 +48,39 @@ void use_isa(Isa isa);
 
 /// Parses "scalar", "avx2" or "avx512"; throws Error naming `text` and the choices otherwise.
 Isa parse_isa(const std::string& text);
+
+/// How attention computes on bfloat16 inputs (bf16.hpp, Attention's bf16 overloads).
+/// via_f32 ("bf16-via-f32"): widened to float32 (exact), the float32 kernels of active_isa(),
+/// the results rounded to bf16: correct on any CPU. avx512bf16 (vdpbf16ps) and amx (tile
+/// products) are named so that ATTNLAB_ISA can ask for them, but this build has no kernels for
+/// them yet (issue 47): asking is an error, on a CPU that lacks them or not.
+enum class Bf16Path { via_f32, avx512bf16, amx };
+
+/// "bf16-via-f32", "avx512bf16" or "amx".
+const char* bf16_path_name(Bf16Path path);
+
+/// Whether this build has the path and this CPU can run it.
+bool bf16_path_supported(Bf16Path path);
+
+/// Whether the CPU has the instructions of `path` (AVX512_BF16; AMX-TILE and AMX-BF16), built
+/// or not: what a test of that path checks before it runs, or reports as skipped.
+bool cpu_has_bf16_path(Bf16Path path);
+
+/// The bf16 path: the one ATTNLAB_ISA names (bf16-via-f32, avx512bf16 or amx; the float32
+/// kernels then take the fastest path), else the fastest supported one. Throws Error, as
+/// active_isa() does, when ATTNLAB_ISA names a path that is not supported, saying whether the
+/// CPU or the build lacks it.
+Bf16Path active_bf16_path();
+
+/// Makes later bf16 calls take `path`; throws Error if it is not supported.
+void use_bf16_path(Bf16Path path);
+
+/// The bf16 path that ATTNLAB_ISA's `text` names, or false when it names none.
+bool parse_bf16_path(const std::string& text, Bf16Path& path);
+
+/// bf16.hpp's round_to_bf16 and widen_bf16 on bits (the kernel table's; bf16.cpp wraps them).
+void round_to_bf16_bits(const float* src, std::uint16_t* dst, std::size_t n);
+void widen_bf16_bits(const std::uint16_t* src, float* dst, std::size_t n);  ///< likewise
 
 /// C[M x N] (+)= A[M x K] · B[K x N], all row-major with leading dimensions lda, ldb, ldc.
 /// accumulate = false overwrites C.

@@ -324,11 +324,60 @@ void score_mods_grad(const ScoreModsGrad& t) {
   }
 }
 
+// float32 to bfloat16, round to nearest even: adding 0x7FFF plus the kept part's lowest bit
+// carries into the kept 16 bits exactly when the dropped half is above a tie, or a tie with an
+// odd kept part (an infinity's dropped half is 0 and stays put). A NaN keeps its sign and top
+// mantissa bits and is quieted (bit 6), so that no NaN turns into an infinity.
+inline std::uint16_t round_one(float x) {
+  unsigned bits;
+  __builtin_memcpy(&bits, &x, sizeof bits);
+  if (x != x) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);
+  return static_cast<std::uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+void round_to_bf16(const float* src, std::uint16_t* dst, size_t n) {
+  size_t i = 0;
+#if defined(__AVX2__)
+  const __m256i bias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1);
+  const __m256i quiet = _mm256_set1_epi32(0x40);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(src + i);
+    const __m256i bits = _mm256_castps_si256(x);
+    const __m256i top = _mm256_srli_epi32(bits, 16);
+    const __m256i lowest = _mm256_and_si256(top, one);
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(bias, lowest)), 16);
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    const __m256i result = _mm256_blendv_epi8(rounded, _mm256_or_si256(top, quiet), nan);
+    // Eight 32-bit lanes below 2^16 packed to 16 bits: packus works per 128-bit half, so the
+    // halves' results sit in 64-bit quarters 0 and 2.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(result, result), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = round_one(src[i]);
+}
+
+void widen_bf16(const std::uint16_t* src, float* dst, size_t n) {
+  size_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m256i bits = _mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16);
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(bits));
+  }
+#endif
+  for (; i < n; ++i) {
+    const unsigned bits = static_cast<unsigned>(src[i]) << 16;
+    __builtin_memcpy(dst + i, &bits, sizeof bits);
+  }
+}
+
 }  // namespace
 
 extern const Table ATTNLAB_KERNEL_TABLE;
-const Table ATTNLAB_KERNEL_TABLE = {gemm_tile,  gemm_tile_at,   exp2_inplace, exp2_shifted_sum,
-                                    row_max,    transpose,      fold,         softmax_grad,
-                                    score_mods, score_mods_grad};
+const Table ATTNLAB_KERNEL_TABLE = {gemm_tile,  gemm_tile_at,    exp2_inplace,  exp2_shifted_sum,
+                                    row_max,    transpose,       fold,          softmax_grad,
+                                    score_mods, score_mods_grad, round_to_bf16, widen_bf16};
 
 }  // namespace attnlab::kernels::detail

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace attnlab::kernels::detail {
 
@@ -88,6 +89,10 @@ struct Table {
   void (*score_mods)(const ScoreMods& tile);
   /// ScoreModsGrad.
   void (*score_mods_grad)(const ScoreModsGrad& tile);
+  /// round_to_bf16 (bf16.hpp): float32 to bfloat16 bits, round to nearest even, NaN quieted.
+  void (*round_to_bf16)(const float* src, std::uint16_t* dst, std::size_t n);
+  /// widen_bf16: bfloat16 bits to float32, exact.
+  void (*widen_bf16)(const std::uint16_t* src, float* dst, std::size_t n);
 };
 
 extern const Table scalar_table;
