@@ -50,6 +50,7 @@ namespace attnlab::bench {
 // Every JSON names the kernel path the forwards took unless a benchmark says otherwise.
 inline const bool kKernelsInContext = [] {
   benchmark::AddCustomContext("kernels", kernels::isa_name(kernels::active_isa()));
+  benchmark::AddCustomContext("kernels_bf16", kernels::bf16_path_name(kernels::active_bf16_path()));
   return true;
 }();
 

@@ -79,13 +79,16 @@ int main(int argc, char** argv) {
                "Variants (factory names): " +
                    variant_list() +
                    "\n"
-                   "ATTNLAB_ISA=scalar|avx2|avx512 forces a kernel path (default: the fastest).",
+                   "ATTNLAB_ISA=scalar|avx2|avx512 forces a kernel path, "
+                   "bf16-via-f32|avx512bf16|amx a bfloat16 one (default: the fastest).",
                "attnlab");
   // A file over `ulimit -f` must fail the write (EFBIG, reported as an error), not kill us.
   std::signal(SIGXFSZ, SIG_IGN);
   std::string kernels;
   try {
-    kernels = attnlab::kernels::isa_name(attnlab::kernels::active_isa());
+    namespace k = attnlab::kernels;
+    kernels = std::string(k::isa_name(k::active_isa())) +
+              ", bf16: " + k::bf16_path_name(k::active_bf16_path());
   } catch (const std::exception& e) {  // a bad ATTNLAB_ISA
     return fail(attnlab::user_message(e));
   }

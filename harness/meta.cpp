@@ -62,6 +62,7 @@ nlohmann::json run_context() {
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   j["OPENBLAS_CORETYPE"] = coretype ? nlohmann::json(coretype) : nlohmann::json(nullptr);
   j["kernels"] = kernels::isa_name(kernels::active_isa());  // the path that ran (ATTNLAB_ISA)
+  j["kernels_bf16"] = kernels::bf16_path_name(kernels::active_bf16_path());  // bf16 inputs' path
   j["threads"] = {{"omp_max_threads", omp_get_max_threads()},
                   {"nproc", std::thread::hardware_concurrency()}};
   j["date"] = utc_now();

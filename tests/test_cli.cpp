@@ -1,6 +1,7 @@
 // End-to-end tests of the attnlab executable (path in $ATTNLAB_CLI, set by meson test): exit codes,
 // the one-line error messages, no output file on failure, and that a good run's output equals
 // make_attention(spec)->forward in-process.
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <filesystem>
@@ -114,9 +115,10 @@ TEST_CASE("--help and --version behave as users expect", "[cli]") {
   r = attnlab_cli(dir, "--version");
   CHECK(r.code == 0);
   const std::string path = kernels::isa_name(kernels::active_isa());  // same environment
+  const std::string bf16 = kernels::bf16_path_name(kernels::active_bf16_path());
   // Same environment, so the same OpenBLAS core and threads as this test process.
   CHECK(r.out == std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: " + path +
-                     ")\nBLAS: " + blas::describe(blas::info()) + "\n");
+                     ", bf16: " + bf16 + ")\nBLAS: " + blas::describe(blas::info()) + "\n");
 
   require_failure(dir, "", {"subcommand is required", "--help"});
   require_failure(dir, "frobnicate", {"unknown command 'frobnicate'", "run"});
@@ -150,14 +152,35 @@ TEST_CASE("--version names the kernel path; ATTNLAB_ISA forces one or fails in o
   setenv("ATTNLAB_ISA", "scalar", 1);
   CliResult r = attnlab_cli(dir, "--version");
   CHECK(r.code == 0);
-  CHECK(r.out.rfind(std::string("attnlab ") + ATTNLAB_VERSION + " (kernels: scalar)\nBLAS: ", 0) ==
-        0);
+  CHECK(r.out.rfind(std::string("attnlab ") + ATTNLAB_VERSION +
+                        " (kernels: scalar, bf16: bf16-via-f32)\nBLAS: ",
+                    0) == 0);
   setenv("ATTNLAB_ISA", "avx1024", 1);
   r = attnlab_cli(dir, "--version");
   unsetenv("ATTNLAB_ISA");
   CHECK(r.code == 2);
   CHECK(r.err.find("'avx1024'") != std::string::npos);
   CHECK(r.err.find("scalar, avx2 or avx512") != std::string::npos);
+  // The bfloat16 paths: the converted one anywhere; amx and avx512bf16 have no kernels in this
+  // build, so forcing one fails in one line whether or not the CPU has the instructions.
+  setenv("ATTNLAB_ISA", "bf16-via-f32", 1);
+  r = attnlab_cli(dir, "--version");
+  CHECK(r.code == 0);
+  CHECK(r.out.find(", bf16: bf16-via-f32)") != std::string::npos);
+  for (const auto path : {kernels::Bf16Path::amx, kernels::Bf16Path::avx512bf16}) {
+    const std::string name = kernels::bf16_path_name(path);
+    INFO(name);
+    setenv("ATTNLAB_ISA", name.c_str(), 1);
+    r = attnlab_cli(dir, "--version");
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err.find("ATTNLAB_ISA=" + name + ": ") != std::string::npos);
+    CHECK(r.err.find(kernels::cpu_has_bf16_path(path)
+                         ? "this build does not have it"
+                         : "this CPU cannot run it") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+  unsetenv("ATTNLAB_ISA");
 }
 
 TEST_CASE("run on rank 4, 3 and 2 inputs equals forward in-process, output keeps the rank",
