@@ -29,18 +29,22 @@ inline Tensor64 linear_reference(const LinearConfig& c, const xt::xtensor<T, 4>&
 }
 
 // The scan recurrence of one variant, mask and head count, called on x = {q, k, v[, g][,
-// beta][, S_0]}; has_g / has_beta / has_state say which are present. `final`, when not null,
-// gets the state after the last token [B, H, Dk, Dv].
+// beta][, S_0]}; has_g / has_beta / has_state say which are present, g [B, H, Nk] or, per key
+// channel, [B, H, Nk, Dk]. `final`, when not null, gets the state after the last token
+// [B, H, Dk, Dv].
 struct Recurrence : ScanRecurrence {
   xt::xarray<double> operator()(const std::vector<xt::xarray<double>>& x, bool has_g, bool has_beta,
                                 bool has_state = false, xt::xarray<double>* final = nullptr) const {
     std::size_t next = 3;
-    const TokenTensor64 g = has_g ? TokenTensor64(x[next++]) : TokenTensor64();
+    const bool per_channel = has_g && x[next].dimension() == 4;
+    const TokenTensor64 g = has_g && !per_channel ? TokenTensor64(x[next]) : TokenTensor64();
+    const Tensor64 channel_g = per_channel ? Tensor64(x[next]) : Tensor64();
+    if (has_g) ++next;
     const TokenTensor64 beta = has_beta ? TokenTensor64(x[next++]) : TokenTensor64();
     const xt::xarray<double>* s0 = has_state ? &x[next] : nullptr;
-    return ScanRecurrence::operator()(Tensor64(x[0]), Tensor64(x[1]), Tensor64(x[2]),
-                                      has_g ? &g : nullptr, has_beta ? &beta : nullptr, {}, s0,
-                                      final);
+    return ScanRecurrence::operator()(
+        Tensor64(x[0]), Tensor64(x[1]), Tensor64(x[2]), has_g && !per_channel ? &g : nullptr,
+        has_beta ? &beta : nullptr, {}, s0, final, per_channel ? &channel_g : nullptr);
   }
 };
 

@@ -181,7 +181,8 @@ def delta_rule(torch, spec, fq, fk, v, favor, causal):
 
 
 def scan(torch, spec, q, k, v, g, beta):
-    """S_t = a_t S_{t-1} + k_t u_t^T, u_t = v_t (sum) or beta_t (v_t - a_t S_{t-1}^T k_t)."""
+    """S_t = a_t S_{t-1} + k_t u_t^T, u_t = v_t (sum) or beta_t (v_t - a_t S_{t-1}^T k_t);
+    g [B,H,N,Dk]: a_t = Diag(exp g_t), per key channel."""
     if spec["normalise"]:
         q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
         k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
@@ -195,7 +196,10 @@ def scan(torch, spec, q, k, v, g, beta):
             for t in range(k.shape[2]):
                 if t < spec["lengths"][b]:
                     log_a = g[b, h, t] if g is not None else spec["head_g"][h]
-                    prior = torch.exp(torch.as_tensor(log_a, dtype=q.dtype)) * memory
+                    decay = torch.exp(torch.as_tensor(log_a, dtype=q.dtype))
+                    if decay.dim() == 1:  # per key channel: Diag(exp g_t) S
+                        decay = decay[:, None]
+                    prior = decay * memory
                     if spec["delta"]:
                         strength = beta[b, h, t] if beta is not None else spec["beta_value"]
                         u = strength * (v[b, h, t] - prior.T @ k[b, h, t])

@@ -6,7 +6,9 @@
 //   beta  the write strength used when no per-token beta is given, 0 <= beta <= 1   default 1
 // Per-token inputs (TokenInputs): the log-decay g [B, H, Nk] <= 0 (the paper's alpha_t =
 //   exp(g_t); the model layer computes g = logsigmoid(x W_g) / tau), and beta [B, H, Nk] in
-//   [0, 1]. Without g the decay is 1 (g = 0): the plain interface then computes delta.
+//   [0, 1]. Without g the decay is 1 (g = 0): the plain interface then computes delta. A
+//   per-channel g [B, H, Nk, Dk] (channel_log_decay) in place of g makes it Kimi Delta
+//   Attention, also registered as `kda` (variants/kda.hpp).
 //
 // What it computes, per batch item and head, q and k L2-normalised as in delta, q times the
 // softmax scale:

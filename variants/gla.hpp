@@ -6,7 +6,10 @@
 // Spec: "gla" (no parameters).
 // Per-token input: the log-decay g [B, H, Nk] <= 0 (TokenInputs::log_decay; the model layer
 //   computes g = logsigmoid(x W_g) / tau). Without g the decay is 1: plain causal linear
-//   attention with the identity feature map and no normaliser.
+//   attention with the identity feature map and no normaliser. Or, in its place, a log-decay
+//   per key channel g [B, H, Nk, Dk] (TokenInputs::channel_log_decay): GLA as published,
+//   S_t = Diag(exp g_t) S_{t-1} + k_t v_t^T, which the engine runs token by token (see
+//   variants/linear_scan.hpp; O(N·Dk·Dv) per head, each decay of one step: no overflow).
 //
 // What it computes, per batch item and head, q times the softmax scale (Mask::scale), no
 // feature map and no denominator (GLA normalises the output afterwards, outside attention):
@@ -17,7 +20,8 @@
 // of 64 tokens: no overflow for any g <= 0. Cost O(B·H·N·(64·(Dk + Dv) + Dk·Dv)), O(Dk·Dv) state.
 // Masks: as the engine (causal Nq == Nk, key padding, non-causal cross-attention, Dv != Dk).
 // Exact reductions: g = 0 is unnormalised causal linear attention; a constant g per head is
-// retnet. Backward: q, k, v and g.
+// retnet; a per-channel g equal across channels is the scalar g. Backward: q, k, v and g (per
+// channel when given so).
 #pragma once
 
 #include <memory>

@@ -313,6 +313,131 @@ struct Grads {
   float *dq, *dk, *dv, *dg, *dbeta;
 };
 
+// ---- Per-channel decay: the recurrence token by token (see the header) ----
+
+// One write with a per-channel decay: S = Diag(exp g) S, then k v^T (sum rule) or
+// k (beta (v - S^T k))^T (delta rule). k prepared; tmp holds dv floats.
+void channel_write(float* s, const float* g, const float* k, const float* v, const float* beta,
+                   std::size_t dk, std::size_t dv, float* tmp) {
+  for (std::size_t r = 0; r < dk; ++r) {
+    const float a = std::exp(g[r]);  // of one step: <= 1, and exactly 0 for g = -1e4
+    for (std::size_t c = 0; c < dv; ++c) s[r * dv + c] *= a;
+  }
+  const float* u = v;
+  if (beta) {
+    vec_mat(k, s, dk, dv, tmp);
+    for (std::size_t c = 0; c < dv; ++c) tmp[c] = *beta * (v[c] - tmp[c]);
+    u = tmp;
+  }
+  rank1(s, k, u, dk, dv);
+}
+
+// run_chunks' walk for a per-channel decay: token by token from S_0 (or the initial state),
+// causal queries reading S_t, the state before every C-th position into checkpoints.
+void channel_run(const Head& h, std::size_t dk, std::size_t dv, float* s, float* out,
+                 float* checkpoints) {
+  const std::size_t state = state_floats(dk, dv);
+  std::fill(s, s + state, 0.0f);
+  if (h.initial) std::copy(h.initial, h.initial + dk * dv, s);
+  std::vector<float> qp(dk), kp(dk), tmp(dv);
+  float norm = 0.0f;
+  const std::size_t positions = h.causal ? h.nk : h.valid;
+  for (std::size_t t = 0; t < positions; ++t) {
+    if (checkpoints && t % C == 0) std::copy(s, s + state, checkpoints + t / C * state);
+    if (t < h.valid) {
+      prepare_rows(h.k + t * dk, 1, dk, h.normalise, 1.0f, kp.data(), &norm);
+      channel_write(s, h.gc + t * dk, kp.data(), h.v + t * dv, h.beta ? h.beta + t : nullptr, dk,
+                    dv, tmp.data());
+    }
+    if (h.causal && out) {
+      prepare_rows(h.q + t * dk, 1, dk, h.normalise, h.q_scale, qp.data(), &norm);
+      vec_mat(qp.data(), s, dk, dv, out + t * dv);
+    }
+  }
+}
+
+// One chunk's backward for a per-channel decay, from s0, the state before it; ds on entry the
+// gradient of the state after the chunk, on return of the one before. Token t, with
+// P = Diag(a) S_{t-1}, a = exp(g_t), w = P^T k, u = v (sum) or beta (v - w) (delta), writes
+// S_t = P + k u^T and (causal) reads out_t = S_t^T q_t; backwards:
+//   dS_t += q dout^T, dq = S_t dout, dk = dS_t u, du = dS_t^T k, dP = dS_t,
+//   delta: dv = beta du, dbeta = du·(v - w), dw = -beta du, dP += k dw^T, dk += P dw;
+//   sum: dv = du;  dg_c = sum_j dP_cj P_cj;  dS_{t-1} = Diag(a) dP.
+// Writes the chunk's rows of dk, dv, dg [x dk], dbeta and (causal) dq, those of q and k as
+// given (back through their preparation).
+void channel_chunk_backward(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv,
+                            const float* s0, float* ds, const Grads& gr, std::size_t dk,
+                            std::size_t dv) {
+  const std::size_t pv = dk * dv;
+  std::vector<float> states((rows + 1) * pv), kp(rows * dk), knorm(rows), qp(rows * dk),
+      qnorm(rows), tmp(dv), p(pv), u(dv), du(dv), dw(dv);
+  std::copy(s0, s0 + pv, states.begin());
+  prepare_rows(h.k + t0 * dk, kv, dk, h.normalise, 1.0f, kp.data(), knorm.data());
+  if (h.causal)
+    prepare_rows(h.q + t0 * dk, rows, dk, h.normalise, h.q_scale, qp.data(), qnorm.data());
+  for (std::size_t r = 0; r < rows; ++r) {  // states[r + 1]: the state after token t0 + r
+    std::copy(states.begin() + r * pv, states.begin() + (r + 1) * pv,
+              states.begin() + (r + 1) * pv);
+    if (r < kv)
+      channel_write(states.data() + (r + 1) * pv, h.gc + (t0 + r) * dk, kp.data() + r * dk,
+                    h.v + (t0 + r) * dv, h.beta ? h.beta + t0 + r : nullptr, dk, dv, tmp.data());
+  }
+  float* dkc = gr.dk + t0 * dk;
+  float* dvc = gr.dv + t0 * dv;
+  std::fill(dkc + kv * dk, dkc + rows * dk, 0.0f);  // padding writes nothing
+  std::fill(dvc + kv * dv, dvc + rows * dv, 0.0f);
+  if (gr.dg) std::fill(gr.dg + (t0 + kv) * dk, gr.dg + (t0 + rows) * dk, 0.0f);
+  if (gr.dbeta) std::fill(gr.dbeta + t0 + kv, gr.dbeta + t0 + rows, 0.0f);
+  for (std::size_t r = rows; r-- > 0;) {
+    const std::size_t t = t0 + r;
+    if (h.causal) {
+      const float* s = states.data() + (r + 1) * pv;
+      const float* dout = gr.d_out + t * dv;
+      float* dq = gr.dq + t * dk;
+      for (std::size_t i = 0; i < dk; ++i) dq[i] = dot(s + i * dv, dout, dv);
+      rank1(ds, qp.data() + r * dk, dout, dk, dv);
+    }
+    if (r >= kv) continue;
+    const float* prev = states.data() + r * pv;
+    const float* g = h.gc + t * dk;
+    const float* k = kp.data() + r * dk;
+    const float* v = h.v + t * dv;
+    for (std::size_t i = 0; i < dk; ++i) {
+      const float a = std::exp(g[i]);
+      for (std::size_t c = 0; c < dv; ++c) p[i * dv + c] = a * prev[i * dv + c];
+    }
+    vec_mat(k, ds, dk, dv, du.data());  // du = dS^T k
+    float* dkt = dkc + r * dk;
+    if (h.beta) {
+      const float beta = h.beta[t];
+      vec_mat(k, p.data(), dk, dv, tmp.data());  // w = P^T k
+      for (std::size_t c = 0; c < dv; ++c) u[c] = beta * (v[c] - tmp[c]);
+      float dbeta = 0.0f;
+      for (std::size_t c = 0; c < dv; ++c) {
+        dvc[r * dv + c] = beta * du[c];
+        dbeta += du[c] * (v[c] - tmp[c]);
+        dw[c] = -beta * du[c];
+      }
+      if (gr.dbeta) gr.dbeta[t] = dbeta;
+      for (std::size_t i = 0; i < dk; ++i)
+        dkt[i] = dot(ds + i * dv, u.data(), dv) + dot(p.data() + i * dv, dw.data(), dv);
+      rank1(ds, k, dw.data(), dk, dv);  // dP = dS + k dw^T
+    } else {
+      for (std::size_t c = 0; c < dv; ++c) dvc[r * dv + c] = du[c];
+      for (std::size_t i = 0; i < dk; ++i) dkt[i] = dot(ds + i * dv, v, dv);
+    }
+    for (std::size_t i = 0; i < dk; ++i) {  // dS now holds dP
+      if (gr.dg) gr.dg[t * dk + i] = dot(ds + i * dv, p.data() + i * dv, dv);
+      const float a = std::exp(g[i]);
+      for (std::size_t c = 0; c < dv; ++c) ds[i * dv + c] *= a;
+    }
+  }
+  if (h.causal)
+    prepare_rows_backward(h.q + t0 * dk, rows, dk, h.normalise, h.q_scale, qnorm.data(),
+                          gr.dq + t0 * dk);
+  if (h.normalise) prepare_rows_backward(h.k + t0 * dk, kv, dk, true, 1.0f, knorm.data(), dkc);
+}
+
 // The delta rule's part of a chunk's backward, after chunk_backward has the gradient dU of its
 // pseudo-values in w.du (U = T R, R = diag(beta) (V - diag(e^b) K S_0), T = (I + L)^{-1}, L_ij =
 // beta_i E_ij k_i·k_j for j < i; pseudo_values left T and K K^T in w.t, w.kk):
@@ -567,7 +692,10 @@ void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* d
              float* checkpoints, StateOut final_state) {
   std::vector<float> s(state_floats(dk, dv));
   Chunk w(dk, dv);
-  run_chunks(h, dk, dv, den != nullptr, s.data(), out, den, checkpoints, w);
+  if (h.gc)
+    channel_run(h, dk, dv, s.data(), out, checkpoints);  // no key sum: the scan clients only
+  else
+    run_chunks(h, dk, dv, den != nullptr, s.data(), out, den, checkpoints, w);
   write_state(s.data(), dk, dv, den != nullptr, final_state);
   if (h.causal) return;
   for (std::size_t i0 = 0; i0 < h.nq; i0 += C) {  // every query reads the last state
@@ -611,7 +739,10 @@ void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
   Chunk w(dk, dv);
   if (!checkpoints || !h.causal) {  // non-causal: also the last state
     saved.resize(chunks * state);
-    run_chunks(h, dk, dv, key_sum, s.data(), nullptr, nullptr, saved.data(), w);
+    if (h.gc)
+      channel_run(h, dk, dv, s.data(), nullptr, saved.data());
+    else
+      run_chunks(h, dk, dv, key_sum, s.data(), nullptr, nullptr, saved.data(), w);
     checkpoints = saved.data();
   }
   std::vector<float> ds(state, 0.0f);  // the gradient of S, then of z: the final state's first
@@ -638,13 +769,17 @@ void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
   }
   std::fill(dk_out + positions * dk, dk_out + h.nk * dk, 0.0f);
   std::fill(dv_out + positions * dv, dv_out + h.nk * dv, 0.0f);
-  if (dg) std::fill(dg + positions, dg + h.nk, 0.0f);
+  const std::size_t g_width = h.gc ? dk : 1;  // dg [nk x dk] for a per-channel decay
+  if (dg) std::fill(dg + positions * g_width, dg + h.nk * g_width, 0.0f);
   if (dbeta) std::fill(dbeta + positions, dbeta + h.nk, 0.0f);
   const Grads gr{d_out, d_den, dq, dk_out, dv_out, dg, dbeta};
   for (std::size_t c = chunks; c-- > 0;) {
     const std::size_t t0 = c * C, rows = std::min(C, positions - t0);
     const std::size_t kv = std::min(rows, h.valid > t0 ? h.valid - t0 : 0);
-    chunk_backward(h, t0, rows, kv, checkpoints + c * state, ds.data(), dz, gr, w);
+    if (h.gc)
+      channel_chunk_backward(h, t0, rows, kv, checkpoints + c * state, ds.data(), gr, dk, dv);
+    else
+      chunk_backward(h, t0, rows, kv, checkpoints + c * state, ds.data(), dz, gr, w);
   }
   write_state(ds.data(), dk, dv, key_sum, d_initial);
 }
@@ -676,6 +811,8 @@ scan::Head prepare_head(const ScanRule& rule, double head_g, TensorRef q, Tensor
   h.v = v.data() + seq.key_row(d) * d.dv;
   if (in.log_decay) {
     h.g = in.log_decay->data() + seq.key_row(d);
+  } else if (in.channel_log_decay) {
+    h.gc = in.channel_log_decay->data() + seq.key_row(d) * d.dk;
   } else if (rule.decay == ScanRule::Decay::per_head) {
     w.g.assign(seq.nk, static_cast<float>(head_g));
     h.g = w.g.data();
@@ -746,6 +883,7 @@ Support ScanAttention::support() const {
   s.causal_cross = false;  // the causal form pairs query t with key t
   s.allowed = false;       // no per-pair weights exist to mask
   s.log_decay = rule_.decay == ScanRule::Decay::input;
+  s.channel_decay = rule_.decay == ScanRule::Decay::input;
   s.beta = rule_.delta && rule_.beta_input;
   s.state = true;
   s.documents = true;
@@ -836,7 +974,9 @@ void ScanAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, cons
                      state ? state->checkpoints.data() + at[seq.state] : nullptr,
                      grads.qkv.dq.data() + qr * d.dk, grads.qkv.dk.data() + kr * d.dk,
                      grads.qkv.dv.data() + kr * d.dv,
-                     in.log_decay ? grads.d_log_decay.data() + kr : nullptr,
+                     in.log_decay           ? grads.d_log_decay.data() + kr
+                     : in.channel_log_decay ? grads.d_channel_log_decay.data() + kr * d.dk
+                                            : nullptr,
                      in.beta ? grads.d_beta.data() + kr : nullptr, d_final,
                      state_out(&grads.d_initial_state, seq.state, floats));
     }

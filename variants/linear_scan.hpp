@@ -8,6 +8,10 @@
 //   sum rule    S_t = a_t S_{t-1} + k_t v_t^T
 //   delta rule  S_t = a_t S_{t-1} + beta_t k_t (v_t - a_t S_{t-1}^T k_t)^T
 //                   = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T
+//   per-channel decay (Head::gc, g_t a row of Dk log-decays): a_t S_{t-1} becomes
+//               Diag(exp g_t) S_{t-1}, channel by channel (GLA as published; with the delta rule
+//               Kimi Delta Attention, S_t = (I - beta_t k_t k_t^T) Diag(exp g_t) S_{t-1} +
+//               beta_t k_t v_t^T)
 //   S_0 = 0, or a given initial state (and z_0 with it). Causal (Nq == Nk): out_t = S_t^T q_t.
 //   Non-causal: every query reads the last state. The final state (after the last valid key)
 //   is what a following call starts from: a sequence cut into segments, each started from the
@@ -33,6 +37,14 @@
 // Cost: O(N·C·(Dk + Dv) + N·Dk·Dv) per head, matrix products per chunk (kernels::gemm_tile);
 // memory O(Dk·Dv + C·(C + Dk + Dv)) per thread: q and k are prepared (scaled, normalised) chunk
 // by chunk, in cache, not copied per head.
+// Per-channel decay: the recurrence itself, token by token (a rank-1 write and a read per
+// token, O(Dk·Dv) each), saving the same chunk-start states; the backward walks each chunk in
+// reverse from its saved state, recomputing the chunk's states and taking the recurrence's
+// gradients token by token (derived in channel_chunk_backward). Each decay is exp(g) <= 1 of one
+// step, never of a sum or a difference of sums, so nothing overflows and a decay of -1e4 per
+// step underflows to an exact 0 (no NaN); d(log_decay) per channel is a_c times the gradient of
+// a_c. Not the chunked matrix-product form: O(N·Dk·Dv) per head as that form, with rank-1
+// products in place of chunk GEMMs.
 // The sum rule can carry the key sum z beside S (z_t = a_t z_{t-1} + k_t, den_t = q_t·z_t, in the
 // same chunks: z_C = e^{b_C} z_0 + K^T e^{b_C - b}, den = diag(e^b) Q z_0 + (Q K^T ∘ E) 1), which
 // is linear attention's denominator without a column of ones in V.
@@ -68,6 +80,7 @@ struct Head {
   const float* k = nullptr;        ///< keys, prepared by the engine per normalise
   const float* v = nullptr;        ///< values
   const float* g = nullptr;        ///< log-decay per key token (<= 0), or nullptr: no decay
+  const float* gc = nullptr;       ///< or a log-decay per key token and channel [nk x dk] (<= 0)
   const float* beta = nullptr;     ///< delta rule strength per key token, or nullptr: sum rule
   std::size_t nq = 0;              ///< queries
   std::size_t nk = 0;              ///< keys
@@ -136,7 +149,8 @@ void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* d
 /// One head's gradients from d_out [nq x dv] and, when not null (the sum rule only), d_den
 /// [nq], the gradient of forward's den, and d_final, the final state's: dq [nq x dk] and dk
 /// [nk x dk] (of q and k as given), dv [nk x dv], dg, dbeta [nk] when not null (their inputs
-/// must then be given), and the initial state's into d_initial. `checkpoints`: a forward's with
+/// must then be given; dg [nk x dk] for a per-channel decay), and the initial state's into
+/// d_initial. `checkpoints`: a forward's with
 /// the same den (given or not) and initial state, or nullptr (recomputed).
 void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out, const float* d_den,
               const float* checkpoints, float* dq, float* dk_out, float* dv_out, float* dg,

@@ -47,8 +47,10 @@ void per_slice(std::size_t batch, std::size_t heads, F&& f) {
   if (!failure.empty()) throw Error(failure);
 }
 
-Tensor64 to64(const Tensor& t) {
-  return xt::cast<double>(t);
+Tensor64 to64(TensorRef t) {
+  Tensor64 out = Tensor64::from_shape(t.shape());
+  std::copy_n(t.data(), out.size(), out.data());
+  return out;
 }
 
 TokenTensor64 token64(const TokenRef& t) {
@@ -245,7 +247,7 @@ Tensor64 ScanRecurrence::operator()(const Tensor64& q, const Tensor64& k, const 
                                     const TokenTensor64* g, const TokenTensor64* beta,
                                     const std::vector<std::size_t>& rows,
                                     const xt::xarray<double>* initial,
-                                    xt::xarray<double>* final) const {
+                                    xt::xarray<double>* final, const Tensor64* channel_g) const {
   const std::size_t B = q.shape()[0], H = q.shape()[1], nq = q.shape()[2], nk = k.shape()[2];
   const std::size_t dk = q.shape()[3], dv = v.shape()[3];
   const std::vector<std::ptrdiff_t> slot = output_slots(nq, rows);
@@ -277,9 +279,16 @@ Tensor64 ScanRecurrence::operator()(const Tensor64& q, const Tensor64& k, const 
     const std::size_t len = lengths.empty() ? nk : std::size_t(lengths[b]);
     for (std::size_t t = 0; t < nk; ++t) {
       if (t < len) {
-        const double a = std::exp(g ? (*g)(b, h, t) : head_g.empty() ? 0.0 : head_g[h]);
-        if (a != 1.0)
-          for (double& e : s) e *= a;
+        if (channel_g) {  // row r of S decays by its key channel's exp(g)
+          for (std::size_t r = 0; r < dk; ++r) {
+            const double a = std::exp((*channel_g)(b, h, t, r));
+            for (std::size_t c = 0; c < dv; ++c) s[r * dv + c] *= a;
+          }
+        } else {
+          const double a = std::exp(g ? (*g)(b, h, t) : head_g.empty() ? 0.0 : head_g[h]);
+          if (a != 1.0)
+            for (double& e : s) e *= a;
+        }
         row(k, b, h, t, 1.0, kt);
         const double* vt = &v(b, h, t, 0);
         std::copy_n(vt, dv, u.begin());
@@ -319,7 +328,7 @@ ScanRecurrence scan_recurrence(const ScanAttention& a, const Mask& mask, std::si
 namespace {
 
 // Rows [first, last) of axis 2 of x [1, H, N, D] (a document's tokens).
-Tensor token_rows(const Tensor& x, std::size_t first, std::size_t last) {
+Tensor token_rows(TensorRef x, std::size_t first, std::size_t last) {
   Tensor out = Tensor::from_shape({1, x.shape(1), last - first, x.shape(3)});
   for (std::size_t h = 0; h < x.shape(1); ++h)
     std::copy_n(&x(0, h, first, 0), (last - first) * x.shape(3), &out(0, h, 0, 0));
@@ -363,9 +372,15 @@ Tensor64 own_reference(const Attention& attention, const Tensor& q, const Tensor
       TokenTensor g, beta;
       if (in.log_decay) g = token_slice(*in.log_decay, k0, k1);
       if (in.beta) beta = token_slice(*in.beta, k0, k1);
-      const Tensor64 part = own_reference(
-          attention, token_rows(q, q0, q1), token_rows(k, k0, k1), token_rows(v, k0, k1), one,
-          TokenInputs::of(in.log_decay ? &g : nullptr, in.beta ? &beta : nullptr), local);
+      TokenInputs part_in = TokenInputs::of(in.log_decay ? &g : nullptr, in.beta ? &beta : nullptr);
+      Tensor channel_g;
+      if (in.channel_log_decay) {
+        channel_g = token_rows(*in.channel_log_decay, k0, k1);
+        part_in.channel_log_decay = channel_g;
+      }
+      const Tensor64 part =
+          own_reference(attention, token_rows(q, q0, q1), token_rows(k, k0, k1),
+                        token_rows(v, k0, k1), one, part_in, local);
       for (std::size_t h = 0; h < heads; ++h)
         for (std::size_t r = 0; r < local.size(); ++r)
           std::copy_n(&part(0, h, r, 0), dv, &out(0, h, slots[r], 0));
@@ -385,8 +400,11 @@ Tensor64 own_reference(const Attention& attention, const Tensor& q, const Tensor
     const ScanRecurrence r = scan_recurrence(*scan, mask, q.shape()[3], q.shape()[1]);
     const TokenTensor64 g = in.log_decay ? token64(*in.log_decay) : TokenTensor64();
     const TokenTensor64 beta = in.beta ? token64(*in.beta) : TokenTensor64();
+    const Tensor64 channel_g =
+        in.channel_log_decay ? to64(*in.channel_log_decay) : Tensor64();
     return r(to64(q), to64(k), to64(v), in.log_decay ? &g : nullptr, in.beta ? &beta : nullptr,
-             rows, from ? &from->memory : nullptr);
+             rows, from ? &from->memory : nullptr, nullptr,
+             in.channel_log_decay ? &channel_g : nullptr);
   }
   throw Unsupported(attention.name(),
                     "a float64 reference of its own (variants/recurrence_reference.hpp has "

@@ -10,7 +10,9 @@
 //   scan    (variants/linear_scan.hpp: delta, retnet, gla, gated-delta) the recurrence of
 //           DeltaNet (Schlag et al. 2021), RetNet (Sun et al. 2023), GLA / Mamba-2 scalar gates
 //           and Gated DeltaNet (Yang et al. 2024): S_t = a_t S_{t-1} + k_t u_t^T with u_t = v_t
-//           (sum rule) or beta_t (v_t - a_t S_{t-1}^T k_t) (delta rule), a_t = exp(g_t).
+//           (sum rule) or beta_t (v_t - a_t S_{t-1}^T k_t) (delta rule), a_t = exp(g_t); with
+//           a decay per key channel, a_t S_{t-1} is Diag(exp g_t) S_{t-1} (GLA as published,
+//           Kimi Delta Attention).
 // Both from a zero state or a given initial one, and both can return the state after the last
 // token (the engine's initial_state / final_state). Inputs are float64 (float32 tensors convert
 // exactly), outputs [B, H, rows, Dv] in float64.
@@ -73,13 +75,15 @@ struct ScanRecurrence {
   double scale = 0.0;                 ///< q times this before use
 
   /// out [B, H, rows, Dv] of q [B, H, Nq, Dk], k [B, H, Nk, Dk], v [B, H, Nk, Dv] and, when not
-  /// null, g and beta [B, H, Nk], on the query rows `rows` (all when empty); from S_0 = `initial`
-  /// [B, H, Dk, Dv] when given, else 0; `final` gets the state after the last token.
+  /// null, g and beta [B, H, Nk] or the per-channel g `channel_g` [B, H, Nk, Dk], on the query
+  /// rows `rows` (all when empty); from S_0 = `initial` [B, H, Dk, Dv] when given, else 0;
+  /// `final` gets the state after the last token.
   Tensor64 operator()(const Tensor64& q, const Tensor64& k, const Tensor64& v,
                       const TokenTensor64* g, const TokenTensor64* beta,
                       const std::vector<std::size_t>& rows = {},
                       const xt::xarray<double>* initial = nullptr,
-                      xt::xarray<double>* final = nullptr) const;
+                      xt::xarray<double>* final = nullptr,
+                      const Tensor64* channel_g = nullptr) const;
 };
 
 /// The recurrence `a` runs under `mask` with `heads` heads of size dk.

@@ -93,6 +93,7 @@ std::string Support::describe() const {
   item(cross, "cross-attention (Nq != Nk)");
   item(value_dim, "Dv != Dk");
   item(backward, "backward");
+  item(channel_decay, "per-channel decay");
   item(state, "recurrent state");
   item(documents, "packed documents");
   item(grouped_heads, "grouped heads");
@@ -282,6 +283,32 @@ void Attention::validate_state(const StateRef& state, const char* label, const D
                   "]: a state must be finite");
 }
 
+void Attention::validate_channel_decay(TensorRef g, const TokenInputs& in, const Dims& d,
+                                       const Mask& mask) const {
+  if (!support().channel_decay)
+    throw Unsupported(name(), "a per-channel log-decay input (channel_log_decay)");
+  if (in.log_decay)
+    throw Error(name() +
+                ": log_decay and channel_log_decay are both given: the memory decays by one, "
+                "[B, H, Nk] or [B, H, Nk, Dk]");
+  const std::array<std::size_t, 4> want = {d.batch, d.heads, d.nk, d.dk};
+  if (g.shape() != want)
+    throw Error(name() + ": channel_log_decay has shape " + shape_string(g) +
+                ", expected [B, H, Nk, Dk] = [" + std::to_string(d.batch) + ", " +
+                std::to_string(d.heads) + ", " + std::to_string(d.nk) + ", " +
+                std::to_string(d.dk) + "]");
+  for (std::size_t b = 0; b < d.batch; ++b)
+    for (std::size_t h = 0; h < d.heads; ++h)
+      for (std::size_t j = 0; j < mask.valid_keys(b, d.nk); ++j)
+        for (std::size_t c = 0; c < d.dk; ++c) {
+          const float x = g(b, h, j, c);
+          if (x >= -FLT_MAX && x <= 0.0f) continue;  // false for NaN
+          throw Error(name() + ": channel_log_decay is " + std::to_string(x) + " at [" +
+                      std::to_string(b) + ", " + std::to_string(h) + ", " + std::to_string(j) +
+                      ", " + std::to_string(c) + "]: it must be finite and <= 0");
+        }
+}
+
 void Attention::validate_tokens(const TokenInputs& in, const Dims& d, const Mask& mask,
                                 bool backward) const {
   if (in.initial_state) validate_state(*in.initial_state, "initial_state", d, mask);
@@ -314,6 +341,7 @@ void Attention::validate_tokens(const TokenInputs& in, const Dims& d, const Mask
                       "]: it must be " + (high == 0.0f ? "finite and <= 0" : "in [0, 1]"));
         }
   }
+  if (in.channel_log_decay) validate_channel_decay(*in.channel_log_decay, in, d, mask);
   const auto refuse = [&](const std::string& feature) {
     const std::string why = why_unsupported(feature);
     throw Unsupported(name(), why.empty() ? feature : feature + ": " + why);
@@ -418,6 +446,11 @@ void Attention::backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask
     kernels::shape_buffer(g.d_log_decay, tokens);
   else
     g.d_log_decay = TokenTensor();
+  if (in.channel_log_decay)
+    kernels::shape_buffer(g.d_channel_log_decay,
+                          std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dk});
+  else
+    g.d_channel_log_decay = Tensor();
   if (in.beta)
     kernels::shape_buffer(g.d_beta, tokens);
   else

@@ -24,15 +24,16 @@ struct DecodeConfig;
 
 /// What a backend can honour. Anything requested outside it throws Unsupported.
 struct Support {
-  bool causal = true;        ///< causal masks with Nq == Nk
-  bool causal_cross = true;  ///< causal masks with Nq != Nk (both alignments)
-  bool key_lengths = true;   ///< key padding
-  bool allowed = true;       ///< arbitrary boolean masks
-  bool cross = true;         ///< Nq != Nk
-  bool value_dim = true;     ///< Dv != Dk
-  bool backward = false;     ///< backward(): gradients for everything the forward above honours
-  bool log_decay = false;    ///< takes TokenInputs::log_decay
-  bool beta = false;         ///< takes TokenInputs::beta
+  bool causal = true;          ///< causal masks with Nq == Nk
+  bool causal_cross = true;    ///< causal masks with Nq != Nk (both alignments)
+  bool key_lengths = true;     ///< key padding
+  bool allowed = true;         ///< arbitrary boolean masks
+  bool cross = true;           ///< Nq != Nk
+  bool value_dim = true;       ///< Dv != Dk
+  bool backward = false;       ///< backward(): gradients for everything the forward above honours
+  bool log_decay = false;      ///< takes TokenInputs::log_decay
+  bool channel_decay = false;  ///< takes TokenInputs::channel_log_decay
+  bool beta = false;           ///< takes TokenInputs::beta
   /// A recurrent state handed in and out: TokenInputs::initial_state and d_final_state,
   /// Saved::final_state, AllGradients::d_initial_state (the linear family).
   bool state = false;
@@ -143,6 +144,11 @@ struct TokenInputs {
   /// tokens, score(i, j) += F_p(i) - F_j, the sum of g over j < t <= p(i) (causal masks only;
   /// padded tokens count as 0; p(i): Mask::position).
   std::optional<TokenRef> log_decay;
+  /// g [B, H, Nk, Dk]: a log-decay per key token and key channel, <= 0 (finite), for the
+  /// memories that take one (Support::channel_decay): S_t = Diag(exp g_t) S_{t-1} before token
+  /// t writes (GLA's per-channel gate as published; with the delta rule Kimi Delta
+  /// Attention). In place of log_decay, never beside it.
+  std::optional<TensorRef> channel_log_decay;
   /// beta [B, H, Nk]: the delta rule's write strength at each key token, in [0, 1].
   std::optional<TokenRef> beta;
   /// The recurrent state before the first token (support().state; shape per state_dims(), one
@@ -164,8 +170,8 @@ struct TokenInputs {
   std::optional<std::span<const float>> alibi_slopes;
   /// None is given.
   bool empty() const {
-    return !log_decay && !beta && !initial_state && !d_final_state && !bias && !sinks &&
-           !alibi_slopes;
+    return !log_decay && !channel_log_decay && !beta && !initial_state && !d_final_state && !bias &&
+           !sinks && !alibi_slopes;
   }
   /// The inputs at `g` and `beta`, each null when not given.
   static TokenInputs of(const TokenTensor* g, const TokenTensor* beta);
@@ -198,6 +204,7 @@ struct ParameterTensor {
 struct AllGradients {
   Gradients qkv;                      ///< dq, dk, dv
   TokenTensor d_log_decay;            ///< dL/dg [B, H, Nk] when g was given, else empty
+  Tensor d_channel_log_decay;         ///< dL/dg [B, H, Nk, Dk] when channel_log_decay was given
   TokenTensor d_beta;                 ///< dL/dbeta [B, H, Nk] when given, else empty
   RecurrentState d_initial_state;     ///< dL/d(initial state) when one was given, else empty
   Tensor d_bias;                      ///< dL/d(bias) in bias's shape (summed over broadcast axes)
@@ -380,6 +387,10 @@ class Attention {
   /// carry d_final_state).
   void validate_tokens(const TokenInputs& in, const Dims& d, const Mask& mask,
                        bool backward = false) const;
+  /// Support, exclusivity with log_decay, shape [B, H, Nk, Dk] and values (finite, <= 0 on the
+  /// unpadded tokens) of TokenInputs::channel_log_decay `g`.
+  void validate_channel_decay(TensorRef g, const TokenInputs& in, const Dims& d,
+                              const Mask& mask) const;
   /// Shape, values and support() checks of a state input `label` (initial_state, d_final_state).
   void validate_state(const StateRef& state, const char* label, const Dims& d,
                       const Mask& mask) const;

@@ -88,6 +88,10 @@ void TokenDecoder::validate(TensorRef q, TensorRef k, TensorRef v, const TokenIn
                       (high == 0.0f ? "finite and <= 0" : "in [0, 1]"));
         }
   }
+  if (in.channel_log_decay)
+    throw Unsupported(name_,
+                      "a per-channel log-decay (channel_log_decay) in token-by-token decoding "
+                      "(forward and backward take it)");
   if (in.bias) throw Unsupported(name_, "an additive bias (TokenInputs::bias) in decoding");
   if (in.sinks || in.alibi_slopes)
     throw Error(who +
