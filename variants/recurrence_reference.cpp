@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attnlab/error.hpp"
+#include "variants/delta_product.hpp"
 
 namespace attnlab {
 namespace {
@@ -246,8 +247,8 @@ Tensor64 linear_reference(const LinearConfig& c, const Tensor64& q, const Tensor
 Tensor64 ScanRecurrence::operator()(const Tensor64& q, const Tensor64& k, const Tensor64& v,
                                     const TokenTensor64* g, const TokenTensor64* beta,
                                     const std::vector<std::size_t>& rows,
-                                    const xt::xarray<double>* initial,
-                                    xt::xarray<double>* final, const Tensor64* channel_g) const {
+                                    const xt::xarray<double>* initial, xt::xarray<double>* final,
+                                    const Tensor64* channel_g) const {
   const std::size_t B = q.shape()[0], H = q.shape()[1], nq = q.shape()[2], nk = k.shape()[2];
   const std::size_t dk = q.shape()[3], dv = v.shape()[3];
   const std::vector<std::ptrdiff_t> slot = output_slots(nq, rows);
@@ -378,9 +379,8 @@ Tensor64 own_reference(const Attention& attention, const Tensor& q, const Tensor
         channel_g = token_rows(*in.channel_log_decay, k0, k1);
         part_in.channel_log_decay = channel_g;
       }
-      const Tensor64 part =
-          own_reference(attention, token_rows(q, q0, q1), token_rows(k, k0, k1),
-                        token_rows(v, k0, k1), one, part_in, local);
+      const Tensor64 part = own_reference(attention, token_rows(q, q0, q1), token_rows(k, k0, k1),
+                                          token_rows(v, k0, k1), one, part_in, local);
       for (std::size_t h = 0; h < heads; ++h)
         for (std::size_t r = 0; r < local.size(); ++r)
           std::copy_n(&part(0, h, r, 0), dv, &out(0, h, slots[r], 0));
@@ -396,19 +396,40 @@ Tensor64 own_reference(const Attention& attention, const Tensor& q, const Tensor
   const State64* from = in.initial_state ? &initial : nullptr;
   if (const auto* linear = dynamic_cast<const LinearAttention*>(&attention))
     return linear_reference(linear->config(), to64(q), to64(k), to64(v), mask, from, nullptr, rows);
-  if (const auto* scan = dynamic_cast<const ScanAttention*>(&attention)) {
-    const ScanRecurrence r = scan_recurrence(*scan, mask, q.shape()[3], q.shape()[1]);
-    const TokenTensor64 g = in.log_decay ? token64(*in.log_decay) : TokenTensor64();
-    const TokenTensor64 beta = in.beta ? token64(*in.beta) : TokenTensor64();
-    const Tensor64 channel_g =
-        in.channel_log_decay ? to64(*in.channel_log_decay) : Tensor64();
-    return r(to64(q), to64(k), to64(v), in.log_decay ? &g : nullptr, in.beta ? &beta : nullptr,
-             rows, from ? &from->memory : nullptr, nullptr,
-             in.channel_log_decay ? &channel_g : nullptr);
+  const TokenTensor64 g = in.log_decay ? token64(*in.log_decay) : TokenTensor64();
+  const TokenTensor64 beta = in.beta ? token64(*in.beta) : TokenTensor64();
+  const Tensor64 channel_g = in.channel_log_decay ? to64(*in.channel_log_decay) : Tensor64();
+  const auto scan_run = [&](const ScanRecurrence& r, const Tensor64& queries,
+                            const std::vector<std::size_t>& at) {
+    return r(queries, to64(k), to64(v), in.log_decay ? &g : nullptr, in.beta ? &beta : nullptr, at,
+             from ? &from->memory : nullptr, nullptr, in.channel_log_decay ? &channel_g : nullptr);
+  };
+  if (const auto* scan = dynamic_cast<const ScanAttention*>(&attention))
+    return scan_run(scan_recurrence(*scan, mask, q.shape()[3], q.shape()[1]), to64(q), rows);
+  if (const auto* product = dynamic_cast<const DeltaProductAttention*>(&attention)) {
+    // The delta rule over the steps' rows (k, v, g, beta: `steps` rows per token); causal:
+    // query t reads the state after its token's last row, (t + 1)·steps - 1.
+    const auto steps = static_cast<std::size_t>(product->steps());
+    const bool causal = mask.causal != Causal::none;
+    Mask over_rows = mask;
+    if (causal) over_rows.causal = Causal::top_left;
+    const ScanRecurrence r =
+        scan_recurrence(product->rows(), over_rows, q.shape()[3], q.shape()[1]);
+    if (steps == 1 || !causal) return scan_run(r, to64(q), rows);
+    Tensor64 spread = xt::zeros<double>({q.shape(0), q.shape(1), k.shape(2), q.shape(3)});
+    for (std::size_t b = 0; b < q.shape(0); ++b)
+      for (std::size_t h = 0; h < q.shape(1); ++h)
+        for (std::size_t i = 0; i < q.shape(2); ++i)
+          for (std::size_t c = 0; c < q.shape(3); ++c)
+            spread(b, h, (i + 1) * steps - 1, c) = q(b, h, i, c);
+    std::vector<std::size_t> last_rows;
+    for (std::size_t n = 0; n < (rows.empty() ? q.shape(2) : rows.size()); ++n)
+      last_rows.push_back(((rows.empty() ? n : rows[n]) + 1) * steps - 1);
+    return scan_run(r, spread, last_rows);
   }
   throw Unsupported(attention.name(),
                     "a float64 reference of its own (variants/recurrence_reference.hpp has "
-                    "linear attention and the scan engine's clients)");
+                    "linear attention, the scan engine's clients and delta-product)");
 }
 
 }  // namespace attnlab

@@ -13,7 +13,9 @@
 //           (sum rule) or beta_t (v_t - a_t S_{t-1}^T k_t) (delta rule), a_t = exp(g_t); with
 //           a decay per key channel, a_t S_{t-1} is Diag(exp g_t) S_{t-1} (GLA as published,
 //           Kimi Delta Attention).
-// Both from a zero state or a given initial one, and both can return the state after the last
+//   delta-product (variants/delta_product.hpp) the scan recurrence of its delta rule over the
+//           steps' rows, each query reading the state after its token's last row.
+// All from a zero state or a given initial one, and all can return the state after the last
 // token (the engine's initial_state / final_state). Inputs are float64 (float32 tensors convert
 // exactly), outputs [B, H, rows, Dv] in float64.
 #pragma once
@@ -92,8 +94,8 @@ ScanRecurrence scan_recurrence(const ScanAttention& a, const Mask& mask, std::si
 
 /// The float64 output of `attention`'s own definition on q, k, v, `in` (its g, beta and initial
 /// state) and `mask` (validated by a forward of the caller's), on the query rows `rows` (all
-/// when empty): linear attention or a client of the scan engine, (item, head) slices in
-/// parallel; packed documents (Mask::documents) each as a sequence of its own. Throws
+/// when empty): linear attention, a client of the scan engine or delta-product, (item, head) slices
+/// in parallel; packed documents (Mask::documents) each as a sequence of its own. Throws
 /// Unsupported naming the variant when it has no float64 definition here, or for what the
 /// definitions do not model: the softmax engine's modifiers (window, prefix, custom, softcap;
 /// bias, sinks, ALiBi), and key padding or an initial state beside packed documents.

@@ -1,0 +1,157 @@
+#include "variants/delta_product.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "attnlab/error.hpp"
+
+namespace attnlab {
+namespace {
+
+// What a causal forward saves: the rows' Saved and their output, which their backward takes.
+struct RowsSaved {
+  Saved rows;
+  Tensor out;
+};
+
+// The queries spread over the rows: q_t at row (t + 1)·steps - 1, zeros elsewhere.
+Tensor spread_rows(TensorRef x, const Dims& d, std::size_t steps, std::size_t dim) {
+  Tensor wide = xt::zeros<float>({d.batch, d.heads, d.nk, dim});
+  for (std::size_t b = 0; b < d.batch; ++b)
+    for (std::size_t h = 0; h < d.heads; ++h)
+      for (std::size_t t = 0; t < d.nq; ++t)
+        std::copy_n(&x(b, h, t, 0), dim, &wide(b, h, (t + 1) * steps - 1, 0));
+  return wide;
+}
+
+// The inverse: row (t + 1)·steps - 1 of `wide` into row t of `narrow`.
+void gather_rows(const Tensor& wide, const Dims& d, std::size_t steps, std::size_t dim,
+                 Tensor& narrow) {
+  for (std::size_t b = 0; b < d.batch; ++b)
+    for (std::size_t h = 0; h < d.heads; ++h)
+      for (std::size_t t = 0; t < d.nq; ++t)
+        std::copy_n(&wide(b, h, (t + 1) * steps - 1, 0), dim, &narrow(b, h, t, 0));
+}
+
+// The rows' causal mask: row r sees rows r' <= r (the alignment the rows themselves have).
+Mask rows_mask(const Mask& mask) {
+  Mask m = mask;
+  m.causal = Causal::top_left;
+  return m;
+}
+
+}  // namespace
+
+DeltaProductAttention::DeltaProductAttention(std::int64_t steps, double beta)
+    : steps_(steps), rows_(beta) {
+  if (steps < 1)
+    throw Error("delta-product: steps=" + std::to_string(steps) + ": expected an integer >= 1");
+}
+
+std::string DeltaProductAttention::spec() const {
+  return SpecWriter("delta-product").add("steps", steps_).add("beta", rows_.rule().beta).str();
+}
+
+Support DeltaProductAttention::support() const {
+  Support s = rows_.support();
+  if (steps_ == 1) return s;  // gated-delta itself
+  s.causal_cross = true;      // Nk = steps · Nq: query t reads the state after its own rows
+  s.documents = false;
+  return s;
+}
+
+std::string DeltaProductAttention::why_unsupported(const std::string& feature) const {
+  if (feature == "packed documents")
+    return "each document's rows would need their own spreading of the queries (not "
+           "implemented)";
+  if (feature == "boolean masks") return "a recurrent memory has no per-pair weights to mask";
+  return {};
+}
+
+double DeltaProductAttention::flops(const Dims& d, const Mask& mask) const {
+  return rows_.flops(d, mask);
+}
+
+void DeltaProductAttention::check_rows(const Dims& d, bool causal) const {
+  if (steps_ == 1) return;  // gated-delta's rows: its own checks
+  const auto steps = static_cast<std::size_t>(steps_);
+  if (causal && d.nk != steps * d.nq)
+    throw Error(spec() + ": k and v have Nk = " + std::to_string(d.nk) +
+                " rows, expected steps · Nq = " + std::to_string(steps) + " · " +
+                std::to_string(d.nq) + " = " + std::to_string(steps * d.nq) +
+                " (each token writes `steps` rows)");
+  if (d.nk % steps != 0)
+    throw Error(spec() + ": k and v have Nk = " + std::to_string(d.nk) +
+                " rows, expected a multiple of steps = " + std::to_string(steps) +
+                " (each token writes `steps` rows)");
+}
+
+void DeltaProductAttention::compute(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                    const TokenInputs& in, const Dims& d, Tensor& out,
+                                    Saved* saved) const {
+  check_rows(d, mask.causal != Causal::none);
+  // One step per token is gated-delta (either causal alignment); without a causal mask every
+  // query reads the last state: the rows as they are.
+  if (steps_ == 1 || mask.causal == Causal::none) {
+    if (saved)
+      rows_.forward(q, k, v, mask, in, out, *saved);
+    else
+      rows_.forward(q, k, v, mask, in, out);
+    return;
+  }
+  const auto steps = static_cast<std::size_t>(steps_);
+  const Tensor wide_q = spread_rows(q, d, steps, d.dk);
+  RowsSaved kept;
+  rows_.forward(wide_q, k, v, rows_mask(mask), in, kept.out, kept.rows);
+  gather_rows(kept.out, d, steps, d.dv, out);
+  if (!saved) return;
+  saved->lse = RowLogSumExp();
+  saved->final_state = std::move(kept.rows.final_state);
+  kept.rows.final_state = RecurrentState();
+  saved->state = std::move(kept);
+}
+
+void DeltaProductAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v,
+                                             const Mask& mask, const TokenInputs& in, const Dims& d,
+                                             TensorRef out, TensorRef d_out, const Saved& saved,
+                                             AllGradients& g) const {
+  check_rows(d, mask.causal != Causal::none);
+  if (steps_ == 1 || mask.causal == Causal::none) {
+    rows_.backward(q, k, v, mask, in, out, d_out, saved, g);
+    return;
+  }
+  const auto steps = static_cast<std::size_t>(steps_);
+  const Tensor wide_q = spread_rows(q, d, steps, d.dk);
+  const Mask m = rows_mask(mask);
+  RowsSaved fresh;
+  const auto* kept = std::any_cast<RowsSaved>(&saved.state);
+  if (!kept || kept->out.shape() != std::array<std::size_t, 4>{d.batch, d.heads, d.nk, d.dv}) {
+    rows_.forward(wide_q, k, v, m, in, fresh.out, fresh.rows);  // recomputed
+    kept = &fresh;
+  }
+  AllGradients rows;
+  rows_.backward(wide_q, k, v, m, in, kept->out, spread_rows(d_out, d, steps, d.dv), kept->rows,
+                 rows);
+  gather_rows(rows.qkv.dq, d, steps, d.dk, g.qkv.dq);
+  g.qkv.dk = std::move(rows.qkv.dk);
+  g.qkv.dv = std::move(rows.qkv.dv);
+  g.d_log_decay = std::move(rows.d_log_decay);
+  g.d_channel_log_decay = std::move(rows.d_channel_log_decay);
+  g.d_beta = std::move(rows.d_beta);
+  g.d_initial_state = std::move(rows.d_initial_state);
+}
+
+std::unique_ptr<Attention> make_delta_product(Params& params) {
+  const std::int64_t steps = params.integer("steps", 1);
+  const double beta = params.number("beta", 1.0);
+  if (steps < 1) params.fail("steps", "expected an integer >= 1");
+  if (!(beta >= 0.0 && beta <= 1.0)) params.fail("beta", "must be in [0, 1]");
+  return std::make_unique<DeltaProductAttention>(steps, beta);
+}
+
+namespace {
+// Position 97 in attention_names() and the --help listing: after kda.
+const AttentionRegistrar kRegistrar("delta-product", make_delta_product, 97);
+}  // namespace
+
+}  // namespace attnlab
