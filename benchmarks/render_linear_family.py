@@ -17,6 +17,9 @@ repetitions = min(sum(b.get("run_type") == "iteration" and b["run_name"] == name
                       for b in bench["benchmarks"]) for name in time)
 sgemm = max(v for k, v in gflops.items() if k.startswith("BM_sgemm"))
 specs = ["delta", "gated-delta", "retnet", "gla", "linear", "linear:rule=delta"]
+# Issue 46's forms, where the run has them (runs before it do not).
+specs += [s for s in ("gla+channels", "kda+channels", "delta-product:steps=2")
+          if f"BM_forward/{s}/N:4096/real_time" in time]
 ctx = bench["context"]
 
 print("# Linear family: the scan engine's clients, causal forward and backward\n")
@@ -61,12 +64,30 @@ for s in ("retnet", "gla", "linear", "linear:rule=delta"):
                 f"({'met' if ratio <= 3 else 'not met'}: <= 3x).")
 print("Targets of issue 19, from this run:\n")
 print("\n".join(rows))
+issue46 = []
+for s, base, most in (("gla+channels", "gla", 2.0), ("kda+channels", "gated-delta", 2.0),
+                      ("delta-product:steps=2", "gated-delta", 2.5)):
+    if s not in specs:
+        continue
+    fwd = {n: time[f"BM_forward/{s}/N:{n}/real_time"] for n in (4096, 16384, 65536)}
+    vs = fwd[16384] / time[f"BM_forward/{base}/N:16384/real_time"]
+    line = (f"- `{s}`: forward at 16384 {vs:.1f}x `{base}`'s "
+            f"({'met' if vs <= most else 'not met'}: <= {most}x)")
+    if s.endswith("+channels"):
+        ratio = time[f"BM_backward/{s}/N:16384/real_time"] / fwd[16384]
+        line += (f"; backward {ratio:.1f}x forward ({'met' if ratio <= 3 else 'not met'}: <= 3x); "
+                 f"time(65536)/time(4096) = {fwd[65536] / fwd[4096]:.1f} "
+                 f"({'met' if fwd[65536] / fwd[4096] <= 20 else 'not met'}: <= 20)")
+    issue46.append(line + ".")
 print("""- >= 10x faster than the sequential causal delta rule at N = 16384: measured apart, against a
   build of the last commit that had it (`scaling.txt`, benchmarks/run_linear_scaling.sh).
 
 Caveats: the machine has 2 cores and may be shared (the load above; notes.md says what ran
 beside): under load the smallest N waits for a core and the N-scaling ratio flatters, so
 ratios within one run (x sgemm, backward / forward) are the figures to compare.""")
+if issue46:
+    print("\nTargets of issue 46 (per-channel gates, DeltaProduct), from this run:\n")
+    print("\n".join(issue46))
 
 if notes_link(out):
     print("\n" + notes_link(out))
