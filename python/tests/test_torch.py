@@ -296,14 +296,14 @@ def weights_case(spec, blocked=None, row_sum_tol=1e-5):
         check(bool((per_head[..., blocked] == 0).all()), f"{spec}: zeros where no key is seen")
 
 
-# Every registered variant: weights where it defines them (the softmax variants, those taking
-# a bias; linear's sum rule), else (output, None) and one warning per spec.
+# Every registered variant (the registry's list, each at its defaults but where the sizes here
+# need smaller settings): weights where it defines them (the softmax variants, those taking a
+# bias; linear's sum rule), else (output, None) and one warning per spec.
 i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
-weight_specs = {"full": "full", "bigbird": "bigbird:block=4,window=3,global=1,random=1",
-                "sliding": "sliding:left=3,right=1", "moba": "moba:block=4,topk=2",
-                "linear": "linear", "linformer": "linformer:k=4,max_len=32", "delta": "delta",
-                "retnet": "retnet", "gla": "gla", "gated-delta": "gated-delta"}
-check(sorted(weight_specs) == sorted(attnlab.variants()), "a weights case for every variant")
+small = {"bigbird": "bigbird:block=4,window=3,global=1,random=1",
+         "sliding": "sliding:left=3,right=1", "moba": "moba:block=4,topk=2",
+         "linformer": "linformer:k=4,max_len=32"}
+weight_specs = {name: small.get(name, name) for name in attnlab.variants()}
 for name, spec in weight_specs.items():
     if attnlab.make(spec).support["bias"] or name == "linear":
         blocked = (j < i - 3) | (j > i + 1) if name == "sliding" else None
