@@ -4,7 +4,7 @@
 //               [--cu-seqlens o.npy [--cu-seqlens-k ok.npy]] [--window LEFT,RIGHT]
 //               [--prefix-lengths p.npy] [--softcap CAP] [--bias b.npy]
 //               [--alibi-slopes s.npy|paper] [--sinks s.npy]
-//               [--log-decay g.npy] [--beta beta.npy] --out o.npy
+//               [--log-decay g.npy] [--beta beta.npy] [--dtype float32|bf16] --out o.npy
 // Inputs are float32 or float64 of shape [B,H,N,D], [H,N,D] or [N,D], all three of the same rank
 // (k and v may have fewer heads than q: grouped KV heads); the output is float32 with q's rank.
 // The mask file is bool or uint8, [Nq,Nk], [H,Nq,Nk] or [B,H,Nq,Nk], true = may attend; the bias
@@ -13,7 +13,9 @@
 // geometric slopes). The per-token inputs (TokenInputs: the log-decay g, for softmax variants the
 // forgetting gate, and the delta rule's beta) are float32 or float64 of q's rank minus one,
 // [B,H,N], [H,N] or [N], lowered as q is. Mask::validate and Attention::forward check the values
-// and name the parameter. Nothing is written unless the whole run succeeds.
+// and name the parameter. --dtype bf16 rounds q, k, v to bfloat16 and runs Attention's bf16
+// forward (.npy has no bfloat16: the output file is float32 holding the bf16 result). Nothing is
+// written unless the whole run succeeds.
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -48,7 +50,7 @@ std::vector<RunExtension> run_extensions() {
 
 struct RunOptions {
   std::string spec, q, k, v, out, causal = "none", mask, log_decay, beta;
-  std::string bias, alibi_slopes, sinks;
+  std::string bias, alibi_slopes, sinks, dtype = "float32";
   MaskFlags mask_flags;
   std::optional<double> scale, softcap;
   std::vector<RunHook> hooks;
@@ -87,6 +89,8 @@ TokenTensor load_tokens(const std::string& path, const char* option, std::size_t
 
 void run(RunOptions& o) {
   auto attention = make_attention(o.spec);
+  if (o.dtype != "float32" && o.dtype != "bf16")
+    throw Error("--dtype '" + o.dtype + "': expected float32 or bf16");
 
   const auto q = load_npy_float(o.q), k = load_npy_float(o.k), v = load_npy_float(o.v);
   if (q.dimension() != k.dimension() || q.dimension() != v.dimension())
@@ -136,7 +140,14 @@ void run(RunOptions& o) {
   // output's copy and its bytes) is covered: an out-of-memory names the spec and the shapes.
   try {
     Tensor out;
-    attention->forward(to_bhnd(q, o.q), to_bhnd(k, o.k), to_bhnd(v, o.v), mask, tokens, out);
+    if (o.dtype == "bf16") {
+      TensorBf16 out16;
+      attention->forward(to_bf16(to_bhnd(q, o.q)), to_bf16(to_bhnd(k, o.k)),
+                         to_bf16(to_bhnd(v, o.v)), mask, tokens, out16);
+      to_float32(out16, out);  // exact: every value a bf16 one
+    } else {
+      attention->forward(to_bhnd(q, o.q), to_bhnd(k, o.k), to_bhnd(v, o.v), mask, tokens, out);
+    }
     const auto result = from_bhnd(out, q.dimension());
     save_npy(o.out, result);
     std::printf("%s -> %s, shape %s\n", attention->spec().c_str(), o.out.c_str(),
@@ -189,6 +200,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--beta", o->beta,
                   "Delta-rule write strength .npy in [0, 1], shaped as --log-decay (" +
                       variants_taking(&Support::beta) + ")");
+  cmd->add_option("--dtype", o->dtype,
+                  "float32 (default) or bf16: q, k, v rounded to bfloat16 (to nearest, ties to "
+                  "even) and computed on the bf16 path (attnlab --version names it); the output "
+                  "file is float32 holding the bf16 result");
   for (RunExtension extend : run_extensions()) o->hooks.push_back(extend(*cmd));
   cmd->callback([o] { run(*o); });
 }

@@ -813,6 +813,7 @@ std::vector<CliCase> cli_cases() {
        kRun + " --causal top-left --prefix-lengths p.npy",
        {"prefix_lengths has 2 entries", "batch item (1)"}},
       {"softcap zero", {}, kRun + " --softcap 0", {"softcap = 0", "> 0"}},
+      {"dtype unknown", {}, kRun + " --dtype fp16", {"--dtype 'fp16'", "float32 or bf16"}},
       {"softcap on gla",
        {},
        "run --spec gla --q q.npy --k k.npy --v v.npy --causal top-left --softcap 5 --out o.npy",

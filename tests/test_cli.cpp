@@ -213,6 +213,31 @@ TEST_CASE("run on rank 4, 3 and 2 inputs equals forward in-process, output keeps
   CHECK(read_text(dir.file("o.npy")).find("'descr': '<f4'") != std::string::npos);
 }
 
+TEST_CASE("run --dtype bf16: the library's bf16 forward of the rounded inputs, as float32",
+          "[cli]") {
+  TempDir dir("cli");
+  const Tensor q = random_tensor(1, 2, 9, 8, 21), k = random_tensor(1, 2, 11, 8, 22),
+               v = random_tensor(1, 2, 11, 6, 23);
+  save(dir, "q.npy", q), save(dir, "k.npy", k), save(dir, "v.npy", v);
+  const std::vector<float> sinks = {0.5f, -1.0f};  // the modifiers stay float32
+  write_npy_raw(dir.file("s.npy"), "<f4", "2,", raw_bytes(sinks));
+  const CliResult r = attnlab_cli(dir,
+                                  "run --spec full --q q.npy --k k.npy --v v.npy --causal "
+                                  "bottom-right --sinks s.npy --dtype bf16 --out o.npy");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const Tensor got = to_bhnd(load_npy_float(dir.file("o.npy")), "o.npy");
+  Mask m;
+  m.causal = Causal::bottom_right;
+  TokenInputs in;
+  in.sinks = std::span<const float>(sinks);
+  const auto full = make_attention("full");
+  const TensorBf16 want = full->forward(to_bf16(q), to_bf16(k), to_bf16(v), m, in);
+  // The same computation in another process: bit for bit (the engine is deterministic).
+  CHECK((to_float32(want) == got));
+  CHECK_FALSE((full->forward(q, k, v, m, in) == got));  // not the float32 result
+}
+
 TEST_CASE("run reads float64 inputs and bool or uint8 mask files", "[cli]") {
   TempDir dir("cli");
   const Tensor q = random_tensor(1, 1, 5, 4, 11), k = random_tensor(1, 1, 6, 4, 12),
