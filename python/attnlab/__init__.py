@@ -50,6 +50,14 @@ def _floats(name, x):
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
+def _dtype(dtype):
+    """dtype= of forward and backward: "float32" (the default) or "bf16"."""
+    if dtype not in ("float32", "bf16"):
+        raise ValueError(f"dtype: {dtype!r}, expected \"float32\" or \"bf16\" (bfloat16: the "
+                         "inputs rounded to it, the results too)")
+    return dtype == "bf16"
+
+
 def _bhnd(x):
     """[N, D] and [H, N, D] lifted to [B, H, N, D] (a view); any array of rank <= 4 to rank 4."""
     return x.reshape((1,) * (4 - x.ndim) + x.shape)
@@ -357,9 +365,12 @@ class Attention:
                 log_decay=None, beta=None, save=False, initial_state=None,
                 output_final_state=False, cu_seqlens=None, cu_seqlens_k=None, *, bias=None,
                 sinks=None, alibi_slopes=None, softcap=None, window_size=None,
-                prefix_lengths=None, enable_gqa=False):
+                prefix_lengths=None, enable_gqa=False, dtype="float32"):
         """softmax-or-variant attention of q, k, v: a new float32 array shaped like q with v's
-        last dimension. log_decay (g <= 0) and beta (in [0, 1]): the linear family's per-token
+        last dimension. dtype="bf16" computes in bfloat16 (NumPy has none): q, k and v are
+        rounded to bf16 (to nearest, ties to even) and the output is the bf16 result, returned
+        as float32 (every value a bf16 one); the modifiers stay float32 (docs/python.md).
+        log_decay (g <= 0) and beta (in [0, 1]): the linear family's per-token
         inputs, [B, H, N] for [B, H, N, D] q (one rank less than q), where support says the
         variant takes them. save=True returns (out, saved): saved (attnlab.Saved) is what
         backward reads instead of running the forward again, the row log-sum-exp of a softmax
@@ -391,9 +402,16 @@ class Attention:
         _modifiers(m, window_size, prefix_lengths, softcap)
         t = _scores(_tokens(rank, log_decay, beta), rank, bias, sinks, alibi_slopes)
         _set_state(t, "initial_state", initial_state, rank, documents)
-        if not save and not output_final_state:
+        if _dtype(dtype):
+            bits = [_core.round_bf16(x) for x in (q4, k4, v4)]
+            result = self._backend.forward_bf16(*bits, m, t, save=True)
+            out, saved = _core.widen_bf16(result[0]), result[1]
+        elif not save and not output_final_state:
             return _unlift(self._backend.forward(q4, k4, v4, m, t), rank)
-        out, saved = self._backend.forward(q4, k4, v4, m, t, save=True)
+        else:
+            out, saved = self._backend.forward(q4, k4, v4, m, t, save=True)
+        if not save and not output_final_state:
+            return _unlift(out, rank)
         out = _unlift(out, rank)
         if not output_final_state:
             return out, saved
@@ -407,7 +425,7 @@ class Attention:
                  scale=None, log_decay=None, beta=None, saved=None, initial_state=None,
                  d_final_state=None, cu_seqlens=None, cu_seqlens_k=None, *, bias=None,
                  sinks=None, alibi_slopes=None, softcap=None, window_size=None,
-                 prefix_lengths=None, enable_gqa=False):
+                 prefix_lengths=None, enable_gqa=False, dtype="float32"):
         """Gradients of a loss L through out = forward(q, k, v, ...), given d_out = dL/d(out):
         {"dq", "dk", "dv"} shaped like q, k, v; "d_log_decay" and "d_beta" shaped like the
         log_decay and beta given; and "d_" + the lower-case name of each of the variant's own
@@ -417,7 +435,9 @@ class Attention:
         the forward's; d_final_state: dL/d(final state) in final_state's form, when the loss
         reads it; with initial_state, "d_initial_state" is its gradient in its form. The
         modifiers as forward's: "d_bias" (in bias's shape, summed over its broadcast axes),
-        "d_sinks" and "d_alibi_slopes" ([H]) are the gradients of those given."""
+        "d_sinks" and "d_alibi_slopes" ([H]) are the gradients of those given. dtype="bf16":
+        the forward's; q, k, v, out and d_out are rounded to bf16, and dq, dk, dv are bf16
+        results returned as float32 (the other gradients float32)."""
         rank, q4, k4, v4 = _qkv(q, k, v)
         _grouped(q4, k4, enable_gqa)
         out, d_out = _floats("out", out), _floats("d_out", d_out)
@@ -435,7 +455,13 @@ class Attention:
         if saved is not None and not isinstance(saved, _core.Saved):
             raise TypeError(f"saved: expected what forward(..., save=True) returned, got "
                             f"{type(saved).__name__}")
-        grads = self._backend.backward(q4, k4, v4, m, t, out4, d4, saved)
+        if _dtype(dtype):
+            bits = [_core.round_bf16(x) for x in (q4, k4, v4, out4, d4)]
+            grads = self._backend.backward_bf16(*bits[:3], m, t, *bits[3:], saved)
+            for name in ("dq", "dk", "dv"):
+                grads[name] = _core.widen_bf16(grads[name])
+        else:
+            grads = self._backend.backward(q4, k4, v4, m, t, out4, d4, saved)
         for name in ("dq", "dk", "dv"):
             grads[name] = _unlift(grads[name], rank)
         for name in ("d_log_decay", "d_beta"):
@@ -521,7 +547,8 @@ def make(spec):
 def attention(q, k, v, spec="full", causal=None, key_lengths=None, mask=None, scale=None,
               log_decay=None, beta=None, initial_state=None, output_final_state=False,
               cu_seqlens=None, cu_seqlens_k=None, *, bias=None, sinks=None, alibi_slopes=None,
-              softcap=None, window_size=None, prefix_lengths=None, enable_gqa=False):
+              softcap=None, window_size=None, prefix_lengths=None, enable_gqa=False,
+              dtype="float32"):
     """make(spec).forward(q, k, v, ...): one call, a new float32 array.
 
     causal: None, "top-left" (j <= i) or "bottom-right" (j <= i + Nk - Nq); key_lengths: B valid
@@ -533,7 +560,8 @@ def attention(q, k, v, spec="full", causal=None, key_lengths=None, mask=None, sc
     output_final_state (returns (out, final_state)), cu_seqlens and cu_seqlens_k: as
     flash-linear-attention and FlashAttention name them (see Attention.forward); bias, sinks,
     alibi_slopes, softcap, window_size, prefix_lengths and enable_gqa (grouped KV heads): the
-    softmax variants' modifiers (see Attention.forward)."""
+    softmax variants' modifiers (see Attention.forward); dtype="bf16": q, k, v rounded to
+    bfloat16 and the result too, returned as float32 (see Attention.forward)."""
     return make(spec).forward(q, k, v, causal=causal, key_lengths=key_lengths, mask=mask,
                               scale=scale, log_decay=log_decay, beta=beta,
                               initial_state=initial_state,
@@ -541,7 +569,7 @@ def attention(q, k, v, spec="full", causal=None, key_lengths=None, mask=None, sc
                               cu_seqlens_k=cu_seqlens_k, bias=bias, sinks=sinks,
                               alibi_slopes=alibi_slopes, softcap=softcap,
                               window_size=window_size, prefix_lengths=prefix_lengths,
-                              enable_gqa=enable_gqa)
+                              enable_gqa=enable_gqa, dtype=dtype)
 
 
 def reference(q, k, v, causal=None, key_lengths=None, mask=None, scale=None, *,

@@ -25,6 +25,7 @@
 #include <pybind11/stl.h>
 
 #include "attnlab/attnlab.hpp"
+#include "attnlab/kernels.hpp"
 
 namespace py = pybind11;
 
@@ -32,6 +33,8 @@ namespace {
 
 using Floats = py::array_t<float, py::array::c_style>;
 using Bools = py::array_t<bool, py::array::c_style>;
+// bfloat16 values as their bits (NumPy has no bf16 type; torch.bfloat16 viewed as int16).
+using Halves = py::array_t<std::uint16_t, py::array::c_style>;
 
 // A C-contiguous array of rank R as an owning xtensor: the one copy. The caller (Python) has
 // checked dtype, rank and layout; run with the GIL released (the array stays alive in the caller).
@@ -53,6 +56,15 @@ attnlab::TensorRef view(const Floats& a) {
   return attnlab::TensorRef(
       a.data(), {static_cast<std::size_t>(a.shape(0)), static_cast<std::size_t>(a.shape(1)),
                  static_cast<std::size_t>(a.shape(2)), static_cast<std::size_t>(a.shape(3))});
+}
+
+// A C-contiguous array of bf16 bits of rank 4, read in place as a bf16 tensor.
+attnlab::TensorRefBf16 view_bf16(const Halves& a) {
+  if (a.ndim() != 4) throw attnlab::Error("expected a rank-4 array");
+  return attnlab::TensorRefBf16(
+      reinterpret_cast<const attnlab::bf16*>(a.data()),
+      {static_cast<std::size_t>(a.shape(0)), static_cast<std::size_t>(a.shape(1)),
+       static_cast<std::size_t>(a.shape(2)), static_cast<std::size_t>(a.shape(3))});
 }
 
 // A C-contiguous float32 array of rank 3 (g or beta, [B, H, Nk]) read in place, as q, k, v are.
@@ -85,6 +97,14 @@ py::array to_numpy(T&& tensor) {
   py::capsule owner(owned, [](void* p) { delete static_cast<std::decay_t<T>*>(p); });
   std::vector<py::ssize_t> shape(owned->shape().begin(), owned->shape().end());
   return py::array_t<Value>(shape, owned->data(), owner);
+}
+
+// A bf16 tensor to NumPy as its bits (uint16), without a copy.
+py::array bits_to_numpy(attnlab::TensorBf16&& tensor) {
+  auto* owned = new attnlab::TensorBf16(std::move(tensor));
+  py::capsule owner(owned, [](void* p) { delete static_cast<attnlab::TensorBf16*>(p); });
+  std::vector<py::ssize_t> shape(owned->shape().begin(), owned->shape().end());
+  return Halves(shape, reinterpret_cast<const std::uint16_t*>(owned->data()), owner);
 }
 
 // Floats of `shape` to NumPy without a copy: the array owns the vector.
@@ -248,6 +268,49 @@ class Backend {
     return py::make_tuple(to_numpy(std::move(out)), state);
   }
 
+  // bf16 q, k, v (bits): out in bf16 bits, or float32 when `float32_out`; (out, saved) when
+  // `save`. The library's bf16 overloads (attnlab/bf16.hpp).
+  py::object forward_bf16(const Halves& q, const Halves& k, const Halves& v, const MaskArgs& m,
+                          const TokenArgs& t, bool save, bool float32_out) const {
+    attnlab::Mask mask = make_mask(m);
+    attnlab::Tensor out32;
+    attnlab::TensorBf16 out16;
+    auto state = std::make_shared<SavedState>();
+    {
+      py::gil_scoped_release release;
+      const attnlab::TokenInputs tokens = token_views(t);
+      attnlab::Saved* saved = save ? &state->saved : nullptr;
+      if (float32_out)
+        attention_->forward(view_bf16(q), view_bf16(k), view_bf16(v), mask, tokens, out32, saved);
+      else
+        attention_->forward(view_bf16(q), view_bf16(k), view_bf16(v), mask, tokens, out16, saved);
+    }
+    py::object out = float32_out ? to_numpy(std::move(out32)) : bits_to_numpy(std::move(out16));
+    if (!save) return out;
+    return py::make_tuple(out, state);
+  }
+
+  // The backward of forward_bf16 with bf16 out and d_out (bits): dq, dk, dv as bf16 bits, the
+  // other inputs' gradients float32, keyed as backward's.
+  py::dict backward_bf16(const Halves& q, const Halves& k, const Halves& v, const MaskArgs& m,
+                         const TokenArgs& t, const Halves& out, const Halves& d_out,
+                         const std::shared_ptr<SavedState>& state) const {
+    attnlab::Mask mask = make_mask(m);
+    attnlab::AllGradientsBf16 g;
+    {
+      py::gil_scoped_release release;
+      static const attnlab::Saved recompute;
+      attention_->backward(view_bf16(q), view_bf16(k), view_bf16(v), mask, token_views(t),
+                           view_bf16(out), view_bf16(d_out), state ? state->saved : recompute, g);
+    }
+    py::dict d;
+    d["dq"] = bits_to_numpy(std::move(g.dq));
+    d["dk"] = bits_to_numpy(std::move(g.dk));
+    d["dv"] = bits_to_numpy(std::move(g.dv));
+    add_input_gradients(g.rest, t, d);
+    return d;
+  }
+
   // For benchmarks/python_bench.py only: seconds per call of the same forward made from C++
   // (fresh output each call, as attnlab.attention returns a new array), the inputs copied once
   // outside the timing; `calls` calls after one warm-up, the GIL released throughout.
@@ -282,6 +345,12 @@ class Backend {
     d["dq"] = to_numpy(std::move(g.qkv.dq));
     d["dk"] = to_numpy(std::move(g.qkv.dk));
     d["dv"] = to_numpy(std::move(g.qkv.dv));
+    add_input_gradients(g, t, d);
+    return d;
+  }
+
+  // Into d: the gradients of the inputs given beyond q, k, v (see backward).
+  static void add_input_gradients(attnlab::AllGradients& g, const TokenArgs& t, py::dict& d) {
     if (t.log_decay) d["d_log_decay"] = to_numpy(std::move(g.d_log_decay));
     if (t.beta) d["d_beta"] = to_numpy(std::move(g.d_beta));
     if (t.bias) d["d_bias"] = to_numpy(std::move(g.d_bias));
@@ -297,7 +366,6 @@ class Backend {
       for (char c : p.name) key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       d[key.c_str()] = parameter_array(std::move(p));
     }
-    return d;
   }
 
   // A decoder of this variant (Attention::start_decoding); kv_heads, max_tokens 0: H, no limit;
@@ -450,12 +518,40 @@ PYBIND11_MODULE(_core, m) {
       .def("start_decoding", &Backend::start_decoding, py::arg("batch"), py::arg("heads"),
            py::arg("dk"), py::arg("dv"), py::arg("kv_heads"), py::arg("scale"),
            py::arg("max_tokens"), py::arg("mask"), py::arg("tokens"))
+      .def("forward_bf16", &Backend::forward_bf16, py::arg("q"), py::arg("k"), py::arg("v"),
+           py::arg("mask"), py::arg("tokens"), py::arg("save") = false,
+           py::arg("float32_out") = false)
+      .def("backward_bf16", &Backend::backward_bf16, py::arg("q"), py::arg("k"), py::arg("v"),
+           py::arg("mask"), py::arg("tokens"), py::arg("out"), py::arg("d_out"),
+           py::arg("saved") = py::none())
       .def("parameters", &Backend::parameters, py::arg("heads"))
       .def("set_parameters", &Backend::set_parameters, py::arg("values"))
       .def("_time_cpp_forward", &Backend::time_cpp_forward, py::arg("q"), py::arg("k"),
            py::arg("v"), py::arg("mask"), py::arg("calls"));
 
   m.def("variants", &attnlab::attention_names);
+  // float32 to bf16 bits (round to nearest even) and back (exact), any shape.
+  m.def(
+      "round_bf16",
+      [](const Floats& a) {
+        Halves bits(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+        attnlab::round_to_bf16(a.data(), reinterpret_cast<attnlab::bf16*>(bits.mutable_data()),
+                               static_cast<std::size_t>(a.size()));
+        return bits;
+      },
+      py::arg("a"));
+  m.def(
+      "widen_bf16",
+      [](const Halves& a) {
+        Floats out(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+        attnlab::widen_bf16(reinterpret_cast<const attnlab::bf16*>(a.data()), out.mutable_data(),
+                            static_cast<std::size_t>(a.size()));
+        return out;
+      },
+      py::arg("a"));
+  m.def("bf16_path", [] {
+    return std::string(attnlab::kernels::bf16_path_name(attnlab::kernels::active_bf16_path()));
+  });
   m.def(
       "alibi_slopes", [](std::size_t heads) { return head_array(attnlab::alibi_slopes(heads)); },
       py::arg("heads"));

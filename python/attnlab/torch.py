@@ -18,6 +18,9 @@ FlashAttention's and PyTorch's names for the softmax variants' modifiers: window
 cu_seqlens, cu_seqlens_k, prefix_lengths, softcap, alibi_slopes, sinks, log_decay (the
 forgetting gate), enable_gqa (grouped KV heads).
 Tensors are float32 on the CPU; they reach the C++ library through .numpy() without a copy.
+q, k and v may also be torch.bfloat16 (all three): attnlab computes in bf16 (its converted
+path: float32 kernels on the bf16 values, the row statistics float32), returns out in bf16 and
+differentiates through it, dq, dk, dv in bf16; the modifiers stay float32.
 """
 import warnings
 
@@ -38,6 +41,23 @@ def _numpy(name, t):
     if t.device.type != "cpu":
         raise ValueError(f"{name}: on {t.device}, expected a CPU tensor")
     return t.detach().contiguous().numpy()
+
+
+def _qkv_arrays(q, k, v):
+    """q, k, v as float32 arrays, and whether they are bf16: all three torch.float32, or all
+    three torch.bfloat16 (widened exactly; the library rounds them back to the same values)."""
+    if isinstance(q, torch.Tensor) and q.dtype == torch.bfloat16:
+        for name, t in (("k", k), ("v", v)):
+            if isinstance(t, torch.Tensor) and t.dtype != torch.bfloat16:
+                raise TypeError(f"{name}: dtype {t.dtype} where q is torch.bfloat16: q, k and v "
+                                "take one dtype, torch.float32 or torch.bfloat16")
+        return tuple(_numpy(n, t.detach().float()) for n, t in (("q", q), ("k", k), ("v", v))) \
+            + (True,)
+    for name, t in (("k", k), ("v", v)):
+        if isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16:
+            raise TypeError(f"{name}: dtype torch.bfloat16 where q is {q.dtype}: q, k and v take "
+                            "one dtype, torch.float32 or torch.bfloat16")
+    return _numpy("q", q), _numpy("k", k), _numpy("v", v), False
 
 
 def _split_mask(name, mask, true_means_allowed):
@@ -155,7 +175,7 @@ class _AttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, log_decay, beta, bias, sinks, slopes, s0, z0, backend, masks,
                 scale, final, names, *params):
-        arrays = _numpy("q", q), _numpy("k", k), _numpy("v", v)
+        *arrays, bf16 = _qkv_arrays(q, k, v)
         tokens = {name: None if t is None else _numpy(name, t)
                   for name, t in zip(_TOKENS, (log_decay, beta, bias, sinks, slopes))}
         initial = None
@@ -165,10 +185,14 @@ class _AttentionFunction(torch.autograd.Function):
                 initial = (initial, _numpy("initial_state key sum z", z0))
         _set_learned(backend, names, params)
         result = backend.forward(*arrays, scale=scale, save=True, initial_state=initial,
-                                 output_final_state=final, **masks, **tokens)
+                                 output_final_state=final, **masks, **tokens,
+                                 dtype="bf16" if bf16 else "float32")
         out, saved = result[0], result[-1]
         out = torch.from_numpy(out)
+        if bf16:
+            out = out.to(torch.bfloat16)  # exact: every value is a bf16 one
         ctx.backend, ctx.masks, ctx.scale, ctx.saved = backend, masks, scale, saved
+        ctx.bf16 = bf16
         ctx.tokens, ctx.names, ctx.initial, ctx.final = tokens, names, initial, final
         ctx.key_sum = z0 is not None
         ctx.save_for_backward(q, k, v, out, *params)
@@ -191,10 +215,17 @@ class _AttentionFunction(torch.autograd.Function):
             d_final = _numpy("d_final_state", d_s)
             if ctx.final_has_z:
                 d_final = (d_final, _numpy("d_final_state key sum z", d_z))
-        grads = ctx.backend.backward(_numpy("q", q), _numpy("k", k), _numpy("v", v),
-                                     out.numpy(), _numpy("d_out", d_out), scale=ctx.scale,
-                                     saved=ctx.saved, initial_state=ctx.initial,
-                                     d_final_state=d_final, **ctx.masks, **ctx.tokens)
+        if ctx.bf16:  # bf16 values widened exactly, rounded back to the same by the library
+            *arrays, _ = _qkv_arrays(q, k, v)
+            arrays += [out.float().numpy(), _numpy("d_out", d_out.float())]
+        else:
+            arrays = [_numpy("q", q), _numpy("k", k), _numpy("v", v), out.numpy(),
+                      _numpy("d_out", d_out)]
+        grads = ctx.backend.backward(*arrays, scale=ctx.scale, saved=ctx.saved,
+                                     initial_state=ctx.initial, d_final_state=d_final,
+                                     **ctx.masks, **ctx.tokens,
+                                     dtype="bf16" if ctx.bf16 else "float32")
+        qkv_dtype = torch.bfloat16 if ctx.bf16 else torch.float32
         tokens = [None if ctx.tokens[name] is None else torch.from_numpy(grads["d_" + name])
                   for name in _TOKENS]
         state = [None, None]
@@ -203,9 +234,8 @@ class _AttentionFunction(torch.autograd.Function):
             state = [torch.from_numpy(d0[0]), torch.from_numpy(d0[1])] if ctx.key_sum \
                 else [torch.from_numpy(d0), None]
         learned = [torch.from_numpy(grads["d_" + n.lower()]) for n in ctx.names]
-        return (torch.from_numpy(grads["dq"]), torch.from_numpy(grads["dk"]),
-                torch.from_numpy(grads["dv"]), *tokens, *state, None, None, None, None, None,
-                *learned)
+        return (*(torch.from_numpy(grads[n]).to(qkv_dtype) for n in ("dq", "dk", "dv")),
+                *tokens, *state, None, None, None, None, None, *learned)
 
 
 def _backend(spec):
@@ -238,7 +268,9 @@ def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mas
               enable_gqa=False, window_size=None, alibi_slopes=None, softcap=None, sinks=None,
               prefix_lengths=None):
     """Differentiable attnlab attention of float32 CPU tensors [B, H, N, D] (or [H, N, D],
-    [N, D]): out shaped like q with v's last dimension.
+    [N, D]): out shaped like q with v's last dimension. q, k, v all torch.bfloat16: out and
+    the gradients of q, k, v in bf16, computed as attnlab.attention(..., dtype="bf16")
+    computes them (the modifiers stay float32).
 
     spec: a factory string or an attnlab.Attention; causal: None, "top-left" (or True, as
     scaled_dot_product_attention's is_causal) or "bottom-right"; attn_mask: broadcastable to
@@ -269,10 +301,11 @@ def attention(q, k, v, spec="full", causal=None, key_padding_mask=None, attn_mas
     for name, p in zip(names, params):
         _numpy(name, p)
     alibi_slopes = _slopes(alibi_slopes)
-    for name, t in (("q", q), ("k", k), ("v", v), ("log_decay", log_decay), ("beta", beta),
-                    ("sinks", sinks), ("alibi_slopes", alibi_slopes)):
-        if t is not None or name in ("q", "k", "v"):
-            _numpy(name, t)  # type, dtype and device checks before anything else
+    _qkv_arrays(q, k, v)  # type, dtype and device checks before anything else
+    for name, t in (("log_decay", log_decay), ("beta", beta), ("sinks", sinks),
+                    ("alibi_slopes", alibi_slopes)):
+        if t is not None:
+            _numpy(name, t)
     if not q.dim() == k.dim() == v.dim() or q.dim() not in (2, 3, 4):
         raise ValueError(f"q, k, v: shapes {list(q.shape)}, {list(k.shape)}, {list(v.shape)}; "
                          "expected one rank of [N, D], [H, N, D] or [B, H, N, D]")
