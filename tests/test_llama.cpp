@@ -545,17 +545,20 @@ TEST_CASE("Llama model: bad input names the field", "[models][llama]") {
   {
     ModelConfig c = m;
     c.layer.kv_heads = 2;  // divides heads: grouped heads, refused by a core without them
-    c.layer.spec = "gated-delta";
+    c.layer.spec = "linformer:k=4";
     CHECK_THROWS_AS(LlamaModel(c), Unsupported);
-    require_error([&] { LlamaModel model(c); }, {"gated-delta", "grouped heads", "kv_heads=2"});
+    require_error([&] { LlamaModel model(c); }, {"linformer", "grouped heads", "kv_heads=2"});
+    for (const char* spec : {"full", "gated-delta", "linear"}) {  // cores that take them
+      c.layer.spec = spec;
+      CHECK_NOTHROW(LlamaModel(c));
+    }
     c.layer.spec = "full";
-    CHECK_NOTHROW(LlamaModel(c));
     MultiHeadAttention mha(8, 4, "full", [] {
       AttentionOptions o;
       o.kv_heads = 2;
       return o;
     }());
-    require_error([&] { mha.set_attention("linear"); }, {"linear", "grouped heads"});
+    require_error([&] { mha.set_attention("linformer"); }, {"linformer", "grouped heads"});
     c.layer.tied_qk = true;  // W_K would have fewer rows than W_Q
     require_error([&] { LlamaModel model(c); }, {"kv_heads=2", "tied-qk"});
   }

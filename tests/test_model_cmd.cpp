@@ -151,7 +151,7 @@ TEST_CASE("model --arch llama: a causal decoder beside full; bad configurations 
   CHECK(std::filesystem::exists(dir.file("w/model.layers.1.mlp.down_proj.weight.npy")));
   REQUIRE(model_cli(dir, small + "--spec full --weights w").code == 0);
   require_failure(dir, small + "--spec full --kv-heads 3", {"kv_heads=3", "heads=2"});
-  require_failure(dir, small + "--spec linear --kv-heads 1", {"linear", "grouped heads"});
+  require_failure(dir, small + "--spec linformer --kv-heads 1", {"linformer", "grouped heads"});
   // Grouped heads (MQA): a causal window covering every earlier token is exact attention here
   // too, each core given one key and value head.
   const CliResult mqa =

@@ -16,7 +16,8 @@
 //   causal out_t = S_t^T q_t (chunked WY/UT form, matrix products per chunk of 64 tokens);
 //   non-causal: every query reads S after the last valid key.
 // Cost: O(B·H·N·(64·(Dk + Dv) + Dk·Dv)) time, O(Dk·Dv) state per head. Masks: causal
-// (Nq == Nk), key padding, cross-attention non-causal, Dv != Dk; boolean masks Unsupported.
+// (Nq == Nk), key padding, cross-attention non-causal, Dv != Dk, grouped KV heads (a state per
+// query head, as the engine); boolean masks Unsupported.
 // Exact reductions: beta = 0 outputs zeros; with beta = 1 and orthonormal keys each write
 // replaces the value stored under its key exactly (tests/test_linear_family.cpp).
 // Backward: q, k, v and the per-token beta (the engine's chunked backward: matrix products per

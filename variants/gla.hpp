@@ -18,7 +18,8 @@
 //   non-causal: every query reads the last state.
 // Chunked form with the decay as exponentials of differences of cumulative g inside each chunk
 // of 64 tokens: no overflow for any g <= 0. Cost O(B·H·N·(64·(Dk + Dv) + Dk·Dv)), O(Dk·Dv) state.
-// Masks: as the engine (causal Nq == Nk, key padding, non-causal cross-attention, Dv != Dk).
+// Masks: as the engine (causal Nq == Nk, key padding, non-causal cross-attention, Dv != Dk,
+// grouped KV heads with a state and a g per query head).
 // Exact reductions: g = 0 is unnormalised causal linear attention; a constant g per head is
 // retnet; a per-channel g equal across channels is the scalar g. Backward: q, k, v and g (per
 // channel when given so).

@@ -228,6 +228,7 @@ Support LinearAttention::support() const {
   s.allowed = false;       // no per-pair weights exist to mask
   s.state = !favor_stabilised(config_);
   s.documents = true;
+  s.grouped_heads = true;  // a state per query head, k and v read from its KV head
   // The sum rule estimates a softmax kernel (FAVOR+ converges to it); the delta rule overwrites.
   s.approximates_softmax = config_.rule == LinearRule::sum;
   return s;
@@ -302,7 +303,7 @@ void LinearAttention::run(TensorRef q, TensorRef k, TensorRef v, const Mask& mas
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t t = 0; t < count; ++t) {
       const scan::Sequence& seq = seqs[static_cast<std::size_t>(t)];
-      const std::size_t qr = seq.query_row(d), kr = seq.key_row(d);
+      const std::size_t qr = seq.query_row(d), kr = seq.kv_row(d);
       scan::Head h = prepare(map, config_, q.data() + qr * d.dk, k.data() + kr * d.dk,
                              v.data() + kr * d.dv, seq.nq, seq.nk, seq.valid, causal, w,
                              stabilisers ? stabilisers + seq.state : nullptr);
@@ -330,6 +331,7 @@ void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, co
   const std::size_t p = map.dim(), dv = d.dv;
   const std::vector<scan::Sequence> seqs = scan::sequences(mask, d, name());
   const auto count = static_cast<std::ptrdiff_t>(seqs.size());
+  scan::KeyGradients key_grads(d, grads.dk, grads.dv);
 #pragma omp parallel
   {
     // Kept per thread across calls: fresh head-sized buffers (4 MiB at N = 16384) were above
@@ -338,14 +340,14 @@ void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, co
 #pragma omp for schedule(dynamic, 1)
     for (std::ptrdiff_t t = 0; t < count; ++t) {
       const scan::Sequence& seq = seqs[static_cast<std::size_t>(t)];
-      const std::size_t qr = seq.query_row(d), kr = seq.key_row(d);
+      const std::size_t qr = seq.query_row(d), kr = seq.kv_row(d);
       const std::size_t nq = seq.nq, nk = seq.nk, valid = seq.valid;
       const float* qh = q.data() + qr * d.dk;
       const float* kh = k.data() + kr * d.dk;
       const float* gh = d_out.data() + qr * dv;
       float* dq = grads.dq.data() + qr * d.dk;
-      float* dk = grads.dk.data() + kr * d.dk;
-      float* dval = grads.dv.data() + kr * dv;
+      float* dk = key_grads.dk(seq);
+      float* dval = key_grads.dv(seq);
       scan::Head h = prepare(map, config_, qh, kh, v.data() + kr * dv, nq, nk, valid, causal, w);
       with_initial_state(h, in, seq.state, p, dv);
       scan::StateIn d_final;
@@ -389,6 +391,7 @@ void LinearAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, co
       std::fill(dk + valid * d.dk, dk + nk * d.dk, 0.0f);
     }
   }
+  key_grads.sum();
 }
 
 // The recurrent decoder: (S, z) or W of every item and head, and favor's running stabiliser
@@ -423,7 +426,7 @@ class LinearDecoder final : public TokenDecoder {
     mask.key_lengths.assign(lengths.begin(), lengths.end());
     TokenInputs from = in;
     from.initial_state = state_.ref();
-    own_.run(q, k, v, mask, from, Dims{c.batch, c.heads, n, n, c.dk, c.dv}, out, &state_,
+    own_.run(q, k, v, mask, from, Dims{c.batch, c.heads, n, n, c.dk, c.dv, c.kv()}, out, &state_,
              stabilisers_.empty() ? nullptr : stabilisers_.data());
   }
 
@@ -433,11 +436,13 @@ class LinearDecoder final : public TokenDecoder {
     const std::size_t p = map_.dim();
     std::vector<float> tmp(c.dv), fq(p), fk(p), phi(p), sums(1);
     for (std::size_t bh = 0; bh < c.batch * c.heads; ++bh) {
-      const float* vh = v.data() + bh * c.dv;
+      const std::size_t kv = c.kv_slice(bh);  // the KV head query head bh reads
+      const float* kh = k.data() + kv * c.dk;
+      const float* vh = v.data() + kv * c.dv;
       float* oh = out.data() + bh * c.dv;
       float* s = state_.memory.data() + bh * p * c.dv;
       if (lc.rule == LinearRule::delta) {  // the engine's step on hat(q), hat(k)
-        delta_rows(map_, k.data() + bh * c.dk, 1, phi.data(), fk.data(), sums.data());
+        delta_rows(map_, kh, 1, phi.data(), fk.data(), sums.data());
         delta_rows(map_, q.data() + bh * c.dk, 1, phi.data(), fq.data(), sums.data());
         const float beta = static_cast<float>(lc.beta);
         scan::step(s, nullptr, fq.data(), fk.data(), vh, 0.0f, &beta, p, c.dv, oh, nullptr,
@@ -445,7 +450,7 @@ class LinearDecoder final : public TokenDecoder {
         continue;
       }
       float g = 0.0f, unused = kNegInf;
-      sum_key_features(map_, k.data() + bh * c.dk, 1, 1, fk.data(), &g,
+      sum_key_features(map_, kh, 1, 1, fk.data(), &g,
                        stabilisers_.empty() ? unused : stabilisers_[bh]);
       row_features(map_, q.data() + bh * c.dk, 1, fq.data());
       float den = 0.0f;

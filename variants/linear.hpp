@@ -57,6 +57,8 @@
 //   taylor's outer product) are not counted.
 // Masks: causal (Nq == Nk), key padding (padded keys write nothing), cross-attention for the
 //   non-causal forms, Dv != Dk. Boolean masks: Unsupported (no per-pair weights exist).
+// Grouped KV heads (k, v [B, Hkv, Nk, D]): as the scan engine (a state per query head, phi(k)
+//   of its KV head's keys; dk and dv summed over each group in head order).
 // Recurrent state (TokenInputs::initial_state, Saved::final_state): S [B, H, Dphi, Dv], plus
 //   the key sum z [B, H, Dphi] under rule=sum (the delta rule's W_0 is S_0^T); both enter the
 //   sums above (num = phi(q)^T (S_0 + ...), den = phi(q)^T (z_0 + ...)). Not for favor with

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "attnlab/decoder.hpp"
 #include "attnlab/error.hpp"
@@ -658,7 +659,8 @@ std::vector<Sequence> sequences(const Mask& mask, const Dims& d, const std::stri
   if (!mask.has_documents()) {
     for (std::size_t b = 0; b < d.batch; ++b)
       for (std::size_t h = 0; h < d.heads; ++h)
-        out.push_back({b * d.heads + h, h, 0, d.nq, 0, d.nk, mask.valid_keys(b, d.nk), out.size()});
+        out.push_back({b * d.heads + h, h, 0, d.nq, 0, d.nk, mask.valid_keys(b, d.nk), out.size(),
+                       b * d.kv() + d.kv_head(h)});
     return out;
   }
   if (mask.causal != Causal::none && !mask.key_documents.empty() &&
@@ -673,9 +675,46 @@ std::vector<Sequence> sequences(const Mask& mask, const Dims& d, const std::stri
     const auto keys = static_cast<std::size_t>(
         std::clamp<std::int64_t>(valid - std::int64_t(k0), 0, std::int64_t(k1 - k0)));
     for (std::size_t h = 0; h < d.heads; ++h)
-      out.push_back({h, h, q0, q1 - q0, k0, k1 - k0, keys, out.size()});
+      out.push_back({h, h, q0, q1 - q0, k0, k1 - k0, keys, out.size(), d.kv_head(h)});
   }
   return out;
+}
+
+KeyGradients::KeyGradients(const Dims& d, Tensor& dk, Tensor& dv) : d_(d), dk_(dk), dv_(dv) {
+  if (!d.grouped()) return;
+  head_dk_.resize(d.batch * d.heads * d.nk * d.dk);
+  head_dv_.resize(d.batch * d.heads * d.nk * d.dv);
+}
+
+float* KeyGradients::dk(const Sequence& s) {
+  if (!d_.grouped()) return dk_.data() + s.kv_row(d_) * d_.dk;
+  return head_dk_.data() + s.key_row(d_) * d_.dk;
+}
+
+float* KeyGradients::dv(const Sequence& s) {
+  if (!d_.grouped()) return dv_.data() + s.kv_row(d_) * d_.dv;
+  return head_dv_.data() + s.key_row(d_) * d_.dv;
+}
+
+void KeyGradients::sum() {
+  if (!d_.grouped()) return;
+  const std::size_t group = d_.heads / d_.kv();
+  const auto rows = static_cast<std::ptrdiff_t>(d_.batch * d_.kv() * d_.nk);  // of dk and dv
+#pragma omp parallel for schedule(static) if (rows * group > 4096)
+  for (std::ptrdiff_t r = 0; r < rows; ++r) {
+    const auto row = static_cast<std::size_t>(r);
+    const std::size_t j = row % d_.nk, bk = row / d_.nk;  // key j of slice b·Hkv + kvh
+    const std::size_t first = (bk / d_.kv() * d_.heads + bk % d_.kv() * group) * d_.nk + j;
+    for (const auto& [to, from, width] : {std::tuple{dk_.data(), head_dk_.data(), d_.dk},
+                                          std::tuple{dv_.data(), head_dv_.data(), d_.dv}}) {
+      float* out = to + row * width;
+      std::copy_n(from + first * width, width, out);
+      for (std::size_t u = 1; u < group; ++u) {  // the group's next query heads, in order
+        const float* add = from + (first + u * d_.nk) * width;
+        for (std::size_t c = 0; c < width; ++c) out[c] += add[c];
+      }
+    }
+  }
 }
 
 std::size_t checkpoint_floats(std::size_t nk, std::size_t dk, std::size_t dv) {
@@ -805,10 +844,10 @@ scan::Head prepare_head(const ScanRule& rule, double head_g, TensorRef q, Tensor
   h.valid = seq.valid;
   h.causal = mask.causal != Causal::none;
   h.q = q.data() + seq.query_row(d) * d.dk;
-  h.k = k.data() + seq.key_row(d) * d.dk;
+  h.k = k.data() + seq.kv_row(d) * d.dk;
   h.q_scale = static_cast<float>(mask.softmax_scale(d.dk));
   h.normalise = rule.normalise;
-  h.v = v.data() + seq.key_row(d) * d.dv;
+  h.v = v.data() + seq.kv_row(d) * d.dv;
   if (in.log_decay) {
     h.g = in.log_decay->data() + seq.key_row(d);
   } else if (in.channel_log_decay) {
@@ -887,6 +926,7 @@ Support ScanAttention::support() const {
   s.beta = rule_.delta && rule_.beta_input;
   s.state = true;
   s.documents = true;
+  s.grouped_heads = true;          // a state per query head, k and v read from its KV head
   s.approximates_softmax = false;  // a decaying or delta-rule memory, not a softmax kernel
   return s;
 }
@@ -959,6 +999,7 @@ void ScanAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, cons
   const std::vector<std::size_t> at = checkpoint_offsets(seqs, d);
   const auto count = static_cast<std::ptrdiff_t>(seqs.size());
   const std::size_t floats = d.dk * d.dv;
+  scan::KeyGradients key_grads(d, grads.qkv.dk, grads.qkv.dv);
 #pragma omp parallel
   {
     static thread_local Prepared w;  // kept across calls: no page faults per call
@@ -972,8 +1013,7 @@ void ScanAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, cons
       if (in.d_final_state) d_final.memory = in.d_final_state->memory.data() + seq.state * floats;
       scan::backward(h, d.dk, d.dv, d_out.data() + qr * d.dv, nullptr,
                      state ? state->checkpoints.data() + at[seq.state] : nullptr,
-                     grads.qkv.dq.data() + qr * d.dk, grads.qkv.dk.data() + kr * d.dk,
-                     grads.qkv.dv.data() + kr * d.dv,
+                     grads.qkv.dq.data() + qr * d.dk, key_grads.dk(seq), key_grads.dv(seq),
                      in.log_decay           ? grads.d_log_decay.data() + kr
                      : in.channel_log_decay ? grads.d_channel_log_decay.data() + kr * d.dk
                                             : nullptr,
@@ -981,6 +1021,7 @@ void ScanAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, cons
                      state_out(&grads.d_initial_state, seq.state, floats));
     }
   }
+  key_grads.sum();
 }
 
 // The recurrent decoder: the state S of every item and head, prefill through the chunked
@@ -1010,8 +1051,8 @@ class ScanDecoder final : public TokenDecoder {
     mask.key_lengths.assign(lengths.begin(), lengths.end());
     TokenInputs from = in;
     from.initial_state = state_.ref();
-    scan_.run_forward(q, k, v, mask, from, Dims{c.batch, c.heads, n, n, c.dk, c.dv}, out, nullptr,
-                      &state_);
+    scan_.run_forward(q, k, v, mask, from, Dims{c.batch, c.heads, n, n, c.dk, c.dv, c.kv()}, out,
+                      nullptr, &state_);
   }
 
   void do_step(TensorRef q, TensorRef k, TensorRef v, const TokenInputs& in, Tensor& out) override {
@@ -1022,13 +1063,14 @@ class ScanDecoder final : public TokenDecoder {
     for (std::size_t bh = 0; bh < c.batch * c.heads; ++bh) {
       scan::prepare_rows(q.data() + bh * c.dk, 1, c.dk, rule.normalise,
                          static_cast<float>(*c.scale), qp.data(), &norm);
-      scan::prepare_rows(k.data() + bh * c.dk, 1, c.dk, rule.normalise, 1.0f, kp.data(), &norm);
+      const std::size_t kv = c.kv_slice(bh);
+      scan::prepare_rows(k.data() + kv * c.dk, 1, c.dk, rule.normalise, 1.0f, kp.data(), &norm);
       float g = static_cast<float>(head_g_[bh % c.heads]);
       if (in.log_decay) g = in.log_decay->data()[bh];
       float beta = static_cast<float>(rule.beta);
       if (in.beta) beta = in.beta->data()[bh];
       scan::step(state_.memory.data() + bh * c.dk * c.dv, nullptr, qp.data(), kp.data(),
-                 v.data() + bh * c.dv, g, rule.delta ? &beta : nullptr, c.dk, c.dv,
+                 v.data() + kv * c.dv, g, rule.delta ? &beta : nullptr, c.dk, c.dv,
                  out.data() + bh * c.dv, nullptr, tmp.data());
     }
   }

@@ -18,6 +18,11 @@
 //   last one's final state, computes what one call computes (forward and backward).
 // Key padding: tokens at or after the item's key length neither write nor decay (S carries over
 // unchanged); their g and beta are never read and get zero gradients.
+// Grouped KV heads (k, v [B, Hkv, Nk, D], H a multiple of Hkv): the state is per query head h
+// (its own decay, g and beta [B, H, Nk], initial and final state [B, H, Dk, Dv]), which reads k
+// and v rows of KV head h / (H / Hkv) in place, never copied; the backward computes each query
+// head's dk and dv rows apart and adds them over each group in head order (KeyGradients): the
+// repeated call's gradients summed, bitwise the same with any number of threads.
 // Packed documents (Mask::documents, a batch of one, FlashAttention's cu_seqlens): each
 // document of each head is a sequence of its own (sequences()), from its own initial state
 // (zeros unless given) to its own final state; its chunks start at its first token, so no chunk
@@ -123,15 +128,45 @@ struct Sequence {
   std::size_t nk = 0;     ///< its keys
   std::size_t valid = 0;  ///< its keys that are not padding (the first `valid`)
   std::size_t state = 0;  ///< its index among the call's states [S, H, ...]: sequence·H + h
+  /// The [Nk, D] slice of k and v it reads: b·Hkv + h / (H / Hkv) (grouped heads share one).
+  std::size_t kv_slice = 0;
   /// Its first query's row in [B·H·Nq] rows.
   std::size_t query_row(const Dims& d) const { return slice * d.nq + q0; }
-  /// Its first key's row in [B·H·Nk] rows.
+  /// Its first key's row in [B·H·Nk] rows: of the per-query-head token inputs g and beta and
+  /// their gradients.
   std::size_t key_row(const Dims& d) const { return slice * d.nk + k0; }
+  /// Its first key's row in k and v, [B·Hkv·Nk] rows.
+  std::size_t kv_row(const Dims& d) const { return kv_slice * d.nk + k0; }
 };
 
 /// The (sequence, head) pairs of a call of sizes d under `mask`, in state order. Throws
 /// Unsupported naming variant `name` for a causal call with key_documents unlike documents.
 std::vector<Sequence> sequences(const Mask& mask, const Dims& d, const std::string& name);
+
+/// Where a backward writes each (sequence, head)'s key and value gradients (rows of Dk and Dv
+/// floats): straight into the call's dk and dv [B, Hkv, Nk, D] when every query head has a KV
+/// head of its own; under grouped heads into rows per query head [B, H, Nk, D], which sum() adds
+/// over each group's query heads in head order into dk and dv. Each query head's rows are then
+/// those of the call with k and v repeated to H heads, and their sums the same whatever the
+/// number of threads. Costs B·H·Nk·(Dk + Dv) floats under grouped heads, nothing otherwise.
+class KeyGradients {
+ public:
+  /// For a call of sizes d writing into dk and dv (shaped [B, Hkv, Nk, Dk or Dv]).
+  KeyGradients(const Dims& d, Tensor& dk, Tensor& dv);
+  /// Sequence s's first row of dk (Dk floats a row).
+  float* dk(const Sequence& s);
+  /// Sequence s's first row of dv (Dv floats a row).
+  float* dv(const Sequence& s);
+  /// Under grouped heads, each group's rows summed into dk and dv (nothing otherwise); after
+  /// every sequence's rows are written.
+  void sum();
+
+ private:
+  Dims d_;
+  Tensor& dk_;
+  Tensor& dv_;
+  std::vector<float> head_dk_, head_dv_;  // grouped heads: the rows per query head
+};
 
 /// Floats of one head's state: S [dk x dv], then the key sum z [dk] (carried when asked for).
 std::size_t state_floats(std::size_t dk, std::size_t dv);
@@ -182,8 +217,9 @@ ScanRule delta_rule(const std::string& name, double beta, bool gated);
 
 /// An Attention that is a client of the scan engine: prepares q (softmax scale, optional
 /// normalisation), k, g and beta per its ScanRule, and runs the engine forward and backward.
-/// Masks: causal (Nq == Nk), key padding, cross-attention non-causal, Dv != Dk; boolean masks
-/// are Unsupported. A recurrent state S [B, H, Dk, Dv] in and out (support().state; no key sum).
+/// Masks: causal (Nq == Nk), key padding, cross-attention non-causal, Dv != Dk, grouped KV
+/// heads; boolean masks are Unsupported. A recurrent state S [B, H, Dk, Dv] in and out
+/// (support().state; no key sum).
 /// forward(q, k, v, mask) without token inputs runs with g = 0 (no decay) and beta = the spec's, so
 /// every caller of the plain interface gets a defined result.
 class ScanAttention : public Attention {

@@ -147,7 +147,8 @@ std::vector<double> row_phi(const LinearConfig& c, std::vector<double> f, bool n
 Tensor64 linear_reference(const LinearConfig& c, const Tensor64& q, const Tensor64& k,
                           const Tensor64& v, const Mask& mask, const State64* initial,
                           State64* final, const std::vector<std::size_t>& rows) {
-  const Dims d{q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2], q.shape()[3], v.shape()[3]};
+  const Dims d{q.shape()[0], q.shape()[1], q.shape()[2], k.shape()[2],
+               q.shape()[3], v.shape()[3], k.shape()[1]};
   const double scale = mask.softmax_scale(d.dk);
   const xt::xtensor<float, 2> w = feature_projection(c, d.dk);
   const std::vector<std::ptrdiff_t> slot = output_slots(d.nq, rows);
@@ -162,8 +163,9 @@ Tensor64 linear_reference(const LinearConfig& c, const Tensor64& q, const Tensor
                          : xt::xarray<double>();
   }
   per_slice(d.batch, d.heads, [&](std::size_t b, std::size_t h) {
+    const std::size_t kvh = d.kv_head(h);  // the key and value head query head h reads
     std::vector<std::vector<double>> fk, fq;
-    for (std::size_t j = 0; j < d.nk; ++j) fk.push_back(phi64(c, w, &k(b, h, j, 0), d.dk, scale));
+    for (std::size_t j = 0; j < d.nk; ++j) fk.push_back(phi64(c, w, &k(b, kvh, j, 0), d.dk, scale));
     for (std::size_t i = 0; i < d.nq; ++i) fq.push_back(phi64(c, w, &q(b, h, i, 0), d.dk, scale));
     const std::size_t valid = mask.valid_keys(b, d.nk);
     if (c.rule == LinearRule::sum) {
@@ -180,7 +182,7 @@ Tensor64 linear_reference(const LinearConfig& c, const Tensor64& q, const Tensor
           double kij = 0;
           for (std::size_t r = 0; r < p; ++r)
             kij += phq[r] * (c.feature == Feature::favor ? std::exp(fk[j][r] - ck) : fk[j][r]);
-          for (std::size_t col = 0; col < d.dv; ++col) num[col] += kij * v(b, h, j, col);
+          for (std::size_t col = 0; col < d.dv; ++col) num[col] += kij * v(b, kvh, j, col);
           den += kij;
         }
         if (initial)
@@ -199,7 +201,7 @@ Tensor64 linear_reference(const LinearConfig& c, const Tensor64& q, const Tensor
           final->key_sum(b, h, r) = z;
           for (std::size_t col = 0; col < d.dv; ++col) {
             double m = initial ? initial->memory(b, h, r, col) : 0.0;
-            for (std::size_t j = 0; j < valid; ++j) m += fk[j][r] * v(b, h, j, col);
+            for (std::size_t j = 0; j < valid; ++j) m += fk[j][r] * v(b, kvh, j, col);
             final->memory(b, h, r, col) = m;
           }
         }
@@ -215,7 +217,7 @@ Tensor64 linear_reference(const LinearConfig& c, const Tensor64& q, const Tensor
       for (std::size_t col = 0; col < d.dv; ++col) {
         double vbar = 0;
         for (std::size_t r = 0; r < p; ++r) vbar += mem[col * p + r] * phk[r];
-        const double delta = c.beta * (v(b, h, j, col) - vbar);
+        const double delta = c.beta * (v(b, kvh, j, col) - vbar);
         for (std::size_t r = 0; r < p; ++r) mem[col * p + r] += delta * phk[r];
       }
     };
@@ -251,6 +253,7 @@ Tensor64 ScanRecurrence::operator()(const Tensor64& q, const Tensor64& k, const 
                                     const Tensor64* channel_g) const {
   const std::size_t B = q.shape()[0], H = q.shape()[1], nq = q.shape()[2], nk = k.shape()[2];
   const std::size_t dk = q.shape()[3], dv = v.shape()[3];
+  const std::size_t group = H / k.shape()[1];  // query heads per key and value head
   const std::vector<std::ptrdiff_t> slot = output_slots(nq, rows);
   const std::size_t nrows = rows.empty() ? nq : rows.size();
   Tensor64 out = xt::zeros<double>({B, H, nrows, dv});
@@ -290,8 +293,8 @@ Tensor64 ScanRecurrence::operator()(const Tensor64& q, const Tensor64& k, const 
           if (a != 1.0)
             for (double& e : s) e *= a;
         }
-        row(k, b, h, t, 1.0, kt);
-        const double* vt = &v(b, h, t, 0);
+        row(k, b, h / group, t, 1.0, kt);
+        const double* vt = &v(b, h / group, t, 0);
         std::copy_n(vt, dv, u.begin());
         if (delta) {  // u = beta (v - S^T k), with S already decayed
           for (std::size_t r = 0; r < dk; ++r)

@@ -17,7 +17,8 @@
 //           steps' rows, each query reading the state after its token's last row.
 // All from a zero state or a given initial one, and all can return the state after the last
 // token (the engine's initial_state / final_state). Inputs are float64 (float32 tensors convert
-// exactly), outputs [B, H, rows, Dv] in float64.
+// exactly), outputs [B, H, rows, Dv] in float64. Grouped KV heads: k and v have Hkv heads, H a
+// multiple, and query head h reads head h / (H / Hkv); the state is per query head.
 #pragma once
 
 #include <cstddef>
@@ -76,9 +77,9 @@ struct ScanRecurrence {
   std::vector<std::int64_t> lengths;  ///< valid keys per batch item (empty: all)
   double scale = 0.0;                 ///< q times this before use
 
-  /// out [B, H, rows, Dv] of q [B, H, Nq, Dk], k [B, H, Nk, Dk], v [B, H, Nk, Dv] and, when not
-  /// null, g and beta [B, H, Nk] or the per-channel g `channel_g` [B, H, Nk, Dk], on the query
-  /// rows `rows` (all when empty); from S_0 = `initial` [B, H, Dk, Dv] when given, else 0;
+  /// out [B, H, rows, Dv] of q [B, H, Nq, Dk], k [B, Hkv, Nk, Dk], v [B, Hkv, Nk, Dv] and, when
+  /// not null, g and beta [B, H, Nk] or the per-channel g `channel_g` [B, H, Nk, Dk], on the
+  /// query rows `rows` (all when empty); from S_0 = `initial` [B, H, Dk, Dv] when given, else 0;
   /// `final` gets the state after the last token.
   Tensor64 operator()(const Tensor64& q, const Tensor64& k, const Tensor64& v,
                       const TokenTensor64* g, const TokenTensor64* beta,

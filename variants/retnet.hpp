@@ -13,8 +13,9 @@
 //   gamma_h^(t-j) (q_t·k_j) v_j: the parallel form (Q K^T ∘ D) V with D_tj = gamma^(t-j).
 //   Non-causal: every query reads the last state (gamma^(N-1-j) on key j).
 // Chunked form as the engine's (log gamma per token); cost O(B·H·N·(64·(Dk + Dv) + Dk·Dv)).
-// Masks: as the engine. Exact reductions: gamma = 1 is unnormalised linear attention with the
-// identity map (gla with g = 0). Backward: q, k, v (the decays are constants). No token inputs.
+// Masks, grouped KV heads: as the engine. Exact reductions: gamma = 1 is unnormalised linear
+// attention with the identity map (gla with g = 0). Backward: q, k, v (the decays are constants).
+// No token inputs.
 #pragma once
 
 #include <memory>

@@ -42,6 +42,11 @@ struct DecodeConfig {
       : batch(batch_), heads(heads_), dk(dk_), dv(dv_) {}
   /// Hkv: kv_heads, or H when it is 0.
   std::size_t kv() const { return kv_heads == 0 ? heads : kv_heads; }
+  /// The (item, KV head) slice b·Hkv + h / (H / Hkv) of k and v that the (item, query head)
+  /// slice bh = b·H + h reads.
+  std::size_t kv_slice(std::size_t bh) const {
+    return bh / heads * kv() + bh % heads / (heads / kv());
+  }
 };
 
 /// A decoder (see above). Not thread-safe: one caller at a time; its calls use every core.

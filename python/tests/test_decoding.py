@@ -54,8 +54,6 @@ check(d.tokens == [8, 5] and not out[1, :, 5:].any(), f"lengths: {d.tokens}")
 x = arrays(1, 2, 1, 4)
 raises(NotImplementedError, ["linformer", "decoding"], attnlab.make("linformer:k=4").start_decoding,
        1, 2, 4, 4)
-raises(NotImplementedError, ["gla", "grouped heads"], attnlab.make("gla").start_decoding, 1, 2,
-       4, 4, kv_heads=1)
 raises(ValueError, ["kv_heads = 3", "heads = 4"], attnlab.make("full").start_decoding, 1, 4, 4,
        4, kv_heads=3)
 raises(ValueError, ["window_size"], attnlab.make("full").start_decoding, 1, 2, 4, 4,

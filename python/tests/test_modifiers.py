@@ -190,9 +190,10 @@ check(np.all(none_seen[:, :, :7] == 0) and np.all(np.abs(none_seen[:, :, 7:]).su
 
 # support names what each variant takes.
 full_support, linear_support = attnlab.make("full").support, attnlab.make("linear").support
-for flag in ("grouped_heads", "window", "prefix", "softcap", "bias", "sinks", "alibi",
-             "forgetting_gate"):
+for flag in ("window", "prefix", "softcap", "bias", "sinks", "alibi", "forgetting_gate"):
     check(full_support[flag] and not linear_support[flag], f"support[{flag!r}]")
+check(full_support["grouped_heads"] and linear_support["grouped_heads"]
+      and not attnlab.make("linformer").support["grouped_heads"], "support['grouped_heads']")
 
 # alibi_slopes(H): the paper's geometric slopes, 2^(-8 (h + 1) / H) for H a power of two.
 check(np.allclose(attnlab.alibi_slopes(8), 2.0 ** (-np.arange(1, 9))), "alibi_slopes(8)")
