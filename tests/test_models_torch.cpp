@@ -141,14 +141,18 @@ TEST_CASE("the plain-torch Llama block and models load with Hugging Face's names
     causal.causal = Causal::top_left;
     require_close(block.forward(c.x, causal), to64(c.expected), kTolerance, kTolerance);
   }
-  for (const auto& [name, spec, switches, kv_heads] :
-       {std::tuple{"llama_model_full", "full", "", 0},
-        std::tuple{"llama_model_sliding", "sliding:left=3,right=0", "", 0},
-        std::tuple{"llama_model_gated_delta", "gated-delta", "short-conv,head-norm", 0},
+  for (const auto& [name, spec, switches, kv_heads, tolerance] :
+       {std::tuple{"llama_model_full", "full", "", 0, kTolerance},
+        std::tuple{"llama_model_sliding", "sliding:left=3,right=0", "", 0, kTolerance},
+        std::tuple{"llama_model_gated_delta", "gated-delta", "short-conv,head-norm", 0, kTolerance},
         // Grouped heads: k and v reach the core with 2 (1) heads, torch repeats them.
-        std::tuple{"llama_model_full_gqa", "full", "", 2},
-        std::tuple{"llama_model_sliding_mqa", "sliding:left=3,right=0", "short-conv,head-norm",
-                   1}}) {
+        std::tuple{"llama_model_full_gqa", "full", "", 2, kTolerance},
+        std::tuple{"llama_model_sliding_mqa", "sliding:left=3,right=0", "short-conv,head-norm", 1,
+                   kTolerance},
+        // torch's own float32 output is up to 1.1e-5 from the twin's in float64 here (measured:
+        // the same module .double()), so two float32 runs may part by twice that.
+        std::tuple{"llama_model_gated_delta_gqa", "gated-delta", "short-conv,head-norm", 2,
+                   3e-5}}) {
     INFO(name);
     const Case c = load_case(name);
     ModelConfig m;
@@ -164,6 +168,6 @@ TEST_CASE("the plain-torch Llama block and models load with Hugging Face's names
     const auto ids = load_npy_float(c.dir + "/tokens.npy", {2});
     Tokens tokens = Tokens::from_shape({ids.shape()[0], ids.shape()[1]});
     std::copy(ids.begin(), ids.end(), tokens.begin());
-    require_close(model.forward(tokens), to64(c.expected), kTolerance, kTolerance);
+    require_close(model.forward(tokens), to64(c.expected), tolerance, tolerance);
   }
 }

@@ -12,7 +12,8 @@ they are not 0 and 1, runs it on seeded float32 inputs, and writes OUT_DIR/<case
 The Llama cases are scripts/torch_twin.py's plain-torch Llama (Hugging Face's names): a block, and
 whole models (full, sliding, gated-delta with the short convolution and head norm as the core;
 full with 2 key and value heads for 4 query heads, sliding with the short convolution and head
-norm and 1), whose output is the final norm's (the features lm_head reads).
+norm and 1, gated-delta with them and 2), whose output is the final norm's (the features
+lm_head reads).
 Runs with autograd on (the default): torch's inference fast paths, which pad and pack
 differently, are then not taken. Exits 3 with a message when torch cannot be imported.
 """
@@ -62,6 +63,7 @@ LLAMA_MODELS = {  # case: (spec, short-conv and head-norm, key and value heads)
     "llama_model_gated_delta": ("gated-delta", True, HEADS),
     "llama_model_full_gqa": ("full", False, 2),  # grouped heads: the twin repeats k and v
     "llama_model_sliding_mqa": ("sliding:left=3,right=0", True, 1),
+    "llama_model_gated_delta_gqa": ("gated-delta", True, 2),  # a recurrent state per query head
 }
 
 

@@ -24,9 +24,9 @@ For the Llama-style model (`train --arch llama`, scripts/torch_twin.py's LlamaTa
 torch: RMSNorm, rotary embeddings with rotate_half, SwiGLU, no biases) with full, a causal window
 (sliding, head tied to the embedding) and gated-delta (with its learned gates, the short
 convolution and the head norm) as the core, and with grouped heads (full with 4 query heads over
-2 key and value heads, the causal window with the short convolution and the head norm over 1:
-attnlab hands the core k and v with fewer heads, the twin repeats them as Hugging Face's
-repeat_kv does), on MQAR, LLAMA_STEPS steps from the same weights and batches at lr 1e-3, it
+2 key and value heads, the causal window and gated-delta with the short convolution and the head
+norm over 1: attnlab hands the core k and v with fewer heads, the twin repeats them as Hugging
+Face's repeat_kv does), on MQAR, LLAMA_STEPS steps from the same weights and batches at lr 1e-3, it
 requires every step's loss and every parameter after step 1 and after the
 last step within 1e-5 relative of torch's (a parameter relative to its tensor's largest entry:
 entries near 0 have no relative precision of their own). Training amplifies float32 rounding:
@@ -167,6 +167,7 @@ LLAMA_CASES = {  # name: (spec, switches, tied embeddings, heads, kv_heads)
     # Grouped heads: attnlab hands the core k and v with kv_heads heads, the twin repeats them.
     "llama-full-gqa": ("full", "pre-ln", False, 4, 2),
     "llama-sliding-mqa": ("sliding:left=5,right=0", "pre-ln,short-conv,head-norm", False, 2, 1),
+    "llama-gated-delta-mqa": ("gated-delta", "pre-ln,short-conv,head-norm", False, 2, 1),
 }
 
 

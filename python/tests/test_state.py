@@ -2,6 +2,7 @@
 flash-linear-attention's and FlashAttention's names: initial_state, output_final_state,
 cu_seqlens, cu_seqlens_k through attnlab.attention, make(spec) and attnlab.torch.attention.
 Segments with the state handed on equal one call; packed documents equal each document alone;
+grouped KV heads (enable_gqa) equal k and v repeated, the gradients summed over each group;
 torch's gradients (the initial state's included) equal autograd of the recurrences written
 here in float64; bad input names the argument."""
 import numpy as np
@@ -176,6 +177,59 @@ q, k, v = (torch.randn(1, 2, 30, 4) for _ in range(3))
 out = at.attention(q, k, v, spec="gla", causal=True, cu_seqlens=torch.tensor([0, 11, 30]))
 alone = at.attention(q[:, :, 11:], k[:, :, 11:], v[:, :, 11:], spec="gla", causal=True)
 check(torch.equal(out[:, :, 11:], alone), "torch cu_seqlens: the second document alone")
+
+# Grouped KV heads (enable_gqa): 4 query heads over 2 and 1 KV heads equal k and v repeated,
+# the state per query head; NumPy's dk, dv and torch's k.grad, v.grad are the repeated ones
+# summed over each group (the same float sums in the same order: bitwise for NumPy).
+for spec in SPECS:
+    a = attnlab.make(spec)
+    check(a.support["grouped_heads"], f"{spec}: support names grouped_heads")
+    for kv in (2, 1):
+        n, h, dk, dv = 70, 4, 8, 6
+        q, k, v = arrays(2, h, n, dk), arrays(2, kv, n, dk), arrays(2, kv, n, dv)
+        rep = lambda x: np.repeat(x, h // kv, axis=1)  # noqa: E731
+        extra = {}
+        if a.support["log_decay"]:
+            extra["log_decay"] = -rng.uniform(0, 1, (2, h, n)).astype(np.float32)
+        if a.support["beta"]:
+            extra["beta"] = rng.uniform(0, 1, (2, h, n)).astype(np.float32)
+        s0 = state_of(spec, (2, h), dk, dv)
+        out, final = a.forward(q, k, v, causal="top-left", enable_gqa=True, initial_state=s0,
+                               output_final_state=True, **extra)
+        out_r, final_r = a.forward(q, rep(k), rep(v), causal="top-left", initial_state=s0,
+                                   output_final_state=True, **extra)
+        check(np.array_equal(out, out_r), f"{spec} Hkv={kv}: output")
+        check(states_close(final, final_r), f"{spec} Hkv={kv}: final state")
+        d_out = arrays(2, h, n, dv)
+        g = a.backward(q, k, v, out, d_out, causal="top-left", enable_gqa=True, initial_state=s0,
+                       **extra)
+        g_r = a.backward(q, rep(k), rep(v), out, d_out, causal="top-left", initial_state=s0,
+                         **extra)
+        for name in ("dk", "dv"):
+            parts = g_r[name].reshape(2, kv, h // kv, n, -1)
+            total = parts[:, :, 0]
+            for u in range(1, h // kv):
+                total = total + parts[:, :, u]
+            check(g[name].shape == (2, kv, n, parts.shape[-1]) and np.array_equal(g[name], total),
+                  f"{spec} Hkv={kv}: {name} the group sums of the repeated call's")
+        check(np.array_equal(g["dq"], g_r["dq"]), f"{spec} Hkv={kv}: dq")
+    raises(ValueError, ["enable_gqa"], a.forward, arrays(1, 4, 5, 8), arrays(1, 2, 5, 8),
+           arrays(1, 2, 5, 8))
+qt = torch.randn(2, 4, 70, 6, requires_grad=True)
+kt, vt = (torch.randn(2, 1, 70, 6, requires_grad=True) for _ in range(2))
+gt = (-torch.rand(2, 4, 70)).requires_grad_()
+out = at.attention(qt, kt, vt, spec="gla", causal=True, log_decay=gt, enable_gqa=True)
+w_out = torch.randn_like(out)
+(out * w_out).sum().backward()
+x64 = [t.detach().double().requires_grad_() for t in (qt, kt, vt, gt)]
+o64, _ = gla64(x64[0], x64[1].expand(2, 4, 70, 6), x64[2].expand(2, 4, 70, 6), x64[3],
+               torch.zeros(2, 4, 6, 6, dtype=torch.float64), scale=6 ** -0.5)
+(o64 * w_out.double()).sum().backward()
+check(float((out.double() - o64).abs().max()) < 1e-4, "torch gla MQA: out")
+for name, ours, ref in zip(("q", "k", "v", "g"), (qt, kt, vt, gt), x64):
+    err = float((ours.grad.double() - ref.grad).abs().max() / ref.grad.abs().max())
+    check(ours.grad.shape == ref.grad.shape and err < 1e-4,
+          f"torch gla MQA: d{name} relative error {err:.2e}")
 
 # Bad input names the argument.
 q, k, v = arrays(1, 2, 10, 4), arrays(1, 2, 10, 4), arrays(1, 2, 10, 4)
