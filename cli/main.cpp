@@ -31,6 +31,7 @@ void add_model_command(CLI::App& app);
 void add_study_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_decode_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 }  // namespace attnlab::cli
 
 namespace {
@@ -39,11 +40,12 @@ using AddCommand = void (*)(CLI::App&);
 
 // The subcommands, in the order --help lists them.
 constexpr AddCommand kCommands[] = {
-    attnlab::cli::add_run_command,   attnlab::cli::add_demo_command,
-    attnlab::cli::add_mask_command,  attnlab::cli::add_report_command,
-    attnlab::cli::add_sweep_command, attnlab::cli::add_merge_command,
-    attnlab::cli::add_model_command, attnlab::cli::add_study_command,
-    attnlab::cli::add_train_command, attnlab::cli::add_decode_command,
+    attnlab::cli::add_run_command,      attnlab::cli::add_demo_command,
+    attnlab::cli::add_mask_command,     attnlab::cli::add_report_command,
+    attnlab::cli::add_sweep_command,    attnlab::cli::add_merge_command,
+    attnlab::cli::add_model_command,    attnlab::cli::add_study_command,
+    attnlab::cli::add_train_command,    attnlab::cli::add_decode_command,
+    attnlab::cli::add_generate_command,
 };
 
 int fail(std::string message) {

@@ -166,14 +166,14 @@ void Embedding::parameters(const std::string& prefix, Parameters& out) {
   out.push_back(parameter(prefix + "weight", weight));
 }
 
-Matrix sinusoidal_positions(std::size_t n, std::size_t dim) {
+Matrix sinusoidal_positions(std::size_t n, std::size_t dim, std::size_t first) {
   std::vector<double> frequency(dim);
   for (std::size_t c = 0; c < dim; ++c)
     frequency[c] = std::pow(10000.0, -static_cast<double>(c - c % 2) / static_cast<double>(dim));
   auto pe = uninitialized<Matrix>({n, dim});
   for (std::size_t p = 0; p < n; ++p)
     for (std::size_t c = 0; c < dim; ++c) {
-      const double angle = static_cast<double>(p) * frequency[c];
+      const double angle = static_cast<double>(first + p) * frequency[c];
       pe(p, c) = static_cast<float>(c % 2 == 0 ? std::sin(angle) : std::cos(angle));
     }
   return pe;

@@ -128,8 +128,9 @@ class Embedding {
 };
 
 /// The sinusoidal positional encoding of Vaswani et al. [n, dim]: PE(p, 2i) = sin(p / 10000^(2i /
-/// dim)), PE(p, 2i + 1) = cos(p / 10000^(2i / dim)).
-Matrix sinusoidal_positions(std::size_t n, std::size_t dim);
+/// dim)), PE(p, 2i + 1) = cos(p / 10000^(2i / dim)), for positions p = first .. first + n - 1 (an
+/// incremental decoder's new tokens start after those it holds).
+Matrix sinusoidal_positions(std::size_t n, std::size_t dim, std::size_t first = 0);
 
 /// Token ids [batch, n], uniform in [0, vocab), reproducible from `seed` (e.g. random bytes for
 /// the Long Range Arena text model).

@@ -60,12 +60,26 @@ Activations LlamaBlock::forward(const Activations& x, const Mask& mask) const {
 
 void LlamaBlock::forward(const Activations& x, const Mask& mask, Activations& y,
                          LlamaBlockTrace* keep) const {
+  forward_with(
+      x,
+      [&](const Activations& a, Activations& out) {
+        self_attn.forward(a, a, mask, out, keep ? &keep->attention : nullptr);
+      },
+      y, keep);
+}
+
+void LlamaBlock::decode(const Activations& x, AttentionDecoding& state, Activations& y) const {
+  forward_with(
+      x, [&](const Activations& a, Activations& out) { self_attn.decode(a, state, out); }, y,
+      nullptr);
+}
+
+void LlamaBlock::forward_with(const Activations& x, const SelfAttentionCall& attend, Activations& y,
+                              LlamaBlockTrace* keep) const {
   Activations scratch;
   Activations& h = !mlp ? y : keep ? keep->attended : scratch;
   residual_forward(true, config_.skip, x, input_layernorm, h, keep ? &keep->sublayer1 : nullptr,
-                   [&](const Activations& a, Activations& out) {
-                     self_attn.forward(a, a, mask, out, keep ? &keep->attention : nullptr);
-                   });
+                   attend);
   if (!mlp) return;
   residual_forward(true, config_.skip, h, post_attention_layernorm, y,
                    keep ? &keep->sublayer2 : nullptr, [&](const Activations& a, Activations& out) {

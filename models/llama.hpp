@@ -93,6 +93,11 @@ class LlamaBlock {
   void forward(const Activations& x, const Mask& mask, Activations& y,
                LlamaBlockTrace* keep = nullptr) const;
 
+  /// The block on n new tokens x [B, n, d_model] after the tokens `state` holds
+  /// (self_attn.start_decoding): the same forward with self_attn.decode as its self-attention,
+  /// q and k rotated at the tokens' positions (models/decoding.hpp).
+  void decode(const Activations& x, AttentionDecoding& state, Activations& y) const;
+
   /// Hugging Face's initialisation (see the header comment), streams from (seed, prefix + name).
   void initialize(std::uint64_t seed, const std::string& prefix);
   /// Appends the block's parameters, names prefixed (see the header comment).
@@ -105,6 +110,9 @@ class LlamaBlock {
   const LayerConfig& config() const { return config_; }
 
  private:
+  // The one forward, with `attend` as the self-attention sublayer's function.
+  void forward_with(const Activations& x, const SelfAttentionCall& attend, Activations& y,
+                    LlamaBlockTrace* keep) const;
   LayerConfig config_;
 };
 

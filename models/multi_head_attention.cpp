@@ -8,6 +8,7 @@
 #include <limits>
 #include <utility>
 
+#include "attnlab/decoder.hpp"
 #include "attnlab/error.hpp"
 #include "attnlab/factory.hpp"
 #include "attnlab/kernels.hpp"
@@ -240,6 +241,11 @@ QKV MultiHeadAttention::project(const Activations& query, const Activations& mem
 
 void MultiHeadAttention::project(const Activations& query, const Activations& memory, QKV& out,
                                  Matrix& y) const {
+  project(query, memory, out, y, nullptr);
+}
+
+void MultiHeadAttention::project(const Activations& query, const Activations& memory, QKV& out,
+                                 Matrix& y, AttentionDecoding* state) const {
   check_input(query, "query");
   check_input(memory, "memory");
   if (query.shape()[0] != memory.shape()[0])
@@ -261,21 +267,37 @@ void MultiHeadAttention::project(const Activations& query, const Activations& me
     if (!short_conv()) return split_heads(u, batch, n, count, dk, heads);
     const std::vector<float> taps = conv_taps(conv_weight->data() + offset * kConvWidth, width);
     std::vector<float> pre(width), s(width);
+    // Decoding: the kConvWidth - 1 rows held (zeros before the first token, as the forward's
+    // padding) go in front of this call's rows, and the last of them are held for the next.
+    constexpr std::size_t history = kConvWidth - 1;
+    std::vector<float> joined(state ? (history + n) * width : 0);
     shape_buffer(heads, {batch, count, n, dk});
-    for (std::size_t b = 0; b < batch; ++b)
+    for (std::size_t b = 0; b < batch; ++b) {
+      const float* rows = u + b * n * width;
+      std::size_t first = 0;
+      if (state) {
+        float* held = state->conv_rows[which].data() + b * history * width;
+        std::copy_n(held, history * width, joined.data());
+        std::copy_n(rows, n * width, joined.data() + history * width);
+        std::copy_n(joined.data() + n * width, history * width, held);
+        rows = joined.data();
+        first = history;
+      }
       for (std::size_t i = 0; i < n; ++i) {
-        causal_conv_row(taps.data(), u + b * n * width, i, width, pre.data());
+        causal_conv_row(taps.data(), rows, first + i, width, pre.data());
         sigmoid(pre.data(), width, s.data());
         for (std::size_t c = 0; c < width; ++c) s[c] *= pre[c];
         for (std::size_t h = 0; h < count; ++h) std::copy_n(&s[h * dk], dk, &heads(b, h, i, 0));
       }
+    }
   };
   block(query, 0, out.q);
   block(memory, 1, out.k);
   block(memory, 2, out.v);
   if (rotary_) {  // positions enter q and k alone, before the core (and its feature map)
-    rotary_->apply(out.q);
-    rotary_->apply(out.k);
+    const std::size_t first = state ? state->position : 0;  // decoding: after the held tokens
+    rotary_->apply(out.q, false, first);
+    rotary_->apply(out.k, false, first);
   }
 }
 
@@ -309,6 +331,10 @@ void MultiHeadAttention::forward(const Activations& query, const Activations& me
     else
       core.forward(t.in.q, t.in.k, t.in.v, mask, t.gates.inputs(), t.heads);
   }
+  output(t, keep != nullptr, y);
+}
+
+void MultiHeadAttention::output(AttentionTrace& t, bool keep, Activations& y) const {
   // Kept, t.heads stays the core's own output, which its backward needs; else in place.
   Tensor* heads = &t.heads;
   if (head_norm_weight) {
@@ -322,6 +348,49 @@ void MultiHeadAttention::forward(const Activations& query, const Activations& me
   }
   merge_heads(*heads, t.merged);
   out_proj.forward(t.merged, y);
+}
+
+std::size_t AttentionDecoding::bytes() const {
+  std::size_t total = core ? core->bytes() : 0;
+  for (const std::vector<float>& rows : conv_rows) total += rows.size() * sizeof(float);
+  return total;
+}
+
+AttentionDecoding MultiHeadAttention::start_decoding(std::size_t batch,
+                                                     std::size_t max_tokens) const {
+  DecodeConfig config(batch, heads_, head_dim(), head_dim());
+  config.kv_heads = kv_heads_;
+  config.max_tokens = max_tokens;
+  AttentionDecoding state;
+  state.core = attention().start_decoding(config);  // Unsupported for a core without decoding
+  if (short_conv())
+    for (std::size_t which = 0; which < 3; ++which)
+      state.conv_rows[which].assign(batch * (kConvWidth - 1) * block_size(which), 0.0f);
+  return state;
+}
+
+void MultiHeadAttention::decode(const Activations& x, AttentionDecoding& state,
+                                Activations& y) const {
+  if (!state.core) throw Error("multi-head attention: decode before start_decoding");
+  check_input(x, "new tokens");
+  const DecodeConfig& c = state.core->config();
+  const std::size_t n = x.shape()[1];
+  // Checked before anything changes, so that a refused call leaves the state as it was.
+  if (x.shape()[0] != c.batch)
+    throw Error("multi-head attention: decoding " + std::to_string(x.shape()[0]) +
+                " sequences with a state started for batch=" + std::to_string(c.batch));
+  if (c.max_tokens && state.position + n > c.max_tokens)
+    throw Error("multi-head attention: decoding " + std::to_string(n) + " tokens after " +
+                std::to_string(state.position) +
+                " would pass max_tokens=" + std::to_string(c.max_tokens));
+  AttentionTrace t;
+  project(x, x, t.in, t.projected, &state);
+  t.gates = gates(x);
+  const TokenInputs in = t.gates.inputs();
+  t.heads = n == 1 ? state.core->step(t.in.q, t.in.k, t.in.v, in)
+                   : state.core->prefill(t.in.q, t.in.k, t.in.v, in);
+  state.position += n;
+  output(t, false, y);
 }
 
 void MultiHeadAttention::short_conv_backward(std::size_t which, std::size_t batch, std::size_t n,

@@ -70,6 +70,7 @@
 // the core's own.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -78,6 +79,7 @@
 #include <vector>
 
 #include "attnlab/attention.hpp"
+#include "attnlab/decoder.hpp"
 #include "attnlab/inputs.hpp"
 #include "attnlab/mask.hpp"
 #include "models/layers.hpp"
@@ -152,6 +154,19 @@ struct AttentionTrace {
   AttentionInputGrads grads;  ///< the backward's result
 };
 
+/// What self-attention keeps between the calls of an incremental decoder
+/// (MultiHeadAttention::start_decoding): its core's TokenDecoder (a KV cache, a ring, a recurrent
+/// state: lib/attnlab/decoder.hpp), the tokens it holds (the next token's position, for the
+/// rotary angles) and, with the short convolution, the last kConvWidth - 1 projection rows of
+/// each block per item (zeros before the first token, the forward's padding).
+struct AttentionDecoding {
+  std::unique_ptr<TokenDecoder> core;           ///< the core's decoder
+  std::size_t position = 0;                     ///< tokens held per item
+  std::array<std::vector<float>, 3> conv_rows;  ///< q, k, v blocks: [B, kConvWidth - 1, width]
+  /// Bytes held: the core's decoder's and the convolution's rows.
+  std::size_t bytes() const;
+};
+
 /// See the header comment. Copies share the attention core, unless it has learned tensors: a
 /// copy then makes its own from the spec, so two layers never hand theirs to one core.
 class MultiHeadAttention {
@@ -221,6 +236,18 @@ class MultiHeadAttention {
   /// the core saves nothing and the intermediates are freed on return.
   void forward(const Activations& query, const Activations& memory, const Mask& mask,
                Activations& y, AttentionTrace* keep = nullptr) const;
+
+  /// Incremental causal self-attention, as a model generates: a state for `batch` sequences
+  /// holding at most `max_tokens` tokens each (0: no limit, but a core that needs one, bigbird).
+  /// Throws Unsupported (naming the core and decoding) for a core without a decoder.
+  AttentionDecoding start_decoding(std::size_t batch, std::size_t max_tokens = 0) const;
+  /// The self-attention outputs y [B, n, d_model] of n new tokens x [B, n, d_model] after those
+  /// `state` holds: the rows the causal forward of all of them gives (to float tolerance; the
+  /// core's prefill for n > 1, its step for n = 1), by the same projections, short convolution,
+  /// rotation (at the tokens' positions), gates, head norm, head mask and W_O as forward().
+  /// Throws Error for a batch other than the state's or tokens past its max_tokens (the state
+  /// then unchanged), and what the core's decoder throws (the state then no longer usable).
+  void decode(const Activations& x, AttentionDecoding& state, Activations& y) const;
 
   /// The heads' inputs: q [B, H, Nq, d_k] from `query`, k and v [B, kv_heads, Nk, d_k] from
   /// `memory`.
@@ -303,6 +330,13 @@ class MultiHeadAttention {
 
  private:
   void check_input(const Activations& x, const char* what) const;
+  // project() after the tokens `state` holds (nullptr: none): the rotation at their positions,
+  // the short convolution over its held rows (which it updates).
+  void project(const Activations& query, const Activations& memory, QKV& out, Matrix& scratch,
+               AttentionDecoding* state) const;
+  // What follows the core: t.heads through the head norm and the head mask (into t's buffers
+  // when `keep`, else in place), merged, then W_O into y.
+  void output(AttentionTrace& t, bool keep, Activations& y) const;
   // Block `which` (0: q, 1: k, 2: v) of in_proj_weight (or in_proj_bias) under the llama name.
   ParameterRef block_parameter(const std::string& prefix, std::size_t which, bool bias_block);
 

@@ -19,6 +19,10 @@ namespace attnlab::models {
 using LayerObserver =
     std::function<void(std::size_t layer, const Activations& input, const Activations& output)>;
 
+/// A self-attention sublayer's function f(input, output): a block's forward calls its
+/// MultiHeadAttention's forward, an incremental decoder its decode (models/decoding.hpp).
+using SelfAttentionCall = std::function<void(const Activations& input, Activations& output)>;
+
 /// One residual sublayer's norm and sum: what its norm saw, and the buffers of its forward and
 /// backward.
 struct SublayerTrace {

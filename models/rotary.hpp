@@ -24,9 +24,10 @@ class Rotary {
   /// finite number > 0.
   Rotary(std::size_t head_dim, double base = 10000.0);
 
-  /// Rotates x [B, H, N, dk] in place, token i at position i; `inverse` rotates back (the
+  /// Rotates x [B, H, N, dk] in place, token i at position first + i (first > 0: the new
+  /// tokens of an incremental decoder, after the `first` it holds); `inverse` rotates back (the
   /// backward of the rotation). Throws Error when x's last axis is not head_dim.
-  void apply(Tensor& x, bool inverse = false) const;
+  void apply(Tensor& x, bool inverse = false, std::size_t first = 0) const;
 
   /// The base of the angles.
   double base() const { return base_; }

@@ -150,12 +150,25 @@ Activations EncoderLayer::forward(const Activations& x, const Mask& mask) const 
 
 void EncoderLayer::forward(const Activations& x, const Mask& mask, Activations& y,
                            EncoderLayerTrace* keep) const {
+  forward_with(
+      x,
+      [&](const Activations& a, Activations& out) {
+        self_attn.forward(a, a, mask, out, keep ? &keep->attention : nullptr);
+      },
+      y, keep);
+}
+
+void EncoderLayer::decode(const Activations& x, AttentionDecoding& state, Activations& y) const {
+  forward_with(
+      x, [&](const Activations& a, Activations& out) { self_attn.decode(a, state, out); }, y,
+      nullptr);
+}
+
+void EncoderLayer::forward_with(const Activations& x, const SelfAttentionCall& attend,
+                                Activations& y, EncoderLayerTrace* keep) const {
   Activations scratch;
   Activations& h = !ffn ? y : keep ? keep->attended : scratch;
-  sublayer(config_, x, norm1, h, keep ? &keep->sublayer1 : nullptr,
-           [&](const Activations& a, Activations& out) {
-             self_attn.forward(a, a, mask, out, keep ? &keep->attention : nullptr);
-           });
+  sublayer(config_, x, norm1, h, keep ? &keep->sublayer1 : nullptr, attend);
   if (!ffn) return;
   sublayer(config_, h, norm2, y, keep ? &keep->sublayer2 : nullptr,
            [&](const Activations& a, Activations& out) {
@@ -444,16 +457,29 @@ Activations EncoderModel::embed(const Tokens& tokens) const {
   return x;
 }
 
+namespace {
+// x [B, N, d] <- x · sqrt(d) + positions [N, d], for every item.
+void scale_and_add_positions(Activations& x, const Matrix& positions) {
+  const std::size_t n = x.shape()[1], d = x.shape()[2];
+  const float scale = static_cast<float>(std::sqrt(static_cast<double>(d)));
+  const float* pe = positions.data();
+  for (std::size_t b = 0; b < x.shape()[0]; ++b) {
+    float* row = &x(b, 0, 0);
+    for (std::size_t i = 0; i < n * d; ++i) row[i] = row[i] * scale + pe[i];
+  }
+}
+}  // namespace
+
 void EncoderModel::embed(const Tokens& tokens, Activations& x, Matrix& positions) const {
   embedding.forward(tokens, x);
   const std::size_t n = tokens.shape()[1], d = config_.layer.d_model;
   if (positions.shape() != Matrix::shape_type{n, d}) positions = sinusoidal_positions(n, d);
-  const float scale = static_cast<float>(std::sqrt(static_cast<double>(d)));
-  const float* pe = positions.data();
-  for (std::size_t b = 0; b < tokens.shape()[0]; ++b) {
-    float* row = &x(b, 0, 0);
-    for (std::size_t i = 0; i < n * d; ++i) row[i] = row[i] * scale + pe[i];
-  }
+  scale_and_add_positions(x, positions);
+}
+
+void EncoderModel::embed(const Tokens& tokens, std::size_t first, Activations& x) const {
+  embedding.forward(tokens, x);
+  scale_and_add_positions(x, sinusoidal_positions(tokens.shape()[1], config_.layer.d_model, first));
 }
 
 Activations EncoderModel::forward(const Tokens& tokens, const Mask& mask,

@@ -163,6 +163,11 @@ class EncoderLayer {
   /// What self_attn sees of x: norm1(x) under pre-LN, x otherwise.
   Activations attention_input(const Activations& x) const;
 
+  /// The layer on n new tokens x [B, n, d_model] of a causal model after the tokens `state`
+  /// holds (self_attn.start_decoding): the same forward with self_attn.decode as its
+  /// self-attention (models/decoding.hpp).
+  void decode(const Activations& x, AttentionDecoding& state, Activations& y) const;
+
   /// Seeded initialisation of every part (PyTorch's rules; LayerNorms 1 and 0).
   void initialize(std::uint64_t seed, const std::string& prefix);
 
@@ -179,6 +184,9 @@ class EncoderLayer {
   const LayerConfig& config() const { return config_; }
 
  private:
+  // The one forward, with `attend` as the self-attention sublayer's function.
+  void forward_with(const Activations& x, const SelfAttentionCall& attend, Activations& y,
+                    EncoderLayerTrace* keep) const;
   LayerConfig config_;
 };
 
@@ -335,6 +343,9 @@ class EncoderModel {
   /// The same into x (shaped by shape_buffer), with the positional encoding kept in `positions`
   /// (recomputed only when N or d_model changes): what a training step's trace reuses.
   void embed(const Tokens& tokens, Activations& x, Matrix& positions) const;
+  /// The same for tokens at positions first .. first + N - 1 (an incremental decoder's new
+  /// tokens, models/decoding.hpp), into x.
+  void embed(const Tokens& tokens, std::size_t first, Activations& x) const;
 
   /// tokens [B, N] -> the encoder's output [B, N, d_model].
   Activations forward(const Tokens& tokens, const Mask& mask = {},
