@@ -121,6 +121,21 @@ TEST_CASE("model decoder: refused input leaves it as it was", "[generation]") {
       {"linformer", "decoding"});
 }
 
+TEST_CASE("self-attention decode: refused input names what was wrong", "[generation][bad-input]") {
+  const MultiHeadAttention mha(8, 2, "full");
+  AttentionDecoding never_started;
+  Activations y;
+  const Activations x = xt::zeros<float>({std::size_t(1), std::size_t(3), std::size_t(8)});
+  test::require_error([&] { mha.decode(x, never_started, y); }, {"before start_decoding"});
+  AttentionDecoding state = mha.start_decoding(2, 4);
+  test::require_error([&] { mha.decode(x, state, y); }, {"1 sequences", "batch=2"});
+  const Activations two = xt::zeros<float>({std::size_t(2), std::size_t(5), std::size_t(8)});
+  test::require_error([&] { mha.decode(two, state, y); }, {"5 tokens", "max_tokens=4"});
+  CHECK(state.position == 0);
+  const Activations wide = xt::zeros<float>({std::size_t(2), std::size_t(1), std::size_t(6)});
+  test::require_error([&] { mha.decode(wide, state, y); }, {"new tokens", "d_model 8"});
+}
+
 // ------------------------------------------------------------------------------ generation
 
 namespace {
