@@ -420,10 +420,7 @@ class LinearDecoder final : public TokenDecoder {
                   const std::vector<std::size_t>& lengths, Tensor& out) override {
     const DecodeConfig& c = config_;
     const std::size_t n = q.shape()[2];
-    Mask mask;
-    mask.causal = Causal::top_left;
-    mask.scale = c.scale;
-    mask.key_lengths.assign(lengths.begin(), lengths.end());
+    const Mask mask = recurrent_prefill_mask(c, lengths);
     TokenInputs from = in;
     from.initial_state = state_.ref();
     own_.run(q, k, v, mask, from, Dims{c.batch, c.heads, n, n, c.dk, c.dv, c.kv()}, out, &state_,

@@ -1024,6 +1024,14 @@ void ScanAttention::compute_backward(TensorRef q, TensorRef k, TensorRef v, cons
   key_grads.sum();
 }
 
+Mask recurrent_prefill_mask(const DecodeConfig& config, const std::vector<std::size_t>& lengths) {
+  Mask mask;
+  mask.causal = Causal::top_left;
+  mask.scale = config.scale;
+  mask.key_lengths.assign(lengths.begin(), lengths.end());
+  return mask;
+}
+
 // The recurrent decoder: the state S of every item and head, prefill through the chunked
 // forward from it (its final state written back in place: each head reads its initial state
 // before it writes its final one), steps through scan::step.
@@ -1045,10 +1053,7 @@ class ScanDecoder final : public TokenDecoder {
                   const std::vector<std::size_t>& lengths, Tensor& out) override {
     const DecodeConfig& c = config_;
     const std::size_t n = q.shape()[2];
-    Mask mask;
-    mask.causal = Causal::top_left;
-    mask.scale = c.scale;
-    mask.key_lengths.assign(lengths.begin(), lengths.end());
+    const Mask mask = recurrent_prefill_mask(c, lengths);
     TokenInputs from = in;
     from.initial_state = state_.ref();
     scan_.run_forward(q, k, v, mask, from, Dims{c.batch, c.heads, n, n, c.dk, c.dv, c.kv()}, out,

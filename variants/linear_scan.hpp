@@ -215,6 +215,10 @@ struct ScanRule {
 /// 0 <= beta <= 1.
 ScanRule delta_rule(const std::string& name, double beta, bool gated);
 
+/// What a recurrent decoder's prefill of N tokens per item runs its forward under: a causal
+/// mask at `config`'s scale, item b's first lengths[b] tokens real.
+Mask recurrent_prefill_mask(const DecodeConfig& config, const std::vector<std::size_t>& lengths);
+
 /// An Attention that is a client of the scan engine: prepares q (softmax scale, optional
 /// normalisation), k, g and beta per its ScanRule, and runs the engine forward and backward.
 /// Masks: causal (Nq == Nk), key padding, cross-attention non-causal, Dv != Dk, grouped KV
