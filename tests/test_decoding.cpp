@@ -176,7 +176,9 @@ TEST_CASE("decoding items of different prompt lengths (padding) equals each one'
         INFO("item " << b << (continued ? ", two prefills" : ""));
         require_close(rows(got, b, 0, real), xt::cast<double>(rows(want, 0, 0, real)), kRtol,
                       kAtol);
-        CHECK(xt::all(xt::equal(rows(got, b, real, n0), 0.0f)));  // padding rows
+        // Padding rows (none for the item whose prompt fills the prefill: xtensor's iterators
+        // over an empty view offset a null pointer, which UBSan rightly refuses).
+        if (real < n0) CHECK(xt::all(xt::equal(rows(got, b, real, n0), 0.0f)));
         require_close(rows(got, b, n0, n), xt::cast<double>(rows(want, 0, real, real + after)),
                       kRtol, kAtol);
         CHECK(decoder->tokens(b) == real + after);
