@@ -1,6 +1,7 @@
 // attnlab decode: the decode sweep (harness/decode.hpp): time per decoded token and bytes held
 // as the context grows, for every causal variant, with the streaming read bandwidth of the same
-// run as the yardstick, into <out>/decode.csv + meta.json; a second run resumes.
+// run as the yardstick, into <out>/decode.csv + meta.json (a second run resumes), then
+// report.md and plots/ from the rows, and on stdout the summary of this grid (harness/summary.hpp).
 //   attnlab decode --out DIR [--variant SPEC ...] [--contexts 1024..1048576] [--prefill 256,4096]
 //                  [--dims 64,128] [--kv-heads 8,2] [--heads 8] [--batch 1] [--steps 32]
 //                  [--reps 3] [--memory-budget BYTES] [--bandwidth-mib 1024] [--quiet]
@@ -14,6 +15,7 @@
 #include "attnlab/error.hpp"
 #include "harness/config.hpp"
 #include "harness/decode.hpp"
+#include "harness/summary.hpp"
 
 namespace attnlab::cli {
 namespace {
@@ -51,7 +53,13 @@ void run(const DecodeFlags& f) {
   s.memory_budget_bytes = f.memory_budget;
   s.bandwidth_bytes = std::size_t(f.bandwidth_mib) << 20;
   const std::size_t rows = harness::run_decode_sweep(f.out, s, f.quiet ? nullptr : stderr);
-  std::printf("%zu rows appended to %s/decode.csv\n", rows, f.out.c_str());
+  std::printf("%zu rows appended to %s/decode.csv; report: %s/report.md\n", rows, f.out.c_str(),
+              f.out.c_str());
+  // The summary of this grid's points (a folder may hold other grids' rows too).
+  const std::vector<std::string> keys = harness::decode_point_keys(s);
+  const std::string csv = f.out + "/decode.csv";
+  std::printf("%s",
+              harness::decode_summary(f.out, harness::read_decode_results(csv, &keys)).c_str());
 }
 
 }  // namespace

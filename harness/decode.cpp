@@ -310,14 +310,13 @@ std::size_t run_decode_sweep(const std::string& dir, const DecodeSweep& sweep,
   return appended;
 }
 
-namespace {
+std::vector<std::string> decode_point_keys(const DecodeSweep& sweep) {
+  std::vector<std::string> keys;
+  for (const DecodePoint& p : points(sweep)) keys.push_back(key_of(sweep, p));
+  return keys;
+}
 
-// One ok row of decode.csv, parsed.
-struct Parsed {
-  std::string kind, spec;
-  std::int64_t kv = 0, dim = 0, context = 0;
-  double time = 0, steps_per_token = 0, bytes = 0, gbps = 0;
-};
+namespace {
 
 double number_or_nan(const std::string& text) {
   try {
@@ -336,18 +335,191 @@ std::string fixed(double x, int digits) {
   return s.str();
 }
 
+// The step rows of (spec, dim, kv), by context.
+std::map<std::int64_t, const DecodeRow*> steps_of(const DecodeResults& results,
+                                                  const std::string& spec, std::int64_t dim,
+                                                  std::int64_t kv) {
+  std::map<std::int64_t, const DecodeRow*> out;
+  for (const DecodeRow& r : results.rows)
+    if (r.kind == "step" && r.spec == spec && r.dim == dim && r.kv == kv) out[r.context] = &r;
+  return out;
+}
+
+// In order of first appearance: the specs, and the (D, Hkv) shapes sorted.
+std::vector<std::string> specs_of(const DecodeResults& results) {
+  std::vector<std::string> specs;
+  for (const DecodeRow& r : results.rows)
+    if (std::find(specs.begin(), specs.end(), r.spec) == specs.end()) specs.push_back(r.spec);
+  return specs;
+}
+
+std::set<std::pair<std::int64_t, std::int64_t>> shapes_of(const DecodeResults& results) {
+  std::set<std::pair<std::int64_t, std::int64_t>> shapes;
+  for (const DecodeRow& r : results.rows) shapes.insert({r.dim, r.kv});
+  return shapes;
+}
+
+std::string shape_text(std::int64_t dim, std::int64_t kv) {
+  return "D = " + std::to_string(dim) + ", Hkv = " + std::to_string(kv);
+}
+
+std::string ratio_text(double x) {
+  return fixed(x, 2);
+}
+
+DecodeCheck verdict(bool pass, std::string text) {
+  return {pass ? "pass" : "FAIL", std::move(text)};
+}
+
+// How a variant's decoder holds its context, read from the rows: a KV cache grows with the
+// context; sliding keeps a ring of its window; the other constant-size decoders, a state.
+enum class Holds { kCache, kRing, kState };
+
+Holds holds_of(const std::map<std::int64_t, const DecodeRow*>& steps) {
+  double lo = INFINITY, hi = 0;
+  for (const auto& [n, r] : steps) {
+    lo = std::min(lo, r->bytes);
+    hi = std::max(hi, r->bytes);
+  }
+  if (hi > lo) return Holds::kCache;
+  return steps.begin()->second->variant == "sliding" ? Holds::kRing : Holds::kState;
+}
+
+// Tokens a ring of `bytes` holds: B·Hkv·(K and V)·D floats a token.
+double ring_tokens(const DecodeRow& r) {
+  return r.bytes / (double(r.batch) * double(r.kv) * 2.0 * double(r.dim) * sizeof(float));
+}
+
+// Full's step reads its cache at >= 0.7x the bandwidth at contexts >= 64K: the worst point.
+std::vector<DecodeCheck> full_bandwidth_check(const DecodeResults& results) {
+  constexpr double kFloor = 0.7;
+  constexpr std::int64_t kFrom = 65536;
+  const DecodeRow* worst = nullptr;
+  for (const DecodeRow& r : results.rows)
+    if (r.kind == "step" && r.variant == "full" && r.context >= kFrom &&
+        (!worst || r.gbps < worst->gbps))
+      worst = &r;
+  const std::string what =
+      "`full`'s step reads its KV cache at >= 0.7x the run's bandwidth at contexts >= 64K";
+  if (!worst || !std::isfinite(results.bandwidth_gbps))
+    return {{"n/a", what + ": no full step row at 64K or more, or no bandwidth row"}};
+  const double ratio = worst->gbps / results.bandwidth_gbps;
+  return {verdict(ratio >= kFloor,
+                  what + ": " + ratio_text(ratio) + "x at worst (" + fixed(worst->gbps, 1) +
+                      " of " + fixed(results.bandwidth_gbps, 1) + " GB/s, " +
+                      tokens_text(worst->context) + ", " + shape_text(worst->dim, worst->kv) + ")"),
+          {"n/a", "`full` uses both cores at B = 1: not measured by these rows"}};
+}
+
+// Constant-memory steps are flat: max / min <= 1.2 (sliding's beyond its window).
+std::vector<DecodeCheck> flat_checks(const DecodeResults& results) {
+  constexpr double kCeiling = 1.2;
+  std::vector<DecodeCheck> out;
+  for (const std::string& spec : specs_of(results)) {
+    double worst = 0;
+    std::string where;
+    bool any = false;
+    for (const auto& [dim, kv] : shapes_of(results)) {
+      const auto steps = steps_of(results, spec, dim, kv);
+      if (steps.empty() || holds_of(steps) == Holds::kCache) continue;
+      any = true;
+      const bool ring = holds_of(steps) == Holds::kRing;
+      double lo = INFINITY, hi = 0;
+      std::int64_t first = 0, last = 0, count = 0;
+      for (const auto& [n, r] : steps) {
+        if (ring && double(n) < ring_tokens(*r)) continue;  // inside the window, it grows
+        lo = std::min(lo, r->time);
+        hi = std::max(hi, r->time);
+        first = count++ == 0 ? n : first;
+        last = n;
+      }
+      if (count < 2 || hi / lo <= worst) continue;
+      worst = hi / lo;
+      where = tokens_text(first) + " to " + tokens_text(last) + ", " + shape_text(dim, kv);
+    }
+    if (!any) continue;
+    const std::string what = "`" + spec + "`'s step time is flat" +
+                             (spec.rfind("sliding", 0) == 0 ? " beyond its window" : "") +
+                             ", max / min <= 1.2";
+    if (where.empty())
+      out.push_back({"n/a", what + ": fewer than 2 contexts measured"});
+    else
+      out.push_back(verdict(worst <= kCeiling,
+                            what + ": " + ratio_text(worst) + " at worst (" + where + ")"));
+  }
+  return out;
+}
+
+// A recurrent step at D = 128 takes <= 1.5x one read and one write of its state.
+std::vector<DecodeCheck> state_traffic_checks(const DecodeResults& results) {
+  constexpr double kCeiling = 1.5;
+  constexpr std::int64_t kDim = 128;
+  std::vector<DecodeCheck> out;
+  for (const std::string& spec : specs_of(results)) {
+    double worst = 0;
+    std::string where;
+    for (const auto& [dim, kv] : shapes_of(results)) {
+      const auto steps = steps_of(results, spec, dim, kv);
+      if (dim != kDim || steps.empty() || holds_of(steps) != Holds::kState) continue;
+      std::vector<double> times;
+      for (const auto& [n, r] : steps) times.push_back(r->time);
+      std::sort(times.begin(), times.end());
+      const double median = times[times.size() / 2];
+      const double bytes = steps.begin()->second->bytes;
+      const double ratio = median / (2 * bytes / (results.bandwidth_gbps * 1e9));
+      if (!(ratio > worst)) continue;
+      worst = ratio;
+      where = "median step " + fixed(median * 1e6, 1) + " us over " + std::to_string(times.size()) +
+              " contexts, a state of " + fixed(bytes / 1024.0, 0) + " KiB, " + shape_text(dim, kv);
+    }
+    if (where.empty()) continue;
+    out.push_back(
+        verdict(worst <= kCeiling, "`" + spec +
+                                       "`'s step at D = 128 takes <= 1.5x one read and one write "
+                                       "of its state at the run's bandwidth: " +
+                                       ratio_text(worst) + "x at worst (" + where + ")"));
+  }
+  return out;
+}
+
+// Chunked prefill no slower than token by token for N >= 256, D >= 64: per variant and D.
+std::vector<DecodeCheck> prefill_checks(const DecodeResults& results) {
+  constexpr std::int64_t kFromN = 256, kFromDim = 64;
+  std::vector<DecodeCheck> out;
+  for (const std::string& spec : specs_of(results)) {
+    std::map<std::int64_t, const DecodeRow*> worst;  // by D
+    for (const DecodeRow& r : results.rows) {
+      if (r.kind != "prefill" || r.spec != spec || r.context < kFromN || r.dim < kFromDim) continue;
+      const DecodeRow*& w = worst[r.dim];
+      if (!w || r.time / r.steps_per_token > w->time / w->steps_per_token) w = &r;
+    }
+    for (const auto& [dim, r] : worst) {
+      const double ratio = r->time / r->steps_per_token;
+      out.push_back(verdict(ratio <= 1.0,
+                            "`" + spec + "`'s chunked prefill at D = " + std::to_string(dim) +
+                                " is no slower than token by token (N >= 256): "
+                                "chunked / token by token " +
+                                ratio_text(ratio) + " at worst (N = " + std::to_string(r->context) +
+                                ", Hkv = " + std::to_string(r->kv) + ")"));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string tokens_text(std::int64_t n) {
   if (n >= (1 << 20) && n % (1 << 20) == 0) return std::to_string(n >> 20) + "M";
   if (n >= 1024 && n % 1024 == 0) return std::to_string(n >> 10) + "K";
   return std::to_string(n);
 }
 
-}  // namespace
-
-void render_decode_report(const std::string& dir, const std::string& gnuplot) {
-  const auto records = read_csv(dir + "/decode.csv");
-  std::vector<Parsed> rows;
+DecodeResults read_decode_results(const std::string& csv, const std::vector<std::string>* keys) {
+  const auto records = read_csv(csv);
+  DecodeResults out;
   std::vector<double> bandwidths;
+  const std::set<std::string> wanted =
+      keys ? std::set<std::string>(keys->begin(), keys->end()) : std::set<std::string>();
   for (std::size_t i = 1; i < records.size(); ++i) {
     const CsvRecord& r = records[i];
     if (r.size() != kColumns || r[kStatus] != "ok") continue;
@@ -355,24 +527,52 @@ void render_decode_report(const std::string& dir, const std::string& gnuplot) {
       bandwidths.push_back(number_or_nan(r[kReadGbps]));
       continue;
     }
-    rows.push_back({r[kKind], r[kSpec], std::stoll(r[kKvHeads]), std::stoll(r[kDim]),
-                    std::stoll(r[kContext]), number_or_nan(r[kMedian]),
-                    number_or_nan(r[kStepsPerToken]), number_or_nan(r[kBytesHeld]),
-                    number_or_nan(r[kReadGbps])});
+    if (keys && !wanted.count(r[kKey])) continue;
+    out.rows.push_back({r[kKind], r[kSpec], r[kVariant], std::stoll(r[kBatch]),
+                        std::stoll(r[kHeads]), std::stoll(r[kKvHeads]), std::stoll(r[kDim]),
+                        std::stoll(r[kContext]), number_or_nan(r[kMedian]),
+                        number_or_nan(r[kStepsPerToken]), number_or_nan(r[kBytesHeld]),
+                        number_or_nan(r[kReadGbps])});
   }
   std::sort(bandwidths.begin(), bandwidths.end());
-  const double bandwidth = bandwidths.empty() ? std::nan("") : bandwidths[bandwidths.size() / 2];
-  std::set<std::pair<std::int64_t, std::int64_t>> shapes;  // (D, Hkv)
-  std::vector<std::string> specs;
-  std::set<std::int64_t> contexts, prompts;
-  for (const Parsed& r : rows) {
-    shapes.insert({r.dim, r.kv});
-    if (std::find(specs.begin(), specs.end(), r.spec) == specs.end()) specs.push_back(r.spec);
-    (r.kind == "step" ? contexts : prompts).insert(r.context);
+  out.bandwidth_gbps = bandwidths.empty() ? std::nan("") : bandwidths[bandwidths.size() / 2];
+  return out;
+}
+
+std::optional<std::int64_t> cheaper_than_full_from(const DecodeResults& results,
+                                                   const std::string& spec, std::int64_t dim,
+                                                   std::int64_t kv) {
+  const auto mine = steps_of(results, spec, dim, kv);
+  const auto full = steps_of(results, "full", dim, kv);
+  std::optional<std::int64_t> from;
+  for (const auto& [n, r] : mine) {
+    const auto f = full.find(n);
+    if (f == full.end()) continue;
+    if (r->time < f->second->time) {
+      if (!from) from = n;
+    } else {
+      from.reset();
+    }
   }
+  return from;
+}
+
+std::vector<DecodeCheck> decode_speed_checks(const DecodeResults& results) {
+  std::vector<DecodeCheck> out;
+  for (auto part : {full_bandwidth_check, flat_checks, state_traffic_checks, prefill_checks})
+    for (DecodeCheck& c : part(results)) out.push_back(std::move(c));
+  return out;
+}
+
+void render_decode_report(const std::string& dir, const std::string& gnuplot) {
+  const DecodeResults results = read_decode_results(dir + "/decode.csv");
+  const double bandwidth = results.bandwidth_gbps;
+  const std::vector<std::string> specs = specs_of(results);
+  std::set<std::int64_t> contexts, prompts;
+  for (const DecodeRow& r : results.rows) (r.kind == "step" ? contexts : prompts).insert(r.context);
   const auto find = [&](const std::string& kind, const std::string& spec, std::int64_t d,
-                        std::int64_t kv, std::int64_t n) -> const Parsed* {
-    for (const Parsed& r : rows)
+                        std::int64_t kv, std::int64_t n) -> const DecodeRow* {
+    for (const DecodeRow& r : results.rows)
       if (r.kind == kind && r.spec == spec && r.dim == d && r.kv == kv && r.context == n) return &r;
     return nullptr;
   };
@@ -382,11 +582,15 @@ void render_decode_report(const std::string& dir, const std::string& gnuplot) {
         "say otherwise.\n\n";
   md << "Streaming read bandwidth of the run (median of its bandwidth rows): "
      << fixed(bandwidth, 1) << " GB/s.\n\n";
+  md << "## Speed checks\n\nThe ratios of docs/decoding.md, each from the rows below (the worst "
+        "over the shapes measured):\n\n";
+  for (const DecodeCheck& c : decode_speed_checks(results))
+    md << "- **" << c.verdict << "** " << c.text << "\n";
   PlotFiles files;
   Plotter plotter(std::filesystem::path(dir) / "plots", gnuplot, files);
-  for (const auto& [d, kv] : shapes) {
-    const std::string shape = "D = " + std::to_string(d) + ", Hkv = " + std::to_string(kv);
-    md << "## " << shape << "\n\nMicroseconds per decoded token at each context (bytes held "
+  for (const auto& [d, kv] : shapes_of(results)) {
+    const std::string shape = shape_text(d, kv);
+    md << "\n## " << shape << "\n\nMicroseconds per decoded token at each context (bytes held "
        << "after it, MiB, in brackets):\n\n| variant |";
     for (const std::int64_t n : contexts) md << " " << tokens_text(n) << " |";
     md << " max / min |\n| --- |";
@@ -398,10 +602,13 @@ void render_decode_report(const std::string& dir, const std::string& gnuplot) {
       std::string line = "| `" + spec + "` |";
       double lo = INFINITY, hi = 0;
       for (const std::int64_t n : contexts) {
-        const Parsed* r = find("step", spec, d, kv, n);
-        line += r ? " " + fixed(r->time * 1e6, 1) + " (" + fixed(r->bytes / 1048576.0, 1) + ") |"
-                  : " - |";
-        if (!r) continue;
+        const DecodeRow* r = find("step", spec, d, kv, n);
+        if (!r) {
+          line += " - |";
+          continue;
+        }
+        line.append(" ").append(fixed(r->time * 1e6, 1));
+        line.append(" (").append(fixed(r->bytes / 1048576.0, 1)).append(") |");
         t.xy.emplace_back(double(n), r->time);
         m.xy.emplace_back(double(n), r->bytes);
         lo = std::min(lo, r->time);
@@ -415,25 +622,16 @@ void render_decode_report(const std::string& dir, const std::string& gnuplot) {
     md << "\nThe context from which each variant's step is cheaper than `full`'s (the first "
           "measured context where it is, and stays so):\n\n| variant | context |\n| --- | --- |\n";
     for (const std::string& spec : specs) {
-      if (spec == "full") continue;
-      std::int64_t from = -1;
-      for (const std::int64_t n : contexts) {
-        const Parsed *r = find("step", spec, d, kv, n), *f = find("step", "full", d, kv, n);
-        if (!r || !f) continue;
-        if (r->time < f->time) {
-          if (from < 0) from = n;
-        } else {
-          from = -1;
-        }
-      }
-      md << "| `" << spec << "` | " << (from < 0 ? "not in the measured range" : tokens_text(from))
+      if (spec == "full" || steps_of(results, spec, d, kv).empty()) continue;
+      const auto from = cheaper_than_full_from(results, spec, d, kv);
+      md << "| `" << spec << "` | " << (from ? tokens_text(*from) : "not in the measured range")
          << " |\n";
     }
     md << "\n`full`'s step reads its whole cache: GB/s read (bytes held / step time) and its "
           "fraction of the run's bandwidth:\n\n| context | GB/s | x bandwidth |\n| --- | --- | --- "
           "|\n";
     for (const std::int64_t n : contexts)
-      if (const Parsed* f = find("step", "full", d, kv, n))
+      if (const DecodeRow* f = find("step", "full", d, kv, n))
         md << "| " << tokens_text(n) << " | " << fixed(f->gbps, 2) << " | "
            << fixed(f->gbps / bandwidth, 2) << " |\n";
     if (!prompts.empty()) {
@@ -446,7 +644,7 @@ void render_decode_report(const std::string& dir, const std::string& gnuplot) {
       for (const std::string& spec : specs) {
         md << "| `" << spec << "` |";
         for (const std::int64_t n : prompts) {
-          const Parsed* r = find("prefill", spec, d, kv, n);
+          const DecodeRow* r = find("prefill", spec, d, kv, n);
           md << " " << (r ? fixed(r->time / r->steps_per_token, 2) : "-") << " |";
         }
         md << "\n";
@@ -456,18 +654,19 @@ void render_decode_report(const std::string& dir, const std::string& gnuplot) {
     const std::string common =
         "set grid\nset key below left Left reverse maxcols 2 noenhanced\nset logscale x 2\n"
         "set logscale y\nset xlabel 'context (tokens held)'\n";
+    // The Plotter gives each series its colour and marker: the style names neither.
     plotter.plot("step_" + name, times,
                  common + "set ylabel 'seconds per decoded token'\nset title " +
                      gp_quote("Step time vs context (" + shape + ")") + " noenhanced\n",
-                 "using 1:2 with linespoints lw 2 pt 7");
+                 "using 1:2 with linespoints lw 2");
     plotter.plot("memory_" + name, memory,
                  common + "set ylabel 'bytes held'\nset title " +
                      gp_quote("Memory vs context (" + shape + ")") + " noenhanced\n",
-                 "using 1:2 with linespoints lw 2 pt 7");
+                 "using 1:2 with linespoints lw 2");
     md << "\n![step time](plots/step_" << name << ".png) ![memory](plots/memory_" << name
-       << ".png)\n\n";
+       << ".png)\n";
   }
-  if (!files.plot_note.empty()) md << files.plot_note << "\n";
+  if (!files.plot_note.empty()) md << "\n" << files.plot_note << "\n";
   write_atomically(dir + "/report.md", md.str());
 }
 

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,10 +59,59 @@ double measure_read_bandwidth(std::size_t bytes, int reps = 5);
 /// context < 1).
 std::size_t run_decode_sweep(const std::string& dir, const DecodeSweep& sweep, std::FILE* progress);
 
-/// <dir>/report.md and plots/ from <dir>/decode.csv alone (rows, never re-running): per (D, Hkv)
-/// the step time and bytes held against context, the context from which each variant's step is
-/// cheaper than full's, full's read GB/s against the run's bandwidth, prefill chunked against
-/// token by token; plots of step time and memory against context (gnuplot, when it runs).
+/// The keys of the sweep's points (decode.csv's `key`), in the order it runs them.
+std::vector<std::string> decode_point_keys(const DecodeSweep& sweep);
+
+/// One ok step or prefill row of decode.csv, parsed: what the report and the summary read.
+struct DecodeRow {
+  std::string kind, spec, variant;
+  std::int64_t batch = 0, heads = 0, kv = 0, dim = 0, context = 0;
+  double time = 0;             ///< time_median_s: seconds per step, or per prefilled token
+  double steps_per_token = 0;  ///< prefill rows: seconds per token, token by token
+  double bytes = 0;            ///< bytes_held
+  double gbps = 0;             ///< read_gbps
+};
+
+/// The ok rows of a decode.csv and the run's yardstick.
+struct DecodeResults {
+  std::vector<DecodeRow> rows;  ///< step and prefill rows with status ok, in file order
+  double bandwidth_gbps = 0;    ///< the median of the bandwidth rows; NaN when there are none
+};
+
+/// Reads <csv>'s ok rows; with `keys`, only the step and prefill rows whose key is among them
+/// (every bandwidth row is kept: the yardstick of whichever invocation ran them).
+DecodeResults read_decode_results(const std::string& csv,
+                                  const std::vector<std::string>* keys = nullptr);
+
+/// The first measured context from which `spec`'s step is cheaper than full's at (dim, kv) and
+/// stays so at every larger context where both were measured; nullopt when there is none.
+std::optional<std::int64_t> cheaper_than_full_from(const DecodeResults& results,
+                                                   const std::string& spec, std::int64_t dim,
+                                                   std::int64_t kv);
+
+/// One of the speed ratios (docs/decoding.md), computed from the rows.
+struct DecodeCheck {
+  std::string verdict;  ///< "pass", "FAIL", or "n/a" (the rows cannot say)
+  std::string text;     ///< what was checked, the measured ratio and where
+};
+
+/// The ratios of the decode sweep's speed claims, each from the rows alone: full's step reads
+/// its cache at >= 0.7x the run's bandwidth at contexts >= 64K (the worst point); each
+/// constant-memory variant's step time is flat, max / min <= 1.2 over the measured contexts
+/// (sliding's beyond its window); a recurrent step at D = 128 takes <= 1.5x one read and one
+/// write of its state at the run's bandwidth; chunked prefill is no slower than token by token
+/// (ratio <= 1) for N >= 256 and D >= 64, per variant and D. One line per check and variant
+/// (the worst over the shapes); "n/a" where the rows hold nothing to judge.
+std::vector<DecodeCheck> decode_speed_checks(const DecodeResults& results);
+
+/// "1K", "64K", "1M", else the number.
+std::string tokens_text(std::int64_t n);
+
+/// <dir>/report.md and plots/ from <dir>/decode.csv alone (rows, never re-running): the speed
+/// checks (decode_speed_checks), then per (D, Hkv) the step time and bytes held against context,
+/// the context from which each variant's step is cheaper than full's, full's read GB/s against
+/// the run's bandwidth, prefill chunked against token by token; plots of step time and memory
+/// against context (gnuplot, when it runs).
 void render_decode_report(const std::string& dir, const std::string& gnuplot = "gnuplot");
 
 }  // namespace attnlab::harness

@@ -311,6 +311,19 @@ std::string yardstick_text(const SummaryRun& run) {
   return out + ".\n";
 }
 
+// "7.1 us", "1.23 ms", "2.50 s": a decode step spans microseconds to seconds.
+std::string step_time_text(double seconds) {
+  if (seconds < 1e-3) return fmt::format("{:.1f} us", seconds * 1e6);
+  if (seconds < 1) return fmt::format("{:.2f} ms", seconds * 1e3);
+  return fmt::format("{:.2f} s", seconds);
+}
+
+std::string bytes_text(double bytes) {
+  if (bytes < 1048576) return fmt::format("{:.0f} KiB", bytes / 1024);
+  if (bytes < 1073741824) return fmt::format("{:.1f} MiB", bytes / 1048576);
+  return fmt::format("{:.2f} GiB", bytes / 1073741824);
+}
+
 }  // namespace
 
 std::string sweep_summary(const SummaryRun& run, const SummaryRun* reference) {
@@ -329,6 +342,50 @@ std::string sweep_summary(const SummaryRun& run, const SummaryRun* reference) {
   out += speedup_tables(run, reference);
   out += error_tables(run);
   out += yardstick_text(run);
+  return out;
+}
+
+std::string decode_summary(const std::string& dir, const DecodeResults& results) {
+  std::set<std::pair<std::int64_t, std::int64_t>> shapes;  // (D, Hkv)
+  std::vector<std::string> specs;                          // in order of appearance
+  for (const DecodeRow& r : results.rows) {
+    if (r.kind != "step") continue;
+    shapes.insert({r.dim, r.kv});
+    if (std::find(specs.begin(), specs.end(), r.spec) == specs.end()) specs.push_back(r.spec);
+  }
+  std::string out = fmt::format(
+      "\nDecode sweep of {}: streaming read bandwidth {:.1f} GB/s; per variant, its "
+      "step at the largest\n  context measured, the bytes it held there, and the "
+      "context from which its step is cheaper than full's:\n",
+      dir, results.bandwidth_gbps);
+  if (shapes.empty()) return out + "  no step row measured\n";
+  for (const auto& [dim, kv] : shapes) {
+    const DecodeRow* any = nullptr;
+    bool full_measured = false;
+    for (const DecodeRow& r : results.rows)
+      if (r.kind == "step" && r.dim == dim && r.kv == kv) {
+        any = &r;
+        full_measured |= r.variant == "full";
+      }
+    out += fmt::format("\nDecoding, B={} H={} Hkv={} D={}:\n", any->batch, any->heads, kv, dim);
+    Table table({"spec", "context", "step", "held", "cheaper than full from"});
+    for (const std::string& spec : specs) {
+      const DecodeRow* last = nullptr;  // the row at the spec's largest context
+      for (const DecodeRow& r : results.rows)
+        if (r.kind == "step" && r.spec == spec && r.dim == dim && r.kv == kv &&
+            (!last || r.context > last->context))
+          last = &r;
+      if (!last) continue;
+      std::string from = "-";
+      if (last->variant != "full" && full_measured) {
+        const auto n = cheaper_than_full_from(results, spec, dim, kv);
+        from = n ? tokens_text(*n) : "none up to " + tokens_text(last->context);
+      }
+      table.add({short_spec(spec), tokens_text(last->context), step_time_text(last->time),
+                 bytes_text(last->bytes), from});
+    }
+    out += table.str();
+  }
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/decode.hpp"
 #include "harness/report.hpp"
 
 namespace attnlab::harness {
@@ -31,5 +32,12 @@ struct SummaryRun {
 /// reference's values for the same points. Cells with no ok row show the status ("unsup.", "oom",
 /// "error") or "-" when no point was run.
 std::string sweep_summary(const SummaryRun& run, const SummaryRun* reference = nullptr);
+
+/// The lines a decode sweep (`attnlab decode`, the end of `./dev run`) prints, from the rows of
+/// `dir`: the run's read bandwidth, then per (D, Hkv) a table of each variant's step time at its
+/// largest measured context, the bytes it held there, and the context from which its step is
+/// cheaper than full's (cheaper_than_full_from: "none up to N" when it never is, "-" for full
+/// and where full has no row).
+std::string decode_summary(const std::string& dir, const DecodeResults& results);
 
 }  // namespace attnlab::harness

@@ -1007,6 +1007,13 @@ std::vector<CliCase> cli_cases() {
        [](const TempDir& d) { fs::create_directory(d.file("res")); },
        "report res",
        {"res/rows.csv"}},
+      {"report decode --no-plots",
+       [](const TempDir& d) {
+         fs::create_directory(d.file("res"));
+         std::ofstream(d.file("res/decode.csv")) << "key\n";
+       },
+       "report res --no-plots",
+       {"--no-plots", "res", "decode sweep"}},
       {"report foreign rows.csv",
        [](const TempDir& d) {
          fs::create_directory(d.file("res"));

@@ -404,6 +404,23 @@ TEST_CASE("run and mask take FlashAttention's --window-size as --window", "[cli]
                   {"--window '5'", "LEFT,RIGHT"});
 }
 
+TEST_CASE("decode prints its summary; report renders a decode folder again", "[cli][decoding]") {
+  TempDir dir("cli-decode");
+  const CliResult r = attnlab_cli(
+      dir,
+      "decode --out res --variant full --variant gla --contexts 32,64 --dims 8 --kv-heads 1 "
+      "--heads 2 --steps 2 --prefill none --bandwidth-mib 1 --quiet");
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("Decode sweep of res: streaming read bandwidth") != std::string::npos);
+  CHECK(r.out.find("Decoding, B=1 H=2 Hkv=1 D=8:") != std::string::npos);
+  CHECK(r.out.find("\n  gla ") != std::string::npos);
+  std::filesystem::remove(dir.file("res/report.md"));
+  const CliResult again = attnlab_cli(dir, "report res");
+  CHECK(again.code == 0);
+  CHECK(read_text(dir.file("res/report.md")).find("## Speed checks") != std::string::npos);
+}
+
 TEST_CASE("bad input exits 2 with one line naming the problem and writes nothing", "[cli]") {
   TempDir dir("cli");
   const Tensor q = random_tensor(2, 2, 6, 4, 21);

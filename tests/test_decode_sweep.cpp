@@ -1,11 +1,16 @@
 // The decode sweep (harness/decode.hpp) at a tiny size: its rows, the statuses of what a variant
-// refuses and of what passes the memory budget, the bytes a KV cache holds, and resume.
+// refuses and of what passes the memory budget, the bytes a KV cache holds, and resume; and what
+// is rendered from rows (the speed checks, the crossover against full, the summary's lines) on
+// synthetic rows whose answers are worked out by hand.
 #include <algorithm>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "attnlab/csv.hpp"
 #include "harness/decode.hpp"
+#include "harness/summary.hpp"
 #include "helpers.hpp"
 #include "npy_helpers.hpp"
 
@@ -41,6 +46,62 @@ std::map<std::string, CsvRecord> rows(const TempDir& dir) {
 std::string cell(const CsvRecord& r, const std::string& column) {
   const auto& names = harness::decode_columns();
   return r.at(std::size_t(std::find(names.begin(), names.end(), column) - names.begin()));
+}
+
+// A decode.csv row: kind, spec, D, Hkv, context, seconds, bytes held, GB/s (B = 1, H = 8), and
+// for a prefill row the token-by-token seconds per token.
+CsvRecord row(const std::string& kind, const std::string& spec, int dim, int kv, long context,
+              double seconds, double bytes, double gbps, double steps_per_token = 0) {
+  std::map<std::string, std::string> by_column = {
+      {"key", kind + "|" + spec + "|" + std::to_string(dim) + "|" + std::to_string(kv) + "|" +
+                  std::to_string(context)},
+      {"kind", kind},
+      {"spec", spec},
+      {"variant", spec.substr(0, spec.find(':'))},
+      {"batch", "1"},
+      {"heads", "8"},
+      {"kv_heads", std::to_string(kv)},
+      {"dim", std::to_string(dim)},
+      {"context", std::to_string(context)},
+      {"status", "ok"},
+      {"time_median_s", format_number(seconds)},
+      {"bytes_held", format_number(bytes)},
+      {"read_gbps", gbps > 0 ? format_number(gbps) : ""},
+      {"steps_s_per_token", steps_per_token > 0 ? format_number(steps_per_token) : ""}};
+  CsvRecord r;
+  for (const std::string& column : harness::decode_columns()) r.push_back(by_column[column]);
+  return r;
+}
+
+CsvRecord bandwidth_row(int n, double gbps) {
+  CsvRecord r(harness::decode_columns().size());
+  r[0] = "bandwidth|" + std::to_string(n);
+  r[1] = "bandwidth";
+  r[9] = "ok";
+  r.back() = format_number(gbps);
+  return r;
+}
+
+// The verdict of the check whose text holds every part, or "" when none does.
+std::string verdict_of(const std::vector<harness::DecodeCheck>& checks,
+                       std::initializer_list<std::string> parts) {
+  for (const auto& c : checks)
+    if (std::all_of(parts.begin(), parts.end(),
+                    [&](const std::string& p) { return c.text.find(p) != std::string::npos; }))
+      return c.verdict;
+  return "";
+}
+
+// The words of the line of `text` whose first word is `first`.
+std::vector<std::string> line_words(const std::string& text, const std::string& first) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream in(line);
+    std::vector<std::string> words;
+    for (std::string w; in >> w;) words.push_back(w);
+    if (!words.empty() && words[0] == first) return words;
+  }
+  return {};
 }
 
 }  // namespace
@@ -80,6 +141,15 @@ TEST_CASE("the decode sweep: rows, refusals, bytes held and resume", "[decoding]
   const std::string report = read_text(dir.file("report.md"));
   for (const char* part : {"## D = 8, Hkv = 2", "## D = 8, Hkv = 1", "`full`", "`gla`", "N = 32"})
     CHECK(report.find(part) != std::string::npos);
+  CHECK(report.find("gnuplot failed") == std::string::npos);  // the plots' scripts run
+  // The summary of the grid's points: one table per (D, Hkv), full and gla in each.
+  const std::vector<std::string> keys = harness::decode_point_keys(tiny());
+  const std::string summary =
+      harness::decode_summary("x", harness::read_decode_results(dir.file("decode.csv"), &keys));
+  INFO(summary);
+  CHECK(summary.find("B=1 H=2 Hkv=2 D=8") != std::string::npos);
+  CHECK(summary.find("B=1 H=2 Hkv=1 D=8") != std::string::npos);
+  CHECK(line_words(summary, "gla").size() == 7);  // gla 200 1.2 us 2 KiB 64
   // Resume: every point is there, so a second run adds its bandwidth row only.
   CHECK(harness::run_decode_sweep(dir.path().string(), tiny(), nullptr) == 1);
   CHECK(rows(dir).size() == 2 + 3 * 2 * 3);
@@ -101,4 +171,100 @@ TEST_CASE("the decode sweep skips a KV cache past the memory budget", "[decoding
   s.contexts = {0};
   CHECK_THROWS_WITH(harness::run_decode_sweep(dir.path().string(), s, nullptr),
                     Catch::Contains("--contexts 0"));
+}
+
+TEST_CASE("the decode report's speed checks, crossover and summary come from the rows",
+          "[decoding][harness]") {
+  TempDir dir("decode-render");
+  const double state = 8 * 128 * 128 * 4;      // a recurrent state of H = 8, D = 128: 512 KiB
+  const double ring = 1025 * 8 * 2 * 128 * 4;  // sliding:left=1024's ring of 1025 tokens
+  const std::vector<CsvRecord> records = {
+      harness::decode_columns(), bandwidth_row(1, 10), bandwidth_row(2, 20),
+      bandwidth_row(3, 30),  // median 20 GB/s
+      // full at 64K reads 16 GB/s (0.8x), at 1M 13 GB/s (0.65x): the check fails at 1M.
+      row("step", "full", 128, 8, 1024, 1e-4, 8.4e6, 84),
+      row("step", "full", 128, 8, 65536, 5e-3, 5.4e8, 16),
+      row("step", "full", 128, 8, 1048576, 8e-2, 8.6e9, 13),
+      // cheaper than full at 1K, not at 64K, again at 1M: cheaper from 1M (it must stay so).
+      row("step", "bigbird", 128, 8, 1024, 5e-5, 8.4e6, 0),
+      row("step", "bigbird", 128, 8, 65536, 6e-3, 5.4e8, 0),
+      row("step", "bigbird", 128, 8, 1048576, 7e-2, 8.6e9, 0),
+      // 1.15 max / min; a step of 11 us against 2·512 KiB / 20 GB/s = 52.4 us: 0.21x.
+      row("step", "gla", 128, 8, 1024, 1e-5, state, 0),
+      row("step", "gla", 128, 8, 65536, 1.1e-5, state, 0),
+      row("step", "gla", 128, 8, 1048576, 1.15e-5, state, 0),
+      // flat (1.00), but 100 us a step: 1.91x the state's read and write.
+      row("step", "linear", 128, 8, 1024, 1e-4, state, 0),
+      row("step", "linear", 128, 8, 65536, 1e-4, state, 0),
+      row("step", "linear", 128, 8, 1048576, 1e-4, state, 0),
+      // never cheaper than full; 500x from 1K to 1M.
+      row("step", "delta", 128, 8, 1024, 2e-4, state, 0),
+      row("step", "delta", 128, 8, 65536, 1e-2, state, 0),
+      row("step", "delta", 128, 8, 1048576, 0.1, state, 0),
+      // its 1K row sits inside the window (1025 tokens): flat over 64K to 1M, 1.10.
+      row("step", "sliding:left=1024,right=0", 128, 8, 1024, 2e-4, ring, 0),
+      row("step", "sliding:left=1024,right=0", 128, 8, 65536, 5e-5, ring, 0),
+      row("step", "sliding:left=1024,right=0", 128, 8, 1048576, 5.5e-5, ring, 0),
+      // prefill: gla's worst at D = 128 is N = 4096 (1.5); N = 128 and D = 32 are outside the
+      // claim (N >= 256, D >= 64) though slower still; full's 0.5.
+      row("prefill", "gla", 128, 8, 256, 1e-6, state, 0, 2e-6),
+      row("prefill", "gla", 128, 8, 4096, 3e-6, state, 0, 2e-6),
+      row("prefill", "gla", 128, 8, 128, 9e-6, state, 0, 1e-6),
+      row("prefill", "full", 32, 8, 4096, 5e-6, 1, 0, 1e-6),
+      row("prefill", "full", 128, 8, 1024, 1e-6, 1, 0, 2e-6)};
+  {
+    std::ofstream out(dir.file("decode.csv"));
+    for (const CsvRecord& r : records) out << csv_line(r);
+  }
+  const auto results = harness::read_decode_results(dir.file("decode.csv"));
+  CHECK(results.bandwidth_gbps == 20);
+  CHECK(results.rows.size() == records.size() - 4);
+
+  CHECK(harness::cheaper_than_full_from(results, "gla", 128, 8) == 1024);
+  CHECK(harness::cheaper_than_full_from(results, "bigbird", 128, 8) == 1048576);
+  CHECK(harness::cheaper_than_full_from(results, "sliding:left=1024,right=0", 128, 8) == 65536);
+  CHECK_FALSE(harness::cheaper_than_full_from(results, "delta", 128, 8));
+  CHECK_FALSE(harness::cheaper_than_full_from(results, "gla", 64, 8));  // no such shape
+
+  const auto checks = harness::decode_speed_checks(results);
+  for (const auto& c : checks) INFO(c.verdict << " " << c.text);
+  CHECK(verdict_of(checks, {"`full`'s step reads", "0.65x at worst", "1M"}) == "FAIL");
+  CHECK(verdict_of(checks, {"both cores", "not measured"}) == "n/a");
+  CHECK(verdict_of(checks, {"`gla`'s step time is flat", "1.15 at worst", "1K to 1M"}) == "pass");
+  CHECK(verdict_of(checks, {"`linear`'s step time is flat", "1.00"}) == "pass");
+  CHECK(verdict_of(checks, {"`delta`'s step time is flat", "500.00"}) == "FAIL");
+  CHECK(verdict_of(checks, {"`sliding:left=1024,right=0`'s step time is flat beyond its window",
+                            "1.10 at worst", "64K to 1M"}) == "pass");
+  CHECK(verdict_of(checks, {"`bigbird`'s step time is flat"}).empty());  // a KV cache grows
+  CHECK(verdict_of(checks, {"`gla`'s step at D = 128", "0.21x"}) == "pass");
+  CHECK(verdict_of(checks, {"`linear`'s step at D = 128", "1.91x"}) == "FAIL");
+  CHECK(verdict_of(checks, {"`sliding:left=1024,right=0`'s step at D = 128"}).empty());
+  CHECK(verdict_of(checks, {"`gla`'s chunked prefill at D = 128", "1.50 at worst", "N = 4096"}) ==
+        "FAIL");
+  CHECK(verdict_of(checks, {"`full`'s chunked prefill at D = 128", "0.50"}) == "pass");
+  CHECK(verdict_of(checks, {"`full`'s chunked prefill at D = 32"}).empty());
+
+  // The summary: per variant its largest context, step, bytes held and crossover.
+  const std::string summary = harness::decode_summary("runs/x", results);
+  INFO(summary);
+  CHECK(summary.find("bandwidth 20.0 GB/s") != std::string::npos);
+  CHECK(summary.find("B=1 H=8 Hkv=8 D=128") != std::string::npos);
+  CHECK(line_words(summary, "full") ==
+        std::vector<std::string>{"full", "1M", "80.00", "ms", "8.01", "GiB", "-"});
+  CHECK(line_words(summary, "gla") ==
+        std::vector<std::string>{"gla", "1M", "11.5", "us", "512", "KiB", "1K"});
+  CHECK(line_words(summary, "bigbird").back() == "1M");
+  CHECK(line_words(summary, "delta") == std::vector<std::string>{"delta", "1M", "100.00", "ms",
+                                                                 "512", "KiB", "none", "up", "to",
+                                                                 "1M"});
+  CHECK(line_words(summary, "sliding:left=1024,right=0").back() == "64K");
+
+  // report.md holds the checks as lines, and the tables.
+  harness::render_decode_report(dir.path().string(), "no-such-gnuplot");
+  const std::string report = read_text(dir.file("report.md"));
+  for (const char* part :
+       {"## Speed checks", "- **FAIL** `full`'s step reads its KV cache at >= 0.7x",
+        "- **pass** `gla`'s step time is flat", "## D = 128, Hkv = 8", "| `bigbird` | 1M |",
+        "| `delta` | not in the measured range |", "could not be run"})
+    CHECK(report.find(part) != std::string::npos);
 }
