@@ -11,7 +11,7 @@
 #                                 the index results/README.md and the README's headline table
 #   scripts/regenerate-results.sh [build-dir] rerun FOLDER...      those folders' rerun commands,
 #                                 then render as above (e.g. rerun default full-sweep)
-#   scripts/regenerate-results.sh [build-dir] default|full|micro|studies|trained
+#   scripts/regenerate-results.sh [build-dir] default|full|micro|studies|trained|decode
 #                                 the named measurements the rerun commands call (below)
 # FOLDER is a path below results/ as the index shows it (training/zoology, archive/full, ...);
 # a rerun of an archived folder writes the current folder anew (results/full, not
@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build
 case ${1:-} in
-  render | rerun | default | full | micro | studies | trained | "") ;;
+  render | rerun | default | full | micro | studies | trained | decode | "") ;;
   *) build=$1; shift ;;
 esac
 usage() { awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0" >&2; }
@@ -36,6 +36,24 @@ sweep() {  # sweep DIR [sweep flags...]: the sweep renders DIR/report.md and DIR
   [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"
   echo "== $dir: load before $(cut -d' ' -f1-3 /proc/loadavg)"
   "$attnlab" sweep --out "$dir" "$@" | tee "$dir.summary"  # the README's excerpt
+  mv "$dir.summary" "$dir/summary.txt"
+  echo "== $dir: load after $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$dir/load_after.txt"
+}
+
+# The decode sweep of issue 44 into results/decode/ (its about.json stays): every variant's
+# default (those that cannot decode are unsupported rows), contexts 1K to 1M, B = 1, H = 8 with
+# Hkv = 8 and 2, D = 64 and 128, prefill chunked against token by token at N = 256, 1K and 4K,
+# the streaming read bandwidth as the yardstick; report.md (with the speed checks), plots/ and
+# the summary beside the rows. A KV cache past half of MemAvailable is a skipped row.
+decode() {
+  local dir=results/decode
+  [ "${KEEP:-0}" = 1 ] ||
+    rm -rf "$dir/decode.csv" "$dir/meta.json" "$dir/report.md" "$dir/plots" "$dir/summary.txt" \
+      "$dir/load_after.txt"
+  mkdir -p "$dir"
+  echo "== $dir: load before $(cut -d' ' -f1-3 /proc/loadavg)"
+  "$attnlab" decode --out "$dir" --variant '*' --contexts 1024..1048576 --batch 1 --heads 8 \
+    --kv-heads 8,2 --dims 64,128 --prefill 256,1024,4096 | tee "$dir.summary"
   mv "$dir.summary" "$dir/summary.txt"
   echo "== $dir: load after $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$dir/load_after.txt"
 }
@@ -98,7 +116,7 @@ case $1 in
     run_commands rerun "$@"
     render
     ;;
-  default | full | micro | studies | trained)
+  default | full | micro | studies | trained | decode)
     ninja -C "$build" cli/attnlab benchmarks/bench_variants
     case $1 in
       default) sweep results/default --peers ;;
@@ -106,10 +124,11 @@ case $1 in
       micro) benchmarks/run_microbench.sh "$build" ;;
       studies) studies ;;
       trained) trained_studies ;;
+      decode) decode ;;
     esac
     ;;
   *)
-    echo "unknown part '$1' (render|rerun|default|full|micro|studies|trained)" >&2
+    echo "unknown part '$1' (render|rerun|default|full|micro|studies|trained|decode)" >&2
     usage
     exit 2
     ;;

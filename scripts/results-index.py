@@ -21,6 +21,8 @@ A folder of results/ (or of results/archive/) is indexed when it holds an about.
   current    (archive only) the folder below results/ that its rerun writes
 "{dir}" in rerun and render stands for the folder's path, "{build}" for the build folder (the
 index shows "build"). An archived folder's rerun writes the current folder, not the archive.
+A current folder whose context matches no file yet (prepared: its about.json committed, its
+run not) is listed apart as not yet measured, with its rerun command, and has nothing to render.
 
 Stale: whether a commit after the one the folder was measured at (the oldest of its runs), or the
 working tree, changed a path of `code`, leaving out the commits listed in
@@ -67,6 +69,11 @@ def folders():
     found = sorted(p.parent for p in RESULTS.rglob("about.json"))
     current = [f for f in found if RESULTS / "archive" not in f.parents]
     return current, [f for f in found if RESULTS / "archive" in f.parents]
+
+
+def has_run(folder, about):
+    """Whether the folder holds any of the context files its run writes."""
+    return any(glob.glob(str(folder / pattern), recursive=True) for pattern in about["context"])
 
 
 def floats(text):
@@ -209,8 +216,14 @@ def render():
         "",
         "| folder | measures | kind | measured | load | stale | rerun |",
         "|---|---|---|---|---|---|---|"]
-    archive_rows = []
+    archive_rows, prepared_rows = [], []
     for folder in current + archived:
+        about = json.loads((folder / "about.json").read_text())
+        if folder in current and not has_run(folder, about):
+            prepared_rows.append(
+                f"| `{folder.relative_to(RESULTS).as_posix()}/` | {about['measures']} | "
+                f"{about['kind']} | `{about['rerun'].replace('{build}', 'build')}` |")
+            continue
         d = describe(folder, neutral)
         a = d["about"]
         measured = f"{d['commit']}, {d['date']}, {d['cpu']}" + \
@@ -224,6 +237,11 @@ def render():
         else:
             archive_rows.append(f"| {link} | {a['archived']} | {a['measures']} | {measured} | "
                                 f"{d['load']} | {stale_cell(d['changed'])} | {rerun} |")
+    if prepared_rows:
+        lines += ["", "## Not yet measured", "",
+                  "Prepared (the command and what it measures are committed), waiting for a run "
+                  "on a quiet machine.", "",
+                  "| folder | measures | kind | rerun |", "|---|---|---|---|", *prepared_rows]
     lines += ["", "## Archived: no longer current", "",
               "Kept as they were measured, with their pages; rerun on a quiet machine to bring one "
               "back (its rerun command writes the current folder anew).", "",
@@ -244,6 +262,8 @@ def commands(kind, build, names):
         chosen = [by_name[n.removeprefix("results/").rstrip("/")] for n in names]
     for folder in chosen:
         about = json.loads((folder / "about.json").read_text())
+        if kind == "render" and not has_run(folder, about):
+            continue  # prepared, not yet measured: no data to render
         command = about[kind].replace("{dir}", folder.relative_to(ROOT).as_posix()) \
             .replace("{build}", build)
         if command and kind == "rerun" and "current" in about:
