@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "attnlab/attnlab.hpp"
 #include "variants/bigbird.hpp"
@@ -29,10 +31,14 @@ inline Pattern sliding_pattern(const SlidingConfig& c, const Mask& mask, const D
   };
 }
 
-/// bigbird's block layout expanded to tokens, then the Mask's own rule (causal diagonal,
-/// padding, boolean). Written without the kernel's key ranges or tiles; keep layout alive.
-inline Pattern bigbird_pattern(const BigBirdLayout& layout, const Mask& mask, const Dims& d) {
-  return [&layout, &mask, d](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
+/// bigbird's block layout under `mask` (each item's: prefix-LM moves its causal cut) expanded to
+/// tokens, then the Mask's own rule (causal diagonal with prefix, padding, boolean). Written
+/// without the kernel's key ranges or tiles; keep `mask` alive.
+inline Pattern bigbird_pattern(const BigBirdConfig& c, const Mask& mask, const Dims& d) {
+  auto layouts = std::make_shared<std::vector<BigBirdLayout>>();
+  for (std::size_t b = 0; b < d.batch; ++b) layouts->push_back(bigbird_layout(c, d, mask, b));
+  return [layouts, &mask, d](std::size_t b, std::size_t h, std::size_t i, std::size_t j) {
+    const BigBirdLayout& layout = (*layouts)[b];
     return layout.kind(h, i / layout.block, j / layout.block) != BlockKind::none &&
            mask.may_attend(b, h, i, j, d);
   };

@@ -44,9 +44,8 @@ void check_against_reference(const BigBirdConfig& c, std::size_t batch, std::siz
                   << " causal=" << causal_name(mask.causal)
                   << " key_lengths=" << mask.has_key_lengths() << " bool=" << mask.has_allowed());
   const Dims d = check_qkv(q, k, v);
-  const BigBirdLayout layout = bigbird_layout(c, heads, nq, nk, mask.causal != Causal::none);
   const Tensor64 ref =
-      reference_attention(q, k, v, mask.softmax_scale(dk), test::bigbird_pattern(layout, mask, d));
+      reference_attention(q, k, v, mask.softmax_scale(dk), test::bigbird_pattern(c, mask, d));
   require_close(BigBirdAttention(c).forward(q, k, v, mask), ref, kRtol, kAtol);
 }
 
@@ -57,11 +56,16 @@ xt::xtensor<bool, 2> random_bool_mask(std::size_t nq, std::size_t nk, std::uint6
   return m;
 }
 
-// The rules of the spec, restated independently of bigbird_layout's code.
-void check_layout_rules(const BigBirdConfig& c, std::size_t heads, std::size_t n, bool causal) {
-  const BigBirdLayout l = bigbird_layout(c, heads, n, n, causal);
+// The rules of the spec, restated independently of bigbird_layout's code; `prefix` > 0
+// (prefix-LM, causal only) opens the causal cut up to the prefix's last block.
+void check_layout_rules(const BigBirdConfig& c, std::size_t heads, std::size_t n, bool causal,
+                        std::size_t prefix = 0) {
+  Mask mask;
+  if (causal) mask.causal = Causal::top_left;
+  if (prefix > 0) mask.prefix_lengths = {std::int64_t(prefix)};
+  const BigBirdLayout l = bigbird_layout(c, Dims{1, heads, n, n, 1, 1}, mask, 0);
   const std::size_t nb = (n + c.block - 1) / c.block;
-  INFO(spec_of(c) << " N=" << n << " causal=" << causal);
+  INFO(spec_of(c) << " N=" << n << " causal=" << causal << " prefix=" << prefix);
   REQUIRE(l.query_blocks == nb);
   REQUIRE(l.key_blocks == nb);
   std::set<std::size_t> globals;
@@ -73,7 +77,10 @@ void check_layout_rules(const BigBirdConfig& c, std::size_t heads, std::size_t n
     for (std::size_t i = 0; i < nb; ++i) {
       INFO("head " << h << " query block " << i);
       const auto blocks = l.blocks(h, i);
-      const std::size_t last = causal ? i : nb - 1;  // highest key block allowed
+      // The highest key block allowed: the diagonal, or the prefix's last block past it.
+      const std::size_t prefix_block = prefix > 0 ? (prefix - 1) / c.block : 0;
+      const std::size_t last = causal ? std::max(i, prefix_block) : nb - 1;
+      REQUIRE(l.last_key_block(i) == last);
       for (std::size_t a = 1; a < blocks.size(); ++a) REQUIRE(blocks[a - 1] < blocks[a]);
       for (const auto j : blocks) REQUIRE(j <= last);
       if (globals.count(i)) {  // a global query block attends everything allowed
@@ -131,6 +138,37 @@ TEST_CASE("bigbird: the layout follows the rules of the spec", "[bigbird]") {
       check_layout_rules(config(64, 3, 2, 3, 0), 2, n, causal);
     }
   check_layout_rules(config(5, 3, 2, 100, 3), 2, 60, false);  // more randoms than blocks left
+  // Prefix-LM: the causal cut moves out to the prefix's last block (odd N, prefixes inside a
+  // block, on a block edge and of every key).
+  for (std::size_t n : {37, 100})
+    for (std::size_t prefix :
+         {std::size_t{1}, std::size_t{9}, std::size_t{16}, std::size_t{17}, std::size_t{36}, n}) {
+      check_layout_rules(config(8, 3, 2, 3, 0), 2, n, true, prefix);
+      check_layout_rules(config(7, 1, 0, 2, 5), 2, n, true, prefix);
+      check_layout_rules(config(8, 11, 2, 3, 0), 1, n, true, prefix);
+    }
+}
+
+TEST_CASE("bigbird: a prefix of 0 is the causal layout, of every key the non-causal one",
+          "[bigbird]") {
+  for (const BigBirdConfig& c : {config(8, 3, 2, 3, 1), config(5, 1, 1, 4, 2)})
+    for (std::size_t n : {37, 64}) {
+      INFO(spec_of(c) << " N=" << n);
+      const Dims d{1, 2, n, n, 1, 1};
+      Mask prefix;
+      prefix.causal = Causal::top_left;
+      const auto rows = [](const BigBirdLayout& l) {
+        std::vector<std::vector<std::uint32_t>> r;
+        for (std::size_t h = 0; h < l.heads; ++h)
+          for (std::size_t i = 0; i < l.query_blocks; ++i)
+            r.emplace_back(l.blocks(h, i).begin(), l.blocks(h, i).end());
+        return r;
+      };
+      prefix.prefix_lengths = {0};
+      CHECK(rows(bigbird_layout(c, d, prefix, 0)) == rows(bigbird_layout(c, 2, n, n, true)));
+      prefix.prefix_lengths = {std::int64_t(n)};
+      CHECK(rows(bigbird_layout(c, d, prefix, 0)) == rows(bigbird_layout(c, 2, n, n, false)));
+    }
 }
 
 TEST_CASE("bigbird: random blocks are reproducible per seed and differ across heads", "[bigbird]") {
@@ -217,6 +255,59 @@ TEST_CASE("bigbird equals the dense fp64 reference over many lengths", "[bigbird
   }
   check_against_reference(config(64, 3, 2, 3, 0), 1, 2, 1000, 1000, 32, 32, {}, 11);
   check_against_reference(config(50, 1, 3, 1, 0), 1, 2, 1000, 1000, 32, 32, causal, 12);
+}
+
+TEST_CASE("bigbird under causal prefix-LM sees its prefix, forward and backward", "[bigbird]") {
+  // The reported case: block 8, window 11 covers every block of N = 37, so BigBird is full
+  // attention, and a prefix of 9 tokens must reach key 8 (block 1) from query block 0.
+  // Backward: fp32 gradients against the fp64 ones, sums of at most ~40 terms of O(1).
+  constexpr double kGradRtol = 1e-4, kGradAtol = 2e-5;
+  const auto full = make_attention("full");
+  const BigBirdConfig configs[] = {config(8, 11, 2, 3, 0), config(8, 3, 2, 3, 1),
+                                   config(4, 1, 1, 2, 5), config(5, 3, 0, 1, 2)};
+  for (const BigBirdConfig& c : configs) {
+    const BigBirdAttention a(c);
+    for (std::size_t n : {37, 23, 40})
+      for (std::int64_t prefix : {0, 1, 9, 16, 20}) {
+        Mask mask;
+        mask.causal = Causal::top_left;
+        // Two items with their own prefixes: the second's is the whole sequence or 3 tokens.
+        mask.prefix_lengths = {prefix, prefix == 0 ? std::int64_t(n) : 3};
+        INFO(a.spec() << " N=" << n << " prefix_lengths=" << prefix << ","
+                      << mask.prefix_lengths[1]);
+        const Tensor q = random_tensor(2, 2, n, 8, n), k = random_tensor(2, 2, n, 8, n + 1),
+                     v = random_tensor(2, 2, n, 6, n + 2), d_out = random_tensor(2, 2, n, 6, n + 3);
+        const Dims d = check_qkv(q, k, v);
+        const Pattern pattern = test::bigbird_pattern(c, mask, d);
+        Tensor out;
+        Saved saved;
+        a.forward(q, k, v, mask, {}, out, saved);
+        require_close(out, reference_attention(q, k, v, mask.softmax_scale(8), pattern), kRtol,
+                      kAtol);
+        const AllGradients g = a.backward(q, k, v, mask, {}, out, d_out, saved);
+        const Gradients64 want = reference_attention_backward(
+            xt::cast<double>(q), xt::cast<double>(k), xt::cast<double>(v), mask.softmax_scale(8),
+            pattern, xt::cast<double>(d_out));
+        require_close(g.qkv.dq, want.dq, kGradRtol, kGradAtol);
+        require_close(g.qkv.dk, want.dk, kGradRtol, kGradAtol);
+        require_close(g.qkv.dv, want.dv, kGradRtol, kGradAtol);
+        if (c.window < 2 * std::int64_t((n + 7) / 8) - 1) continue;
+        // The exact reduction, independent of the layout's code: full under the same mask.
+        require_close(out, xt::cast<double>(full->forward(q, k, v, mask)), 1e-5, 1e-6);
+      }
+  }
+  // Packed documents, a prefix each (the second opens blocks past its first query block).
+  const BigBirdConfig c = config(4, 3, 1, 2, 3);
+  Mask mask;
+  mask.causal = Causal::top_left;
+  mask.documents = {0, 13, 13, 37};
+  mask.prefix_lengths = {5, 0, 11};
+  const Tensor q = random_tensor(1, 2, 37, 8, 7), k = random_tensor(1, 2, 37, 8, 8),
+               v = random_tensor(1, 2, 37, 8, 9);
+  require_close(BigBirdAttention(c).forward(q, k, v, mask),
+                reference_attention(q, k, v, mask.softmax_scale(8),
+                                    test::bigbird_pattern(c, mask, check_qkv(q, k, v))),
+                kRtol, kAtol);
 }
 
 TEST_CASE("bigbird honours padding, boolean masks, cross-attention and Dv != Dk", "[bigbird]") {

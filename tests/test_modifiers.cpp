@@ -114,14 +114,9 @@ std::vector<Variant> variants() {
   out.push_back({std::make_unique<SlidingAttention>(sc),
                  [sc](const Dims& d, const Mask& m) { return test::sliding_pattern(sc, m, d); }});
   const BigBirdConfig bc{8, 3, 1, 1, 4};
-  out.push_back(
-      {std::make_unique<BigBirdAttention>(bc), [bc](const Dims& d, const Mask& m) {
-         auto layout = std::make_shared<BigBirdLayout>(
-             bigbird_layout(bc, d.heads, d.nq, d.nk, m.causal != Causal::none));
-         return Pattern([layout](std::size_t, std::size_t h, std::size_t i, std::size_t j) {
-           return layout->kind(h, i / layout->block, j / layout->block) != BlockKind::none;
-         });
-       }});
+  // bigbird's pattern: each item's layout under the mask (prefix-LM moves its causal cut).
+  out.push_back({std::make_unique<BigBirdAttention>(bc),
+                 [bc](const Dims& d, const Mask& m) { return test::bigbird_pattern(bc, m, d); }});
   return out;
 }
 

@@ -32,7 +32,7 @@ using Row = std::vector<std::pair<std::uint32_t, BlockKind>>;  // (key block, ki
 // blocks): the layout stays linear in N). `moved` is scratch for the random draws.
 void layout_row(const BigBirdConfig& c, const BigBirdLayout& l, std::size_t h, std::size_t i,
                 Row& row, std::vector<std::pair<std::size_t, std::size_t>>& moved) {
-  const std::size_t last = l.causal ? std::min(i, l.key_blocks - 1) : l.key_blocks - 1;
+  const std::size_t last = l.last_key_block(i);
   const auto entry = [](std::size_t j, BlockKind kind) {
     return std::pair{static_cast<std::uint32_t>(j), kind};
   };
@@ -136,24 +136,55 @@ double BigBirdLayout::pairs(std::size_t nq, std::size_t nk) const {
   return total;
 }
 
+std::size_t BigBirdLayout::last_key_block(std::size_t i) const {
+  return causal ? reach_[i] : key_blocks - 1;
+}
+
 BigBirdLayout bigbird_layout(const BigBirdConfig& config, std::size_t heads, std::size_t nq,
                              std::size_t nk, bool causal) {
+  Mask mask;
+  if (causal) mask.causal = Causal::top_left;
+  return bigbird_layout(config, Dims{1, heads, nq, nk, 1, 1}, mask, 0);
+}
+
+BigBirdLayout bigbird_layout(const BigBirdConfig& config, const Dims& d, const Mask& mask,
+                             std::size_t item) {
   config.validate();
-  if (causal && nq != nk)
-    throw Error("bigbird layout: causal needs Nq == Nk (got " + std::to_string(nq) + " and " +
-                std::to_string(nk) + ")");
-  if (nq == 0 || nk == 0) throw Error("bigbird layout: sequence lengths must be at least 1");
+  const bool causal = mask.causal != Causal::none;
+  if (causal && d.nq != d.nk)
+    throw Error("bigbird layout: causal needs Nq == Nk (got " + std::to_string(d.nq) + " and " +
+                std::to_string(d.nk) + ")");
+  if (d.nq == 0 || d.nk == 0) throw Error("bigbird layout: sequence lengths must be at least 1");
   BigBirdLayout l;
-  l.heads = heads;
+  l.heads = d.heads;
   l.block = static_cast<std::size_t>(config.block);
-  l.query_blocks = ceil_div(nq, l.block);
-  l.key_blocks = ceil_div(nk, l.block);
+  l.query_blocks = ceil_div(d.nq, l.block);
+  l.key_blocks = ceil_div(d.nk, l.block);
   l.causal = causal;
-  l.offsets_.reserve(heads * l.query_blocks + 1);
+  if (causal) {  // the diagonal block, or the last prefix block the block's queries see
+    l.reach_.resize(l.query_blocks);
+    for (std::size_t i = 0; i < l.query_blocks; ++i) l.reach_[i] = std::min(i, l.key_blocks - 1);
+    const auto open_prefix = [&](std::size_t q0, std::size_t q1, std::size_t prefix_end) {
+      if (q0 >= q1 || prefix_end == 0) return;  // no queries, or an empty prefix
+      const std::size_t last = std::min((prefix_end - 1) / l.block, l.key_blocks - 1);
+      for (std::size_t i = q0 / l.block; i <= (q1 - 1) / l.block; ++i)
+        l.reach_[i] = std::max(l.reach_[i], last);
+    };
+    if (!mask.prefix_lengths.empty() && mask.has_documents()) {
+      for (std::size_t doc = 0; doc + 1 < mask.documents.size(); ++doc) {
+        const auto [q0, q1] = mask.document_queries(doc);
+        const std::size_t k0 = mask.document_keys(doc).first;
+        open_prefix(q0, q1, k0 + static_cast<std::size_t>(mask.prefix_lengths[doc]));
+      }
+    } else if (!mask.prefix_lengths.empty()) {
+      open_prefix(0, d.nq, static_cast<std::size_t>(mask.prefix_lengths[item]));
+    }
+  }
+  l.offsets_.reserve(d.heads * l.query_blocks + 1);
   l.offsets_.push_back(0);
   Row row;
   std::vector<std::pair<std::size_t, std::size_t>> moved;
-  for (std::size_t h = 0; h < heads; ++h)
+  for (std::size_t h = 0; h < d.heads; ++h)
     for (std::size_t i = 0; i < l.query_blocks; ++i) {
       layout_row(config, l, h, i, row, moved);
       for (const auto& [j, kind] : row) {
@@ -192,20 +223,21 @@ std::string BigBirdAttention::why_unsupported(const std::string& feature) const 
 }
 
 double BigBirdAttention::flops(const Dims& d, const Mask& mask) const {
-  const bool causal = mask.causal != Causal::none;
-  if (causal && d.nq != d.nk) return std::numeric_limits<double>::quiet_NaN();  // unsupported
-  const BigBirdLayout layout = bigbird_layout(config_, d.heads, d.nq, d.nk, causal);
+  if (mask.causal != Causal::none && d.nq != d.nk)
+    return std::numeric_limits<double>::quiet_NaN();  // unsupported
   double pairs = 0;
-  for (std::size_t b = 0; b < d.batch; ++b)
+  for (std::size_t b = 0; b < d.batch; ++b) {
+    const BigBirdLayout layout = bigbird_layout(config_, d, mask, b);
     for (std::size_t h = 0; h < d.heads; ++h)
       for (std::size_t i = 0; i < d.nq; ++i) {
-        const std::size_t visible = mask.visible_keys(b, i, d);
+        const KeySpan span = mask.key_span(b, i, d);
         for (const std::uint32_t j : layout.blocks(h, i / layout.block)) {
-          const std::size_t lo = j * layout.block;
-          if (lo >= visible) break;  // blocks ascend
-          pairs += double(std::min(visible, lo + layout.block) - lo);
+          const auto lo = std::max<std::int64_t>(span.lo, j * layout.block);
+          const auto hi = std::min<std::int64_t>(span.hi, (j + 1) * layout.block);
+          pairs += double(std::max<std::int64_t>(hi - lo, 0));
         }
       }
+  }
   return 2.0 * pairs * double(d.dk + d.dv);
 }
 
@@ -223,18 +255,22 @@ std::size_t tile_rows(std::size_t block, std::size_t nq, std::size_t max_rows) {
 // heaviest, first), each reading its block's key blocks as runs of contiguous keys.
 class BigBirdSparsity final : public engine::Sparsity {
  public:
-  BigBirdSparsity(const BigBirdConfig& c, const Dims& d, const Mask& mask)
-      : config_(c),
-        layout_(bigbird_layout(c, d.heads, d.nq, d.nk, mask.causal != Causal::none)),
-        nk_(d.nk) {}
+  BigBirdSparsity(const BigBirdConfig& c, const Dims& d, const Mask& mask) : config_(c), nk_(d.nk) {
+    // One layout per item where items' prefixes (prefix-LM) move the causal cut differently.
+    const bool per_item =
+        mask.causal != Causal::none && !mask.prefix_lengths.empty() && !mask.has_documents();
+    for (std::size_t b = 0; b < (per_item ? d.batch : 1); ++b)
+      layouts_.push_back(bigbird_layout(c, d, mask, b));
+  }
 
   std::vector<engine::QueryTile> tiles(const Dims& d, const Mask&,
                                        std::size_t max_rows) const override {
-    const std::size_t block = layout_.block, rows = tile_rows(block, d.nq, max_rows);
+    const BigBirdLayout& layout = layouts_.front();  // every item's has the same blocks
+    const std::size_t block = layout.block, rows = tile_rows(block, d.nq, max_rows);
     std::vector<engine::QueryTile> tiles;
     for (int pass = 0; pass < 2; ++pass)
-      for (std::size_t qb = 0; qb < layout_.query_blocks; ++qb) {
-        if (is_global(qb, layout_.query_blocks, config_.global) != (pass == 0)) continue;
+      for (std::size_t qb = 0; qb < layout.query_blocks; ++qb) {
+        if (is_global(qb, layout.query_blocks, config_.global) != (pass == 0)) continue;
         const std::size_t end = std::min(d.nq, (qb + 1) * block);
         for (std::size_t i0 = qb * block; i0 < end; i0 += rows)
           tiles.push_back({i0, 1, std::min(rows, end - i0)});
@@ -242,10 +278,11 @@ class BigBirdSparsity final : public engine::Sparsity {
     return tiles;
   }
 
-  void runs(const engine::KeyLayout&, std::size_t, std::size_t h, const engine::QueryTile& t,
+  void runs(const engine::KeyLayout&, std::size_t b, std::size_t h, const engine::QueryTile& t,
             std::vector<engine::KeyRun>& runs) const override {
+    const BigBirdLayout& layout = layouts_[layouts_.size() == 1 ? 0 : b];
     std::vector<std::pair<std::size_t, std::size_t>> ranges;
-    key_ranges(layout_.blocks(h, t.first / layout_.block), layout_.block, nk_, ranges);
+    key_ranges(layout.blocks(h, t.first / layout.block), layout.block, nk_, ranges);
     for (const auto& [lo, hi] : ranges) {
       engine::KeyRun& run = runs.emplace_back();
       run.t0 = static_cast<std::int64_t>(lo);
@@ -255,7 +292,7 @@ class BigBirdSparsity final : public engine::Sparsity {
 
  private:
   BigBirdConfig config_;
-  BigBirdLayout layout_;
+  std::vector<BigBirdLayout> layouts_;  // one, or one per batch item
   std::size_t nk_;
 };
 

@@ -14,14 +14,18 @@
 // the kernel, the tests' dense reference and `attnlab mask` all read it from there.
 // Cost: O(B·H·Nq·(W+G+R)·block·(Dk+Dv)) time (global query blocks: O(block·Nk) each),
 // O(B·H·(Nq·Dv + Nk·Dk)) memory; never a dense Nq x Nk mask or score matrix.
-// FLOPs (flops()): 2·(Dk + Dv) per computed (query, key) pair: the layout's pairs that pass the
-// causal and padding limits (a boolean mask is not subtracted, as for full).
+// FLOPs (flops()): 2·(Dk + Dv) per computed (query, key) pair: the layout's pairs inside each
+// query's key interval (Mask::key_span: causal with prefix, padding, window, documents; a
+// boolean or custom mask is not subtracted, as for full).
 // Masks: causal for Nq == Nk (blocks above the diagonal are dropped, random blocks come only from
-// the past, and the element-level diagonal applies inside the diagonal block); key padding,
-// boolean masks, a window, documents, prefix-LM and a custom mask (intersected with the
-// layout); every softmax modifier (softcap, bias, sinks, ALiBi, the forgetting gate); grouped
-// KV heads; cross-attention (Nq != Nk, blocks counted on each side, not causal); Dv != Dk. A
-// query that sees no key outputs zeros.
+// the past, and the element-level diagonal applies inside the diagonal block); prefix-LM
+// relaxes that cut as it relaxes the causal mask: a query block keeps every block up to the
+// last one holding prefix keys its queries see (its item's prefix, or each document's), random
+// blocks drawn from all of those, so a prefix of 0 is the causal layout and a prefix of every
+// key the non-causal one; key padding, boolean masks, a window, documents and a custom mask
+// (intersected with the layout); every softmax modifier (softcap, bias, sinks, ALiBi, the
+// forgetting gate); grouped KV heads; cross-attention (Nq != Nk, blocks counted on each side,
+// not causal); Dv != Dk. A query that sees no key outputs zeros.
 // Kernel: a client of the softmax engine (lib/attnlab/softmax_engine.hpp): each query block's
 // row tiles read its key blocks as runs of contiguous keys; the engine classifies, skips, masks
 // and runs them.
@@ -29,8 +33,8 @@
 // log-sum-exp; every mask and modifier the forward takes. Cost about 2.5x the forward's (five
 // tile GEMMs for two); extra memory as full's; deterministic as full's (bitwise the same
 // gradients with any number of threads).
-// Exact reduction: G >= number of blocks, or W >= 2·blocks - 1, gives full attention (so does
-// N <= block: the single block attends itself).
+// Exact reduction: G >= number of blocks, or W >= 2·blocks - 1, gives full attention under the
+// same mask, prefix-LM included (so does N <= block: the single block attends itself).
 #pragma once
 
 #include <cstddef>
@@ -77,9 +81,13 @@ class BigBirdLayout {
   /// Number of attended (query, key) token pairs, before element-level masks.
   double pairs(std::size_t nq, std::size_t nk) const;
 
+  /// The last key block query block i may attend: key_blocks - 1, or when causal its diagonal
+  /// block i, or past it the last block of the prefix its queries see under prefix-LM.
+  std::size_t last_key_block(std::size_t i) const;
+
  private:
-  friend BigBirdLayout bigbird_layout(const BigBirdConfig&, std::size_t, std::size_t, std::size_t,
-                                      bool);
+  friend BigBirdLayout bigbird_layout(const BigBirdConfig&, const Dims&, const Mask&, std::size_t);
+  std::vector<std::size_t> reach_;    // causal: last_key_block per query block
   std::vector<std::size_t> offsets_;  // heads * query_blocks + 1 entries into blocks_/kinds_
   std::vector<std::uint32_t> blocks_;
   std::vector<BlockKind> kinds_;
@@ -89,6 +97,13 @@ class BigBirdLayout {
 /// causal (needs nq == nk): blocks above the diagonal dropped, random blocks drawn from the past.
 BigBirdLayout bigbird_layout(const BigBirdConfig& config, std::size_t heads, std::size_t nq,
                              std::size_t nk, bool causal);
+
+/// The layout batch item `item` runs under `mask` (validated against d by the caller) at sizes
+/// d: the one above, causal when the mask is, with each query block's causal cut moved out to
+/// the last block of the prefix its queries see under prefix-LM (Mask::prefix_lengths: the
+/// item's, or each document's). What the kernel reads and the tests' reference expands.
+BigBirdLayout bigbird_layout(const BigBirdConfig& config, const Dims& d, const Mask& mask,
+                             std::size_t item);
 
 /// BigBird ITC block-sparse attention (see above).
 class BigBirdAttention final : public Attention {
