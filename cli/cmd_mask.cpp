@@ -374,7 +374,7 @@ void mask_command(const MaskOptions& o) {
                                       {!f.key_lengths.empty(), "--key-lengths"},
                                       {!f.cu_seqlens.empty(), "--cu-seqlens"},
                                       {!f.cu_seqlens_k.empty(), "--cu-seqlens-k"},
-                                      {!f.window.empty(), "--window"},
+                                      {!f.window_text().empty(), f.window_flag()},
                                       {!f.prefix_lengths.empty(), "--prefix-lengths"}})
     if (given)
       throw Error("mask: " + std::string(option) + " draws the tile classes of a mask, without " +

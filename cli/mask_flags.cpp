@@ -25,8 +25,9 @@ std::vector<std::int64_t> parse_key_lengths(const std::string& text) {
   }
 }
 
-// "LEFT,RIGHT" (FlashAttention's window_size; -1 leaves a side unbounded) as a Window.
-Window parse_window(const std::string& text) {
+// "LEFT,RIGHT" (FlashAttention's window_size; -1 leaves a side unbounded) as a Window; errors
+// name `flag`, the option as the user typed it.
+Window parse_window(const char* flag, const std::string& text) {
   const auto comma = text.find(',');
   std::int64_t sides[2] = {0, 0};
   bool ok = comma != std::string::npos && text.find(',', comma + 1) == std::string::npos;
@@ -37,9 +38,16 @@ Window parse_window(const std::string& text) {
     ok = !parts[s].empty() && ec == std::errc() && end == parts[s].data() + parts[s].size();
   }
   if (!ok)
-    throw Error("--window '" + text +
+    throw Error(std::string(flag) + " '" + text +
                 "': expected LEFT,RIGHT, two integers (-1 leaves a side unbounded), e.g. 128,0");
-  return Window{sides[0], sides[1]};
+  Mask alone;  // the sides' range: Mask::validate's rule, its message led by the flag
+  alone.window = Window{sides[0], sides[1]};
+  try {
+    alone.validate(Dims{1, 1, 1, 1, 1, 1});
+  } catch (const Error& e) {
+    throw Error(std::string(flag) + " '" + text + "': " + e.what());
+  }
+  return *alone.window;
 }
 
 }  // namespace
@@ -59,10 +67,14 @@ void add_mask_flags(CLI::App& cmd, MaskFlags& f) {
                      variants_taking(&Support::documents) + ")");
   cmd.add_option("--cu-seqlens-k", f.cu_seqlens_k,
                  "Key offsets for cross-attention, ending at Nk (default: --cu-seqlens)");
-  cmd.add_option("--window,--window-size", f.window,
-                 "Sliding window LEFT,RIGHT around each query (FlashAttention's window_size; "
-                 "-1: unbounded; " +
-                     variants_taking(&Support::window) + ")");
+  // Two options, not one with two names, so that errors name the one the user typed.
+  CLI::Option* window =
+      cmd.add_option("--window", f.window,
+                     "Sliding window LEFT,RIGHT around each query (FlashAttention's "
+                     "window_size; -1: unbounded; " +
+                         variants_taking(&Support::window) + ")");
+  cmd.add_option("--window-size", f.window_size, "--window under FlashAttention's name")
+      ->excludes(window);
   cmd.add_option("--prefix-lengths", f.prefix_lengths,
                  "Prefix-LM with --causal: .npy of int prefix lengths, one per batch item (per "
                  "document with --cu-seqlens; " +
@@ -79,7 +91,7 @@ void apply_mask_flags(const MaskFlags& f, Mask& mask) {
                   ": the key offsets of cross-attention need --cu-seqlens (the query offsets)");
     mask.key_documents = read_for("--cu-seqlens-k", [&] { return load_npy_ints(f.cu_seqlens_k); });
   }
-  if (!f.window.empty()) mask.window = parse_window(f.window);
+  if (!f.window_text().empty()) mask.window = parse_window(f.window_flag(), f.window_text());
   if (!f.prefix_lengths.empty())
     mask.prefix_lengths =
         read_for("--prefix-lengths", [&] { return load_npy_ints(f.prefix_lengths); });

@@ -3,10 +3,12 @@
 //   --key-lengths 5,7              valid keys per batch item
 //   --cu-seqlens o.npy             packed documents: int32/int64 offsets 0 = o_0 <= ... <= o_D = Nq
 //   --cu-seqlens-k ok.npy          the key offsets of cross-attention (default: --cu-seqlens)
-//   --window LEFT,RIGHT            FlashAttention's window_size (-1: unbounded; --window-size too)
+//   --window LEFT,RIGHT            FlashAttention's window_size (-1: unbounded); --window-size is
+//                                  the same under FlashAttention's name (one of the two)
 //   --prefix-lengths p.npy         prefix-LM under a causal mask: int lengths per item (document)
 // A file that cannot be read is an Error naming the option and the file; the values are checked
-// by Mask::validate, whose messages name the part (documents (cu_seqlens), window.left, ...).
+// by Mask::validate, whose messages name the part (documents (cu_seqlens), window.left, ...);
+// the window's own errors also name the flag it was given by, as typed.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +24,12 @@
 namespace attnlab::cli {
 
 struct MaskFlags {
-  std::string key_lengths, cu_seqlens, cu_seqlens_k, window, prefix_lengths;
+  std::string key_lengths, cu_seqlens, cu_seqlens_k, window, window_size, prefix_lengths;
+
+  /// The flag that gave the window, as typed: --window-size or --window.
+  const char* window_flag() const { return window_size.empty() ? "--window" : "--window-size"; }
+  /// The window's text, from whichever flag gave it; empty: no window.
+  const std::string& window_text() const { return window_size.empty() ? window : window_size; }
 };
 
 /// Registers the options above on `cmd`, their values kept in `flags`.

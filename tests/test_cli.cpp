@@ -400,8 +400,31 @@ TEST_CASE("run and mask take FlashAttention's --window-size as --window", "[cli]
   REQUIRE(tiles.code == 0);
   CHECK(tiles.out == attnlab_cli(dir, "mask --n 300 --window 40,0").out);
   CHECK(tiles.out.find("window 40,0") != std::string::npos);
-  require_failure(dir, "run --spec full --q q.npy --k k.npy --v v.npy --window-size 5 --out o.npy",
-                  {"--window '5'", "LEFT,RIGHT"});
+}
+
+TEST_CASE("--window and --window-size errors name the flag the user typed", "[cli]") {
+  TempDir dir("cli-window-errors");
+  const Tensor q = random_tensor(1, 2, 20, 8, 44);
+  save(dir, "q.npy", q), save(dir, "k.npy", q), save(dir, "v.npy", q);
+  const std::string run = "run --spec full --q q.npy --k k.npy --v v.npy --out o.npy ";
+  for (const std::string flag : {"--window", "--window-size"}) {
+    // Each message starts with the flag as typed; "--window '" alone would also match the
+    // prefix of "--window-size '", so the whole token is checked.
+    const std::string other = flag == "--window" ? "--window-size '" : "--window '";
+    for (const auto& [value, why] : {std::pair<std::string, std::string>{"5", "LEFT,RIGHT"},
+                                     {"5,x", "LEFT,RIGHT"},
+                                     {"-2,3", "window.left = -2"},
+                                     {"1,-7", "window.right = -7"}}) {
+      require_failure(dir, run + flag + " " + value, {flag + " '" + value + "'", why});
+      CHECK(attnlab_cli(dir, run + flag + " " + value).err.find(other) == std::string::npos);
+    }
+    // attnlab mask: bigbird's layout takes no window, said with the flag as typed.
+    std::filesystem::remove(dir.file("m.png"));
+    require_failure(dir, "mask --spec bigbird --n 64 --out m.png " + flag + " 3,3",
+                    {"mask: " + flag + " draws the tile classes"});
+    CHECK_FALSE(std::filesystem::exists(dir.file("m.png")));
+  }
+  require_failure(dir, run + "--window 1,1 --window-size 2,2", {"--window", "--window-size"});
 }
 
 TEST_CASE("decode prints its summary; report renders a decode folder again", "[cli][decoding]") {
