@@ -1,6 +1,6 @@
 """Pieces shared by the results renderers: the medians of a Google Benchmark run, whether a
-target is met, the "where the time goes" section from the profiles the run scripts saved, and
-the link to a folder's hand-written findings."""
+target is met, the masks run's reference times, the "where the time goes" section from the
+profiles the run scripts saved, and the link to a folder's hand-written findings."""
 import statistics
 from pathlib import Path
 
@@ -13,6 +13,27 @@ def benchmark_medians(bench, key="real_time", scale=1.0):
         if b.get("run_type") == "iteration" and key in b:
             values.setdefault(b["run_name"], []).append(b[key] * scale)
     return {name: statistics.median(v) for name, v in values.items()}
+
+
+# bench_masks.cpp times plain full three times in one run (BM_mask's dense, BM_modifier's plain,
+# BM_grouped's Hkv = 8: the same inputs and call) and plain causal full twice. Single calls at
+# N = 16384 on a shared VM differ by up to 30% between such twins, so every ratio stands against
+# the median of a configuration's twins, not against whichever one happened to be slow.
+MASK_TWINS = {"dense": ("BM_mask/mask:0/", "BM_modifier/modifier:0/", "BM_grouped/kv:8/"),
+              "causal": ("BM_mask/mask:1/", "BM_modifier/modifier:4/")}
+
+
+def mask_references(bench):
+    """{"dense"|"causal": {"forward_ms"|"backward_ms": (median, [each twin's time])}} of
+    bench_masks.json (see MASK_TWINS)."""
+    refs = {}
+    for config, prefixes in MASK_TWINS.items():
+        refs[config] = {}
+        for key in ("forward_ms", "backward_ms"):
+            times = benchmark_medians(bench, key)
+            twins = [v for name, v in times.items() if name.startswith(prefixes)]
+            refs[config][key] = (statistics.median(twins), twins)
+    return refs
 
 
 def notes_link(out: Path) -> str:

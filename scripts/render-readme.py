@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from render_training_speed import step_table  # noqa: E402
-from report_parts import benchmark_medians  # noqa: E402
+from report_parts import benchmark_medians, mask_references  # noqa: E402
 
 BEGIN = "<!-- rendered: "
 END = "<!-- /rendered -->"
@@ -91,16 +91,21 @@ def linear_family():
 
 def masks():
     """results/masks: the softmax engine's forward under masks, GFLOP/s over the visible pairs
-    against dense full's of the same run (N = 16384)."""
+    against dense full's of the same run (N = 16384) at the median of its twins' times
+    (report_parts.MASK_TWINS), as results/masks/README.md gives them."""
     folder = RESULTS / "masks"
     if not (folder / "bench_masks.json").exists():
         return []
     bench = json.loads((folder / "bench_masks.json").read_text())
-    rate = benchmark_medians(bench, "forward_GFLOPS")
-    label = {b["run_name"]: b.get("label", "") for b in bench["benchmarks"]}
-    rate = {label[name].split(" (")[0]: v for name, v in rate.items() if name.startswith("BM_mask/")}
-    cells = ", ".join(f"{name} {rate[name] / rate['dense']:.2f}x"
-                      for name in ("causal", "window 512", "16 documents", "prefix-LM, quarter prefix"))
+    label = {b["run_name"]: b.get("label", "").split(" (")[0] for b in bench["benchmarks"]}
+    def mask(key):
+        return {label[name]: v for name, v in benchmark_medians(bench, key).items()
+                if name.startswith("BM_mask/")}
+    rate = mask("forward_GFLOPS")
+    reference_ms = mask_references(bench)["dense"]["forward_ms"][0]
+    dense = rate["dense"] * mask("forward_ms")["dense"] / reference_ms
+    cells = ", ".join(f"{name} {rate[name] / dense:.2f}x" for name in
+                      ("causal", "window 512", "16 documents", "prefix-LM, quarter prefix"))
     context = bench["context"]
     return [("softmax engine's forward under a mask, GFLOP/s over the visible pairs / dense full's, "
              "B = 1, H = 8, D = 64, N = 16384", cells,
