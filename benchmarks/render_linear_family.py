@@ -79,12 +79,18 @@ for s, base, most in (("gla+channels", "gla", 2.0), ("kda+channels", "gated-delt
                  f"time(65536)/time(4096) = {fwd[65536] / fwd[4096]:.1f} "
                  f"({'met' if fwd[65536] / fwd[4096] <= 20 else 'not met'}: <= 20)")
     issue46.append(line + ".")
-print("""- >= 10x faster than the sequential causal delta rule at N = 16384: measured apart, against a
-  build of the last commit that had it (`scaling.txt`, benchmarks/run_linear_scaling.sh).
+# The sequential delta rule left the code with the scan engine: its comparison was measured once,
+# into the folder that ran it (this one or the archived one).
+scaling = ("scaling.txt" if (out / "scaling.txt").exists()
+           else "../archive/linear-family/scaling.txt")
+beside = "; notes.md says what ran beside" if (out / "notes.md").exists() else ""
+print(f"""- >= 10x faster than the sequential causal delta rule at N = 16384: measured apart, against a
+  build of the last commit that had it ([scaling.txt]({scaling}),
+  benchmarks/run_linear_scaling.sh).
 
-Caveats: the machine has 2 cores and may be shared (the load above; notes.md says what ran
-beside): under load the smallest N waits for a core and the N-scaling ratio flatters, so
-ratios within one run (x sgemm, backward / forward) are the figures to compare.""")
+Caveats: the machine has 2 cores and may be shared (the load above{beside}): under load the
+smallest N waits for a core and the N-scaling ratio flatters, so ratios within one run (x sgemm,
+backward / forward) are the figures to compare.""")
 if issue46:
     print("\nTargets of issue 46 (per-channel gates, DeltaProduct), from this run:\n")
     print("\n".join(issue46))
