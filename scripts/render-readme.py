@@ -63,14 +63,14 @@ def default_sweep():
 
 
 def training_step():
-    """results/training-speed/intel-167-openmp: a training step, PyTorch's time over ours."""
-    folder = RESULTS / "training-speed" / "intel-167-openmp"
+    """results/training-speed/llama: a training step, PyTorch's time over ours."""
+    folder = RESULTS / "training-speed" / "llama"
     if not (folder / "rows.csv").exists():
         return []
     context = json.loads((folder / "context.json").read_text())
     run = run_cell(folder, context["git_commit"], context["date"], context["cpu"])
-    return [(f"a training step, PyTorch's time / attnlab's: {s['layers']} layers, d_model "
-             f"{s['d_model']}, N = {s['n']}", f"{s['torch_s'] / s['attnlab_s']:.2f}x", run)
+    return [(f"a training step, PyTorch's time / attnlab's: {s['model']}, N = {s['n']}",
+             f"{s['torch_s'] / s['attnlab_s']:.2f}x", run)
             for s in step_table(list(csv.DictReader(open(folder / "rows.csv"))))]
 
 
