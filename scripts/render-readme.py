@@ -9,7 +9,8 @@ Writes each block between "<!-- rendered: NAME" and the next "<!-- /rendered -->
                no row
   run-excerpt  an excerpt of what `./dev run` printed for results/default (its summary.txt)
 With --check nothing is written: exit 1 with a diff when a block differs from what the data
-gives (the meson test `readme_rendered`).
+gives (the meson test `readme_rendered`). Either way, exit 1 when the rendered README is longer
+than MAX_LINES: the front door stays short, and the rest lives in docs/.
 """
 import csv
 import difflib
@@ -125,15 +126,18 @@ def headline():
 
 def run_excerpt():
     """Parts of results/default/summary.txt (the sweep's summary as `./dev run` prints it): the
-    run's context, the first speed table's head, the yardstick and where the report went."""
+    run's context, the first speed table's head, the yardstick and where the report went (not the
+    list of plots)."""
     summary = RESULTS / "default" / "summary.txt"
     if not summary.exists():
         return ("No run of the default sweep is committed yet (`scripts/regenerate-results.sh "
                 "rerun archive/default`).\n")
     parts = [p.splitlines() for p in summary.read_text().strip().split("\n\n")]
     speed = next(p for p in parts if p[0].startswith("Speed-up"))
-    keep = [p for p in parts if p[0].startswith("Summary of")] + [speed[:5] + ["  ..."]]
-    keep += [p for p in parts if p[0].startswith(("Yardstick", "Report"))]
+    keep = [p for p in parts if p[0].startswith("Summary of")] + [speed[:4] + ["  ..."]]
+    keep += [p for p in parts if p[0].startswith("Yardstick")]
+    keep += [[line for p in parts if p[0].startswith("Report") for line in p
+              if line.startswith("Report")]]
     return "```text\n" + "\n\n".join("\n".join(p) for p in keep) + "\n```\n"
 
 
@@ -158,12 +162,19 @@ def render(readme):
     return "".join(out) + readme[at:]
 
 
+MAX_LINES = 200
+
+
 def main():
     check = sys.argv[1:] == ["--check"]
     if sys.argv[1:] not in ([], ["--check"]):
         sys.exit("usage: scripts/render-readme.py [--check]")
     readme = (ROOT / "README.md").read_text()
     new = render(readme)
+    if len(new.splitlines()) > MAX_LINES:
+        print(f"README.md would have {len(new.splitlines())} lines, more than {MAX_LINES}: move "
+              "the detail to docs/", file=sys.stderr)
+        return 1
     if not check:
         (ROOT / "README.md").write_text(new)
         return 0
