@@ -226,6 +226,20 @@ TEST_CASE("generate: greedy gives the tokens of the whole forward re-run at ever
   CHECK(g.tokens_per_second() > 0);
 }
 
+TEST_CASE("generate: a checkpoint of weights only (no optimizer state) generates the same",
+          "[generation]") {
+  // As benchmarks/checkpoints/kjv is committed: the optimizer's moments are not needed to read.
+  const test::TempDir dir("generate-weights");
+  const std::string checkpoint = trained_checkpoint(dir, lm_config(Arch::transformer, "full"));
+  SamplingConfig greedy;
+  greedy.temperature = 0;
+  greedy.tokens = 8;
+  const auto prompt = bytes_of("In the");
+  const auto want = Generator(checkpoint).generate(prompt, greedy).tokens;
+  std::filesystem::remove_all(std::filesystem::path(checkpoint) / "optimizer");
+  CHECK(Generator(checkpoint).generate(prompt, greedy).tokens == want);
+}
+
 TEST_CASE("generate: sampling by temperature and top-k, reproducible from the seed",
           "[generation]") {
   std::mt19937_64 rng(1);

@@ -75,28 +75,46 @@ double Generation::tokens_per_second() const {
   return seconds > 0 ? double(tokens.size()) / seconds : 0.0;
 }
 
-Generator::Generator(const std::string& weights) : checkpoint_(weights) {
-  namespace fs = std::filesystem;
-  // A run folder of attnlab train holds its checkpoint in checkpoint/ (as the studies read it).
-  if (!Trainer::has_checkpoint(checkpoint_) &&
-      Trainer::has_checkpoint((fs::path(weights) / "checkpoint").string()))
-    checkpoint_ = (fs::path(weights) / "checkpoint").string();
-  const TrainConfig config = checkpoint_config(checkpoint_);
+namespace {
+
+// The checkpoint folder of `weights`: RUN/checkpoint or the run folder RUN (as the studies read
+// it).
+std::string checkpoint_folder(const std::string& weights) {
+  const std::string inside = (std::filesystem::path(weights) / "checkpoint").string();
+  return !Trainer::has_checkpoint(weights) && Trainer::has_checkpoint(inside) ? inside : weights;
+}
+
+// The vocabulary of the language model `config` describes; Error when it is not one.
+std::size_t language_model_vocab(const TrainConfig& config, const std::string& checkpoint) {
   const auto task = make_task(config.task, config.n);
   if (!task->needs_causal() || task->output() != Output::per_token ||
       task->classes() != task->vocab())
-    throw Error("generate: checkpoint " + checkpoint_ + " is of task " + config.task +
+    throw Error("generate: checkpoint " + checkpoint + " is of task " + config.task +
                 ", not a language model (train one with --task text --causal)");
-  // A language model is causal: TrainConfig::validate (in Trainer) refuses one without --causal.
-  trainer_ = std::make_unique<Trainer>(config);
-  trainer_->load(checkpoint_);
+  return task->vocab();
 }
+
+// The model `config` describes with the checkpoint's weights (the optimizer's state is not read).
+// A language model is causal: TrainConfig::validate (in Trainer) refuses one without --causal.
+TaskModel trained_model(const TrainConfig& config, const std::string& checkpoint) {
+  TaskModel model = Trainer(config).model();
+  model.load(checkpoint);
+  return model;
+}
+
+}  // namespace
+
+Generator::Generator(const std::string& weights)
+    : checkpoint_(checkpoint_folder(weights)),
+      config_(checkpoint_config(checkpoint_)),
+      vocab_(language_model_vocab(config_, checkpoint_)),
+      model_(trained_model(config_, checkpoint_)) {}
 
 Generation Generator::generate(const std::vector<std::int64_t>& prompt,
                                const SamplingConfig& config,
                                const std::function<void(std::int64_t)>& on_token) const {
-  const TaskModel& model = trainer_->model();
-  const std::size_t vocab = trainer_->task().vocab(), n = max_length();
+  const TaskModel& model = model_;
+  const std::size_t vocab = vocab_, n = max_length();
   config.validate(vocab);
   if (prompt.empty()) throw Error("generate: the prompt is empty: give at least one token");
   for (std::int64_t id : prompt)

@@ -55,8 +55,9 @@ struct Generation {
 /// A trained causal language model, ready to generate (see the header comment).
 class Generator {
  public:
-  /// Loads the checkpoint folder `weights` of `attnlab train` (RUN/checkpoint, or the run folder
-  /// RUN). Throws Error when it is not a checkpoint, or (naming the folder) not a language
+  /// Loads the weights of the checkpoint folder `weights` of `attnlab train` (RUN/checkpoint, or
+  /// the run folder RUN; the optimizer's state is not needed, as in a checkpoint exported for
+  /// reading only). Throws Error when it is not a checkpoint, or (naming the folder) not a language
   /// model's (a task whose next token is its input: text; trained causal, as that task must be).
   explicit Generator(const std::string& weights);
 
@@ -68,17 +69,19 @@ class Generator {
                       const std::function<void(std::int64_t)>& on_token = {}) const;
 
   /// The tokens the model may read: the N it was trained at.
-  std::size_t max_length() const { return trainer_->config().n; }
+  std::size_t max_length() const { return config_.n; }
   /// The run's config.
-  const TrainConfig& config() const { return trainer_->config(); }
+  const TrainConfig& config() const { return config_; }
   /// The model.
-  const TaskModel& model() const { return trainer_->model(); }
+  const TaskModel& model() const { return model_; }
   /// The checkpoint folder read.
   const std::string& checkpoint() const { return checkpoint_; }
 
  private:
-  std::string checkpoint_;
-  std::unique_ptr<Trainer> trainer_;
+  std::string checkpoint_;  // the members in the order the constructor fills them
+  TrainConfig config_;
+  std::size_t vocab_;
+  TaskModel model_;
 };
 
 }  // namespace attnlab::training
