@@ -265,6 +265,7 @@ TEST_CASE("the decode report's speed checks, crossover and summary come from the
   for (const char* part :
        {"## Speed checks", "- **FAIL** `full`'s step reads its KV cache at >= 0.7x",
         "- **pass** `gla`'s step time is flat", "## D = 128, Hkv = 8", "| `bigbird` | 1M |",
-        "| `delta` | not in the measured range |", "could not be run"})
+        "| `delta` | not in the measured range |", "| `gla` | 9.00 | 0.50 | - | 1.50 |",
+        "| 1M | 13.00 | 0.65 |", "could not be run"})
     CHECK(report.find(part) != std::string::npos);
 }
