@@ -1,7 +1,7 @@
-// attnlab sweep: runs a grid of (variant spec x N x batch x heads x dim x causal x mask x input x
-// seed) into runs/<name>/rows.csv + meta.json, then renders its report and prints a summary beside
-// the committed reference run in results/<name>/. The engine is in harness/sweep.hpp; the config
-// format, columns and commands are in docs/sweep.md.
+// attnlab sweep: runs a grid of (variant spec x N x batch x heads x dim x causal x mask x dtype x
+// input x seed) into runs/<name>/rows.csv + meta.json, then renders its report and prints a summary
+// beside the committed reference run in results/<name>/. The engine is in harness/sweep.hpp; the
+// config format, columns and commands are in docs/sweep.md.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -28,7 +28,7 @@ namespace {
 using namespace attnlab::harness;
 
 struct SweepFlags {
-  std::string config, name, out, n, batch, heads, dim, seed, causal, shard;
+  std::string config, name, out, n, batch, heads, dim, seed, causal, dtype, shard;
   std::vector<std::string> variants, inputs, masks;
   int reps = 0, warmup = -1;
   double target_seconds = 0, memory_budget = 0;
@@ -58,6 +58,7 @@ SweepConfig build_config(const SweepFlags& f) {
   if (!f.dim.empty()) c.dim = parse_int_list("--dim", f.dim);
   if (!f.seed.empty()) c.seed = parse_int_list("--seed", f.seed);
   if (!f.causal.empty()) c.causal = parse_causal_list("--causal", f.causal);
+  if (!f.dtype.empty()) c.dtype = parse_dtype_list("--dtype", f.dtype);
   if (!f.masks.empty()) {
     c.mask.clear();
     for (const auto& m : f.masks)
@@ -132,9 +133,11 @@ void sweep(const SweepFlags& f) {
     for (const Point& p : make_grid(config))
       if (options.shard.contains(p.index))
         std::printf(
-            "%s %s n=%lld batch=%lld heads=%lld dim=%lld causal=%s mask=%s input=%s seed=%lld\n",
+            "%s %s n=%lld batch=%lld heads=%lld dim=%lld causal=%s mask=%s dtype=%s input=%s "
+            "seed=%lld\n",
             p.key.c_str(), p.spec.c_str(), (long long)p.n, (long long)p.batch, (long long)p.heads,
-            (long long)p.dim, p.causal.c_str(), p.mask.c_str(), p.input.c_str(), (long long)p.seed);
+            (long long)p.dim, p.causal.c_str(), p.mask.c_str(), p.dtype.c_str(), p.input.c_str(),
+            (long long)p.seed);
     return;
   }
   SweepSummary s;
@@ -183,12 +186,11 @@ void add_sweep_command(CLI::App& app) {
   auto f = std::make_shared<SweepFlags>();
   CLI::App* cmd = app.add_subcommand(
       "sweep",
-      "Run a grid of variant specs x N x batch x heads x dim x causal x mask x input x seed and "
-      "append "
-      "one row per point to <out>/rows.csv (resumable; see docs/sweep.md). Without --config: the "
-      "built-in default (benchmarks/configs/default.toml). A flag replaces its axis of the "
-      "config; an axis not given keeps the config's (the default's mask axis: none and "
-      "documents:count=16).");
+      "Run a grid of variant specs x N x batch x heads x dim x causal x mask x dtype x input x "
+      "seed and append one row per point to <out>/rows.csv (resumable; see docs/sweep.md). "
+      "Without --config: the built-in default (benchmarks/configs/default.toml). A flag replaces "
+      "its axis of the config; an axis not given keeps the config's (the default's mask axis: "
+      "none and documents:count=16; its dtype axis: float32).");
   cmd->add_option("--config", f->config, "TOML grid (docs/sweep.md)")->check(CLI::ExistingFile);
   cmd->add_option("--name", f->name, "result set name: runs/<name>/");
   cmd->add_option("--out", f->out,
@@ -206,6 +208,9 @@ void add_sweep_command(CLI::App& app) {
       "--mask", f->masks,
       "none | documents:count=D | prefix:frac=F | window:left=L[,right=R] "
       "(';'-separated or repeatable; replaces the config's mask axis; --mask none: no mask)");
+  cmd->add_option("--dtype", f->dtype,
+                  "float32,bf16 (comma-separated; replaces the config's dtype axis, default "
+                  "float32): bf16 rounds q, k, v to bfloat16 and runs the bf16 forward");
   cmd->add_option("--input", f->inputs,
                   "gaussian:temp=T | lowrank:r=R[,temp=T] | local:width=W[,gap=G] | npy:<dir> "
                   "(repeatable)");

@@ -310,6 +310,23 @@ std::vector<std::string> parse_input_list(const std::string& flag, const std::st
   return out;
 }
 
+const std::vector<std::string>& dtype_names() {
+  static const std::vector<std::string> names = {"float32", "bf16"};
+  return names;
+}
+
+std::vector<std::string> parse_dtype_list(const std::string& flag, const std::string& text) {
+  std::vector<std::string> out;
+  for (const std::string& token : split_top_level(text)) {
+    const auto& names = dtype_names();
+    if (std::find(names.begin(), names.end(), token) == names.end())
+      throw Error(flag + ": '" + token + "' is not a dtype the sweep runs (expected float32 or " +
+                  "bf16, in '" + text + "')");
+    if (std::find(out.begin(), out.end(), token) == out.end()) out.push_back(token);
+  }
+  return out;
+}
+
 void validate(const SweepConfig& c) {
   auto need = [&](bool ok, const char* key) {
     if (!ok) throw Error(c.origin + ": " + key + ": no values (give at least one)");
@@ -321,8 +338,13 @@ void validate(const SweepConfig& c) {
   need(!c.dim.empty(), "dim");
   need(!c.causal.empty(), "causal");
   need(!c.mask.empty(), "mask");
+  need(!c.dtype.empty(), "dtype");
   need(!c.input.empty(), "input");
   need(!c.seed.empty(), "seed");
+  for (const auto& dtype : c.dtype)
+    if (std::find(dtype_names().begin(), dtype_names().end(), dtype) == dtype_names().end())
+      throw Error(c.origin + ": dtype: '" + dtype + "' is not a dtype the sweep runs (expected " +
+                  "float32 or bf16)");
   for (const auto& [values, key] : {std::pair{&c.n, "n"}, std::pair{&c.batch, "batch"},
                                     std::pair{&c.heads, "heads"}, std::pair{&c.dim, "dim"}})
     for (std::int64_t x : *values)
@@ -373,6 +395,11 @@ SweepConfig parse_config(const std::string& text, const std::string& origin) {
         const std::string text = at(origin, v, key, [&] { return parse_mask_spec(s).text(); });
         if (std::find(c.mask.begin(), c.mask.end(), text) == c.mask.end()) c.mask.push_back(text);
       }
+    } else if (key == "dtype") {
+      c.dtype.clear();
+      for (const auto& s : string_list(v, origin, key))
+        for (const auto& x : at(origin, v, key, [&] { return parse_dtype_list(key, s); }))
+          if (std::find(c.dtype.begin(), c.dtype.end(), x) == c.dtype.end()) c.dtype.push_back(x);
     } else if (key == "input") {
       for (const auto& s : string_list(v, origin, key))
         for (const auto& x : at(origin, v, key, [&] { return parse_input_list(key, s); }))
@@ -387,7 +414,8 @@ SweepConfig parse_config(const std::string& text, const std::string& origin) {
     } else {
       fail_at(origin, k.source(), key,
               "unknown key (known: name, variants, [[variant]], n, "
-              "batch, heads, dim, causal, mask, input, seed, peers, [measure], [max_n])");
+              "batch, heads, dim, causal, mask, dtype, input, seed, peers, [measure], "
+              "[max_n])");
     }
   }
   if (const toml::node* v = root.get("variants"))

@@ -27,9 +27,10 @@ struct SweepConfig {
   std::string text;                // the TOML text (recorded in meta.json)
   std::vector<std::string> specs;  // canonical specs (make_attention(s)->spec()), no duplicates
   std::vector<std::int64_t> n, batch, heads, dim, seed;
-  std::vector<std::string> causal;            // causal_name() forms: none, top-left, bottom-right
-  std::vector<std::string> mask = {"none"};   // canonical mask specs (harness/mask_spec.hpp)
-  std::vector<std::string> input;             // distribution strings as given
+  std::vector<std::string> causal;           // causal_name() forms: none, top-left, bottom-right
+  std::vector<std::string> mask = {"none"};  // canonical mask specs (harness/mask_spec.hpp)
+  std::vector<std::string> dtype = {"float32"};  // q, k, v's type: float32, bf16 (dtype_names())
+  std::vector<std::string> input;                // distribution strings as given
   std::map<std::string, std::int64_t> max_n;  // per canonical spec: larger n left out of the grid
   bool peers = false;  // add peer:numpy and peer:torch rows (harness/peers.hpp)
   MeasureOptions measure;
@@ -51,6 +52,12 @@ std::vector<std::string> expand_spec(const std::string& pattern);
 std::vector<std::int64_t> parse_int_list(const std::string& flag, const std::string& text);
 std::vector<std::string> parse_causal_list(const std::string& flag, const std::string& text);
 std::vector<std::string> parse_input_list(const std::string& flag, const std::string& text);
+/// "--dtype", "float32,bf16" -> {"float32", "bf16"}: the names dtype_names() lists, each once.
+std::vector<std::string> parse_dtype_list(const std::string& flag, const std::string& text);
+
+/// The types a sweep feeds q, k, v in: "float32" (Attention's float32 forward) and "bf16" (the
+/// float32 inputs rounded to bfloat16, Attention's bf16 forward: lib/attnlab/bf16.hpp).
+const std::vector<std::string>& dtype_names();
 // (parse_mask_list, for --mask: harness/mask_spec.hpp)
 
 /// Checks lists are non-empty and values in range (Error naming `origin` and the key).

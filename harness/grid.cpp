@@ -56,7 +56,8 @@ std::string point_key(const Point& p) {
   const std::string text = p.spec + "|" + std::to_string(p.n) + "|" + std::to_string(p.batch) +
                            "|" + std::to_string(p.heads) + "|" + std::to_string(p.dim) + "|" +
                            p.causal + "|" + p.input + "|" + std::to_string(p.seed) +
-                           (p.mask == "none" ? "" : "|" + p.mask);
+                           (p.mask == "none" ? "" : "|" + p.mask) +
+                           (p.dtype == "float32" ? "" : "|" + p.dtype);
   std::uint64_t h = 14695981039346656037ull;
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
   char buf[17];
@@ -104,7 +105,8 @@ std::vector<Point> make_grid(const SweepConfig& c) {
                           ": more documents than the N = " + std::to_string(s.n) +
                           " tokens of a point of the grid (a mask axis without documents: "
                           "--mask none)");
-            auto add = [&](const std::string& spec, const std::string& variant, bool peer) {
+            auto add = [&](const std::string& spec, const std::string& variant, bool peer,
+                           const std::string& dtype) {
               Point p;
               p.index = grid.size();
               p.spec = spec;
@@ -113,17 +115,20 @@ std::vector<Point> make_grid(const SweepConfig& c) {
               p.n = s.n, p.batch = s.batch, p.heads = s.heads, p.dim = s.dim, p.seed = seed;
               p.causal = causal;
               p.mask = mask.text();
+              p.dtype = dtype;
               p.input = input;
               p.key = point_key(p);
               grid.push_back(std::move(p));
             };
-            for (const auto& spec : c.specs) {
-              const auto limit = c.max_n.find(spec);
-              if (limit != c.max_n.end() && s.n > limit->second) continue;
-              add(spec, spec.substr(0, spec.find(':')), false);
+            for (const auto& dtype : c.dtype) {
+              for (const auto& spec : c.specs) {
+                const auto limit = c.max_n.find(spec);
+                if (limit != c.max_n.end() && s.n > limit->second) continue;
+                add(spec, spec.substr(0, spec.find(':')), false, dtype);
+              }
+              if (c.peers && mask.kind == MaskSpec::Kind::none && dtype == "float32")
+                for (const auto& name : peer_names()) add("peer:" + name, name, true, dtype);
             }
-            if (c.peers && mask.kind == MaskSpec::Kind::none)
-              for (const auto& name : peer_names()) add("peer:" + name, name, true);
           }
   }
   return grid;

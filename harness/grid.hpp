@@ -1,7 +1,7 @@
-// The grid of a sweep: every (input, seed, n, batch, heads, dim, causal, mask, spec) combination of
-// a SweepConfig, in a fixed order, each point with a stable key. The index of a point in that order
-// decides its shard (index % count == I - 1), so shards are disjoint and cover the grid, and
-// round-robin keeps the lengths balanced between them.
+// The grid of a sweep: every (input, seed, n, batch, heads, dim, causal, mask, dtype, spec)
+// combination of a SweepConfig, in a fixed order, each point with a stable key. The index of a
+// point in that order decides its shard (index % count == I - 1), so shards are disjoint and cover
+// the grid, and round-robin keeps the lengths balanced between them.
 #pragma once
 
 #include <cstddef>
@@ -20,12 +20,14 @@ struct Point {
   bool peer = false;
   std::int64_t n = 0, batch = 0, heads = 0, dim = 0, seed = 0;
   std::string causal, input;
-  std::string mask = "none";  // a canonical mask spec (harness/mask_spec.hpp)
+  std::string mask = "none";      // a canonical mask spec (harness/mask_spec.hpp)
+  std::string dtype = "float32";  // q, k, v's type (SweepConfig::dtype)
   std::string key;
 };
 
 /// 16 hex digits of FNV-1a 64 over "spec|n|batch|heads|dim|causal|input|seed", then "|mask" for
-/// a mask other than none (so the keys of points without one stay those of older runs).
+/// a mask other than none and "|bf16" for a dtype other than float32 (so the keys of
+/// points without them stay those of older runs).
 std::string point_key(const Point& p);
 
 /// The shape of npy:<dir> inputs is read from <dir>/q.npy (n, batch, heads, dim of the grid do
@@ -34,7 +36,8 @@ std::string point_key(const Point& p);
 /// under a causal model only the causal settings (harness/trained_inputs.hpp). A prefix mask is
 /// combined with the causal settings only (prefix-LM relaxes a causal mask), a documents mask
 /// needs batch = 1 and N >= its count (Error naming the mask otherwise), and the peers (NumPy,
-/// PyTorch) are measured without a mask only: they take no such mask.
+/// PyTorch) are measured without a mask and in float32 only: they take no such mask, and
+/// harness/peers.py hands them float32 arrays.
 std::vector<Point> make_grid(const SweepConfig& config);
 
 struct Shard {

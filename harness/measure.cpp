@@ -54,6 +54,7 @@ Row base_row(const Point& p, const std::string& shard) {
   r[Col::dim] = std::to_string(p.dim);
   r[Col::causal] = p.causal;
   r[Col::mask] = p.mask;
+  r[Col::dtype] = p.dtype;
   r[Col::input] = p.input;
   r[Col::seed] = std::to_string(p.seed);
   r[Col::shard] = shard;
@@ -109,7 +110,7 @@ Tensor64 parallel_reference(const QKV& t, const Mask& mask, const std::vector<st
 // A point of a series differs from its neighbours only in n (and seed).
 std::string series(const Point& p) {
   return p.spec + "|" + std::to_string(p.batch) + "|" + std::to_string(p.heads) + "|" +
-         std::to_string(p.dim) + "|" + p.causal + "|" + p.mask + "|" + p.input;
+         std::to_string(p.dim) + "|" + p.causal + "|" + p.mask + "|" + p.dtype + "|" + p.input;
 }
 
 // The point's mask: its causal setting and its mask spec, at its sizes.
@@ -197,6 +198,8 @@ const QKV& PointRunner::inputs(const Point& p) {
   inputs_ = QKV{};  // free the previous shape first
   tokens_ = TokenValues{};
   have_tokens_ = false;
+  inputs_bf16_ = QKVBf16{};
+  have_bf16_ = false;
   inputs_key_.clear();
   reference_key_.clear();
   reference_ = Tensor64{};
@@ -228,6 +231,16 @@ const TokenValues& PointRunner::tokens(const Point& p) {
   return tokens_;
 }
 
+const PointRunner::QKVBf16& PointRunner::bf16_inputs() {
+  if (!have_bf16_) {
+    inputs_bf16_ = QKVBf16{to_bf16(inputs_.q), to_bf16(inputs_.k), to_bf16(inputs_.v)};
+    have_bf16_ = true;
+  }
+  return inputs_bf16_;
+}
+
+// The float32 and bf16 points of a shape share it: a bf16 point's error is against float64
+// attention of the float32 inputs.
 const Tensor64& PointRunner::reference(const Point& p, const std::vector<std::size_t>& rows) {
   const std::string key = inputs_key_ + "|" + p.causal + "|" + p.mask;
   if (key == reference_key_) return reference_;
@@ -264,6 +277,7 @@ void PointRunner::remember(const Row& row) {
   p.dim = std::stoll(row[Col::dim]);
   p.causal = row[Col::causal];
   p.mask = row[Col::mask];
+  p.dtype = row[Col::dtype];
   p.input = row[Col::input];
   const std::int64_t n = std::stoll(row[Col::n]);
   const auto peak = static_cast<std::int64_t>(std::stod(row[Col::peak_mem_bytes]));
@@ -279,6 +293,11 @@ Row PointRunner::run(const Point& p) {
                         "estimated " + gib(double(need)) + " exceeds the memory budget of " +
                             gib(double(budget_)) + "; not run",
                         shard_);
+    const bool bf16 = p.dtype == "bf16";
+    if (!bf16 && p.dtype != "float32")
+      throw Error("dtype '" + p.dtype + "': expected float32 or bf16");
+    if (bf16 && p.peer)
+      throw Error("dtype 'bf16': the peers (" + p.spec + ") are handed float32 arrays only");
     const QKV& t = inputs(p);
     const Mask mask = mask_of(p);
     const Dims d = check_qkv(t.q, t.k, t.v);
@@ -314,8 +333,16 @@ Row PointRunner::run(const Point& p) {
                                (support.log_decay && support.beta ? "," : "") +
                                (support.beta ? "beta" : "");
       }
-      // One call into `out`, with the token inputs the variant takes (none for most).
-      const auto call = [&] { attention->forward(t.q, t.k, t.v, mask, in, out); };
+      // One call into `out` (bf16: into `out16`), with the token inputs the variant takes (none
+      // for most).
+      const QKVBf16* t16 = bf16 ? &bf16_inputs() : nullptr;
+      TensorBf16 out16;
+      const auto call = [&] {
+        if (t16)
+          attention->forward(t16->q, t16->k, t16->v, mask, in, out16);
+        else
+          attention->forward(t.q, t.k, t.v, mask, in, out);
+      };
       heap::reset_peak();
       const std::int64_t base = heap::live_bytes();
       const auto t0 = Clock::now();
@@ -337,6 +364,7 @@ Row PointRunner::run(const Point& p) {
           times.push_back(seconds_since(t1));
         }
       }
+      if (t16) to_float32(out16, out);  // exact: the error is the bf16 output's
     }
     const TimeStats s = time_stats(times);
     r[Col::reps] = std::to_string(times.size());

@@ -13,6 +13,11 @@
 // (softmax attention under the same mask) for a variant whose support() approximates softmax,
 // and the variant's own float64 definition (own_reference, variants/recurrence_reference.hpp)
 // for one that computes something else: its numerical error (column error_vs: softmax | own).
+// dtype bf16: q, k, v rounded to bfloat16 once per shape (to_bf16, outside the timed calls: a
+// caller's tensors are bf16 already) and each call Attention's bf16 forward into a bf16 output,
+// as a model trained in bf16 calls it; time and memory are those calls'. The error is that
+// output's against the same float64 reference as the float32 point's (of the float32 inputs),
+// so the rounding of the inputs and of the output is part of a bf16 point's error.
 // Token inputs: a variant whose support() takes g or beta gets make_token_inputs' (seeded from
 // the point's seed, the same for every variant of a point); column token_inputs names them.
 #pragma once
@@ -23,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "attnlab/bf16.hpp"
 #include "attnlab/inputs.hpp"
 #include "harness/config.hpp"
 #include "harness/grid.hpp"
@@ -60,6 +66,10 @@ class PointRunner {
 
  private:
   const QKV& inputs(const Point& p);
+  struct QKVBf16 {
+    TensorBf16 q, k, v;
+  };
+  const QKVBf16& bf16_inputs();  // the current inputs rounded to bf16, made on first use
   const TokenValues& tokens(const Point& p);
   const Tensor64& reference(const Point& p, const std::vector<std::size_t>& rows);
   std::int64_t estimate_bytes(const Point& p) const;
@@ -72,6 +82,8 @@ class PointRunner {
   QKV inputs_;
   TokenValues tokens_;  // made on first use for the current inputs
   bool have_tokens_ = false;
+  QKVBf16 inputs_bf16_;  // made on first use for the current inputs
+  bool have_bf16_ = false;
   Tensor64 reference_;
   std::map<std::string, std::pair<std::int64_t, std::int64_t>> history_;  // series -> (n, peak)
 };

@@ -70,20 +70,27 @@ std::string describe(const Context& c) {
          code(std::get<4>(c));
 }
 
-// The context with most ok rows passing `keep`, non-causal preferred; nullopt when none.
+// The context with most ok rows passing `keep`, float32 and then non-causal preferred; nullopt
+// when none.
 template <class Keep>
 std::optional<Context> main_context(const std::vector<ReportRow>& rows, Keep keep) {
-  std::map<Context, std::pair<int, std::size_t>> count;  // ok rows, first index
+  struct Score {
+    bool float32 = false;  // a context's rows share their dtype (it is part of `causal`)
+    int rows = 0;          // ok rows, a non-causal one counting 1000000
+    std::size_t first = 0;
+  };
+  std::map<Context, Score> count;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (!rows[i].ok() || !keep(rows[i])) continue;
-    auto [it, fresh] = count.emplace(context_of(rows[i]), std::make_pair(0, i));
-    it->second.first += rows[i].causal == "none" ? 1000000 : 1;
+    auto [it, fresh] = count.emplace(context_of(rows[i]), Score{rows[i].dtype == "float32", 0, i});
+    it->second.rows += rows[i].causal == "none" ? 1000000 : 1;
   }
   std::optional<Context> best;
-  std::pair<int, std::size_t> best_score{-1, 0};
+  Score best_score{false, -1, 0};
   for (const auto& [c, s] : count)
-    if (s.first > best_score.first ||
-        (s.first == best_score.first && s.second < best_score.second)) {
+    if (std::pair(s.float32, s.rows) > std::pair(best_score.float32, best_score.rows) ||
+        (s.float32 == best_score.float32 && s.rows == best_score.rows &&
+         s.first < best_score.first)) {
       best = c;
       best_score = s;
     }
@@ -179,11 +186,14 @@ ReportRow report_row(const Row& row, const std::string& where) {
   r.batch = integer(Col::batch);
   r.heads = integer(Col::heads);
   r.dim = integer(Col::dim);
-  // The causal setting and the mask spec read as one masking setting ("top-left" or
-  // "top-left, documents:count=16"): every table and plot that separates causal settings
-  // separates masks too, and the rows without a mask (or an older run's) read as before.
+  // The causal setting, the mask spec and a dtype other than float32 read as one setting
+  // ("top-left", "top-left, documents:count=16", "top-left, bf16"): every table and plot that
+  // separates causal settings separates masks and dtypes too, and the rows without a mask in
+  // float32 (or an older run's) read as before.
   const std::string& mask = row[Col::mask];
-  r.causal = row[Col::causal] + (mask.empty() || mask == "none" ? "" : ", " + mask);
+  r.dtype = row[Col::dtype].empty() ? "float32" : row[Col::dtype];
+  r.causal = row[Col::causal] + (mask.empty() || mask == "none" ? "" : ", " + mask) +
+             (r.dtype == "float32" ? "" : ", " + r.dtype);
   r.input = row[Col::input];
   r.seed = row[Col::seed];
   r.status = row[Col::status];
@@ -565,8 +575,9 @@ std::string peers_table(const std::vector<ReportRow>& rows) {
       << "faster `full` is).\n\n| N | B,H,D | causal | input | full | numpy | torch |\n"
       << "|---|---|---|---|---|---|---|\n";
   std::map<std::pair<std::int64_t, Context>, std::map<std::string, const ReportRow*>> table;
-  for (const auto& r : rows)
-    if (r.variant == "full" || r.variant == "numpy" || r.variant == "torch")
+  for (const auto& r : rows)  // the peers run in float32 only
+    if ((r.variant == "full" && r.dtype == "float32") || r.variant == "numpy" ||
+        r.variant == "torch")
       table[{r.n, context_of(r)}].emplace(r.variant, &r);
   for (const auto& [key, cells] : table) {
     const auto& c = key.second;

@@ -3,8 +3,9 @@
 //
 // Speed-up and memory ratios are derived here by joining each row with the `full` row of the
 // same (n, batch, heads, dim, causal, input), preferring the same seed; `causal` holds the mask
-// spec too when the row has one ("top-left, documents:count=16"). A point that is missing
-// or not `ok` prints as "—", never as a number.
+// spec too when the row has one ("top-left, documents:count=16"), and the dtype when it is not
+// float32 ("top-left, bf16": a bf16 point's speed-up is over full in bf16). A point that is
+// missing or not `ok` prints as "—", never as a number.
 //
 // Output: <dir>/report.md, and under <dir>/plots/ a gnuplot data file (.dat), script (.gp) and
 // PNG per plot: time vs N (log-log), error vs N per input distribution, and per N the Pareto
@@ -25,6 +26,9 @@ namespace attnlab::harness {
 /// the one schema (harness/rows.hpp). Empty numeric cells are nullopt.
 struct ReportRow {
   std::string key, spec, variant, causal, input, status, message, shard, token_inputs;
+  /// q, k, v's type: "float32" (also for an older run's rows, which have no dtype column) or
+  /// "bf16"; a dtype other than float32 is also the end of `causal` (", bf16").
+  std::string dtype = "float32";
   std::int64_t n = 0, batch = 0, heads = 0, dim = 0, reps = 0;
   std::string seed;
   /// What the error columns were measured against: "softmax" (exact softmax attention) or "own"

@@ -40,15 +40,38 @@ std::vector<Row> to_rows(const std::vector<CsvRecord>& records, const std::strin
 }  // namespace
 
 const std::array<const char*, kColumnCount>& column_names() {
-  static const std::array<const char*, kColumnCount> names = {
-      "key",        "spec",       "variant",      "n",
-      "batch",      "heads",      "dim",          "causal",
-      "mask",       "input",      "seed",         "token_inputs",
-      "status",     "message",    "reps",         "time_median_s",
-      "time_min_s", "time_max_s", "time_iqr_s",   "peak_mem_bytes",
-      "flops",      "gflops",     "sgemm_gflops", "sgemm_fraction",
-      "error_vs",   "err_rows",   "rel_fro",      "max_abs",
-      "mean_cos",   "p99_row",    "shard"};
+  static const std::array<const char*, kColumnCount> names = {"key",
+                                                              "spec",
+                                                              "variant",
+                                                              "n",
+                                                              "batch",
+                                                              "heads",
+                                                              "dim",
+                                                              "causal",
+                                                              "mask",
+                                                              "dtype",
+                                                              "input",
+                                                              "seed",
+                                                              "token_inputs",
+                                                              "status",
+                                                              "message",
+                                                              "reps",
+                                                              "time_median_s",
+                                                              "time_min_s",
+                                                              "time_max_s",
+                                                              "time_iqr_s",
+                                                              "peak_mem_bytes",
+                                                              "flops",
+                                                              "gflops",
+                                                              "sgemm_gflops",
+                                                              "sgemm_fraction",
+                                                              "error_vs",
+                                                              "err_rows",
+                                                              "rel_fro",
+                                                              "max_abs",
+                                                              "mean_cos",
+                                                              "p99_row",
+                                                              "shard"};
   return names;
 }
 

@@ -27,6 +27,7 @@ enum class Col : std::size_t {
   dim,
   causal,
   mask,
+  dtype,
   input,
   seed,
   token_inputs,

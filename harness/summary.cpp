@@ -251,12 +251,15 @@ std::string error_table(const std::string& title, const std::vector<ReportRow>& 
 }
 
 // The approximations of softmax attention on the synthetic inputs, then on the trained models'
-// inputs (a column per input and length), then the variants that compute something else.
+// inputs (a column per input and length), then the variants that compute something else, in
+// float32; then every point in bf16 (its own table: bf16 rounding is an error of its own).
 std::string error_tables(const SummaryRun& run) {
-  std::vector<ReportRow> synthetic, trained, other;
+  std::vector<ReportRow> synthetic, trained, other, bf16;
   std::vector<std::string> trained_inputs;  // in order of appearance
   for (const auto& r : run.rows) {
-    if (!r.approximates_softmax()) {
+    if (r.dtype != "float32") {
+      bf16.push_back(r);
+    } else if (!r.approximates_softmax()) {
       other.push_back(r);
     } else if (is_trained_input(r.input)) {
       trained.push_back(r);
@@ -289,7 +292,12 @@ std::string error_tables(const SummaryRun& run) {
              "Not softmax attention (a decaying or delta-rule memory): numerical error against "
              "its own\n  fp64 definition, with seeded token inputs, the worst over every input "
              "and causal setting:\n",
-             other, length_columns(other));
+             other, length_columns(other)) +
+         error_table(
+             "In bf16 (q, k, v rounded to bfloat16): error against the fp64 reference of the "
+             "float32 inputs\n  (softmax attention, or a variant's own definition), the worst over "
+             "every input and causal setting:\n",
+             bf16, length_columns(bf16));
 }
 
 // sgemm rate of the run and full's best rate against it.
@@ -298,7 +306,8 @@ std::string yardstick_text(const SummaryRun& run) {
   const ReportRow* best = nullptr;
   for (const auto& r : run.rows) {
     if (r.sgemm_gflops) sgemm = r.sgemm_gflops;
-    if (r.variant == "full" && r.ok() && r.gflops && (!best || *r.gflops > *best->gflops))
+    if (r.variant == "full" && r.dtype == "float32" && r.ok() && r.gflops &&
+        (!best || *r.gflops > *best->gflops))
       best = &r;
   }
   if (!sgemm) return "";

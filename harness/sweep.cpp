@@ -26,8 +26,8 @@ namespace fs = std::filesystem;
 std::string label(const Point& p) {
   return "n=" + std::to_string(p.n) + " b=" + std::to_string(p.batch) +
          " h=" + std::to_string(p.heads) + " d=" + std::to_string(p.dim) + " " + p.causal +
-         (p.mask == "none" ? "" : " " + p.mask) + " " + p.input +
-         " seed=" + std::to_string(p.seed) + " " + p.spec;
+         (p.mask == "none" ? "" : " " + p.mask) + (p.dtype == "float32" ? "" : " " + p.dtype) +
+         " " + p.input + " seed=" + std::to_string(p.seed) + " " + p.spec;
 }
 
 std::int64_t budget_bytes(const MeasureOptions& m) {
@@ -145,6 +145,7 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
                      {"dim", config.dim},
                      {"causal", config.causal},
                      {"mask", config.mask},
+                     {"dtype", config.dtype},
                      {"input", config.input},
                      {"seed", config.seed},
                      {"peers", config.peers},
@@ -203,7 +204,8 @@ SweepSummary run_sweep(const SweepConfig& config, const SweepOptions& options) {
         const Row r = parse_row_line(line);
         store(r);
         progress.done("n=" + r[Col::n] + " " + r[Col::causal] + " " + r[Col::mask] + " " +
-                          r[Col::input] + " " + r[Col::spec] + " (rank " + r[Col::shard] + ")",
+                          r[Col::dtype] + " " + r[Col::input] + " " + r[Col::spec] + " (rank " +
+                          r[Col::shard] + ")",
                       r[Col::status], -1.0);
       }
       if (block) return;

@@ -38,8 +38,8 @@ def run_cell(folder, commit, date, cpu):
 
 def default_sweep():
     """results/default (./dev run's grid, committed): each variant's speed-up over `full` at
-    N = 4096, causal none and no mask (a run of older code has no mask column), the geometric
-    mean over the inputs, as the sweep's summary takes it;
+    N = 4096, causal none, no mask and float32 (a run of older code has no mask or dtype column),
+    the geometric mean over the inputs, as the sweep's summary takes it;
     a variant's first spec in the grid is its defaults (the config's "*" comes first)."""
     folder = RESULTS / "default"
     if not (folder / "rows.csv").exists():
@@ -47,7 +47,8 @@ def default_sweep():
     meta = json.loads((folder / "meta.json").read_text())
     rows = [r for r in csv.DictReader(open(folder / "rows.csv"))
             if r["status"] == "ok" and r["n"] == "4096" and r["causal"] == "none"
-            and r.get("mask", "none") == "none" and r["variant"] not in ("numpy", "torch")]
+            and r.get("mask", "none") == "none" and r.get("dtype", "float32") == "float32"
+            and r["variant"] not in ("numpy", "torch")]
     full = {r["input"]: float(r["time_median_s"]) for r in rows if r["spec"] == "full"}
     defaults = {}
     for spec in meta["grid"]["specs"]:

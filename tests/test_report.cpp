@@ -259,6 +259,39 @@ TEST_CASE(
   fs::remove_all(dir);
 }
 
+TEST_CASE("bf16 points read as a setting of their own: speed-ups join bf16 with bf16", "[report]") {
+  // A row at dtype bf16: its own key, otherwise the same problem.
+  const auto bf16 = [](std::map<std::string, std::string> row) {
+    row["dtype"] = "bf16";
+    row["key"] += "|bf16";
+    return row;
+  };
+  std::istringstream text(rows_text({ok_row("full", "0.01", "1e-07", "softmax"),
+                                     ok_row(kSliding, "0.005", "0.0003", "softmax"),
+                                     bf16(ok_row("full", "0.02", "0.004", "softmax")),
+                                     bf16(ok_row(kSliding, "0.008", "0.005", "softmax"))}));
+  const auto with = parse_report_rows(text);
+  // An older run's rows (no dtype column) are float32.
+  std::istringstream older("spec,variant,n,status,rel_fro\nfull,full,64,ok,1e-07\n");
+  CHECK(parse_report_rows(older).at(0).dtype == "float32");
+  // The dtype reads as part of the causal setting, so speed-ups join bf16 with bf16.
+  const ReportRow& sliding16 = find(with, kSliding, 1024, "none, bf16");
+  CHECK(sliding16.dtype == "bf16");
+  const auto rel = relative_to_full(with);
+  const auto speedup = rel[std::size_t(&sliding16 - with.data())].speedup;
+  REQUIRE(speedup);
+  CHECK(*speedup == Approx(0.02 / 0.008).epsilon(kRatioTol));
+  CHECK(contains(error_tables(with), "| `" + kSliding + "` | `gaussian:temp=1` | none, bf16 |"));
+  // The peers run in float32 only: full's bf16 rows get no line in their table.
+  auto numpy = ok_row("peer:numpy", "0.05", "1e-07", "softmax");
+  numpy["variant"] = "numpy";
+  std::istringstream with_peer(rows_text({ok_row("full", "0.01", "1e-07", "softmax"), numpy,
+                                          bf16(ok_row("full", "0.02", "0.004", "softmax"))}));
+  const std::string peers = peers_table(parse_report_rows(with_peer));
+  CHECK(contains(peers, "| 1024 | 1,8,64 | none | `gaussian:temp=1` | 10 ms | 50 ms (5.00x) |"));
+  CHECK_FALSE(contains(peers, "bf16"));
+}
+
 TEST_CASE("an older run's rows: a variant that is not softmax attention keeps no softmax error",
           "[report]") {
   // Before error_vs, every row was measured against softmax attention; a variant that declares

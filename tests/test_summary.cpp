@@ -174,6 +174,41 @@ TEST_CASE(
   CHECK(sweep_summary(run).find("trained model") == std::string::npos);
 }
 
+TEST_CASE("bf16 points get speed-up tables over full in bf16 and an error table of their own",
+          "[summary]") {
+  SummaryRun run{"runs/default", {}, nullptr};
+  // A bf16 row as parse_report_rows makes it: the dtype also ends the causal setting.
+  const auto bf16 = [](ReportRow r) {
+    r.dtype = "bf16";
+    r.causal += ", bf16";
+    r.key += "|bf16";
+    return r;
+  };
+  run.rows = {row("full", 1024, "none", "a", 0.010, 1e-7, 1.0),
+              row(kSliding, 1024, "none", "a", 0.005, 0.10, 0.99),  // 2x
+              bf16(row("full", 1024, "none", "a", 0.020, 3e-3, 0.9999)),
+              bf16(row(kSliding, 1024, "none", "a", 0.004, 0.11, 0.98))};  // 5x
+  run.rows[2].gflops = 500.0;  // full's best rate is a float32 row's: sgemm is float32
+  run.rows[0].gflops = 50.0;
+  const std::string text = sweep_summary(run);
+  INFO(text);
+  CHECK(words(line_of(section(text, "causal none, B=1"), "sliding:left=32")) ==
+        Words{"sliding:left=32", "2.00x"});
+  CHECK(words(line_of(section(text, "causal none, bf16, B=1"), "sliding:left=32")) ==
+        Words{"sliding:left=32", "5.00x"});
+  // float32's error table holds the float32 rows only; bf16's, the bf16 rows.
+  const std::string float32 = section(text, "Error against exact softmax attention (fp64)");
+  CHECK(words(line_of(float32, "full")) == Words{"full", "1e-07"});
+  CHECK(words(line_of(float32, "sliding:left=32")) == Words{"sliding:left=32", "0.1"});
+  const std::string in_bf16 = section(text, "In bf16");
+  CHECK(words(line_of(in_bf16, "full")) == Words{"full", "0.003"});
+  CHECK(words(line_of(in_bf16, "sliding:left=32")) == Words{"sliding:left=32", "0.11"});
+  CHECK(text.find("exact full at best 50.0 GFLOP/s") != std::string::npos);
+
+  run.rows.resize(2);  // no bf16 rows: no bf16 table
+  CHECK(sweep_summary(run).find("In bf16") == std::string::npos);
+}
+
 TEST_CASE("a reference run's speed-ups for the same points sit in brackets", "[summary]") {
   SummaryRun run{"runs/default", {}, nullptr};
   run.rows = {

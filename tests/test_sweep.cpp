@@ -19,9 +19,12 @@
 #include <nlohmann/json.hpp>
 #include <xtensor/xview.hpp>
 
+#include "attnlab/bf16.hpp"
 #include "attnlab/csv.hpp"
 #include "attnlab/inputs.hpp"
+#include "attnlab/metrics.hpp"
 #include "attnlab/npy.hpp"
+#include "attnlab/reference.hpp"
 #include "harness/config.hpp"
 #include "harness/grid.hpp"
 #include "harness/heap.hpp"
@@ -727,6 +730,121 @@ input = ["gaussian:temp=0.5"]
                 {"bad.toml:1", "mask", "window:wide=3", "wide"});
 }
 
+TEST_CASE(
+    "the dtype is a grid axis: a bf16 point is the bf16 forward, measured against the float64 "
+    "reference of the float32 inputs",
+    "[harness]") {
+  TempDir dir;
+  SweepConfig c = parse_config(std::string(R"(
+name = "dtypes"
+variants = ["full", "sliding:left=8,right=8", "gla"]
+n = [48]
+batch = 1
+heads = 2
+dim = 16
+causal = ["top-left"]
+dtype = ["float32", "bf16"]
+input = ["gaussian:temp=0.5"]
+peers = true
+)") + kMeasure,
+                               "dtypes.toml");
+  CHECK(c.dtype == std::vector<std::string>{"float32", "bf16"});
+  CHECK(default_config().dtype == std::vector<std::string>{"float32"});
+  const auto grid = make_grid(c);
+  // 3 specs in both dtypes; the peers in float32 only (they are handed float32 arrays).
+  REQUIRE(grid.size() == 3 * 2 + 2);
+  std::set<std::string> keys;
+  for (const Point& p : grid) {
+    keys.insert(p.key);
+    if (p.peer) CHECK(p.dtype == "float32");
+  }
+  CHECK(keys.size() == grid.size());
+  // A float32 point keeps the key it had before the axis existed.
+  SweepConfig plain = c;
+  plain.dtype = {"float32"};
+  for (const Point& p : make_grid(plain)) CHECK(keys.count(p.key));
+
+  c.peers = false;  // the grid above is what was checked; running Python is not
+  sweep_quietly(c, dir.str());
+  const auto rows = read_rows(dir.str("rows.csv"));
+  REQUIRE(rows.size() == 6);
+  std::map<std::string, const Row*> by;  // "spec|dtype"
+  for (const Row& r : rows) by[r[Col::variant] + "|" + r[Col::dtype]] = &r;
+  REQUIRE(by.size() == 6);
+  for (const Row& r : rows) {
+    INFO(r[Col::spec] << " " << r[Col::dtype] << ": " << r[Col::message]);
+    REQUIRE(r[Col::status] == "ok");
+    CHECK(std::stoi(r[Col::reps]) >= 1);
+    CHECK(std::stoll(r[Col::peak_mem_bytes]) > 0);
+    // The same useful work in either type.
+    CHECK(r[Col::flops] == (*by.at(r[Col::variant] + "|float32"))[Col::flops]);
+  }
+
+  // full in bf16: exactly the error of Attention's bf16 forward of the rounded inputs, against
+  // float64 attention of the float32 inputs (not of the rounded ones), on the same rows.
+  const QKV t = make_inputs("gaussian:temp=0.5", 1, 2, 48, 16, 1);
+  Mask causal;
+  causal.causal = Causal::top_left;
+  const std::vector<std::size_t> sampled = error_rows(48, 24, 1);
+  auto gather = [&](const Tensor& out) {
+    Tensor g = Tensor::from_shape({1, 2, sampled.size(), 16});
+    for (std::size_t h = 0; h < 2; ++h)
+      for (std::size_t i = 0; i < sampled.size(); ++i)
+        std::copy_n(&out(0, h, sampled[i], 0), 16, &g(0, h, i, 0));
+    return g;
+  };
+  const Tensor out16 =
+      to_float32(make_attention("full")->forward(to_bf16(t.q), to_bf16(t.k), to_bf16(t.v), causal));
+  const ErrorMetrics expected =
+      compare(gather(out16), reference_attention(t.q, t.k, t.v, causal, sampled));
+  const double full16 = std::stod((*by.at("full|bf16"))[Col::rel_fro]);
+  // The row holds %.9g of the same float64 computation (the reference made per head).
+  CHECK(full16 == Approx(expected.rel_fro).epsilon(1e-7));
+  // bf16 keeps 8 significant bits: rounding the output alone is up to 2^-9 = 2.0e-3 relative per
+  // element, and q and k's rounding moves the sharp logits (std 2) by about as much again;
+  // measured 4.2e-3 here (3.7e-3 to 8.3e-3 at N = 48 and 1024, both inputs, causal or not).
+  // float32 full: 1.5e-7.
+  CHECK(full16 > 1e-4);
+  CHECK(full16 < 2e-2);
+  CHECK(std::stod((*by.at("full|float32"))[Col::rel_fro]) < 1e-5);
+  // A variant measured against its own definition is, in bf16, too (its float32 inputs'):
+  // measured 3.4e-3 (float32: 1.2e-7).
+  CHECK((*by.at("gla|bf16"))[Col::error_vs] == "own");
+  CHECK((*by.at("gla|bf16"))[Col::token_inputs] == "g");
+  CHECK(std::stod((*by.at("gla|bf16"))[Col::rel_fro]) > 1e-4);
+  CHECK(std::stod((*by.at("gla|bf16"))[Col::rel_fro]) < 2e-2);
+
+  const auto meta = nlohmann::json::parse(read_file(dir.str("meta.json")));
+  CHECK(meta["grid"]["dtype"] == nlohmann::json({"float32", "bf16"}));
+
+  // Bad dtypes are refused naming the key or the flag.
+  require_error([] { parse_config("dtype = [\"float32\", \"fp16\"]\n", "bad.toml"); },
+                {"bad.toml:1", "dtype", "'fp16'", "float32 or bf16"});
+  require_error([] { parse_config("dtype = []\n", "empty.toml"); },
+                {"empty.toml:1", "dtype", "empty"});
+  require_error([] { parse_config("dtype = 16\n", "int.toml"); },
+                {"int.toml:1", "dtype", "string"});
+  require_error([] { parse_dtype_list("--dtype", "bf16,float16"); }, {"--dtype", "'float16'"});
+  SweepConfig half = c;
+  half.dtype = {"half"};
+  require_error([&] { validate(half); }, {"dtype", "'half'", "float32 or bf16"});
+  Point p = grid.front();
+  p.dtype = "half";
+  PointRunner runner(c.measure, 1.0, std::int64_t(1) << 32, "");
+  const Row refused = runner.run(p);
+  CHECK(refused[Col::status] == "error");
+  CHECK(refused[Col::message].find("dtype 'half'") != std::string::npos);
+  // The peers take float32 arrays: a bf16 peer point (the grid makes none) is refused, named.
+  const auto first_peer =
+      std::find_if(grid.begin(), grid.end(), [](const Point& x) { return x.peer; });
+  REQUIRE(first_peer != grid.end());
+  Point peer = *first_peer;
+  peer.dtype = "bf16";
+  const Row peer_row = runner.run(peer);
+  CHECK(peer_row[Col::status] == "error");
+  CHECK(peer_row[Col::message].find("dtype 'bf16'") != std::string::npos);
+}
+
 TEST_CASE("points over the memory budget are refused as oom without running", "[harness]") {
   TempDir dir;
   SweepConfig c = parse_config(small_config("oom"), "oom.toml");
@@ -1128,6 +1246,13 @@ TEST_CASE("attnlab sweep and merge from the command line", "[harness]") {
   const std::string points = read_file(dir.str("log.txt"));
   CHECK(std::count(points.begin(), points.end(), '\n') == 24);
   CHECK(points.find("mask=documents:count=16") != std::string::npos);
+  CHECK(points.find("dtype=float32") != std::string::npos);  // the default: float32 only
+  CHECK(points.find("dtype=bf16") == std::string::npos);
+  // --dtype replaces the dtype axis: every point in float32 and in bf16.
+  REQUIRE(run_command(flags + " --dtype float32,bf16 --dry-run" + log) == 0);
+  const std::string both = read_file(dir.str("log.txt"));
+  CHECK(std::count(both.begin(), both.end(), '\n') == 48);
+  CHECK(both.find("dtype=bf16") != std::string::npos);
   const std::string base = flags + " --mask none";  // 3 specs x 2 N x 2 causal settings
   REQUIRE(run_command(base + " --out " + dir.str("whole") + log) == 0);
   CHECK(read_file(dir.str("log.txt")).find("12 run (12 ok)") != std::string::npos);
