@@ -601,6 +601,94 @@ std::string peers_table(const std::vector<ReportRow>& rows) {
   return out.str();
 }
 
+namespace {
+
+// The row's setting as its float32 twin's (`causal` without the dtype at its end).
+std::string float32_setting(const ReportRow& r) {
+  return r.dtype == "float32" ? r.causal
+                              : r.causal.substr(0, r.causal.size() - (2 + r.dtype.size()));
+}
+
+}  // namespace
+
+std::string precision_tables(const std::vector<ReportRow>& rows) {
+  bool any = false;
+  for (const auto& r : rows) any |= r.dtype != "float32";
+  if (!any) return "";
+  // A problem: (N, the float32 context, seed); per spec, its float32 and its bf16 row (an ok
+  // one where there are several). Peers run in float32 only; the variants that are not
+  // softmax attention are measured against another reference.
+  struct Pair {
+    const ReportRow* float32 = nullptr;
+    const ReportRow* bf16 = nullptr;
+  };
+  using Problem = std::tuple<std::int64_t, Context, std::string>;
+  std::map<Problem, std::map<std::string, Pair>> problems;
+  std::set<Problem> with_bf16;
+  std::vector<std::string> specs;  // full first, then in order of appearance
+  for (const auto& r : rows) {
+    if (!r.approximates_softmax() || r.variant == "numpy" || r.variant == "torch" ||
+        (r.dtype != "float32" && r.dtype != "bf16"))
+      continue;
+    Context c = context_of(r);
+    std::get<3>(c) = float32_setting(r);
+    const Problem problem{r.n, c, r.seed};
+    Pair& pair = problems[problem][r.spec];
+    const ReportRow*& slot = r.dtype == "bf16" ? pair.bf16 : pair.float32;
+    if (!slot || (!slot->ok() && r.ok())) slot = &r;
+    if (r.dtype == "bf16") with_bf16.insert(problem);
+    if (std::find(specs.begin(), specs.end(), r.spec) == specs.end()) specs.push_back(r.spec);
+  }
+  std::stable_partition(specs.begin(), specs.end(),
+                        [](const std::string& s) { return s == "full"; });
+  const auto error = [](const ReportRow* r) -> std::string {
+    if (!r) return kDash;
+    if (!r->ok()) return md_escape(r->status);
+    return opt_fmt("%.2e", r->rel_fro);
+  };
+
+  std::ostringstream out;
+  out << "## Precision: bf16 rounding beside each approximation's error\n\n"
+      << "Exact `full` on q, k, v rounded to bfloat16 (Attention's bf16 forward, on the path "
+      << "meta.json's `kernels_bf16` names, into a bf16 output) against float64 softmax attention "
+      << "of the float32 inputs: the error that bf16 rounding alone brings. Beside it, on the same "
+      << "problem (N, shape, causal setting and mask, input, seed) and against the same reference, "
+      << "each approximation of softmax attention in float32 and, where measured, in bf16 "
+      << "(rel_fro = ||out - ref||_F / ||ref||_F). The last column is the float32 error over "
+      << "full's bf16 error: below 1, the approximation is more accurate than bf16 rounding "
+      << "itself. The variants that are not softmax attention and the peers are left out.\n\n";
+  std::int64_t length = -1;
+  for (const auto& [problem, pairs] : problems) {
+    if (!with_bf16.count(problem)) continue;
+    const auto& [n, c, seed] = problem;
+    if (n != length) {
+      out << (length < 0 ? "" : "\n") << "### N = " << n << "\n\n"
+          << "| spec | input | causal | B,H,D | seed | float32 | bf16 | full in bf16 | float32 "
+             "over full in bf16 |\n|---|---|---|---|---|---|---|---|---|\n";
+      length = n;
+    }
+    const auto full = pairs.find("full");
+    const ReportRow* full16 = full == pairs.end() ? nullptr : full->second.bf16;
+    for (const auto& spec : specs) {
+      const auto it = pairs.find(spec);
+      if (it == pairs.end()) continue;
+      const Pair& pair = it->second;
+      std::string ratio = kDash;
+      if (pair.float32 && pair.float32->ok() && pair.float32->rel_fro && full16 && full16->ok() &&
+          full16->rel_fro && *full16->rel_fro > 0) {
+        const double x = *pair.float32->rel_fro / *full16->rel_fro;
+        ratio = fmt("%.2g", x) + (x < 1 ? " (more accurate)" : "");
+      }
+      out << "| " << code(spec) << " | " << code(std::get<4>(c)) << " | " << std::get<3>(c) << " | "
+          << std::get<0>(c) << "," << std::get<1>(c) << "," << std::get<2>(c) << " | "
+          << md_escape(seed) << " | " << error(pair.float32) << " | " << error(pair.bf16) << " | "
+          << error(full16) << " | " << ratio << " |\n";
+    }
+  }
+  out << "\n";
+  return out.str();
+}
+
 // ---------------------------------------------------------------- plots
 
 namespace {
@@ -843,7 +931,7 @@ ReportOutput render_report(const std::string& dir, const ReportOptions& options)
   md << meta_section(base / "meta.json");
   md << lra_table(rows) << linformer_table(rows) << peers_table(rows);
   if (options.plots) md << plots_section(rows, base, options, output);
-  md << error_tables(rows) << own_error_tables(rows);
+  md << error_tables(rows) << own_error_tables(rows) << precision_tables(rows);
 
   output.markdown_path = (base / "report.md").string();
   write_atomically(output.markdown_path, md.str());  // an old report or none, never half of one

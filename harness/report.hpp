@@ -83,6 +83,10 @@ std::string error_tables(const std::vector<ReportRow>& rows);
 /// own float64 definition, the token inputs they were given, speed-up and time.
 std::string own_error_tables(const std::vector<ReportRow>& rows);
 std::string peers_table(const std::vector<ReportRow>& rows);
+/// Where the rows hold bf16 points (else ""): per length, exact `full`'s bf16 error against
+/// float64 beside each approximation's float32 error (and its own bf16 error) on the same
+/// problem, so a reader sees which approximations are more accurate than bf16 rounding itself.
+std::string precision_tables(const std::vector<ReportRow>& rows);
 
 struct ReportOptions {
   bool plots = true;

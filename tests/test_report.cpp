@@ -292,6 +292,66 @@ TEST_CASE("bf16 points read as a setting of their own: speed-ups join bf16 with 
   CHECK_FALSE(contains(peers, "bf16"));
 }
 
+TEST_CASE("the precision section sets full's bf16 error beside each approximation's float32 error",
+          "[report]") {
+  const std::string linear = "linear:feature=elu";
+  // A row at dtype bf16: its own key, otherwise the same problem.
+  const auto bf16 = [](std::map<std::string, std::string> row) {
+    row["dtype"] = "bf16";
+    row["key"] += "|bf16";
+    return row;
+  };
+  const auto rows = [&](bool with_bf16) {
+    std::vector<std::map<std::string, std::string>> cells = {
+        ok_row("full", "0.01", "1e-07", "softmax"), ok_row(kSliding, "0.005", "0.0003", "softmax"),
+        ok_row(linear, "0.002", "0.5", "softmax"), ok_row("gla", "0.002", "3e-07", "own", "g")};
+    if (with_bf16) {
+      cells.push_back(bf16(ok_row("full", "0.02", "0.004", "softmax")));
+      cells.push_back(bf16(ok_row(kSliding, "0.008", "0.005", "softmax")));
+      cells.push_back(bf16(ok_row("gla", "0.004", "0.003", "own", "g")));
+    }
+    std::istringstream text(rows_text(cells));
+    return parse_report_rows(text);
+  };
+  // A run without bf16 points (an older one among them: no dtype column) has no such section.
+  CHECK(precision_tables(rows(false)).empty());
+  std::istringstream older("spec,variant,n,status,rel_fro\nfull,full,64,ok,1e-07\n");
+  CHECK(precision_tables(parse_report_rows(older)).empty());
+
+  const std::string t = precision_tables(rows(true));
+  INFO(t);
+  CHECK(contains(t, "## Precision: bf16 rounding beside each approximation's error"));
+  // Per spec: its float32 error, its bf16 error (where measured), full's bf16 error, and the
+  // ratio of the first to the third: the rows' numbers, nothing typed.
+  CHECK(contains(t,
+                 "| `full` | `gaussian:temp=1` | none | 1,8,64 | 1 | 1.00e-07 | 4.00e-03 | "
+                 "4.00e-03 | 2.5e-05 (more accurate) |"));
+  CHECK(contains(t, "| `" + kSliding +
+                        "` | `gaussian:temp=1` | none | 1,8,64 | 1 | 3.00e-04 | "
+                        "5.00e-03 | 4.00e-03 | 0.075 (more accurate) |"));
+  CHECK(contains(t, "| `" + linear +
+                        "` | `gaussian:temp=1` | none | 1,8,64 | 1 | 5.00e-01 | — | "
+                        "4.00e-03 | 1.2e+02 |"));
+  // full first; the variants that are not softmax attention are left out.
+  CHECK(t.find("| `full` |") < t.find("| `sliding:"));
+  CHECK_FALSE(contains(t, "`gla`"));
+
+  // render_report adds it after the other tables.
+  const fs::path dir =
+      fs::temp_directory_path() / ("attnlab-report-bf16-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "rows.csv") << rows_text({ok_row("full", "0.01", "1e-07", "softmax"),
+                                                bf16(ok_row("full", "0.02", "0.004", "softmax"))});
+  ReportOptions options;
+  options.plots = false;
+  render_report(dir.string(), options);
+  const std::string md = read_text(dir / "report.md");
+  REQUIRE(contains(md, "## Precision"));
+  CHECK(md.find("## Precision") > md.find("## Variants that are not softmax attention"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("an older run's rows: a variant that is not softmax attention keeps no softmax error",
           "[report]") {
   // Before error_vs, every row was measured against softmax attention; a variant that declares

@@ -30,6 +30,7 @@
 #include "harness/heap.hpp"
 #include "harness/mask_spec.hpp"
 #include "harness/measure.hpp"
+#include "harness/report.hpp"
 #include "harness/rows.hpp"
 #include "harness/sweep.hpp"
 #include "harness/trained_inputs.hpp"
@@ -816,6 +817,18 @@ peers = true
 
   const auto meta = nlohmann::json::parse(read_file(dir.str("meta.json")));
   CHECK(meta["grid"]["dtype"] == nlohmann::json({"float32", "bf16"}));
+  // The report's precision section, from these rows.
+  ReportOptions options;
+  options.plots = false;
+  render_report(dir.str(), options);
+  const std::string md = read_file(dir.str("report.md"));
+  const auto precision = md.find("## Precision");
+  REQUIRE(precision != std::string::npos);
+  char full16_text[32];
+  std::snprintf(full16_text, sizeof full16_text, "%.2e", full16);
+  CHECK(md.find("| `full` | `gaussian:temp=0.5` | top-left | 1,2,16 | 1 |", precision) !=
+        std::string::npos);
+  CHECK(md.find(full16_text, precision) != std::string::npos);
 
   // Bad dtypes are refused naming the key or the flag.
   require_error([] { parse_config("dtype = [\"float32\", \"fp16\"]\n", "bad.toml"); },
