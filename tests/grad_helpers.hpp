@@ -110,6 +110,25 @@ class TorchGrads {
   std::size_t cases_ = 0;
 };
 
+/// Our gradients of one TorchGrads case (ours[i] of the input names[i]), labelled `what`.
+struct TorchExpected {
+  std::size_t index;
+  std::vector<xt::xarray<double>> ours;
+  std::vector<std::string> names;
+  std::string what;
+};
+
+/// Runs torch's cases and requires each expected gradient close to torch's (rtol, atol); when
+/// python or torch is missing, run() has warned and nothing is compared.
+inline void require_close_to_torch(TorchGrads& torch, const std::vector<TorchExpected>& expected,
+                                   double rtol, double atol) {
+  if (!torch.run()) return;
+  for (const TorchExpected& e : expected)
+    for (std::size_t i = 0; i < e.ours.size(); ++i)
+      require_close_grad(e.ours[i], torch.grad(e.index, e.names[i]), rtol, atol,
+                         e.what + " d" + e.names[i] + " vs torch");
+}
+
 /// A dense boolean pattern [B, H, Nq, Nk] as 0/1 floats, for the torch script.
 inline xt::xarray<float> dense_pattern(const Pattern& allowed, const Dims& d) {
   xt::xarray<float> a = xt::zeros<float>({d.batch, d.heads, d.nq, d.nk});

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <xtensor/xview.hpp>
 
 #include "attnlab/attnlab.hpp"
 
@@ -34,6 +35,43 @@ inline TokenTensor uniform_tokens(std::size_t b, std::size_t h, std::size_t n, d
   for (float& x : t) x = static_cast<float>(dist(rng));
   return t;
 }
+
+/// One sequence's inputs for a variant: q, k, v, and g, beta where it takes them
+/// (Support::log_decay, Support::beta), drawn from seeds seed .. seed + 4.
+struct SequenceInputs {
+  Tensor q, k, v;
+  TokenTensor g, beta;
+  bool with_g = false, with_beta = false;
+
+  SequenceInputs() = default;
+  /// [B, H, n] tokens: q, k [.., dk] and v [.., dv] standard normal, g uniform in [g_lo, 0)
+  /// and beta in [beta_lo, 1).
+  SequenceInputs(const Attention& a, std::size_t B, std::size_t H, std::size_t n, std::size_t dk,
+                 std::size_t dv, std::uint64_t seed, double g_lo = -1.5, double beta_lo = 0.05)
+      : q(random_tensor(B, H, n, dk, seed)),
+        k(random_tensor(B, H, n, dk, seed + 1)),
+        v(random_tensor(B, H, n, dv, seed + 2)),
+        g(uniform_tokens(B, H, n, g_lo, 0, seed + 3)),
+        beta(uniform_tokens(B, H, n, beta_lo, 1, seed + 4)),
+        with_g(a.support().log_decay),
+        with_beta(a.support().beta) {}
+
+  /// g and beta where the variant takes them.
+  TokenInputs tokens() const {
+    return TokenInputs::of(with_g ? &g : nullptr, with_beta ? &beta : nullptr);
+  }
+
+  /// Tokens [t0, t1) of every input.
+  SequenceInputs slice(std::size_t t0, std::size_t t1) const {
+    SequenceInputs s = *this;
+    s.q = xt::view(q, xt::all(), xt::all(), xt::range(t0, t1), xt::all());
+    s.k = xt::view(k, xt::all(), xt::all(), xt::range(t0, t1), xt::all());
+    s.v = xt::view(v, xt::all(), xt::all(), xt::range(t0, t1), xt::all());
+    s.g = xt::view(g, xt::all(), xt::all(), xt::range(t0, t1));
+    s.beta = xt::view(beta, xt::all(), xt::all(), xt::range(t0, t1));
+    return s;
+  }
+};
 
 /// |out - ref| <= atol + rtol * |ref| everywhere; on failure reports the first bad element.
 inline void require_close(const Tensor& out, const Tensor64& ref, double rtol, double atol) {

@@ -4,7 +4,12 @@
 // themselves live in variants/, where `attnlab sweep` measures against them too.
 #pragma once
 
+#include <algorithm>
+#include <memory>
+#include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "attnlab/attnlab.hpp"
 #include "variants/linear.hpp"
@@ -52,6 +57,51 @@ struct Recurrence : ScanRecurrence {
 inline Recurrence recurrence_of(const ScanAttention& a, const Mask& mask, std::size_t dk,
                                 std::size_t heads) {
   return {{scan_recurrence(a, mask, dk, heads)}};
+}
+
+// A registered scan engine client by spec (a spec of another variant is a test bug).
+inline std::unique_ptr<ScanAttention> make_scan(const std::string& spec) {
+  return std::unique_ptr<ScanAttention>(
+      static_cast<ScanAttention*>(make_attention(spec).release()));
+}
+
+// A view's values in float64, in its shape.
+template <class Ref>
+xt::xarray<double> values64(const Ref& r) {
+  xt::xarray<double> x =
+      xt::xarray<double>::from_shape(std::vector<std::size_t>(r.shape().begin(), r.shape().end()));
+  std::copy_n(r.data(), x.size(), x.data());
+  return x;
+}
+
+// A call's inputs as Recurrence takes them: {q, k, v[, g][, beta][, S_0]} in float64, g from
+// log_decay or channel_log_decay, S_0 from initial_state.
+inline std::vector<xt::xarray<double>> recurrence_inputs(const Tensor& q, const Tensor& k,
+                                                         const Tensor& v, const TokenInputs& in) {
+  std::vector<xt::xarray<double>> x = {xt::cast<double>(q), xt::cast<double>(k),
+                                       xt::cast<double>(v)};
+  if (in.log_decay) x.push_back(values64(*in.log_decay));
+  if (in.channel_log_decay) x.push_back(values64(*in.channel_log_decay));
+  if (in.beta) x.push_back(values64(*in.beta));
+  if (in.initial_state) x.push_back(values64(in.initial_state->memory));
+  return x;
+}
+
+// tests/torch_grads.py's description of a's recurrence ("kind": "scan"): its rule, causal or
+// not, the valid keys of the one item, the scale, and whether g and beta are inputs.
+inline nlohmann::json scan_torch_case(const ScanAttention& a, const Recurrence& ref, bool causal,
+                                      std::size_t valid_keys, double scale, bool with_g,
+                                      bool with_beta) {
+  return {{"kind", "scan"},
+          {"delta", a.rule().delta},
+          {"normalise", a.rule().normalise},
+          {"causal", causal},
+          {"lengths", std::vector<std::size_t>{valid_keys}},
+          {"scale", scale},
+          {"g", with_g},
+          {"beta", with_beta},
+          {"head_g", ref.head_g},
+          {"beta_value", a.rule().beta}};
 }
 
 }  // namespace attnlab::test

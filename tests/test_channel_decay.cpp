@@ -18,8 +18,10 @@
 
 using namespace attnlab;
 using attnlab::test::Arrays64;
+using attnlab::test::make_scan;
 using attnlab::test::random_tensor;
 using attnlab::test::Recurrence;
+using attnlab::test::recurrence_inputs;
 using attnlab::test::recurrence_of;
 using attnlab::test::require_close;
 using attnlab::test::require_close_grad;
@@ -32,11 +34,6 @@ namespace {
 // scalar-gated engine's tests (measured worst a few 1e-6).
 constexpr double kRtol = 1e-4, kAtol = 2e-5;
 
-std::unique_ptr<ScanAttention> make_scan(const std::string& spec) {
-  return std::unique_ptr<ScanAttention>(
-      static_cast<ScanAttention*>(make_attention(spec).release()));
-}
-
 // A per-channel log-decay in [lo, hi), with every 9th (token, channel) at -1e4 when `strong`.
 Tensor channel_gates(std::size_t b, std::size_t h, std::size_t n, std::size_t dk, double lo,
                      double hi, bool strong, std::uint64_t seed) {
@@ -46,15 +43,6 @@ Tensor channel_gates(std::size_t b, std::size_t h, std::size_t n, std::size_t dk
   std::size_t i = 0;
   for (float& x : g) x = strong && i++ % 9 == 4 ? -1e4f : static_cast<float>(dist(rng));
   return g;
-}
-
-// The recurrence's inputs {q, k, v, g[, beta][, S_0]} in float64.
-Arrays64 inputs64(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                  const TokenTensor* beta, const Tensor* s0) {
-  Arrays64 x = {xt::cast<double>(q), xt::cast<double>(k), xt::cast<double>(v), xt::cast<double>(g)};
-  if (beta) x.push_back(xt::cast<double>(*beta));
-  if (s0) x.push_back(xt::cast<double>(*s0));
-  return x;
 }
 
 TokenInputs channel_inputs(const Tensor& g, const TokenTensor* beta) {
@@ -89,9 +77,7 @@ TEST_CASE("per-channel gates equal their float64 recurrence", "[linear-family]")
         REQUIRE(xt::all(xt::isfinite(out)));
         const Recurrence ref = recurrence_of(*a, mask, dk, H);
         require_close(out,
-                      Tensor64(ref(inputs64(q, k, v, g, with_beta ? &beta : nullptr,
-                                            with_state ? &s0 : nullptr),
-                                   true, with_beta, with_state)),
+                      Tensor64(ref(recurrence_inputs(q, k, v, in), true, with_beta, with_state)),
                       kRtol, kAtol);
       }
     }
@@ -151,13 +137,7 @@ TEST_CASE("per-channel gates' exact reductions", "[linear-family]") {
 
 TEST_CASE("per-channel gates' backward against finite differences and torch", "[linear-family]") {
   test::TorchGrads torch;
-  struct Expected {
-    std::size_t index;
-    std::vector<xt::xarray<double>> ours;
-    std::vector<std::string> names;
-    std::string what;
-  };
-  std::vector<Expected> expected;
+  std::vector<test::TorchExpected> expected;
   for (const char* spec : {"gla", "kda"}) {
     for (const int kind : {0, 1, 2}) {  // causal across a chunk edge, padded; non-causal; S_0
       const auto a = make_scan(spec);
@@ -194,33 +174,20 @@ TEST_CASE("per-channel gates' backward against finite differences and torch", "[
       const Recurrence ref = recurrence_of(*a, mask, dk, H);
       const Arrays64 fd = test::central_differences(
           [&](const Arrays64& x) { return ref(x, true, with_beta, with_state); },
-          inputs64(q, k, v, g, with_beta ? &beta : nullptr, with_state ? &s0 : nullptr),
-          xt::cast<double>(d_out));
+          recurrence_inputs(q, k, v, in), xt::cast<double>(d_out));
       // fp32 gradients against fp64 differences: the engine's bound for its scalar gates.
       for (std::size_t i = 0; i < ours.size(); ++i)
         require_close_grad(ours[i], fd[i], 1e-4, 2e-5, std::string(spec) + " d" + names[i]);
       if (with_state) continue;  // torch_grads.py's scan starts from zeros
-      nlohmann::json j = {{"kind", "scan"},
-                          {"delta", a->rule().delta},
-                          {"normalise", a->rule().normalise},
-                          {"causal", causal},
-                          {"lengths", std::vector<std::size_t>{kind == 0 ? n - 5 : n}},
-                          {"scale", mask.softmax_scale(dk)},
-                          {"g", true},
-                          {"beta", with_beta},
-                          {"head_g", ref.head_g},
-                          {"beta_value", a->rule().beta}};
+      const nlohmann::json j = test::scan_torch_case(*a, ref, causal, kind == 0 ? n - 5 : n,
+                                                     mask.softmax_scale(dk), true, with_beta);
       std::vector<std::pair<std::string, xt::xarray<float>>> files = {
           {"q", q}, {"k", k}, {"v", v}, {"d_out", d_out}, {"g", g}};
       if (with_beta) files.push_back({"beta", beta});
       expected.push_back({torch.add(j, files), ours, names, std::string(spec)});
     }
   }
-  if (!torch.run()) return;
-  for (const Expected& e : expected)
-    for (std::size_t i = 0; i < e.ours.size(); ++i)
-      require_close_grad(e.ours[i], torch.grad(e.index, e.names[i]), 1e-4, 2e-5,
-                         e.what + " d" + e.names[i] + " vs torch");
+  test::require_close_to_torch(torch, expected, 1e-4, 2e-5);
 }
 
 TEST_CASE("the per-channel log-decay is validated and refused where not taken", "[linear-family]") {

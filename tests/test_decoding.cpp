@@ -34,36 +34,12 @@ const char* kSpecs[] = {"full",
                         "gla",
                         "gated-delta"};
 
-// Sequences' inputs: q, k, v and g, beta where the variant takes them.
-struct Inputs {
-  Tensor q, k, v;
-  TokenTensor g, beta;
-  bool with_g, with_beta;
-
-  TokenInputs tokens() const {
-    return TokenInputs::of(with_g ? &g : nullptr, with_beta ? &beta : nullptr);
-  }
-  // Tokens [t0, t1).
-  Inputs rows(std::size_t t0, std::size_t t1) const {
-    Inputs s = *this;
-    s.q = xt::view(q, xt::all(), xt::all(), xt::range(t0, t1), xt::all());
-    s.k = xt::view(k, xt::all(), xt::all(), xt::range(t0, t1), xt::all());
-    s.v = xt::view(v, xt::all(), xt::all(), xt::range(t0, t1), xt::all());
-    s.g = xt::view(g, xt::all(), xt::all(), xt::range(t0, t1));
-    s.beta = xt::view(beta, xt::all(), xt::all(), xt::range(t0, t1));
-    return s;
-  }
-};
+// Sequences' inputs: q, k, v and g in [-1, 0), beta in [0, 1) where the variant takes them.
+using Inputs = test::SequenceInputs;
 
 Inputs inputs(const Attention& a, std::size_t B, std::size_t H, std::size_t n, std::size_t dk,
               std::size_t dv, std::uint64_t seed) {
-  return {random_tensor(B, H, n, dk, seed),
-          random_tensor(B, H, n, dk, seed + 1),
-          random_tensor(B, H, n, dv, seed + 2),
-          uniform_tokens(B, H, n, -1, 0, seed + 3),
-          uniform_tokens(B, H, n, 0, 1, seed + 4),
-          a.support().log_decay,
-          a.support().beta};
+  return Inputs(a, B, H, n, dk, dv, seed, -1, 0);
 }
 
 DecodeConfig config_of(const Attention& a, const Inputs& x, std::size_t n) {
@@ -83,14 +59,14 @@ Tensor decode(TokenDecoder& decoder, const Inputs& x, const std::vector<std::siz
   };
   std::size_t t = 0;
   for (std::size_t i = 0; i < cuts.size(); ++i) {
-    const Inputs p = x.rows(t, cuts[i]);
+    const Inputs p = x.slice(t, cuts[i]);
     into(
         t, cuts[i],
         decoder.prefill(p.q, p.k, p.v, p.tokens(), i == 0 ? lengths : std::vector<std::int64_t>{}));
     t = cuts[i];
   }
   for (; t < n; ++t) {
-    const Inputs s = x.rows(t, t + 1);
+    const Inputs s = x.slice(t, t + 1);
     into(t, t + 1, decoder.step(s.q, s.k, s.v, s.tokens()));
   }
   return out;
@@ -151,7 +127,7 @@ TEST_CASE("decoding items of different prompt lengths (padding) equals each one'
         for (auto* t : {&one.q, &one.k, &one.v}) *t = xt::zeros<float>(t->shape());
         one.g = xt::zeros<float>(one.g.shape());
         one.beta = xt::zeros<float>(one.beta.shape());
-        const Inputs item = x.rows(0, n);
+        const Inputs item = x.slice(0, n);
         const auto copy = [&](auto& to, const auto& from, std::size_t t0, std::size_t t1,
                               std::size_t at) {
           xt::view(to, 0, xt::all(), xt::range(at, at + t1 - t0)) =
@@ -412,11 +388,11 @@ TEST_CASE("extend appends a context without its outputs; steps after it are the 
     Tensor want;
     a->forward(x.q, x.k, x.v, causal(), x.tokens(), want);
     const auto decoder = a->start_decoding(config_of(*a, x, n));
-    const Inputs first = x.rows(0, 30), second = x.rows(30, n0);
+    const Inputs first = x.slice(0, 30), second = x.slice(30, n0);
     decoder->extend(first.k, first.v, first.tokens());
     decoder->extend(second.k, second.v, second.tokens());
     CHECK(decoder->tokens(1) == n0);
-    const Tensor got = decode(*decoder, x.rows(n0, n), {});
+    const Tensor got = decode(*decoder, x.slice(n0, n), {});
     require_close(
         got, xt::cast<double>(xt::view(want, xt::all(), xt::all(), xt::range(n0, n), xt::all())),
         kRtol, kAtol);

@@ -16,8 +16,10 @@
 
 using namespace attnlab;
 using attnlab::test::Arrays64;
+using attnlab::test::make_scan;
 using attnlab::test::random_tensor;
 using attnlab::test::Recurrence;
+using attnlab::test::recurrence_inputs;
 using attnlab::test::recurrence_of;
 using attnlab::test::require_close;
 using attnlab::test::require_close_grad;
@@ -38,25 +40,6 @@ std::vector<std::string> scan_specs(std::initializer_list<const char*> extra = {
   return specs;
 }
 
-std::unique_ptr<ScanAttention> make_scan(const std::string& spec) {
-  return std::unique_ptr<ScanAttention>(
-      static_cast<ScanAttention*>(make_attention(spec).release()));
-}
-
-// A token input's values in float64.
-xt::xarray<double> token64(const TokenRef& t) {
-  TokenTensor copy = TokenTensor::from_shape(t.shape());
-  std::copy_n(t.data(), copy.size(), copy.data());
-  return xt::cast<double>(copy);
-}
-
-Arrays64 inputs64(const Tensor& q, const Tensor& k, const Tensor& v, const TokenInputs& in) {
-  Arrays64 x = {xt::cast<double>(q), xt::cast<double>(k), xt::cast<double>(v)};
-  if (in.log_decay) x.push_back(token64(*in.log_decay));
-  if (in.beta) x.push_back(token64(*in.beta));
-  return x;
-}
-
 // The gradients of a backward (q, k, v, then g and beta where `in` gives them) and their names,
 // each required close to central differences of the float64 recurrence: fp32 gradients against
 // fp64 differences (truncation ~1e-10), rounding of up to ~130 terms per entry.
@@ -73,7 +56,7 @@ std::pair<std::vector<xt::xarray<double>>, std::vector<std::string>> require_gra
   const Recurrence ref = recurrence_of(a, mask, q.shape()[3], q.shape()[1]);
   const Arrays64 fd =
       test::central_differences([&](const Arrays64& x) { return ref(x, with_g, with_beta); },
-                                inputs64(q, k, v, in), xt::cast<double>(d_out));
+                                recurrence_inputs(q, k, v, in), xt::cast<double>(d_out));
   for (std::size_t i = 0; i < ours.size(); ++i)
     require_close_grad(ours[i], fd[i], 1e-4, 2e-5, what + " d" + names[i]);
   return {ours, names};
@@ -130,7 +113,7 @@ TEST_CASE("every scan variant equals its float64 recurrence", "[linear-family]")
             Saved saved;
             a->forward(q, k, v, mask, in, out, saved);
             const Recurrence ref = recurrence_of(*a, mask, dk, H);
-            const xt::xarray<double> want = ref(inputs64(q, k, v, in), with_g, with_beta);
+            const xt::xarray<double> want = ref(recurrence_inputs(q, k, v, in), with_g, with_beta);
             require_close(out, Tensor64(want), kRtol, kAtol);
             // The forward that keeps nothing for a backward computes the same output, bitwise.
             Tensor plain;
@@ -209,13 +192,7 @@ TEST_CASE("scan variants' exact reductions", "[linear-family]") {
 
 TEST_CASE("scan variants' backward against finite differences and torch", "[linear-family]") {
   test::TorchGrads torch;
-  struct Expected {
-    std::size_t index;
-    std::vector<xt::xarray<double>> ours;
-    std::vector<std::string> names;
-    std::string what;
-  };
-  std::vector<Expected> expected;
+  std::vector<test::TorchExpected> expected;
   for (const std::string& spec : scan_specs({"delta:beta=0.8"})) {
     for (const bool causal : {true, false}) {
       for (const bool padded : {false, true}) {
@@ -241,17 +218,9 @@ TEST_CASE("scan variants' backward against finite differences and torch", "[line
         REQUIRE(static_cast<bool>(grads.qkv.dk ==
                                   recomputed.qkv.dk));  // saved chunk states == recomputed ones
         const auto [ours, names] = require_grads_match(*a, q, k, v, d_out, mask, in, grads, spec);
-        const Recurrence ref = recurrence_of(*a, mask, dk, H);
-        nlohmann::json j = {{"kind", "scan"},
-                            {"delta", a->rule().delta},
-                            {"normalise", a->rule().normalise},
-                            {"causal", causal},
-                            {"lengths", std::vector<std::size_t>{padded ? n - 5 : n}},
-                            {"scale", mask.softmax_scale(dk)},
-                            {"g", with_g},
-                            {"beta", with_beta},
-                            {"head_g", ref.head_g},
-                            {"beta_value", a->rule().beta}};
+        const nlohmann::json j =
+            test::scan_torch_case(*a, recurrence_of(*a, mask, dk, H), causal, padded ? n - 5 : n,
+                                  mask.softmax_scale(dk), with_g, with_beta);
         std::vector<std::pair<std::string, xt::xarray<float>>> files = {
             {"q", q}, {"k", k}, {"v", v}, {"d_out", d_out}};
         if (with_g) files.push_back({"g", g});
@@ -262,11 +231,7 @@ TEST_CASE("scan variants' backward against finite differences and torch", "[line
       }
     }
   }
-  if (!torch.run()) return;
-  for (const Expected& e : expected)
-    for (std::size_t i = 0; i < e.ours.size(); ++i)
-      require_close_grad(e.ours[i], torch.grad(e.index, e.names[i]), 1e-4, 2e-5,
-                         e.what + " d" + e.names[i] + " vs torch");
+  test::require_close_to_torch(torch, expected, 1e-4, 2e-5);
 }
 
 TEST_CASE("the chunked backward across chunk edges, padding, strong decay and beta 0 and 1",

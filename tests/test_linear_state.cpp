@@ -47,38 +47,8 @@ bool is_linear(const Attention& a) {
   return a.name() == "linear";
 }
 
-// One sequence's inputs: q, k, v, and g, beta where the variant takes them.
-struct Inputs {
-  Tensor q, k, v;
-  TokenTensor g, beta;
-  bool with_g = false, with_beta = false;
-
-  Inputs(const Attention& a, std::size_t B, std::size_t H, std::size_t n, std::size_t dk,
-         std::size_t dv, std::uint64_t seed)
-      : q(random_tensor(B, H, n, dk, seed)),
-        k(random_tensor(B, H, n, dk, seed + 1)),
-        v(random_tensor(B, H, n, dv, seed + 2)),
-        g(uniform_tokens(B, H, n, -1.5, 0, seed + 3)),
-        beta(uniform_tokens(B, H, n, 0.05, 1, seed + 4)),
-        with_g(a.support().log_decay),
-        with_beta(a.support().beta) {}
-  Inputs() = default;
-
-  TokenInputs tokens() const {
-    return TokenInputs::of(with_g ? &g : nullptr, with_beta ? &beta : nullptr);
-  }
-
-  // Tokens [t0, t1) of every input.
-  Inputs slice(std::size_t t0, std::size_t t1) const {
-    Inputs s = *this;
-    s.q = xt::view(q, xt::all(), xt::all(), xt::range(t0, t1), xt::all());
-    s.k = xt::view(k, xt::all(), xt::all(), xt::range(t0, t1), xt::all());
-    s.v = xt::view(v, xt::all(), xt::all(), xt::range(t0, t1), xt::all());
-    s.g = xt::view(g, xt::all(), xt::all(), xt::range(t0, t1));
-    s.beta = xt::view(beta, xt::all(), xt::all(), xt::range(t0, t1));
-    return s;
-  }
-};
+// One sequence's inputs (g in [-1.5, 0), beta in [0.05, 1)).
+using Inputs = test::SequenceInputs;
 
 // A random state of `a` for sizes d: S normal, z (where the state has one) uniform in [0.5, 2)
 // (a key sum of non-negative features is non-negative).
@@ -112,12 +82,11 @@ std::pair<Tensor64, test::State64> reference(const Attention& a, const Inputs& x
   }
   const auto& scan = dynamic_cast<const ScanAttention&>(a);
   const test::Recurrence ref = test::recurrence_of(scan, mask, x.q.shape()[3], x.q.shape()[1]);
-  Arrays64 in = {xt::cast<double>(x.q), xt::cast<double>(x.k), xt::cast<double>(x.v)};
-  if (x.with_g) in.push_back(xt::cast<double>(x.g));
-  if (x.with_beta) in.push_back(xt::cast<double>(x.beta));
-  in.push_back(xt::cast<double>(initial.memory));
+  TokenInputs in = x.tokens();
+  in.initial_state = initial.ref();
   test::State64 end;
-  const xt::xarray<double> out = ref(in, x.with_g, x.with_beta, true, &end.memory);
+  const xt::xarray<double> out =
+      ref(test::recurrence_inputs(x.q, x.k, x.v, in), x.with_g, x.with_beta, true, &end.memory);
   return {Tensor64(out), end};
 }
 
@@ -299,11 +268,8 @@ TEST_CASE("the state's gradients against central differences of the float64 recu
       a->backward(x.q, x.k, x.v, mask, in, out, d_out, saved, g);
 
       // Inputs: q, k, v, [g], [beta], S_0, [z_0]; f returns out and the final state, flat.
-      Arrays64 x64 = {xt::cast<double>(x.q), xt::cast<double>(x.k), xt::cast<double>(x.v)};
-      if (x.with_g) x64.push_back(xt::cast<double>(x.g));
-      if (x.with_beta) x64.push_back(xt::cast<double>(x.beta));
-      const std::size_t state_at = x64.size();
-      x64.push_back(xt::cast<double>(initial.memory));
+      Arrays64 x64 = test::recurrence_inputs(x.q, x.k, x.v, in);
+      const std::size_t state_at = x64.size() - 1;  // S_0, last
       if (sd.key_sum) x64.push_back(xt::cast<double>(initial.key_sum));
       const auto flat = [](std::initializer_list<xt::xarray<double>> parts) {
         std::vector<double> all;
