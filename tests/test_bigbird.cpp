@@ -294,6 +294,7 @@ TEST_CASE("bigbird under causal prefix-LM sees its prefix, forward and backward"
         if (c.window < 2 * std::int64_t((n + 7) / 8) - 1) continue;
         // The exact reduction, independent of the layout's code: full under the same mask.
         require_close(out, xt::cast<double>(full->forward(q, k, v, mask)), 1e-5, 1e-6);
+        CHECK(a.flops(d, mask) == Approx(full->flops(d, mask)));  // the same visible pairs
       }
   }
   // Packed documents, a prefix each (the second opens blocks past its first query block).
