@@ -42,19 +42,22 @@ struct SequenceInputs {
   Tensor q, k, v;
   TokenTensor g, beta;
   bool with_g = false, with_beta = false;
+  std::size_t per = 1;  ///< rows of k, v, g and beta per token (delta-product's steps)
 
   SequenceInputs() = default;
   /// [B, H, n] tokens: q, k [.., dk] and v [.., dv] standard normal, g uniform in [g_lo, 0)
-  /// and beta in [beta_lo, 1).
+  /// and beta in [beta_lo, 1); k, v, g and beta with `per` rows per token.
   SequenceInputs(const Attention& a, std::size_t B, std::size_t H, std::size_t n, std::size_t dk,
-                 std::size_t dv, std::uint64_t seed, double g_lo = -1.5, double beta_lo = 0.05)
+                 std::size_t dv, std::uint64_t seed, double g_lo = -1.5, double beta_lo = 0.05,
+                 std::size_t per_ = 1)
       : q(random_tensor(B, H, n, dk, seed)),
-        k(random_tensor(B, H, n, dk, seed + 1)),
-        v(random_tensor(B, H, n, dv, seed + 2)),
-        g(uniform_tokens(B, H, n, g_lo, 0, seed + 3)),
-        beta(uniform_tokens(B, H, n, beta_lo, 1, seed + 4)),
+        k(random_tensor(B, H, per_ * n, dk, seed + 1)),
+        v(random_tensor(B, H, per_ * n, dv, seed + 2)),
+        g(uniform_tokens(B, H, per_ * n, g_lo, 0, seed + 3)),
+        beta(uniform_tokens(B, H, per_ * n, beta_lo, 1, seed + 4)),
         with_g(a.support().log_decay),
-        with_beta(a.support().beta) {}
+        with_beta(a.support().beta),
+        per(per_) {}
 
   /// g and beta where the variant takes them.
   TokenInputs tokens() const {
@@ -64,11 +67,12 @@ struct SequenceInputs {
   /// Tokens [t0, t1) of every input.
   SequenceInputs slice(std::size_t t0, std::size_t t1) const {
     SequenceInputs s = *this;
+    const std::size_t r0 = t0 * per, r1 = t1 * per;  // k, v, g and beta rows
     s.q = xt::view(q, xt::all(), xt::all(), xt::range(t0, t1), xt::all());
-    s.k = xt::view(k, xt::all(), xt::all(), xt::range(t0, t1), xt::all());
-    s.v = xt::view(v, xt::all(), xt::all(), xt::range(t0, t1), xt::all());
-    s.g = xt::view(g, xt::all(), xt::all(), xt::range(t0, t1));
-    s.beta = xt::view(beta, xt::all(), xt::all(), xt::range(t0, t1));
+    s.k = xt::view(k, xt::all(), xt::all(), xt::range(r0, r1), xt::all());
+    s.v = xt::view(v, xt::all(), xt::all(), xt::range(r0, r1), xt::all());
+    s.g = xt::view(g, xt::all(), xt::all(), xt::range(r0, r1));
+    s.beta = xt::view(beta, xt::all(), xt::all(), xt::range(r0, r1));
     return s;
   }
 };

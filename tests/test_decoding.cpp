@@ -5,10 +5,12 @@
 // (a KV cache grows, a window's ring and a recurrent state do not), and bad input.
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include <xtensor/xview.hpp>
 
 #include "helpers.hpp"
+#include "variants/delta_product.hpp"
 
 using namespace attnlab;
 using attnlab::test::random_tensor;
@@ -19,7 +21,7 @@ using attnlab::test::uniform_tokens;
 namespace {
 
 // Every causal variant in settings that exercise its pattern at N = 70 (bigbird decodes the
-// pattern of max_tokens = N tokens).
+// pattern of max_tokens = N tokens; delta-product's k, v, g and beta have steps rows per token).
 const char* kSpecs[] = {"full",
                         "sliding:left=5,right=2,global=2",
                         "sliding:left=3,dilation=3,global=0",
@@ -32,14 +34,23 @@ const char* kSpecs[] = {"full",
                         "delta:beta=0.7",
                         "retnet",
                         "gla",
-                        "gated-delta"};
+                        "gated-delta",
+                        "delta-product:steps=2",
+                        "delta-product:steps=3,beta=0.8"};
 
-// Sequences' inputs: q, k, v and g in [-1, 0), beta in [0, 1) where the variant takes them.
+// Rows of k, v, g and beta per token: delta-product's steps, else 1.
+std::size_t rows_per_token(const Attention& a) {
+  const auto* product = dynamic_cast<const DeltaProductAttention*>(&a);
+  return product ? static_cast<std::size_t>(product->steps()) : 1;
+}
+
+// Sequences' inputs: q, k, v and g in [-1, 0), beta in [0, 1) where the variant takes them;
+// k, v, g and beta with delta-product's steps rows per token.
 using Inputs = test::SequenceInputs;
 
 Inputs inputs(const Attention& a, std::size_t B, std::size_t H, std::size_t n, std::size_t dk,
               std::size_t dv, std::uint64_t seed) {
-  return Inputs(a, B, H, n, dk, dv, seed, -1, 0);
+  return Inputs(a, B, H, n, dk, dv, seed, -1, 0, rows_per_token(a));
 }
 
 DecodeConfig config_of(const Attention& a, const Inputs& x, std::size_t n) {
@@ -128,21 +139,20 @@ TEST_CASE("decoding items of different prompt lengths (padding) equals each one'
         one.g = xt::zeros<float>(one.g.shape());
         one.beta = xt::zeros<float>(one.beta.shape());
         const Inputs item = x.slice(0, n);
+        // Tokens [t0, t1) to tokens from `at` on, of `per` rows each.
         const auto copy = [&](auto& to, const auto& from, std::size_t t0, std::size_t t1,
-                              std::size_t at) {
-          xt::view(to, 0, xt::all(), xt::range(at, at + t1 - t0)) =
-              xt::view(from, b, xt::all(), xt::range(t0, t1));
+                              std::size_t at, std::size_t per) {
+          xt::view(to, 0, xt::all(), xt::range(at * per, (at + t1 - t0) * per)) =
+              xt::view(from, b, xt::all(), xt::range(t0 * per, t1 * per));
         };
-        copy(one.q, item.q, 0, real, 0);
-        copy(one.k, item.k, 0, real, 0);
-        copy(one.v, item.v, 0, real, 0);
-        copy(one.g, item.g, 0, real, 0);
-        copy(one.beta, item.beta, 0, real, 0);
-        copy(one.q, item.q, n0, n, real);
-        copy(one.k, item.k, n0, n, real);
-        copy(one.v, item.v, n0, n, real);
-        copy(one.g, item.g, n0, n, real);
-        copy(one.beta, item.beta, n0, n, real);
+        for (const auto& [t0, t1, at] :
+             {std::tuple{std::size_t(0), real, std::size_t(0)}, std::tuple{n0, n, real}}) {
+          copy(one.q, item.q, t0, t1, at, 1);
+          copy(one.k, item.k, t0, t1, at, x.per);
+          copy(one.v, item.v, t0, t1, at, x.per);
+          copy(one.g, item.g, t0, t1, at, x.per);
+          copy(one.beta, item.beta, t0, t1, at, x.per);
+        }
         Tensor want;
         a->forward(one.q, one.k, one.v, causal(), one.tokens(), want);
         const auto rows = [&](const Tensor& t, std::size_t bb, std::size_t t0, std::size_t t1) {
@@ -194,7 +204,7 @@ TEST_CASE("the memory a decoder holds: a cache grows, a window and a state do no
   // The ring of left + 1 positions after the global ones: the same at 100 and 1000 tokens.
   CHECK(held("sliding:left=16,global=2", 1000) == held("sliding:left=16,global=2", 100));
   CHECK(held("sliding:left=16,global=2", 1000) == (2 + 17) * H * (dk + dv) * sizeof(float));
-  for (const char* spec : {"gla", "delta", "retnet", "linear:rule=delta"})
+  for (const char* spec : {"gla", "delta", "retnet", "linear:rule=delta", "delta-product:steps=3"})
     CHECK(held(spec, 1000) == H * dk * dv * sizeof(float));
   CHECK(held("linear", 1000) == H * (dk * dv + dk) * sizeof(float));  // S and z
   CHECK(held("linear:feature=favor,m=8", 1000) == H * (8 * dv + 8 + 1) * sizeof(float));
@@ -397,4 +407,77 @@ TEST_CASE("extend appends a context without its outputs; steps after it are the 
         got, xt::cast<double>(xt::view(want, xt::all(), xt::all(), xt::range(n0, n), xt::all())),
         kRtol, kAtol);
   }
+}
+
+TEST_CASE("delta-product decodes as gated-delta's decoder over its steps' rows", "[decoding]") {
+  const std::size_t B = 2, H = 4, n = 40, dk = 8, dv = 6;
+  SECTION("steps=1 is gated-delta's decoder, bitwise") {
+    const auto product = make_attention("delta-product:steps=1,beta=0.6");
+    const auto gated = make_attention("gated-delta:beta=0.6");
+    const Inputs x = inputs(*product, B, H, n, dk, dv, 70);
+    for (const std::vector<std::size_t>& cuts :
+         std::vector<std::vector<std::size_t>>{{}, {17}, {0, 33}}) {
+      const auto a = product->start_decoding({B, H, dk, dv});
+      const auto b = gated->start_decoding({B, H, dk, dv});
+      const std::vector<std::int64_t> lengths =  // padding in the first prefill of 17
+          cuts == std::vector<std::size_t>{17} ? std::vector<std::int64_t>{17, 9}
+                                               : std::vector<std::int64_t>{};
+      CHECK(xt::all(xt::equal(decode(*a, x, cuts, lengths), decode(*b, x, cuts, lengths))));
+      CHECK(a->tokens(1) == b->tokens(1));
+      CHECK(a->bytes() == b->bytes());
+    }
+  }
+  SECTION("grouped KV heads, steps=2 and 3, equal the causal forward") {
+    // H = 4 query heads over Hkv = 2 or 1; g and beta per query head and row.
+    for (const std::size_t steps : {2, 3})
+      for (const std::size_t kv : {2, 1}) {
+        const auto a = make_attention("delta-product:steps=" + std::to_string(steps));
+        const std::size_t rows = steps * n;
+        Inputs x(*a, B, H, n, dk, dv, 71, -1, 0, steps);
+        x.k = random_tensor(B, kv, rows, dk, 72);
+        x.v = random_tensor(B, kv, rows, dv, 73);
+        Tensor want;
+        a->forward(x.q, x.k, x.v, causal(), x.tokens(), want);
+        for (const std::vector<std::size_t>& cuts :
+             std::vector<std::vector<std::size_t>>{{}, {1}, {17}, {0, 33}, {40}}) {
+          INFO("steps = " << steps << ", Hkv = " << kv << ", prefills ending at "
+                          << (cuts.empty() ? 0 : cuts.back()));
+          DecodeConfig c{B, H, dk, dv};
+          c.kv_heads = kv;
+          c.max_tokens = n;  // in tokens: the rows' decoder holds steps·n rows
+          const auto decoder = a->start_decoding(c);
+          require_close(decode(*decoder, x, cuts), xt::cast<double>(want), kRtol, kAtol);
+          CHECK(decoder->tokens(0) == n);
+          CHECK(decoder->bytes() == B * H * dk * dv * sizeof(float));
+        }
+      }
+  }
+}
+
+TEST_CASE("delta-product decoding: bad input names what was wrong", "[decoding]") {
+  const auto a = make_attention("delta-product:steps=2");
+  const auto decoder = a->start_decoding({1, 2, 4, 4});
+  const Tensor q = random_tensor(1, 2, 1, 4, 1), one = random_tensor(1, 2, 1, 4, 2),
+               two = random_tensor(1, 2, 2, 4, 3), three = random_tensor(1, 2, 3, 4, 4);
+  require_error([&] { decoder->step(q, one, one); },
+                {"delta-product", "k and v have 1 and 1 rows", "2 rows per token · 1 tokens = 2"});
+  require_error([&] { decoder->step(q, two, one); },
+                {"k and v have 2 and 1 rows", "2 rows per token · 1 tokens = 2"});
+  require_error([&] { decoder->prefill(random_tensor(1, 2, 2, 4, 5), three, three); },
+                {"k and v have 3 and 3 rows", "2 rows per token · 2 tokens = 4"});
+  require_error([&] { decoder->extend(three, three); },
+                {"delta-product", "k has 3 rows", "2 rows per token"});
+  const TokenTensor per_token = uniform_tokens(1, 2, 1, -1, 0, 6);
+  require_error([&] { decoder->step(q, two, two, TokenInputs::of(&per_token, nullptr)); },
+                {"log-decay g", "[1, 2, 2]"});
+  Tensor nan = two;
+  nan(0, 1, 1, 3) = std::nanf("");
+  require_error([&] { decoder->step(q, two, nan); }, {"v", "not finite", "[0, 1, 1, 3]"});
+  const Tensor channel =
+      xt::zeros<float>({std::size_t(1), std::size_t(2), std::size_t(2), std::size_t(4)});
+  TokenInputs per_channel;
+  per_channel.channel_log_decay = channel;
+  require_error<Unsupported>([&] { decoder->step(q, two, two, per_channel); },
+                             {"delta-product", "channel_log_decay"});
+  CHECK(decoder->tokens(0) == 0);  // nothing was taken
 }

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
+#include <vector>
 
+#include "attnlab/decoder.hpp"
 #include "attnlab/error.hpp"
 
 namespace attnlab {
@@ -40,6 +43,89 @@ Mask rows_mask(const Mask& mask) {
   return m;
 }
 
+// Rows [r0, r1) of every (item, head) of x.
+Tensor row_range(TensorRef x, std::size_t r0, std::size_t r1) {
+  const auto& s = x.shape();
+  Tensor part = Tensor::from_shape({s[0], s[1], r1 - r0, s[3]});
+  for (std::size_t b = 0; b < s[0]; ++b)
+    for (std::size_t h = 0; h < s[1]; ++h)
+      std::copy_n(&x(b, h, r0, 0), (r1 - r0) * s[3], &part(b, h, 0, 0));
+  return part;
+}
+
+// in's g and beta at rows [r0, r1), held in `g` and `beta` (the decoder refuses its other
+// inputs before they get here).
+TokenInputs token_rows(const TokenInputs& in, std::size_t r0, std::size_t r1, TokenTensor& g,
+                       TokenTensor& beta) {
+  TokenInputs part;
+  for (const auto& [from, into, held] :
+       {std::tuple{&in.log_decay, &part.log_decay, &g}, std::tuple{&in.beta, &part.beta, &beta}}) {
+    if (!*from) continue;
+    const TokenRef& t = **from;
+    *held = TokenTensor::from_shape({t.shape()[0], t.shape()[1], r1 - r0});
+    for (std::size_t b = 0; b < t.shape()[0]; ++b)
+      for (std::size_t h = 0; h < t.shape()[1]; ++h)
+        for (std::size_t r = r0; r < r1; ++r) (*held)(b, h, r - r0) = t(b, h, r);
+    *into = TokenRef(*held);
+  }
+  return part;
+}
+
+// The decoder: gated-delta's over the steps' rows, as the causal forward runs it. Token t's
+// first steps - 1 rows update the state without outputs, q_t reads the state after its last.
+class DeltaProductDecoder final : public TokenDecoder {
+ public:
+  DeltaProductDecoder(const DeltaProductAttention& variant, const DecodeConfig& config)
+      : TokenDecoder(variant, config, static_cast<std::size_t>(variant.steps())),
+        steps_(static_cast<std::size_t>(variant.steps())),
+        rows_(variant.rows().start_decoding(rows_config(config_, steps_))) {}
+
+  std::size_t bytes() const override { return rows_->bytes(); }
+
+ protected:
+  void do_prefill(TensorRef q, TensorRef k, TensorRef v, const TokenInputs& in,
+                  const std::vector<std::size_t>& lengths, Tensor& out) override {
+    std::vector<std::int64_t> row_lengths;
+    for (const std::size_t n : lengths) row_lengths.push_back(std::int64_t(steps_ * n));
+    if (steps_ == 1) {  // gated-delta's decoder as it is
+      out = rows_->prefill(q, k, v, in, row_lengths);
+      return;
+    }
+    const DecodeConfig& c = config_;
+    const std::size_t n = q.shape()[2];
+    const Dims d{c.batch, c.heads, n, steps_ * n, c.dk, c.dv, c.kv()};
+    const Tensor wide = rows_->prefill(spread_rows(q, d, steps_, c.dk), k, v, in, row_lengths);
+    gather_rows(wide, d, steps_, c.dv, out);
+  }
+
+  void do_extend(TensorRef, TensorRef k, TensorRef v, const TokenInputs& in) override {
+    rows_->extend(k, v, in);
+  }
+
+  void do_step(TensorRef q, TensorRef k, TensorRef v, const TokenInputs& in, Tensor& out) override {
+    if (steps_ == 1) {
+      out = rows_->step(q, k, v, in);
+      return;
+    }
+    const std::size_t last = steps_ - 1;
+    TokenTensor g, beta;
+    rows_->extend(row_range(k, 0, last), row_range(v, 0, last), token_rows(in, 0, last, g, beta));
+    out = rows_->step(q, row_range(k, last, steps_), row_range(v, last, steps_),
+                      token_rows(in, last, steps_, g, beta));
+  }
+
+ private:
+  // The rows' decoder holds steps rows per token: its cap, if any, in rows.
+  static DecodeConfig rows_config(const DecodeConfig& config, std::size_t steps) {
+    DecodeConfig c = config;
+    c.max_tokens *= steps;
+    return c;
+  }
+
+  std::size_t steps_;
+  std::unique_ptr<TokenDecoder> rows_;  // gated-delta's, over the rows
+};
+
 }  // namespace
 
 DeltaProductAttention::DeltaProductAttention(std::int64_t steps, double beta)
@@ -70,6 +156,11 @@ std::string DeltaProductAttention::why_unsupported(const std::string& feature) c
 
 double DeltaProductAttention::flops(const Dims& d, const Mask& mask) const {
   return rows_.flops(d, mask);
+}
+
+std::unique_ptr<TokenDecoder> DeltaProductAttention::start_decoding(
+    const DecodeConfig& config) const {
+  return std::make_unique<DeltaProductDecoder>(*this, config);
 }
 
 void DeltaProductAttention::check_rows(const Dims& d, bool causal) const {

@@ -29,6 +29,13 @@
 //   final state; packed documents Unsupported when n_h > 1. Exact reductions: n_h = 1 is
 //   gated-delta, bitwise; with g = 0 it is delta. Backward: q, k, v, beta, g (per row or per
 //   channel), initial state.
+// Decoding (start_decoding): a thin wrapper of gated-delta's decoder, its state S per item and
+//   head (O(Dk·Dv), whatever the context). A step takes q [B, H, 1, Dk] and k, v [B, Hkv, n_h,
+//   D] (g, beta [B, H, n_h]): the first n_h - 1 rows go in without outputs (extend), the last
+//   is stepped with q. prefill and extend likewise over n_h·N rows (q at row (t + 1)·n_h - 1;
+//   lengths count tokens, n_h·lengths rows); tokens() counts tokens. k, v rows != n_h · tokens
+//   is an Error naming both. n_h = 1 is gated-delta's decoder. A per-channel g is Unsupported
+//   in decoding, as for every decoder.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +55,9 @@ class DeltaProductAttention final : public Attention {
   Support support() const override;
   /// gated-delta's at these sizes: n_h·N rows write, N queries read.
   double flops(const Dims& d, const Mask& mask) const override;
+  /// Token-by-token decoding (lib/attnlab/decoder.hpp) through gated-delta's decoder over the
+  /// steps' rows: k, v, g and beta take n_h rows per token (see Decoding above).
+  std::unique_ptr<TokenDecoder> start_decoding(const DecodeConfig& config) const override;
   /// Delta-rule steps per token.
   std::int64_t steps() const { return steps_; }
   /// The rule run over the steps' rows.

@@ -13,8 +13,13 @@ std::unique_ptr<TokenDecoder> Attention::start_decoding(const DecodeConfig&) con
   throw Unsupported(name(), why.empty() ? "decoding" : "decoding: " + why);
 }
 
-TokenDecoder::TokenDecoder(const Attention& variant, const DecodeConfig& config)
-    : name_(variant.name()), config_(config), held_(config.batch, 0), support_(variant.support()) {
+TokenDecoder::TokenDecoder(const Attention& variant, const DecodeConfig& config,
+                           std::size_t rows_per_token)
+    : name_(variant.name()),
+      config_(config),
+      held_(config.batch, 0),
+      rows_per_token_(rows_per_token),
+      support_(variant.support()) {
   const std::size_t kv = config.kv();
   if (config.batch == 0 || config.heads == 0 || config.dk == 0 || config.dv == 0)
     throw Error(name_ + ": decoding needs batch, heads, dk and dv >= 1 (got " +
@@ -37,8 +42,8 @@ TokenDecoder::TokenDecoder(const Attention& variant, const DecodeConfig& config)
   if (!config.sinks.empty()) in.sinks = std::span<const float>(config.sinks);
   if (!config.alibi_slopes.empty()) in.alibi_slopes = std::span<const float>(config.alibi_slopes);
   const Tensor q = xt::zeros<float>({std::size_t(1), config.heads, std::size_t(1), config.dk});
-  const Tensor k = xt::zeros<float>({std::size_t(1), kv, std::size_t(1), config.dk});
-  const Tensor v = xt::zeros<float>({std::size_t(1), kv, std::size_t(1), config.dv});
+  const Tensor k = xt::zeros<float>({std::size_t(1), kv, rows_per_token, config.dk});
+  const Tensor v = xt::zeros<float>({std::size_t(1), kv, rows_per_token, config.dv});
   variant.forward(q, k, v, mask, in);
 }
 
@@ -46,25 +51,31 @@ void TokenDecoder::validate(TensorRef q, TensorRef k, TensorRef v, const TokenIn
                             std::size_t n, const std::vector<std::size_t>& lengths) const {
   const DecodeConfig& c = config_;
   const std::string who = name_ + " decoder: ";
-  for (const auto& [t, label, heads, dim] :
-       {std::tuple{q, "q", c.heads, c.dk}, std::tuple{k, "k", c.kv(), c.dk},
-        std::tuple{v, "v", c.kv(), c.dv}}) {
+  const std::size_t per = rows_per_token_, rows = per * n;  // k, v, g and beta rows
+  if (per > 1 && (k.shape()[2] != rows || v.shape()[2] != rows))
+    throw Error(who + "k and v have " + std::to_string(k.shape()[2]) + " and " +
+                std::to_string(v.shape()[2]) + " rows, expected " + std::to_string(per) +
+                " rows per token · " + std::to_string(n) + " tokens = " + std::to_string(rows));
+  for (const auto& [t, label, heads, count, dim] :
+       {std::tuple{q, "q", c.heads, n, c.dk}, std::tuple{k, "k", c.kv(), rows, c.dk},
+        std::tuple{v, "v", c.kv(), rows, c.dv}}) {
     const auto& s = t.shape();
-    if (s[0] != c.batch || s[1] != heads || s[2] != n || s[3] != dim)
+    if (s[0] != c.batch || s[1] != heads || s[2] != count || s[3] != dim)
       throw Error(who + label + " has shape " + shape_string(t) + ", expected [" +
                   std::to_string(c.batch) + ", " + std::to_string(heads) + ", " +
-                  std::to_string(n) + ", " + std::to_string(dim) + "]");
+                  std::to_string(count) + ", " + std::to_string(dim) + "]");
   }
   for (std::size_t b = 0; b < c.batch; ++b) {
     if (c.max_tokens && held_[b] + lengths[b] > c.max_tokens)
       throw Error(who + "item " + std::to_string(b) + " would hold " +
                   std::to_string(held_[b] + lengths[b]) +
                   " tokens, past max_tokens = " + std::to_string(c.max_tokens));
-    for (const auto& [t, label, rows] :
-         {std::tuple{q, "q", n}, std::tuple{k, "k", lengths[b]}, std::tuple{v, "v", lengths[b]}})
+    for (const auto& [t, label, real] :
+         {std::tuple{q, "q", n}, std::tuple{k, "k", per * lengths[b]},
+          std::tuple{v, "v", per * lengths[b]}})
       for (std::size_t h = 0; h < t.shape()[1]; ++h)
-        for (std::size_t i = 0; i < rows * t.shape()[3]; ++i)
-          if (!std::isfinite(t.data()[((b * t.shape()[1] + h) * n) * t.shape()[3] + i]))
+        for (std::size_t i = 0; i < real * t.shape()[3]; ++i)
+          if (!std::isfinite(t.data()[((b * t.shape()[1] + h) * t.shape()[2]) * t.shape()[3] + i]))
             throw Error(who + label + " is not finite at [" + std::to_string(b) + ", " +
                         std::to_string(h) + ", " + std::to_string(i / t.shape()[3]) + ", " +
                         std::to_string(i % t.shape()[3]) + "]: inputs must be finite");
@@ -75,12 +86,12 @@ void TokenDecoder::validate(TensorRef q, TensorRef k, TensorRef v, const TokenIn
         std::tuple{in.beta, "beta", support_.beta, 1.0f}}) {
     if (!t) continue;
     if (!taken) throw Unsupported(name_, std::string("a per-token ") + label + " input");
-    if (t->shape() != TokenRef::Shape{c.batch, c.heads, n})
+    if (t->shape() != TokenRef::Shape{c.batch, c.heads, rows})
       throw Error(who + label + " must have shape [" + std::to_string(c.batch) + ", " +
-                  std::to_string(c.heads) + ", " + std::to_string(n) + "]");
+                  std::to_string(c.heads) + ", " + std::to_string(rows) + "]");
     for (std::size_t b = 0; b < c.batch; ++b)
       for (std::size_t h = 0; h < c.heads; ++h)
-        for (std::size_t j = 0; j < lengths[b]; ++j) {
+        for (std::size_t j = 0; j < per * lengths[b]; ++j) {
           const float x = (*t)(b, h, j);
           if (x <= high && (high == 0.0f ? std::isfinite(x) : x >= 0.0f)) continue;
           throw Error(who + label + " is " + std::to_string(x) + " at [" + std::to_string(b) +
@@ -131,7 +142,10 @@ Tensor TokenDecoder::prefill(TensorRef q, TensorRef k, TensorRef v, const TokenI
 }
 
 void TokenDecoder::extend(TensorRef k, TensorRef v, const TokenInputs& in) {
-  const std::size_t n = k.shape()[2];
+  if (k.shape()[2] % rows_per_token_ != 0)
+    throw Error(name_ + " decoder: k has " + std::to_string(k.shape()[2]) + " rows, expected " +
+                std::to_string(rows_per_token_) + " rows per token · a whole number of tokens");
+  const std::size_t n = k.shape()[2] / rows_per_token_;
   const Tensor q = xt::zeros<float>({config_.batch, config_.heads, n, config_.dk});
   const std::vector<std::size_t> all(config_.batch, n);
   validate(q, k, v, in, n, all);

@@ -59,7 +59,9 @@ class TokenDecoder {
   /// variant's log-decay, softmax's forgetting gate) and beta [B, H, N]. Item b's first
   /// lengths[b] tokens are real (all N when `lengths` is empty), the rest padding, not kept.
   /// Returns [B, H, N, Dv]: the rows the causal forward of the held tokens and these gives
-  /// (padding rows: zeros). Throws Error for shapes that are
+  /// (padding rows: zeros). delta-product's decoder takes its steps rows of k, v, g and beta
+  /// per token (rows_per_token below; its lengths still count tokens). Throws Error for shapes
+  /// that are
   /// not the decoder's, non-finite inputs, lengths outside [0, N], or tokens past max_tokens;
   /// Error for sinks or ALiBi slopes here (they are the decoder's: DecodeConfig), Unsupported
   /// for an additive bias (its [Nq, Nk] shape has no meaning while Nk grows).
@@ -90,7 +92,11 @@ class TokenDecoder {
   /// A decoder of `variant` (its messages name it) for `config`, validated here: the sizes,
   /// then the options by one causal forward of one token with them, so that the variant
   /// refuses (Unsupported) or rejects (Error) them with the words its forward uses.
-  TokenDecoder(const Attention& variant, const DecodeConfig& config);
+  /// `rows_per_token` > 1: each token brings that many rows of k, v, g and beta (delta-product's
+  /// steps), so a call of N tokens takes k, v [B, Hkv, rows_per_token·N, D] and g, beta
+  /// [B, H, rows_per_token·N], and its lengths count tokens.
+  TokenDecoder(const Attention& variant, const DecodeConfig& config,
+               std::size_t rows_per_token = 1);
 
   /// prefill with validated input: `lengths` has B entries; held_ is updated by the caller
   /// afterwards. Writes every real row of `out` ([B, H, N, Dv]); the caller zeroes the rest.
@@ -105,6 +111,7 @@ class TokenDecoder {
   std::string name_;               ///< the variant's name
   DecodeConfig config_;            ///< its sizes, scale filled in
   std::vector<std::size_t> held_;  ///< tokens held per item
+  std::size_t rows_per_token_;     ///< rows of k, v, g and beta per token (1 but delta-product)
 
  private:
   void validate(TensorRef q, TensorRef k, TensorRef v, const TokenInputs& in, std::size_t n,
