@@ -17,4 +17,5 @@ plot 'step_d64_hkv8.dat' index 0 using 1:2 with linespoints lw 2 lc rgb '#1f77b4
      'step_d64_hkv8.dat' index 5 using 1:2 with linespoints lw 2 lc rgb '#8c564b' pt 15 title "retnet:schedule=retnet", \
      'step_d64_hkv8.dat' index 6 using 1:2 with linespoints lw 2 lc rgb '#e377c2' pt 6 title "gla", \
      'step_d64_hkv8.dat' index 7 using 1:2 with linespoints lw 2 lc rgb '#17becf' pt 4 title "gated-delta:beta=1", \
-     'step_d64_hkv8.dat' index 8 using 1:2 with linespoints lw 2 lc rgb '#bcbd22' pt 8 title "kda:beta=1"
+     'step_d64_hkv8.dat' index 8 using 1:2 with linespoints lw 2 lc rgb '#bcbd22' pt 8 title "kda:beta=1", \
+     'step_d64_hkv8.dat' index 9 using 1:2 with linespoints lw 2 lc rgb '#7f7f7f' pt 12 title "delta-product:steps=1,beta=1"
