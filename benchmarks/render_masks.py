@@ -4,7 +4,7 @@ import json
 import sys
 from pathlib import Path
 
-from report_parts import benchmark_medians, mask_references, met
+from report_parts import benchmark_medians, mask_dense_rate, mask_references, met
 
 out = Path(sys.argv[1])
 bench = json.loads((out / "bench_masks.json").read_text())
@@ -49,10 +49,7 @@ print("Plain full is timed three times in this run (the dense mask, the plain mo
 
 fwd = by_label("BM_mask/", "forward_GFLOPS")
 bwd = by_label("BM_mask/", "backward_GFLOPS")
-dense = next(k for k in fwd if k.startswith("dense"))
-# Dense full's rate at the reference time: its own rate scaled by its own time over the median.
-dense_fwd = fwd[dense] * by_label("BM_mask/", "forward_ms")[dense] / ms("dense", "forward_ms")
-dense_bwd = bwd[dense] * by_label("BM_mask/", "backward_ms")[dense] / ms("dense", "backward_ms")
+dense_fwd, dense_bwd = mask_dense_rate(bench, "forward"), mask_dense_rate(bench, "backward")
 print("## Masks against dense full\n")
 print("GFLOP/s over the visible pairs only (forward 4·D FLOP per pair, backward 10·D); the "
       f"target is 0.85x of dense full's rate at the reference time ({dense_fwd:.1f} GFLOP/s "

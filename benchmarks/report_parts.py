@@ -36,6 +36,16 @@ def mask_references(bench):
     return refs
 
 
+def mask_dense_rate(bench, direction):
+    """Dense full's GFLOP/s ("forward" or "backward") at the reference time of mask_references:
+    BM_mask's dense rate scaled by its own time over the twins' median."""
+    def dense(key):
+        return next(v for name, v in benchmark_medians(bench, key).items()
+                    if name.startswith(MASK_TWINS["dense"][0]))
+    reference_ms = mask_references(bench)["dense"][f"{direction}_ms"][0]
+    return dense(f"{direction}_GFLOPS") * dense(f"{direction}_ms") / reference_ms
+
+
 def notes_link(out: Path) -> str:
     """The line that points to the folder's hand-written findings, notes.md, when it has one:
     the page links them instead of copying them, so each sentence lives in one file."""

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from render_training_speed import step_table  # noqa: E402
-from report_parts import benchmark_medians, mask_references  # noqa: E402
+from report_parts import benchmark_medians, mask_dense_rate  # noqa: E402
 
 BEGIN = "<!-- rendered: "
 END = "<!-- /rendered -->"
@@ -104,8 +104,7 @@ def masks():
         return {label[name]: v for name, v in benchmark_medians(bench, key).items()
                 if name.startswith("BM_mask/")}
     rate = mask("forward_GFLOPS")
-    reference_ms = mask_references(bench)["dense"]["forward_ms"][0]
-    dense = rate["dense"] * mask("forward_ms")["dense"] / reference_ms
+    dense = mask_dense_rate(bench, "forward")
     cells = ", ".join(f"{name} {rate[name] / dense:.2f}x" for name in
                       ("causal", "window 512", "16 documents", "prefix-LM, quarter prefix"))
     context = bench["context"]
