@@ -87,6 +87,7 @@ TABLES = {
         "rates": [3e-3, 1e-2],
         "seeds": [1, 2, 3],
         "metric": "bits",
+        "beside": "text",
     },
     "text-1024-llama": {
         "title": "Byte-level language model of the King James Bible (task `text`) at N = 1024, "
@@ -101,6 +102,7 @@ TABLES = {
         "rates": [3e-3, 1e-2],
         "seeds": [1, 2, 3],
         "metric": "bits",
+        "beside": "text-1024",
     },
     # LRA's ListOps (Tay et al. 2021) at N = 256: 10-way classification of a nested expression by
     # the encoder (no causal mask). LRA trains to convergence on sequences up to 2000; 1000 steps
@@ -286,6 +288,31 @@ def passes_half(rows):
     return next((int(r["step"]) for r in rows if float(r["accuracy"]) >= 0.5), "-")
 
 
+def beside(t, means, runs, out):
+    """Lines setting each variant's cell (means: variant -> (mean, sd)) beside the row of the
+    table t["beside"] names (the same task in the 2017 block), read from that table's raw/ as its
+    own page reads it. A spec with switches stands beside its bare spec's row there
+    (gated-delta+short-conv+head-norm beside gated-delta, which the 2017 table ran without)."""
+    if "beside" not in t:
+        return []
+    name, other = t["beside"], TABLES[t["beside"]]
+    lines = ["", f"## Beside the 2017 block ([`{name}`](../{name}/README.md))", "",
+             f"Each cell above beside `{name}`'s row of the same spec without switches (that "
+             f"table's protocol: its rates, its best one). {t['metric'].capitalize()}: mean "
+             "+/- sd over the seeds.", "",
+             f"| variant here | {t['metric']} here | row there | {t['metric']} there | here - there |",
+             "|---|---|---|---|---|"]
+    for variant in t["variants"]:
+        bare = variant.split("+")[0]
+        there = cell(other, runs, name, grid(other)[0], bare, out / name / "raw")[1] \
+            if bare in other["variants"] else None
+        here = means.get(("", variant))
+        show = lambda c: "not run" if c is None else f"{c[0]:.3f} +/- {c[1]:.3f}"
+        diff = f"{here[0] - there[0]:+.3f}" if here and there else "-"
+        lines.append(f"| `{variant}` | {show(here)} | `{bare}` | {show(there)} | {diff} |")
+    return lines
+
+
 def torch_twin(folder, t, raw):
     """Lines comparing PyTorch's runs of the same cells (scripts/torch-mqar.py, written to
     TABLE/torch/POINT/VARIANT/lr-RATE/seed-S.csv) with ours at the same rate."""
@@ -387,6 +414,7 @@ def render(table, t, runs, out):
         lines += ["", "Context of the first run (every run's summary.json is in raw/): `" +
                   json.dumps(keep) + "`"]
     lines += torch_twin(folder, t, raw)
+    lines += beside(t, means, runs, out)
     if (folder / "notes.md").exists():  # linked, not copied: each sentence lives in one file
         lines += ["", "## Findings", "", "Written by hand, citing the tables above: "
                   "[notes.md](notes.md)."]
