@@ -8,12 +8,15 @@ Writes each block between "<!-- rendered: NAME" and the next "<!-- /rendered -->
                folder's own table; a folder moved to results/archive/ (or not measured yet) gives
                no row
   run-excerpt  an excerpt of what `./dev run` printed for results/default (its summary.txt)
+  kjv-sample   the committed KJV model's continuation, results/generation/sample.json
+               (scripts/kjv-sample.py)
 With --check nothing is written: exit 1 with a diff when a block differs from what the data
 gives (the meson test `readme_rendered`). Either way, exit 1 when the rendered README is longer
 than MAX_LINES: the front door stays short, and the rest lives in docs/.
 """
 import csv
 import difflib
+import importlib.util
 import json
 import math
 import sys
@@ -24,6 +27,11 @@ RESULTS = ROOT / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from render_training_speed import step_table  # noqa: E402
 from report_parts import benchmark_medians, mask_dense_rate  # noqa: E402
+
+# scripts/kjv-sample.py's block(): the README shows the block its page shows
+_spec = importlib.util.spec_from_file_location("kjv_sample", ROOT / "scripts" / "kjv-sample.py")
+kjv_sample_script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(kjv_sample_script)
 
 BEGIN = "<!-- rendered: "
 END = "<!-- /rendered -->"
@@ -141,7 +149,15 @@ def run_excerpt():
     return "```text\n" + "\n\n".join("\n".join(p) for p in keep) + "\n```\n"
 
 
-BLOCKS = {"headline": headline, "run-excerpt": run_excerpt}
+def kjv_sample():
+    """The command scripts/kjv-sample.py ran, what it printed, and its tokens-per-second line."""
+    path = RESULTS / "generation" / "sample.json"
+    if not path.exists():
+        return "No continuation is committed yet (`scripts/kjv-sample.py build`).\n"
+    return kjv_sample_script.block(json.loads(path.read_text()))
+
+
+BLOCKS = {"headline": headline, "run-excerpt": run_excerpt, "kjv-sample": kjv_sample}
 
 
 def render(readme):

@@ -240,6 +240,19 @@ TEST_CASE("generate: a checkpoint of weights only (no optimizer state) generates
   CHECK(Generator(checkpoint).generate(prompt, greedy).tokens == want);
 }
 
+TEST_CASE("generate: the committed Llama-style KJV model continues as its whole forward does",
+          "[generation]") {
+  // benchmarks/checkpoints/kjv-llama: the README's example (scripts/kjv-sample.py).
+  const Generator generator(std::string(ATTNLAB_SOURCE_DIR) + "/benchmarks/checkpoints/kjv-llama");
+  CHECK(generator.config().arch == Arch::llama);
+  const auto prompt = bytes_of("And God said");
+  SamplingConfig greedy;
+  greedy.temperature = 0;
+  greedy.tokens = 16;
+  CHECK(generator.generate(prompt, greedy).tokens ==
+        greedy_by_forward(generator.model(), prompt, greedy.tokens));
+}
+
 TEST_CASE("generate: sampling by temperature and top-k, reproducible from the seed",
           "[generation]") {
   std::mt19937_64 rng(1);
