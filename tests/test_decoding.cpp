@@ -189,6 +189,22 @@ TEST_CASE("one sequence's long cache is split over the cores (flash-decoding)", 
   }
 }
 
+TEST_CASE("bigbird's prompt into an empty cache runs its chunked forward", "[decoding]") {
+  // The prompt runs the softmax engine over the max_tokens pattern (its steps attend token by
+  // token): a prompt of all max_tokens tokens gives the forward's rows bitwise (the same tiles,
+  // chunks and sums; token by token sums in other pieces and differs in the last bits), with
+  // grouped heads.
+  const std::size_t B = 2, H = 4, kv = 2, n = 150, dk = 8, dv = 6;
+  const auto a = make_attention("bigbird:block=16,window=3,global=2,random=2,seed=5");
+  const Tensor q = random_tensor(B, H, n, dk, 60), k = random_tensor(B, kv, n, dk, 61),
+               v = random_tensor(B, kv, n, dv, 62);
+  DecodeConfig c{B, H, dk, dv};
+  c.kv_heads = kv;
+  c.max_tokens = n;
+  const Tensor want = a->forward(q, k, v, causal());
+  CHECK(xt::all(xt::equal(a->start_decoding(c)->prefill(q, k, v), want)));
+}
+
 TEST_CASE("the memory a decoder holds: a cache grows, a window and a state do not", "[decoding]") {
   const std::size_t H = 2, dk = 8, dv = 8;
   const auto held = [&](const char* spec, std::size_t tokens) {

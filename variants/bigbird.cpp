@@ -260,12 +260,20 @@ class BigBirdSparsity final : public engine::Sparsity {
     const bool per_item =
         mask.causal != Causal::none && !mask.prefix_lengths.empty() && !mask.has_documents();
     for (std::size_t b = 0; b < (per_item ? d.batch : 1); ++b)
-      layouts_.push_back(bigbird_layout(c, d, mask, b));
+      own_.push_back(bigbird_layout(c, d, mask, b));
+    for (const BigBirdLayout& layout : own_) layouts_.push_back(&layout);
   }
+
+  // A decoder's prompt: its first d.nk tokens under `layout`, the causal layout of max_tokens
+  // >= d.nk tokens (a prompt's own layout would make its last blocks the global ones).
+  BigBirdSparsity(const BigBirdConfig& c, const Dims& d, const BigBirdLayout& layout)
+      : config_(c), layouts_{&layout}, nk_(d.nk) {}
+  BigBirdSparsity(const BigBirdSparsity&) = delete;  // layouts_ may point into own_
+  BigBirdSparsity& operator=(const BigBirdSparsity&) = delete;
 
   std::vector<engine::QueryTile> tiles(const Dims& d, const Mask&,
                                        std::size_t max_rows) const override {
-    const BigBirdLayout& layout = layouts_.front();  // every item's has the same blocks
+    const BigBirdLayout& layout = *layouts_.front();  // every item's has the same blocks
     const std::size_t block = layout.block, rows = tile_rows(block, d.nq, max_rows);
     std::vector<engine::QueryTile> tiles;
     for (int pass = 0; pass < 2; ++pass)
@@ -280,7 +288,7 @@ class BigBirdSparsity final : public engine::Sparsity {
 
   void runs(const engine::KeyLayout&, std::size_t b, std::size_t h, const engine::QueryTile& t,
             std::vector<engine::KeyRun>& runs) const override {
-    const BigBirdLayout& layout = layouts_[layouts_.size() == 1 ? 0 : b];
+    const BigBirdLayout& layout = *layouts_[layouts_.size() == 1 ? 0 : b];
     std::vector<std::pair<std::size_t, std::size_t>> ranges;
     key_ranges(layout.blocks(h, t.first / layout.block), layout.block, nk_, ranges);
     for (const auto& [lo, hi] : ranges) {
@@ -292,7 +300,8 @@ class BigBirdSparsity final : public engine::Sparsity {
 
  private:
   BigBirdConfig config_;
-  std::vector<BigBirdLayout> layouts_;  // one, or one per batch item
+  std::vector<BigBirdLayout> own_;             // the layouts made here, if any
+  std::vector<const BigBirdLayout*> layouts_;  // one, or one per batch item
   std::size_t nk_;
 };
 
@@ -323,8 +332,17 @@ std::unique_ptr<TokenDecoder> BigBirdAttention::start_decoding(const DecodeConfi
       bigbird_layout(config_, config.heads, config.max_tokens, config.max_tokens, true));
   const auto block = std::size_t(config_.block);
   KvCacheLayout layout;
-  layout.per_head = true;          // random blocks are drawn per head
-  layout.forward_prefill = false;  // the prompt's own forward would lay out fewer blocks
+  layout.per_head = true;  // random blocks are drawn per head
+  // A prompt into an empty cache: the engine over the first N tokens of the max_tokens pattern
+  // (the prompt's own forward would lay out N tokens: other last, global, blocks), chunked.
+  layout.prompt_forward = [c = config_, blocks](TensorRef q, TensorRef k, TensorRef v,
+                                                const Mask& mask, const TokenInputs& in,
+                                                Tensor& out) {
+    const Dims d = check_qkv(q, k, v);
+    mask.validate(d);
+    engine::check(mask, in, d);
+    engine::forward(q, k, v, mask, in, d, BigBirdSparsity(c, d, *blocks), out, nullptr);
+  };
   layout.pattern = [blocks, block](std::size_t h, std::size_t p, PositionRanges& out) {
     for (const std::uint32_t j : blocks->blocks(h, p / block)) {
       const std::size_t first = j * block, last = std::min((j + 1) * block, p + 1);

@@ -113,7 +113,8 @@ class BigBirdAttention final : public Attention {
   std::string spec() const override;
   /// Decoding: a KV cache read through its causal block pattern for max_tokens
   /// tokens, which it needs (the pattern of the last blocks depends on the length)
-  /// (variants/kv_cache.hpp).
+  /// (variants/kv_cache.hpp); a prompt into an empty cache runs the engine over the first N
+  /// tokens of that pattern, chunked.
   std::unique_ptr<TokenDecoder> start_decoding(const DecodeConfig& config) const override;
   Support support() const override;
   double flops(const Dims& d, const Mask& mask) const override;

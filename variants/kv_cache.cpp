@@ -77,7 +77,7 @@ class KvCacheDecoder final : public TokenDecoder {
     for (std::size_t b = 0; b < c.batch; ++b) most = std::max(most, held_[b] + lengths[b]);
     grow(most);
     if (in.log_decay) start_gates();
-    if (!(empty && layout_.forward_prefill)) {
+    if (!empty) {
       for (std::size_t i = 0; i < n; ++i) token(q, k, v, in, n, i, lengths, out);
       return;
     }
@@ -90,7 +90,10 @@ class KvCacheDecoder final : public TokenDecoder {
     TokenInputs with = in;
     if (!c.sinks.empty()) with.sinks = std::span<const float>(c.sinks);
     if (!c.alibi_slopes.empty()) with.alibi_slopes = std::span<const float>(c.alibi_slopes);
-    own_->forward(q, k, v, mask, with, out);
+    if (layout_.prompt_forward)
+      layout_.prompt_forward(q, k, v, mask, with, out);
+    else
+      own_->forward(q, k, v, mask, with, out);
     const auto heads = static_cast<std::ptrdiff_t>(c.batch * c.kv());
 #pragma omp parallel for schedule(static)
     for (std::ptrdiff_t t = 0; t < heads; ++t) {

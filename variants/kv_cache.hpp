@@ -18,10 +18,10 @@
 // differs per head) are fewer than twice the threads, each unit's keys are split into parts
 // computed on different cores, each part's (max, sum, weighted values) merged afterwards, so one
 // sequence (B = 1) uses every core.
-// Prefill: a prompt into an empty cache runs the variant's own causal forward (the engine:
-// chunked, every modifier) and then stores the keys; a continuation (tokens already held), or a
-// pattern that depends on the length to come (bigbird), appends and attends token by token as
-// steps do.
+// Prefill: a prompt into an empty cache runs a causal forward (the engine: chunked, every
+// modifier), the variant's own or the client's (bigbird's: its pattern laid out for max_tokens,
+// which its own forward of the prompt would lay out for fewer), and then stores the keys; a
+// continuation (tokens already held) appends and attends token by token as steps do.
 // Cost per step: O(visible keys · (Dk + Dv)) per query head, the keys and values of a KV head
 // read once per group; memory: slots · (Dk + Dv) floats per KV head (+ slots doubles per query
 // head with the forgetting gate).
@@ -44,13 +44,21 @@ using PositionRanges = std::vector<std::pair<std::size_t, std::size_t>>;
 /// ranges, all within [0, p], to `out` (given empty).
 using KeyPattern = std::function<void(std::size_t h, std::size_t p, PositionRanges& out)>;
 
+/// The causal forward of a prompt of N tokens into an empty cache: q, k, v as prefill takes
+/// them (validated), the decoder's mask (causal, scale, key lengths, window, softcap) and inputs
+/// (its sinks and ALiBi slopes included) -> out [B, H, N, Dv], the rows its pattern gives.
+using PromptForward = std::function<void(TensorRef q, TensorRef k, TensorRef v, const Mask& mask,
+                                         const TokenInputs& in, Tensor& out)>;
+
 /// How a KV cache decoder keeps and reads its keys (see above).
 struct KvCacheLayout {
-  KeyPattern pattern;           ///< the keys each query attends
-  bool per_head = false;        ///< the pattern depends on the query head (bigbird's random blocks)
-  std::size_t fixed = 0;        ///< with ring > 0: leading positions always kept
-  std::size_t ring = 0;         ///< > 0: only the last `ring` positions after `fixed` are kept
-  bool forward_prefill = true;  ///< a prompt into an empty cache runs the variant's forward
+  KeyPattern pattern;     ///< the keys each query attends
+  bool per_head = false;  ///< the pattern depends on the query head (bigbird's random blocks)
+  std::size_t fixed = 0;  ///< with ring > 0: leading positions always kept
+  std::size_t ring = 0;   ///< > 0: only the last `ring` positions after `fixed` are kept
+  /// A prompt into an empty cache runs this, the same pattern chunked; empty: the variant's own
+  /// causal forward (whose pattern at the prompt's length must then be `pattern`).
+  PromptForward prompt_forward;
 };
 
 /// Makes the KV cache decoder of `variant` (whose causal forward prefills, see above): its
