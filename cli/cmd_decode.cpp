@@ -81,7 +81,7 @@ void add_decode_command(CLI::App& app) {
   cmd->add_option("--kv-heads", f->kv_heads, "KV head counts Hkv (divisors of --heads)");
   cmd->add_option("--heads", f->heads, "query heads H")->check(positive);
   cmd->add_option("--batch", f->batch, "sequences decoded side by side")->check(positive);
-  cmd->add_option("--steps", f->steps, "timed steps per step row")->check(positive);
+  cmd->add_option("--steps", f->steps, "timed steps per burst of a step row")->check(positive);
   cmd->add_option("--reps", f->reps, "prefill rows: best of")->check(positive);
   cmd->add_option("--memory-budget", f->memory_budget,
                   "most bytes a KV cache may hold (default: half of MemAvailable)")

@@ -8,11 +8,15 @@
 //   bandwidth  the read bandwidth of this invocation: every thread sums its share of a buffer
 //              of 1 GiB (far past the caches; --bandwidth-mib), best of 5, in GB/s (`read_gbps`).
 //   step       one variant, H, Hkv, D at one context: the decoder is made with max_tokens =
-//              context + steps + 2 (a KV cache allocated once), filled with `context` random
-//              tokens by extend (no attention computed), then 2 untimed and `steps` timed
-//              steps; time_* are seconds per step (B = 1 unless --batch), bytes_held the
-//              decoder's bytes after them, read_gbps = bytes_held / median step time (a KV
-//              cache reads all it holds at each step; a recurrent state is read and written).
+//              context + steps + 2 (a KV cache allocated once; none where it does not hold
+//              every token), filled with `context` random tokens by extend (no attention
+//              computed), then 2 untimed steps and bursts of `steps` timed steps: one for a KV
+//              cache of every token (full, bigbird), as many as fit in 0.25 s for the others
+//              (run_step says why). time_* are seconds per step (B = 1 unless --batch):
+//              time_median_s the least burst median, min and max over every timed step, reps
+//              the steps timed; bytes_held the decoder's bytes after them, read_gbps =
+//              bytes_held / time_median_s (a KV cache reads all it holds at each step; a
+//              recurrent state is read and written).
 //   prefill    one variant, H, Hkv, D at a prompt of `context` tokens: chunked prefill of the
 //              whole prompt into a fresh decoder against `context` steps into another, seconds
 //              per token each (time_median_s, steps_s_per_token), best of `reps`.
@@ -40,7 +44,7 @@ struct DecodeSweep {
   std::vector<std::int64_t> kv_heads;         ///< Hkv values (each a divisor of heads)
   std::int64_t heads = 8;                     ///< H
   std::int64_t batch = 1;                     ///< B
-  std::int64_t steps = 32;                    ///< timed steps per step row
+  std::int64_t steps = 32;                    ///< timed steps per burst of a step row
   std::int64_t reps = 3;                      ///< prefill rows: best of
   double memory_budget_bytes = 0;             ///< a decoder's most bytes; 0: half of MemAvailable
   std::size_t bandwidth_bytes = std::size_t(1) << 30;  ///< the bandwidth row's buffer

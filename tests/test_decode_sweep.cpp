@@ -135,6 +135,14 @@ TEST_CASE("the decode sweep: rows, refusals, bytes held and resume", "[decoding]
     }
     if (kind == "step" && variant == "gla")
       CHECK(cell(r, "bytes_held") == std::to_string(2 * 64 * 4));
+    if (kind == "step") {  // bursts of 3 steps: one for a KV cache, 0.25 s of them for gla
+      const std::size_t timed = std::stoul(cell(r, "reps"));
+      CHECK(timed % 3 == 0);
+      CHECK((variant == "full" ? timed == 3 : timed > 3));
+      const double median = std::stod(cell(r, "time_median_s"));  // the least burst median
+      CHECK(std::stod(cell(r, "time_min_s")) <= median);
+      CHECK(median <= std::stod(cell(r, "time_max_s")));
+    }
   }
   CHECK(bandwidth == 1);
   // The report, rendered from the rows: a table per (D, Hkv) with every decoded variant.
