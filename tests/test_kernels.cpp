@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attnlab/kernels.hpp"
+#include "attnlab/kernels_table.hpp"
 #include "helpers.hpp"
 
 using namespace attnlab;
@@ -200,4 +201,166 @@ TEST_CASE("every path gives full attention within fp32 rounding of the fp64 refe
   const Tensor64 want = reference_attention(q, k, v, mask);
   const auto full = make_attention("full");
   for_each_isa([&] { test::require_close(full->forward(q, k, v, mask), want, 1e-4, 2e-5); });
+}
+
+TEST_CASE("score_mods soft-caps within 3.5e-7 of float64, keeping -inf and NaN", "[exact]") {
+  const float cap = 3.0f;
+  std::vector<float> x;
+  for (int e = -30; e <= 2; ++e)  // tiny to saturated, both signs
+    for (float m : {1.0f, 1.7f, 2.9f, 5.3f, 8.1f}) {
+      x.push_back(m * std::pow(10.0f, static_cast<float>(e)) * cap);
+      x.push_back(-x.back());
+    }
+  x.push_back(0.0f);
+  x.push_back(-kInf);
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  kernels::detail::ScoreMods mods{};
+  mods.cap = cap;
+  for_each_isa([&] {
+    std::vector<float> s = x;
+    kernels::score_mods(mods, s.data(), s.size(), 1, s.size());
+    for (std::size_t i = 0; i + 2 < x.size(); ++i) {
+      const double want = cap * std::tanh(static_cast<double>(x[i]) / cap);
+      INFO("x = " << x[i]);
+      // The rational tanh: 3.5e-7 relative at most, then one rounding of cap · tanh.
+      CHECK(std::abs(s[i] - want) <= 4.5e-7 * std::abs(want));
+    }
+    CHECK(s[x.size() - 2] == -kInf);  // a key masked before stays masked
+    CHECK(std::isnan(s[x.size() - 1]));
+  });
+}
+
+namespace {
+
+// Modifiers of every kind on a rows x cols tile, and per-row ranges with rows that see nothing,
+// everything, and ranges that start and end inside and at the edges of vectors.
+struct ModTile {
+  static constexpr std::size_t rows = 13, cols = 37, dk = 12, dv = 10;
+  std::vector<float> q = normal(rows * dk, 11), kt = normal(dk * cols, 12),
+                     v = normal(cols * dv, 13);
+  std::vector<float> k = normal(cols * dk, 14), vt = normal(dv * cols, 15);
+  std::vector<float> out_grad = normal(rows * dv, 16), row_pos, row_add, col_add, bias, lo, hi;
+  std::vector<const float*> bias_rows;
+
+  ModTile() {
+    for (std::size_t r = 0; r < rows; ++r) {
+      row_pos.push_back(static_cast<float>(40 + 3 * r));
+      row_add.push_back(-0.1f * static_cast<float>(r));
+      const std::size_t a = (r * 5) % cols, z = r == 3 ? a : std::min(cols, a + 1 + (r * 7) % 30);
+      lo.push_back(static_cast<float>(r == 4 ? 0 : a));
+      hi.push_back(static_cast<float>(r == 4 ? cols : z));
+    }
+    for (std::size_t c = 0; c < cols; ++c) col_add.push_back(0.05f * static_cast<float>(c % 7));
+    bias = normal(rows * cols, 17);
+    for (std::size_t r = 0; r < rows; ++r) bias_rows.push_back(bias.data() + r * cols);
+  }
+  // Parts: 1 soft-cap, 2 ALiBi, 4 the forgetting gate's terms and a bias.
+  kernels::detail::ScoreMods mods(int parts) const {
+    kernels::detail::ScoreMods m{};
+    if (parts & 1) m.cap = 2.5f;
+    if (parts & 2) m.slope = 0.125f, m.row_pos = row_pos.data(), m.col_pos = 17, m.col_step = 2;
+    if (parts & 4) {
+      m.row_add = row_add.data(), m.col_add = col_add.data();
+      m.bias_rows = bias_rows.data(), m.bias_step = 1, m.bias_scale = 1.4f;
+    }
+    return m;
+  }
+  // Sets the scores outside each row's range to -infinity, as an element-wise mask does.
+  void mask_elements(float* s) const {
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c)
+        if (c < lo[r] || c >= hi[r]) s[r * kernels::OnlineSoftmax::kCols + c] = -kInf;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("fold with modifiers and row ranges equals the element-wise mask and separate passes",
+          "[exact]") {
+  const ModTile t;
+  for_each_isa([&] {
+    for (int parts = 0; parts < 8; ++parts) {
+      INFO("parts " << parts);
+      kernels::detail::ScoreMods ranged = t.mods(parts);
+      ranged.col_lo = t.lo.data(), ranged.col_hi = t.hi.data();
+      const kernels::detail::ScoreMods plain = t.mods(parts);
+      std::vector<float> out_range(t.rows * t.dv), out_elements(t.rows * t.dv),
+          out_separate(t.rows * t.dv), lse_range(t.rows), lse_elements(t.rows),
+          lse_separate(t.rows);
+      kernels::OnlineSoftmax a(t.dk, t.dv), b(t.dk, t.dv), c(t.dk, t.dv);
+      a.start(t.q.data(), t.rows, 0.3f);  // the row ranges inside the fused pass
+      a.scores(t.kt.data(), t.cols, t.cols);
+      a.fold(t.v.data(), t.dv, t.cols, &ranged);
+      a.finish(out_range.data(), t.dv, lse_range.data());
+      b.start(t.q.data(), t.rows, 0.3f);  // masked element by element first
+      t.mask_elements(b.scores(t.kt.data(), t.cols, t.cols));
+      b.fold(t.v.data(), t.dv, t.cols, &plain);
+      b.finish(out_elements.data(), t.dv, lse_elements.data());
+      c.start(t.q.data(), t.rows, 0.3f);  // the modifiers as a pass of their own, then the mask
+      float* s = c.scores(t.kt.data(), t.cols, t.cols);
+      kernels::score_mods(plain, s, kernels::OnlineSoftmax::kCols, t.rows, t.cols);
+      t.mask_elements(s);
+      c.fold(t.v.data(), t.dv, t.cols);
+      c.finish(out_separate.data(), t.dv, lse_separate.data());
+      // The same operations on the same floats: equal, not merely close.
+      CHECK(out_range == out_elements);
+      CHECK(lse_range == lse_elements);
+      CHECK(out_range == out_separate);
+      CHECK(lse_range == lse_separate);
+      CHECK(lse_range[3] == -kInf);  // the row that sees nothing
+    }
+  });
+}
+
+TEST_CASE("the backward with modifiers and row ranges equals the element-wise mask", "[exact]") {
+  const ModTile t;
+  for_each_isa([&] {
+    for (int parts = 0; parts < 8; ++parts) {
+      INFO("parts " << parts);
+      kernels::detail::ScoreMods ranged = t.mods(parts);
+      ranged.col_lo = t.lo.data(), ranged.col_hi = t.hi.data();
+      const kernels::detail::ScoreMods plain = t.mods(parts);
+      // The forward's outputs and row log-sum-exp, which the backward reads.
+      std::vector<float> out(t.rows * t.dv), lse(t.rows);
+      kernels::OnlineSoftmax f(t.dk, t.dv);
+      f.start(t.q.data(), t.rows, 0.3f);
+      f.scores(t.kt.data(), t.cols, t.cols);
+      f.fold(t.v.data(), t.dv, t.cols, &ranged);
+      f.finish(out.data(), t.dv, lse.data());
+      struct Result {
+        std::vector<float> dq, dk, dv, d_bias, row_sums, col_sums, alibi;
+      };
+      const auto run = [&](const kernels::detail::ScoreMods& m, bool elements) {
+        Result g{std::vector<float>(t.rows * t.dk),       std::vector<float>(t.cols * t.dk, 0.0f),
+                 std::vector<float>(t.cols * t.dv, 0.0f), std::vector<float>(t.rows * t.cols, 0.0f),
+                 std::vector<float>(t.rows, 0.0f),        std::vector<float>(t.cols, 0.0f),
+                 std::vector<float>(t.rows, 0.0f)};
+        std::vector<float*> bias_rows;
+        for (std::size_t r = 0; r < t.rows; ++r) bias_rows.push_back(g.d_bias.data() + r * t.cols);
+        kernels::detail::ScoreModsGrad grads{};
+        grads.unit = 1.4f;
+        if (m.bias_rows) grads.bias_rows = bias_rows.data(), grads.bias_step = 1;
+        if (m.row_add) grads.row_sums = g.row_sums.data(), grads.col_sums = g.col_sums.data();
+        if (m.row_pos) grads.alibi_rows = g.alibi.data();
+        grads.col_sums_step = 1;
+        kernels::SoftmaxBackward b(t.dk, t.dv);
+        b.start(t.q.data(), t.dk, out.data(), t.out_grad.data(), t.dv, lse.data(), 1, t.rows, 0.3f);
+        float* s = b.scores(t.kt.data(), t.cols, t.cols);
+        if (elements) t.mask_elements(s);
+        b.gradient(t.vt.data(), t.cols, t.cols, &m, &grads);
+        b.accumulate(t.k.data(), t.dk, g.dk.data(), t.dk, g.dv.data(), t.dv, t.cols);
+        b.finish(g.dq.data(), t.dk);
+        return g;
+      };
+      const Result a = run(ranged, false), e = run(plain, true);
+      CHECK(a.dq == e.dq);
+      CHECK(a.dk == e.dk);
+      CHECK(a.dv == e.dv);
+      CHECK(a.d_bias == e.d_bias);
+      CHECK(a.row_sums == e.row_sums);
+      CHECK(a.col_sums == e.col_sums);
+      CHECK(a.alibi == e.alibi);
+      if (parts & 2) CHECK(a.alibi != std::vector<float>(t.rows, 0.0f));  // taken at all
+    }
+  });
 }

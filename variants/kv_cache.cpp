@@ -351,10 +351,6 @@ class KvCacheDecoder final : public TokenDecoder {
               std::size_t cols, float* row, float* terms) const {
     const DecodeConfig& c = config_;
     kernels::detail::ScoreMods m{};
-    m.scores = row;
-    m.ld = kPiece;
-    m.rows = 1;
-    m.cols = cols;
     m.cap = cap2_;
     float row_add = 0.0f;
     if (!gates_.empty()) {  // F_p - F_j as (F_p - F_pos0) + (F_pos0 - F_j): small in float
@@ -374,7 +370,7 @@ class KvCacheDecoder final : public TokenDecoder {
       m.col_pos = static_cast<float>(pos0);
       m.col_step = 1.0f;
     }
-    kernels::score_mods(m);
+    kernels::score_mods(m, row, kPiece, 1, cols);
   }
 
   // Merges unit w's parts (and each head's sink) into output row i of n of its query heads:

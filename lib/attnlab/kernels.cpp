@@ -270,12 +270,9 @@ void exp2_inplace(float* x, std::size_t n) {
   table().exp2_inplace(x, n);
 }
 
-void score_mods(const detail::ScoreMods& tile) {
-  table().score_mods(tile);
-}
-
-void score_mods_grad(const detail::ScoreModsGrad& tile) {
-  table().score_mods_grad(tile);
+void score_mods(const detail::ScoreMods& mods, float* scores, std::size_t ld, std::size_t rows,
+                std::size_t cols) {
+  table().score_mods(mods, scores, ld, rows, cols);
 }
 
 float exp2_shifted_sum(float* x, std::size_t n, float shift) {
@@ -365,10 +362,11 @@ float* OnlineSoftmax::scores(const float* kt, std::size_t ldk, std::size_t cols)
   return scores_.data();
 }
 
-void OnlineSoftmax::fold(const float* v, std::size_t ldv, std::size_t cols) {
+void OnlineSoftmax::fold(const float* v, std::size_t ldv, std::size_t cols,
+                         const detail::ScoreMods* mods) {
   const detail::SoftmaxTile tile{scores_.data(), kCols, acc_.data(), max_.data(),
                                  sum_.data(),    rows_, dv_};
-  table().fold(tile, v, ldv, cols);
+  table().fold(tile, mods, v, ldv, cols);
 }
 
 void OnlineSoftmax::finish(float* out, std::size_t ldo, float* lse, std::size_t ld_lse) const {
@@ -414,13 +412,16 @@ float* SoftmaxBackward::scores(const float* kt, std::size_t ldk, std::size_t col
   return scores_.data();
 }
 
-float* SoftmaxBackward::gradient(const float* vt, std::size_t ldvt, std::size_t cols) {
+float* SoftmaxBackward::gradient(const float* vt, std::size_t ldvt, std::size_t cols,
+                                 const detail::ScoreMods* mods,
+                                 const detail::ScoreModsGrad* grads) {
   const detail::Table& kernels = table();
   float* ds = dp_.data();
   kernels.gemm_tile(rows_, cols, dv_, do_.data(), dv_, vt, ldvt, ds, kCols, false);  // dO V^T
   // P = 2^(S - lse) and dS, the latter times ln 2: q_ holds q · scale · log2(e), so
   // dS^T q_ · ln 2 is dK; dQ = dS K · scale is finished in finish().
-  kernels.softmax_grad({scores_.data(), ds, kCols, lse2_.data(), delta_.data(), kLn2, rows_}, cols);
+  kernels.softmax_grad(
+      {scores_.data(), ds, kCols, lse2_.data(), delta_.data(), kLn2, rows_, mods, grads}, cols);
   return ds;
 }
 

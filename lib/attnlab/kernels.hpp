@@ -98,12 +98,12 @@ void exp2_inplace(float* x, std::size_t n);
 /// x[i] = 2^(x[i] - shift), returning the sum of the results (the softmax's inner loop).
 float exp2_shifted_sum(float* x, std::size_t n, float shift);
 
-/// The score modifiers of one tile in place (kernels_table.hpp's ScoreMods: soft-capping,
-/// additive row, column, ALiBi and bias terms), for the softmax engine.
-void score_mods(const detail::ScoreMods& tile);
-
-/// The gradients of the score modifiers from one tile's dS (kernels_table.hpp's ScoreModsGrad).
-void score_mods_grad(const detail::ScoreModsGrad& tile);
+/// The score modifiers (kernels_table.hpp's ScoreMods: soft-capping, additive row, column,
+/// ALiBi and bias terms, row ranges) on `rows` x `cols` scores s[r * ld + c], in place: what
+/// OnlineSoftmax::fold and SoftmaxBackward::gradient apply on the way, for callers that keep
+/// their own softmax (the decoder's KV cache) and for tests.
+void score_mods(const detail::ScoreMods& mods, float* scores, std::size_t ld, std::size_t rows,
+                std::size_t cols);
 
 /// max of x[0..n); -infinity when n = 0.
 float row_max(const float* x, std::size_t n);
@@ -181,7 +181,10 @@ class OnlineSoftmax {
   float* scores(const float* kt, std::size_t ldk, std::size_t cols);
 
   /// Folds the masked score tile and the matching values v[j * ldv + c] into the running state.
-  void fold(const float* v, std::size_t ldv, std::size_t cols);
+  /// With `mods`, the tile is first modified by them (score_mods, row ranges included) in the
+  /// pass that finds each row's max: no sweep of their own.
+  void fold(const float* v, std::size_t ldv, std::size_t cols,
+            const detail::ScoreMods* mods = nullptr);
 
   /// Writes the normalised rows, out[r * ldo + c]; a row that saw no key at all is zeros. With
   /// lse, also each row's log-sum-exp (natural log, -infinity for no key) at lse[r * ld_lse].
@@ -231,8 +234,13 @@ class SoftmaxBackward {
   }
 
   /// backprop's first half: turns the masked tile into P and returns dS · ln 2 (row stride kCols)
-  /// for the caller to read or change before accumulate() uses it.
-  float* gradient(const float* vt, std::size_t ldvt, std::size_t cols);
+  /// for the caller to read or change before accumulate() uses it. With `mods`, the tile is
+  /// first modified by them exactly as the forward's fold did, `grads` (when not null) takes the
+  /// modifiers' gradients from dS, and the returned dS is the raw scores' (the soft-cap's chain
+  /// rule applied): all in the one pass that computes P and dS.
+  float* gradient(const float* vt, std::size_t ldvt, std::size_t cols,
+                  const detail::ScoreMods* mods = nullptr,
+                  const detail::ScoreModsGrad* grads = nullptr);
 
   /// backprop's second half: dV += P^T dO, dK += dS^T Q and the queries' dQ += dS K.
   void accumulate(const float* k, std::size_t ldk, float* dk, std::size_t lddk, float* dv,

@@ -195,33 +195,298 @@ void transpose(size_t rows, size_t cols, const float* src, size_t lds, float* ds
     for (size_t c = 0; c < cols; ++c) dst[c * ldd + j] = src[j * lds + c];
 }
 
-void fold(const SoftmaxTile& t, const float* v, size_t ldv, size_t cols) {
-  for (size_t r = 0; r < t.rows; ++r) {
-    float* row = t.scores + r * t.ld;
-    const float top = row_max(row, cols);
-    if (top == -kInf) {  // nothing visible in this block: it contributes nothing
-      for (size_t j = 0; j < cols; ++j) row[j] = 0.0f;
+// tanh(x) as a rational function of degree 13 over 6 on x clamped to +-7.905 (Eigen's float
+// tanh, generic_fast_tanh_float): at most 3.5e-7 relative error over all floats, 7e-7 absolute in
+// 1 - tanh^2, exact saturation beyond the clamp; a NaN stays NaN (min and max return their second
+// operand then). A third of the work of (e^2x - 1) / (e^2x + 1), with no exp2 and no select: a
+// soft cap costs the forward's and backward's pass over the scores little more than its divide.
+inline vec tanh(vec x) {
+  constexpr float a[] = {4.89352455891786e-03f, 6.37261928875436e-04f,  1.48572235717979e-05f,
+                         5.12229709037114e-08f, -8.60467152213735e-11f, 2.00018790482477e-13f,
+                         -2.76076847742355e-16f};
+  constexpr float b[] = {4.89352518554385e-03f, 2.26843463243900e-03f, 1.18534705686654e-04f,
+                         1.19825839466702e-06f};
+  constexpr float clamp = 7.90531110763549805f;
+  const vec y = max(splat(-clamp), min(splat(clamp), x));
+  const vec y2 = mul(y, y);
+  vec p = splat(a[6]);
+  for (int d = 5; d >= 0; --d) p = fma(p, y2, splat(a[d]));
+  vec q = splat(b[3]);
+  for (int d = 2; d >= 0; --d) q = fma(q, y2, splat(b[d]));
+  return div(mul(p, y), q);
+}
+
+// The lowest finite float: only -infinity lies below it.
+constexpr float kLowest = -3.40282347e38f;
+
+inline vec lane_index() {
+  float lanes[kWidth];
+  for (size_t l = 0; l < kWidth; ++l) lanes[l] = float(l);
+  return load(lanes);
+}
+
+// Which parts of a ScoreMods are present: the fused loops are compiled per combination, so that
+// a modifier costs its own few vector operations per score and no test in the loop.
+struct Parts {
+  bool cap, alibi, ranged, other;  // other: row_add, col_add or bias
+};
+
+inline Parts parts_of(const ScoreMods& m) {
+  return {m.cap > 0.0f, m.row_pos != nullptr, m.col_lo != nullptr,
+          m.row_add || m.col_add || m.bias_rows};
+}
+
+// Calls f.template operator()<Cap, Alibi, Ranged, Other>() for the parts present.
+template <class F>
+void with_parts(const Parts& p, F&& f) {
+  const auto ranged = [&]<bool Cap, bool Alibi>() {
+    if (p.ranged) {
+      if (p.other) return f.template operator()<Cap, Alibi, true, true>();
+      return f.template operator()<Cap, Alibi, true, false>();
+    }
+    if (p.other) return f.template operator()<Cap, Alibi, false, true>();
+    return f.template operator()<Cap, Alibi, false, false>();
+  };
+  if (p.cap) {
+    if (p.alibi) return ranged.template operator()<true, true>();
+    return ranged.template operator()<true, false>();
+  }
+  if (p.alibi) return ranged.template operator()<false, true>();
+  return ranged.template operator()<false, false>();
+}
+
+// One row of a ScoreMods, as locals of its column loop.
+template <bool Cap, bool Alibi, bool Ranged, bool Other>
+struct RowMods {
+  vec cap, inv_cap;           // soft-capping
+  vec slope, lane_steps;      // ALiBi: slope, col_step · lane
+  float distance0, col_step;  // ALiBi: row_pos - col_pos, col_step
+  float lo, hi;               // the row's range
+  vec row_add;                // other terms
+  const float* col_add;
+  const float* bias;
+  size_t bias_step;
+  vec bias_scale;
+
+  RowMods(const ScoreMods& m, size_t r) {
+    if constexpr (Cap) cap = splat(m.cap), inv_cap = splat(1.0f / m.cap);
+    if constexpr (Alibi) {
+      slope = splat(m.slope);
+      lane_steps = mul(lane_index(), splat(m.col_step));
+      distance0 = m.row_pos[r] - m.col_pos;
+      col_step = m.col_step;
+    }
+    if constexpr (Ranged) lo = m.col_lo[r], hi = m.col_hi[r];
+    if constexpr (Other) {
+      row_add = splat(m.row_add ? m.row_add[r] : 0.0f);
+      col_add = m.col_add;
+      bias = m.bias_rows ? m.bias_rows[r] : nullptr;
+      bias_step = m.bias_step;
+      bias_scale = splat(m.bias_scale);
+    }
+  }
+
+  // Lanes of row_pos - (col_pos + col_step · (c + lane)): whole numbers below 2^24, exact in
+  // float whichever way they are summed.
+  vec distance(size_t c) const { return sub(splat(distance0 - col_step * float(c)), lane_steps); }
+
+  // Whether lanes [c, c + kWidth) all lie outside the row's range.
+  bool outside(size_t c) const {
+    if constexpr (Ranged) return float(c + kWidth) <= lo || float(c) >= hi;
+    return false;
+  }
+
+  // The modifiers on lanes [c, c + n) of raw scores; th receives tanh(raw / cap) (for the
+  // soft-cap's derivative).
+  vec apply(vec raw, size_t c, size_t n, vec& th) const {
+    vec x = raw;
+    if constexpr (Cap) {
+      th = tanh(mul(raw, inv_cap));
+      x = where_below(raw, kLowest, raw, mul(th, cap));  // masked stays masked
+    }
+    if constexpr (Alibi || Other) {
+      vec extra = splat(0.0f);
+      if constexpr (Other) {
+        extra = row_add;
+        if (col_add) extra = add(extra, load(col_add + c, n, splat(0.0f)));
+      }
+      if constexpr (Alibi) extra = sub(extra, mul(slope, abs(distance(c))));
+      if constexpr (Other) {
+        if (bias) {
+          float lanes[kWidth];
+          for (size_t l = 0; l < n; ++l) lanes[l] = bias[(c + l) * bias_step];
+          extra = add(extra, mul(bias_scale, load(lanes, n, splat(0.0f))));
+        }
+      }
+      x = add(x, extra);
+    }
+    if constexpr (Ranged) {
+      const vec index = add(splat(float(c)), lane_index());
+      x = where_below(index, lo, splat(-kInf), where_below(index, hi, x, splat(-kInf)));
+    }
+    return x;
+  }
+};
+
+void score_mods(const ScoreMods& m, float* scores, size_t ld, size_t rows, size_t cols) {
+  with_parts(parts_of(m), [&]<bool Cap, bool Alibi, bool Ranged, bool Other>() {
+    for (size_t r = 0; r < rows; ++r) {
+      float* s = scores + r * ld;
+      const RowMods<Cap, Alibi, Ranged, Other> rm(m, r);
+      vec th;
+      for (size_t c = 0; c < cols; c += kWidth) {
+        const size_t n = cols - c < kWidth ? cols - c : kWidth;
+        store(s + c, rm.apply(load(s + c, n, splat(0.0f)), c, n, th), n);
+      }
+    }
+  });
+}
+
+// The modifiers on one row of `cols` scores in place, returning the row's max afterwards.
+template <bool Cap, bool Alibi, bool Ranged, bool Other>
+float modify_row_max(const ScoreMods& m, size_t r, float* row, size_t cols) {
+  const RowMods<Cap, Alibi, Ranged, Other> rm(m, r);
+  vec top = splat(-kInf), th;
+  size_t c = 0;
+  for (; c + kWidth <= cols; c += kWidth) {
+    if (rm.outside(c)) {
+      store(row + c, splat(-kInf));
       continue;
     }
-    if (top > t.max[r]) {  // a new running max: rescale what was summed so far
-      const float rescale = exp2_one(t.max[r] - top);  // 0 on the first visible block
-      scale(t.acc + r * t.dv, t.dv, rescale);
-      t.sum[r] *= rescale;
-      t.max[r] = top;
+    const vec x = rm.apply(load(row + c), c, kWidth, th);
+    store(row + c, x);
+    top = max(top, x);
+  }
+  if (c < cols) {  // the missing lanes are -inf, and stay so
+    const size_t n = cols - c;
+    const vec x = rm.apply(load(row + c, n, splat(-kInf)), c, n, th);
+    store(row + c, x, n);
+    top = max(top, x);
+  }
+  return reduce_max(top);
+}
+
+// One row of fold after its max is known.
+inline void fold_row(const SoftmaxTile& t, size_t r, float* row, size_t cols, float top) {
+  if (top == -kInf) {  // nothing visible in this block: it contributes nothing
+    for (size_t j = 0; j < cols; ++j) row[j] = 0.0f;
+    return;
+  }
+  if (top > t.max[r]) {  // a new running max: rescale what was summed so far
+    const float rescale = exp2_one(t.max[r] - top);  // 0 on the first visible block
+    scale(t.acc + r * t.dv, t.dv, rescale);
+    t.sum[r] *= rescale;
+    t.max[r] = top;
+  }
+  t.sum[r] += exp2_shifted_sum(row, cols, t.max[r]);
+}
+
+void fold(const SoftmaxTile& t, const ScoreMods* mods, const float* v, size_t ldv, size_t cols) {
+  if (mods) {
+    with_parts(parts_of(*mods), [&]<bool Cap, bool Alibi, bool Ranged, bool Other>() {
+      for (size_t r = 0; r < t.rows; ++r) {
+        float* row = t.scores + r * t.ld;
+        fold_row(t, r, row, cols, modify_row_max<Cap, Alibi, Ranged, Other>(*mods, r, row, cols));
+      }
+    });
+  } else {
+    for (size_t r = 0; r < t.rows; ++r) {
+      float* row = t.scores + r * t.ld;
+      fold_row(t, r, row, cols, row_max(row, cols));
     }
-    t.sum[r] += exp2_shifted_sum(row, cols, t.max[r]);
   }
   gemm_tile(t.rows, t.dv, cols, t.scores, t.ld, v, ldv, t.acc, t.dv, true);
 }
 
-void softmax_grad(const SoftmaxGradTile& t, size_t cols) {
-  for (size_t r = 0; r < t.rows; ++r) {
-    float* p = t.scores + r * t.ld;
-    float* ds = t.dp + r * t.ld;
-    if (t.lse2[r] == -kInf) {  // a row that sees no key: no probability, no gradient
-      for (size_t j = 0; j < cols; ++j) p[j] = ds[j] = 0.0f;
+// softmax_grad's row r with modifiers: each score modified as the forward did, P and dS from it,
+// the modifiers' gradients taken from dS (Grads), and the soft-cap's derivative applied, in one
+// pass.
+template <bool Cap, bool Alibi, bool Ranged, bool Other, bool Grads>
+void softmax_grad_row(const SoftmaxGradTile& t, size_t r, size_t cols) {
+  float* p = t.scores + r * t.ld;
+  float* ds = t.dp + r * t.ld;
+  const RowMods<Cap, Alibi, Ranged, Other> rm(*t.mods, r);
+  const vec lse = splat(t.lse2[r]), delta = splat(t.delta[r]), factor = splat(t.factor);
+  const ScoreModsGrad* grads = t.grads;
+  vec unit, row_sum = splat(0.0f), alibi = splat(0.0f);
+  float* bias = nullptr;
+  if constexpr (Grads) {
+    unit = splat(grads->unit);
+    if (grads->bias_rows) bias = grads->bias_rows[r];
+  }
+  // Lanes [c, c + n): full vectors with plain loads and stores (masked ones are slow on AMD).
+  const auto lanes = [&]<bool Tail>(size_t c, size_t n) {
+    vec th;
+    const vec raw = Tail ? load(p + c, n, splat(-kInf)) : load(p + c);
+    const vec x = rm.apply(raw, c, n, th);
+    const vec e = exp2(sub(x, lse));  // masked -inf scores give exactly 0
+    const vec dp = Tail ? load(ds + c, n, delta) : load(ds + c);
+    vec g = mul(mul(e, sub(dp, delta)), factor);
+    if constexpr (Grads) {
+      const vec d = mul(g, unit);
+      if constexpr (Other) {
+        if (bias || grads->col_sums) {
+          float each[kWidth];
+          store(each, d);
+          if (bias)
+            for (size_t l = 0; l < n; ++l) bias[(c + l) * grads->bias_step] = each[l];
+          if (grads->col_sums)
+            for (size_t l = 0; l < n; ++l)
+              grads->col_sums[(c + l) * grads->col_sums_step] += each[l];
+        }
+        row_sum = add(row_sum, d);
+      }
+      if constexpr (Alibi) alibi = fma(d, abs(rm.distance(c)), alibi);
+    }
+    if constexpr (Cap) g = mul(g, sub(splat(1.0f), mul(th, th)));
+    if constexpr (Tail) {
+      store(p + c, e, n);
+      store(ds + c, g, n);
+    } else {
+      store(p + c, e);
+      store(ds + c, g);
+    }
+  };
+  size_t c = 0;
+  for (; c + kWidth <= cols; c += kWidth) {
+    if (rm.outside(c)) {  // P = dS = 0: nothing to take either
+      store(p + c, splat(0.0f));
+      store(ds + c, splat(0.0f));
       continue;
     }
+    lanes.template operator()<false>(c, kWidth);
+  }
+  if (c < cols) lanes.template operator()<true>(c, cols - c);
+  if constexpr (Grads) {
+    if (grads->row_sums) grads->row_sums[r] += reduce_add(row_sum);
+    if (grads->alibi_rows) grads->alibi_rows[r] += reduce_add(alibi);
+  }
+}
+
+void softmax_grad(const SoftmaxGradTile& t, size_t cols) {
+  const auto no_key = [&](size_t r) {  // a row that sees no key: no probability, no gradient
+    if (t.lse2[r] != -kInf) return false;
+    float* p = t.scores + r * t.ld;
+    float* ds = t.dp + r * t.ld;
+    for (size_t j = 0; j < cols; ++j) p[j] = ds[j] = 0.0f;
+    return true;
+  };
+  if (t.mods) {
+    with_parts(parts_of(*t.mods), [&]<bool Cap, bool Alibi, bool Ranged, bool Other>() {
+      for (size_t r = 0; r < t.rows; ++r) {
+        if (no_key(r)) continue;
+        if (t.grads)
+          softmax_grad_row<Cap, Alibi, Ranged, Other, true>(t, r, cols);
+        else
+          softmax_grad_row<Cap, Alibi, Ranged, Other, false>(t, r, cols);
+      }
+    });
+    return;
+  }
+  for (size_t r = 0; r < t.rows; ++r) {
+    if (no_key(r)) continue;
+    float* p = t.scores + r * t.ld;
+    float* ds = t.dp + r * t.ld;
     const vec lse = splat(t.lse2[r]), delta = splat(t.delta[r]), factor = splat(t.factor);
     size_t j = 0;
     for (; j + kWidth <= cols; j += kWidth) {
@@ -235,92 +500,6 @@ void softmax_grad(const SoftmaxGradTile& t, size_t cols) {
       store(p + j, e, n);
       store(ds + j, mul(mul(e, sub(load(ds + j, n, delta), delta)), factor), n);
     }
-  }
-}
-
-// e^x - 1 without cancellation near 0: its Taylor series up to x^8 for |x| < 1/2 (relative
-// error below 1e-8 there), 2^(x log2 e) - 1 beyond.
-inline vec expm1(vec x) {
-  constexpr float c[] = {1.0f,       1.0f / 2,   1.0f / 6,    1.0f / 24,
-                         1.0f / 120, 1.0f / 720, 1.0f / 5040, 1.0f / 40320};
-  vec p = splat(c[7]);
-  for (int d = 6; d >= 0; --d) p = fma(p, x, splat(c[d]));
-  const vec series = mul(p, x);
-  const vec direct = sub(exp2(mul(x, splat(1.4426950408889634f))), splat(1.0f));
-  return where_below(abs(x), 0.5f, series, direct);
-}
-
-// tanh(x) = (e^(2x) - 1) / (e^(2x) + 1): about 1e-7 relative error near 0 too (a soft cap far
-// above the scores leaves them as they are), exact at both saturations (2^127 and 0).
-inline vec tanh(vec x) {
-  const vec e = expm1(add(x, x));
-  return div(e, add(e, splat(2.0f)));
-}
-
-// Lanes [c, c + n) of row_pos - (col_pos + col_step · (c + lane)), n <= kWidth.
-inline vec distance(float row_pos, float col_pos, float col_step, size_t c) {
-  float lanes[kWidth];
-  for (size_t l = 0; l < kWidth; ++l) lanes[l] = row_pos - (col_pos + col_step * float(c + l));
-  return load(lanes);
-}
-
-void score_mods(const ScoreMods& t) {
-  for (size_t r = 0; r < t.rows; ++r) {
-    float* s = t.scores + r * t.ld;
-    float* cap_grad = t.cap_grad ? t.cap_grad + r * t.ld : nullptr;
-    const float* bias = t.bias_rows ? t.bias_rows[r] : nullptr;
-    const float row_add = t.row_add ? t.row_add[r] : 0.0f;
-    for (size_t c = 0; c < t.cols; c += kWidth) {
-      const size_t n = t.cols - c < kWidth ? t.cols - c : kWidth;
-      vec x = load(s + c, n, splat(0.0f));
-      if (t.cap > 0.0f) {
-        const vec th = tanh(mul(x, splat(1.0f / t.cap)));
-        x = mul(th, splat(t.cap));
-        if (cap_grad) store(cap_grad + c, sub(splat(1.0f), mul(th, th)), n);
-      }
-      vec extra = splat(row_add);
-      if (t.col_add) extra = add(extra, load(t.col_add + c, n, splat(0.0f)));
-      if (t.slope != 0.0f)
-        extra =
-            sub(extra, mul(splat(t.slope), abs(distance(t.row_pos[r], t.col_pos, t.col_step, c))));
-      if (bias) {
-        float lanes[kWidth];
-        for (size_t l = 0; l < n; ++l) lanes[l] = bias[(c + l) * t.bias_step];
-        extra = add(extra, mul(splat(t.bias_scale), load(lanes, n, splat(0.0f))));
-      }
-      store(s + c, add(x, extra), n);
-    }
-  }
-}
-
-void score_mods_grad(const ScoreModsGrad& t) {
-  const vec unit = splat(t.unit);
-  for (size_t r = 0; r < t.rows; ++r) {
-    float* ds = t.ds + r * t.ld;
-    float* bias = t.bias_rows ? t.bias_rows[r] : nullptr;
-    const float* cap_grad = t.cap_grad ? t.cap_grad + r * t.ld : nullptr;
-    vec row_sum = splat(0.0f), alibi = splat(0.0f);
-    for (size_t c = 0; c < t.cols; c += kWidth) {
-      const size_t n = t.cols - c < kWidth ? t.cols - c : kWidth;
-      const vec raw = load(ds + c, n, splat(0.0f));
-      const vec g = mul(raw, unit);
-      if (bias) {
-        float lanes[kWidth];
-        store(lanes, g);
-        for (size_t l = 0; l < n; ++l) bias[(c + l) * t.bias_step] = lanes[l];
-      }
-      row_sum = add(row_sum, g);
-      if (t.col_sums) {
-        float lanes[kWidth];
-        store(lanes, g);
-        for (size_t l = 0; l < n; ++l) t.col_sums[(c + l) * t.col_sums_step] += lanes[l];
-      }
-      if (t.alibi_rows)
-        alibi = fma(g, abs(distance(t.row_pos[r], t.col_pos, t.col_step, c)), alibi);
-      if (cap_grad) store(ds + c, mul(raw, load(cap_grad + c, n, splat(0.0f))), n);
-    }
-    if (t.row_sums) t.row_sums[r] += reduce_add(row_sum);
-    if (t.alibi_rows) t.alibi_rows[r] += reduce_add(alibi);
   }
 }
 
@@ -376,8 +555,8 @@ void widen_bf16(const std::uint16_t* src, float* dst, size_t n) {
 }  // namespace
 
 extern const Table ATTNLAB_KERNEL_TABLE;
-const Table ATTNLAB_KERNEL_TABLE = {gemm_tile,  gemm_tile_at,    exp2_inplace,  exp2_shifted_sum,
-                                    row_max,    transpose,       fold,          softmax_grad,
-                                    score_mods, score_mods_grad, round_to_bf16, widen_bf16};
+const Table ATTNLAB_KERNEL_TABLE = {gemm_tile,  gemm_tile_at,  exp2_inplace, exp2_shifted_sum,
+                                    row_max,    transpose,     fold,         softmax_grad,
+                                    score_mods, round_to_bf16, widen_bf16};
 
 }  // namespace attnlab::kernels::detail

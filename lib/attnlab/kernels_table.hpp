@@ -8,6 +8,9 @@
 
 namespace attnlab::kernels::detail {
 
+struct ScoreMods;
+struct ScoreModsGrad;
+
 /// One query tile of the online softmax (OnlineSoftmax's state).
 struct SoftmaxTile {
   float* scores;  // rows x cols, row stride ld
@@ -28,18 +31,20 @@ struct SoftmaxGradTile {
   const float* delta;  // per row: rowsum(dO ∘ O)
   float factor;
   std::size_t rows;
+  const ScoreMods* mods;       // applied to the scores first (the soft-cap's chain rule on dS)
+  const ScoreModsGrad* grads;  // taken from dS on the way
 };
 
 /// The score modifiers of one score tile (log2 units), applied in place in this order: tanh
-/// soft-capping s = cap · tanh(s / cap) (cap > 0; cap_grad, when given, receives 1 - tanh², the
-/// derivative, at the same places), then the additive terms row_add[r] + col_add[c] (the
-/// forgetting gate), - slope · |row_pos[r] - (col_pos + col_step · c)| (ALiBi; slope 0: none)
-/// and bias_scale · bias_rows[r][bias_step · c] (an additive bias). Null pointers: not given.
+/// soft-capping s = cap · tanh(s / cap) (cap > 0; a -infinity, a key masked before, stays
+/// -infinity), then the additive terms row_add[r] + col_add[c] (the forgetting gate),
+/// - slope · |row_pos[r] - (col_pos + col_step · c)| (ALiBi; slope 0: none) and
+/// bias_scale · bias_rows[r][bias_step · c] (an additive bias), then the row ranges: row r keeps
+/// columns c in [col_lo[r], col_hi[r]) and the others become -infinity (the interval parts of a
+/// mask in a partial tile). Null pointers: not given. The online softmax's fold and backward
+/// apply them in the pass that already reads every score (no sweep of their own).
 struct ScoreMods {
-  float* scores;
-  std::size_t ld, rows, cols;
   float cap;
-  float* cap_grad;
   const float* row_add;
   const float* col_add;
   float slope;
@@ -48,16 +53,17 @@ struct ScoreMods {
   const float* const* bias_rows;
   std::size_t bias_step;
   float bias_scale;
+  const float* col_lo;  // whole numbers below 2^24, exact in float
+  const float* col_hi;
 };
 
-/// What the score modifiers take from one tile's score gradient dS = ds · unit (ds as
-/// SoftmaxBackward leaves it): bias_rows[r][bias_step · c] = dS (an additive bias's gradient),
-/// row_sums[r] += sum_c dS and col_sums[col_sums_step · c] += sum_r dS (the forgetting gate's),
-/// alibi_rows[r] += sum_c dS · |row_pos[r] - (col_pos + col_step · c)| (ALiBi's, unsigned);
-/// then ds *= cap_grad (soft-capping's chain rule). Null pointers: not wanted.
+/// What the score modifiers take from one tile's score gradient dS = ds · unit (ds as the
+/// backward computes it before the soft-cap's chain rule): bias_rows[r][bias_step · c] = dS (an
+/// additive bias's gradient), row_sums[r] += sum_c dS and col_sums[col_sums_step · c] +=
+/// sum_r dS (the forgetting gate's), alibi_rows[r] += sum_c dS · |row_pos[r] - (col_pos +
+/// col_step · c)| (ALiBi's, unsigned; the positions of the ScoreMods beside it). Null pointers:
+/// not wanted.
 struct ScoreModsGrad {
-  float* ds;
-  std::size_t ld, rows, cols;
   float unit;
   float* const* bias_rows;
   std::size_t bias_step;
@@ -65,9 +71,6 @@ struct ScoreModsGrad {
   float* col_sums;
   std::size_t col_sums_step;
   float* alibi_rows;
-  const float* row_pos;
-  float col_pos, col_step;
-  const float* cap_grad;
 };
 
 /// Entry points of one path; the semantics are those of the functions in kernels.hpp.
@@ -81,14 +84,15 @@ struct Table {
   float (*row_max)(const float* x, std::size_t n);
   void (*transpose)(std::size_t rows, std::size_t cols, const float* src, std::size_t lds,
                     float* dst, std::size_t ldd);
-  /// OnlineSoftmax::fold: the masked score tile and values v[j * ldv + c] into the state.
-  void (*fold)(const SoftmaxTile& tile, const float* v, std::size_t ldv, std::size_t cols);
+  /// OnlineSoftmax::fold: the masked score tile (modified first by mods, when not null) and
+  /// values v[j * ldv + c] into the state.
+  void (*fold)(const SoftmaxTile& tile, const ScoreMods* mods, const float* v, std::size_t ldv,
+               std::size_t cols);
   /// SoftmaxBackward's elementwise step over `cols` columns of every row of the tile.
   void (*softmax_grad)(const SoftmaxGradTile& tile, std::size_t cols);
-  /// ScoreMods, in place.
-  void (*score_mods)(const ScoreMods& tile);
-  /// ScoreModsGrad.
-  void (*score_mods_grad)(const ScoreModsGrad& tile);
+  /// ScoreMods on `rows` x `cols` scores (row stride ld), in place.
+  void (*score_mods)(const ScoreMods& mods, float* scores, std::size_t ld, std::size_t rows,
+                     std::size_t cols);
   /// round_to_bf16 (bf16.hpp): float32 to bfloat16 bits, round to nearest even, NaN quieted.
   void (*round_to_bf16)(const float* src, std::uint16_t* dst, std::size_t n);
   /// widen_bf16: bfloat16 bits to float32, exact.

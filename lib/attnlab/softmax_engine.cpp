@@ -116,14 +116,15 @@ struct Rows {
   }
 };
 
-// Per-thread scratch of the tile loop: each row's range in the run being visited and the
-// modifiers' per-row and per-column terms.
+// Per-thread scratch of the tile loop: each row's range in the run being visited and, for the
+// chunk being computed, the modifiers and row ranges in the kernels' form.
 struct Scratch {
   Index a[kMaxRows], z[kMaxRows];  // row r reads run keys t in [a[r], z[r])
   float row_add[kMaxRows], col_add[kCols];
+  float col_lo[kMaxRows], col_hi[kMaxRows];  // row r's visible columns of the chunk
   const float* bias_rows[kMaxRows];
   float* grad_bias_rows[kMaxRows];
-  std::vector<float> cap_grad = std::vector<float>(kMaxRows * kCols);
+  kernels::detail::ScoreMods mods;
 };
 
 // What one chunk of a run is, read off the rows' ranges, the boolean mask and the custom mask.
@@ -147,16 +148,15 @@ TileClass classify(const Problem& pr, const Rows& rows, const Scratch& sc, Index
   return full ? TileClass::full : TileClass::partial;
 }
 
-// The modifiers on a score tile s (row stride kCols) of `cols` keys j0 + step·c.
-void apply_mods(const Problem& pr, const Rows& rows, Scratch& sc, float* s, Index cols, Index j0,
-                Index step, float* cap_grad) {
-  kernels::detail::ScoreMods m{};
-  m.scores = s;
-  m.ld = kCols;
-  m.rows = rows.n;
-  m.cols = static_cast<std::size_t>(cols);
+// The modifiers of a chunk of `cols` keys j0 + step·c into sc.mods, and for a partial chunk each
+// row's range there: the kernels apply both in the pass that reads every score.
+const kernels::detail::ScoreMods* chunk_mods(const Problem& pr, const Rows& rows, Scratch& sc,
+                                             Index c0, Index cols, Index j0, Index step,
+                                             bool partial) {
+  if (!pr.has_mods() && !partial) return nullptr;
+  kernels::detail::ScoreMods& m = sc.mods;
+  m = {};
   m.cap = pr.cap2;
-  m.cap_grad = pr.cap2 > 0 ? cap_grad : nullptr;
   if (!pr.fox.empty()) {  // F_p - F_j as (F_p - F_j0) + (F_j0 - F_j): small numbers in float
     const double base = pr.fox_at(rows.b, rows.h, j0);
     for (std::size_t r = 0; r < rows.n; ++r)
@@ -180,19 +180,27 @@ void apply_mods(const Problem& pr, const Rows& rows, Scratch& sc, float* s, Inde
     m.bias_step = static_cast<std::size_t>(step) * pr.bias_stride[3];
     m.bias_scale = kLog2e;
   }
-  kernels::score_mods(m);
+  if (partial) {
+    for (std::size_t r = 0; r < rows.n; ++r) {
+      const Index a = std::clamp<Index>(sc.a[r] - c0, 0, cols);
+      sc.col_lo[r] = static_cast<float>(a);
+      sc.col_hi[r] = static_cast<float>(std::clamp<Index>(sc.z[r] - c0, a, cols));
+    }
+    m.col_lo = sc.col_lo;
+    m.col_hi = sc.col_hi;
+  }
+  return &m;
 }
 
-// Masks a partial score tile: outside each row's range, and where the boolean or custom mask
-// forbids a key.
-void mask_partial(const Problem& pr, const Rows& rows, const Scratch& sc, float* s, Index c0,
-                  Index cols, Index first, Index step) {
+// Masks the keys of a partial score tile that the boolean or custom mask forbids, inside each
+// row's range (the range itself is applied with the modifiers).
+void mask_elements(const Problem& pr, const Rows& rows, const Scratch& sc, float* s, Index c0,
+                   Index cols, Index first, Index step) {
+  if (!pr.mask.has_allowed() && !pr.mask.custom) return;
   for (std::size_t r = 0; r < rows.n; ++r) {
     float* row = s + r * kCols;
     const Index a = std::clamp<Index>(sc.a[r] - c0, 0, cols);
     const Index z = std::clamp<Index>(sc.z[r] - c0, a, cols);
-    std::fill(row, row + a, kNegInf);
-    std::fill(row + z, row + cols, kNegInf);
     if (const bool* allowed = rows.allowed[r])
       for (Index t = a; t < z; ++t)
         if (!allowed[first + step * (c0 + t)]) row[t] = kNegInf;
@@ -206,13 +214,15 @@ void mask_partial(const Problem& pr, const Rows& rows, const Scratch& sc, float*
 }
 
 // Every chunk of the runs of one query tile that is not empty: engine.scores on this head's key
-// tiles kt, the modifiers, the mask where partial, then consume(chunk). Shared by the forward
-// and the backward so that both see exactly the same scores.
+// tiles kt, the boolean and custom masks where partial, then consume(chunk), which hands
+// chunk.mods (the modifiers and, where partial, the row ranges) to the kernel's pass over the
+// scores. Shared by the forward and the backward so that both see exactly the same scores.
 struct Chunk {
   Index c0, cols;      // run keys [c0, c0 + cols)
   Index j0, step;      // keys j0 + step·c
   std::size_t column;  // the layout column of run key c0
   float* scores;
+  const kernels::detail::ScoreMods* mods;  // null: none, and no range to apply
 };
 
 // Every chunk of the runs that some row of the tile reaches, with its class: the one
@@ -248,18 +258,18 @@ void for_each_class(const Problem& pr, const Rows& rows, const std::vector<KeyRu
 
 template <class Engine, class Consume>
 void for_each_chunk(const Problem& pr, const Rows& rows, const std::vector<KeyRun>& runs,
-                    const float* kt, Scratch& sc, Engine& engine, float* cap_grad,
-                    Consume consume) {
+                    const float* kt, Scratch& sc, Engine& engine, Consume consume) {
   for_each_class(
       pr, rows, runs, sc,
       [&](Index c0, Index cols, Index j0, Index step, std::size_t column, TileClass cls) {
         if (cls == TileClass::empty) return;
         float* s = engine.scores(kt + column / kCols * pr.d.dk * kCols + column % kCols, kCols,
                                  static_cast<std::size_t>(cols));
-        if (pr.has_mods()) apply_mods(pr, rows, sc, s, cols, j0, step, cap_grad);
-        if (cls == TileClass::partial)  // the run's first key: j0 - step·c0
-          mask_partial(pr, rows, sc, s, c0, cols, j0 - step * c0, step);
-        consume(Chunk{c0, cols, j0, step, column, s});
+        const bool partial = cls == TileClass::partial;
+        if (partial)  // the run's first key: j0 - step·c0
+          mask_elements(pr, rows, sc, s, c0, cols, j0 - step * c0, step);
+        consume(Chunk{c0, cols, j0, step, column, s,
+                      chunk_mods(pr, rows, sc, c0, cols, j0, step, partial)});
       });
 }
 
@@ -384,9 +394,10 @@ void forward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Toke
       sparsity.runs(pr.layout, b, h, tile, runs);
       const float* keys = kt.get() + (b * d.kv() + d.kv_head(h)) * per_head;
       const float* values = pr.kv_rows(v, b, h, d.dv);
-      for_each_chunk(pr, rows, runs, keys, sc, softmax, nullptr, [&](const Chunk& c) {
+      for_each_chunk(pr, rows, runs, keys, sc, softmax, [&](const Chunk& c) {
         softmax.fold(values + static_cast<std::size_t>(c.j0) * d.dv,
-                     static_cast<std::size_t>(c.step) * d.dv, static_cast<std::size_t>(c.cols));
+                     static_cast<std::size_t>(c.step) * d.dv, static_cast<std::size_t>(c.cols),
+                     c.mods);
       });
       softmax.finish(&out(b, h, tile.first, 0), tile.step * d.dv,
                      lse ? lse + bh * d.nq + tile.first : nullptr, tile.step);
@@ -486,43 +497,30 @@ void backward(TensorRef q, TensorRef k, TensorRef v, const Mask& mask, const Tok
         runs.clear();
         sparsity.runs(pr.layout, b, h, tile, runs);
         const float* keys = k.data() + bk * kd;
-        for_each_chunk(
-            pr, rows, runs, kt.data(), sc, grad, sc.cap_grad.data(), [&](const Chunk& c) {
-              float* ds =
-                  grad.gradient(vt.data() + c.column / kCols * d.dv * kCols + c.column % kCols,
-                                kCols, static_cast<std::size_t>(c.cols));
-              if (pr.has_mods()) {
-                kernels::detail::ScoreModsGrad m{};
-                m.ds = ds;
-                m.ld = kCols;
-                m.rows = rows.n;
-                m.cols = static_cast<std::size_t>(c.cols);
-                m.unit = kLog2e;  // ds is dS · ln 2
-                if (bias_out) {
-                  for (std::size_t r = 0; r < rows.n; ++r)
-                    sc.grad_bias_rows[r] = bias_out + (row0 + rows.i[r]) * d.nk + c.j0;
-                  m.bias_rows = sc.grad_bias_rows;
-                  m.bias_step = static_cast<std::size_t>(c.step);
-                }
-                if (fox) {
-                  m.row_sums = row_sums;
-                  m.col_sums = fch + (h - kvh * group) * d.nk + c.j0;
-                  m.col_sums_step = static_cast<std::size_t>(c.step);
-                }
-                if (in.alibi_slopes) {
-                  m.alibi_rows = alibi_sums;
-                  m.row_pos = rows.pos;
-                  m.col_pos = static_cast<float>(c.j0);
-                  m.col_step = static_cast<float>(c.step);
-                }
-                if (pr.cap2 > 0) m.cap_grad = sc.cap_grad.data();
-                kernels::score_mods_grad(m);
-              }
-              const auto j0 = static_cast<std::size_t>(c.j0),
-                         step = static_cast<std::size_t>(c.step);
-              grad.accumulate(keys + j0 * d.dk, step * d.dk, dkh + j0 * d.dk, step * d.dk,
-                              dvh + j0 * d.dv, step * d.dv, static_cast<std::size_t>(c.cols));
-            });
+        const bool take_grads = bias_out || fox || in.alibi_slopes;
+        for_each_chunk(pr, rows, runs, kt.data(), sc, grad, [&](const Chunk& c) {
+          kernels::detail::ScoreModsGrad m{};
+          if (take_grads) {
+            m.unit = kLog2e;  // ds is dS · ln 2
+            if (bias_out) {
+              for (std::size_t r = 0; r < rows.n; ++r)
+                sc.grad_bias_rows[r] = bias_out + (row0 + rows.i[r]) * d.nk + c.j0;
+              m.bias_rows = sc.grad_bias_rows;
+              m.bias_step = static_cast<std::size_t>(c.step);
+            }
+            if (fox) {
+              m.row_sums = row_sums;
+              m.col_sums = fch + (h - kvh * group) * d.nk + c.j0;
+              m.col_sums_step = static_cast<std::size_t>(c.step);
+            }
+            if (in.alibi_slopes) m.alibi_rows = alibi_sums;
+          }
+          grad.gradient(vt.data() + c.column / kCols * d.dv * kCols + c.column % kCols, kCols,
+                        static_cast<std::size_t>(c.cols), c.mods, take_grads ? &m : nullptr);
+          const auto j0 = static_cast<std::size_t>(c.j0), step = static_cast<std::size_t>(c.step);
+          grad.accumulate(keys + j0 * d.dk, step * d.dk, dkh + j0 * d.dk, step * d.dk,
+                          dvh + j0 * d.dv, step * d.dv, static_cast<std::size_t>(c.cols));
+        });
         grad.finish(&g.qkv.dq(b, h, tile.first, 0), tile.step * d.dk);
         for (std::size_t r = 0; r < rows.n; ++r) {
           const std::size_t at = row0 + rows.i[r];

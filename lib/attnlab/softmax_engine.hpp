@@ -8,14 +8,18 @@
 // per-row key intervals, so a chunk every row covers is full and one no row reaches is empty;
 // the variant's sparsity gives key runs (BigBird's blocks, a window inside a dilation class);
 // a custom mask declares its own class (MaskMod::classify); a boolean mask makes a chunk
-// partial. Empty chunks are skipped, full ones run with no per-element mask work, partial ones
-// are masked element by element. Chunks are at most kCols = 128 keys and never cross a tile of
-// the key layout; query tiles have at most 48 rows (forward) or 96 (backward).
+// partial. Empty chunks are skipped, full ones run with no per-element mask work; in a partial
+// one each row keeps its column range (a vector compare inside the kernels' pass over the
+// scores) and only the boolean and custom masks are evaluated element by element. Chunks are at
+// most kCols = 128 keys and never cross a tile of the key layout; query tiles have at most 48
+// rows (forward) or 96 (backward).
 //
-// Score modifiers run on every computed chunk (kernels::score_mods, vectorised): soft-capping,
-// then ALiBi, the additive bias and the forgetting gate as additive terms (order and definitions
-// in mask.hpp and attention.hpp); sinks start each row's online softmax (a running max of the
-// sink and a sum of 1). Grouped heads: query head h reads KV head h / (H / Hkv).
+// Score modifiers run on every computed chunk, in the kernels' one pass over its scores
+// (kernels::detail::ScoreMods: the forward's search for each row's max, the backward's P and dS,
+// which takes their gradients on the way): soft-capping, then ALiBi, the additive bias and the
+// forgetting gate as additive terms (order and definitions in mask.hpp and attention.hpp); sinks
+// start each row's online softmax (a running max of the sink and a sum of 1). Grouped heads:
+// query head h reads KV head h / (H / Hkv).
 //
 // Backward: the same tiles, classes and modifiers, from the forward's saved row log-sum-exp;
 // tasks are (item, KV head, group) with the query tiles of the KV head's query heads dealt
