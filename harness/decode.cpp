@@ -26,6 +26,7 @@
 #include "harness/meta.hpp"
 #include "harness/plot.hpp"
 #include "harness/progress.hpp"
+#include "variants/delta_product.hpp"
 
 namespace attnlab::harness {
 namespace {
@@ -90,12 +91,25 @@ struct Tokens {
   Tensor q, k, v;
 };
 
-// The inputs of the sweep's distribution (lib/attnlab/inputs.hpp): q of H heads, k and v of Hkv.
-Tokens tokens(const DecodeSweep& s, const DecodePoint& p, std::size_t n) {
+// The inputs of the sweep's distribution (lib/attnlab/inputs.hpp) for n tokens: q of H heads,
+// one row a token; k and v of Hkv, `rows` rows a token.
+Tokens tokens(const DecodeSweep& s, const DecodePoint& p, std::size_t n, std::size_t rows) {
   const auto b = std::size_t(s.batch), d = std::size_t(p.dim);
   QKV queries = make_inputs("gaussian", b, std::size_t(s.heads), n, d, 1);
-  QKV keys = make_inputs("gaussian", b, std::size_t(p.kv), n, d, 2);
+  QKV keys = make_inputs("gaussian", b, std::size_t(p.kv), n * rows, d, 2);
   return {std::move(queries.q), std::move(keys.k), std::move(keys.v)};
+}
+
+// Rows of k and v a token brings: delta-product's steps (its decoder takes n_h rows of k, v,
+// g and beta per token; g and beta are not given, so beta is the spec's), else 1.
+std::size_t rows_per_token(const Attention& a) {
+  const auto* product = dynamic_cast<const DeltaProductAttention*>(&a);
+  return product ? std::size_t(product->steps()) : 1;
+}
+
+// Rows [first, first + n) of a token tensor's third axis.
+Tensor token_rows(const Tensor& x, std::size_t first, std::size_t n) {
+  return xt::view(x, xt::all(), xt::all(), xt::range(first, first + n), xt::all());
 }
 
 DecodeConfig config_of(const DecodeSweep& s, const DecodePoint& p, std::size_t max_tokens) {
@@ -131,20 +145,18 @@ void run_step(const DecodeSweep& s, const DecodePoint& p, const Attention& a, Cs
   constexpr double kMinStepSeconds = 0.25;
   const bool repeat = !holds_every_token(a);
   const auto decoder = a.start_decoding(config_of(s, p, repeat ? 0 : context + steps + 2));
+  const std::size_t rows = rows_per_token(a);
   constexpr std::size_t kChunk = 4096;  // tokens per extend: the same random chunk again
-  const Tokens chunk = tokens(s, p, std::min(context, kChunk));
+  const Tokens chunk = tokens(s, p, std::min(context, kChunk), rows);
   for (std::size_t held = 0; held < context;) {
     const std::size_t n = std::min(kChunk, context - held);
-    if (n == chunk.k.shape()[2]) {
+    if (n * rows == chunk.k.shape()[2])
       decoder->extend(chunk.k, chunk.v);
-    } else {
-      const Tensor k = xt::view(chunk.k, xt::all(), xt::all(), xt::range(0, n), xt::all());
-      const Tensor v = xt::view(chunk.v, xt::all(), xt::all(), xt::range(0, n), xt::all());
-      decoder->extend(k, v);
-    }
+    else
+      decoder->extend(token_rows(chunk.k, 0, n * rows), token_rows(chunk.v, 0, n * rows));
     held += n;
   }
-  const Tokens one = tokens(s, p, 1);
+  const Tokens one = tokens(s, p, 1, rows);
   for (int i = 0; i < 2; ++i) decoder->step(one.q, one.k, one.v);  // untimed
   std::vector<double> times;
   double best = INFINITY;
@@ -171,12 +183,13 @@ void run_step(const DecodeSweep& s, const DecodePoint& p, const Attention& a, Cs
 // One prefill row: chunked prefill of the prompt against as many steps, per token.
 void run_prefill(const DecodeSweep& s, const DecodePoint& p, const Attention& a, CsvRecord& row) {
   const auto n = std::size_t(p.context);
-  const Tokens prompt = tokens(s, p, n);
+  const std::size_t rows = rows_per_token(a);
+  const Tokens prompt = tokens(s, p, n, rows);
   std::vector<Tensor> rows_q, rows_k, rows_v;
   for (std::size_t i = 0; i < n; ++i) {
-    rows_q.push_back(xt::view(prompt.q, xt::all(), xt::all(), xt::range(i, i + 1), xt::all()));
-    rows_k.push_back(xt::view(prompt.k, xt::all(), xt::all(), xt::range(i, i + 1), xt::all()));
-    rows_v.push_back(xt::view(prompt.v, xt::all(), xt::all(), xt::range(i, i + 1), xt::all()));
+    rows_q.push_back(token_rows(prompt.q, i, 1));
+    rows_k.push_back(token_rows(prompt.k, i * rows, rows));
+    rows_v.push_back(token_rows(prompt.v, i * rows, rows));
   }
   double chunked = 0, stepped = 0, worst = 0;
   for (std::int64_t r = 0; r < s.reps; ++r) {
@@ -316,6 +329,9 @@ std::size_t run_decode_sweep(const std::string& dir, const DecodeSweep& sweep,
       }
     } catch (const Unsupported& e) {
       row[kStatus] = "unsupported";
+      row[kMessage] = e.what();
+    } catch (const Error& e) {  // a point the variant rejects: a row, the sweep goes on
+      row[kStatus] = "error";
       row[kMessage] = e.what();
     } catch (const std::bad_alloc&) {
       row[kStatus] = "skipped";

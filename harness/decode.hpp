@@ -20,10 +20,13 @@
 //   prefill    one variant, H, Hkv, D at a prompt of `context` tokens: chunked prefill of the
 //              whole prompt into a fresh decoder against `context` steps into another, seconds
 //              per token each (time_median_s, steps_s_per_token), best of `reps`.
+// A variant whose tokens bring several rows of k and v (delta-product's steps) gets that many
+// random rows per token.
 // A point the variant refuses (decoding on linformer, grouped heads on a variant without) is a
-// row with status `unsupported` and the message; one whose decoder would hold more than the
-// memory budget is `skipped`. Resume: a point whose key is in decode.csv is not run again
-// (a killed sweep loses at most its last point; a torn last line is cut away on opening).
+// row with status `unsupported` and the message; one it rejects (an Error) is `error` with the
+// message; one whose decoder would hold more than the memory budget is `skipped`: no point
+// stops the sweep. Resume: a point whose key is in decode.csv is not run again (a killed sweep
+// loses at most its last point; a torn last line is cut away on opening).
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,8 @@
 // The decode sweep (harness/decode.hpp) at a tiny size: its rows, the statuses of what a variant
-// refuses and of what passes the memory budget, the bytes a KV cache holds, and resume; and what
-// is rendered from rows (the speed checks, the crossover against full, the summary's lines) on
-// synthetic rows whose answers are worked out by hand.
+// refuses, rejects or passes the memory budget with, the bytes a KV cache holds, delta-product's
+// rows per token, and resume; and what is rendered from
+// rows (the speed checks, the crossover against full, the summary's lines) on synthetic rows
+// whose answers are worked out by hand.
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -34,13 +35,17 @@ harness::DecodeSweep tiny() {
   return s;
 }
 
-// decode.csv's rows (the header dropped) as {key: record}.
-std::map<std::string, CsvRecord> rows(const TempDir& dir) {
-  const auto records = read_csv(dir.file("decode.csv"));
+// <folder>/decode.csv's rows (the header dropped) as {key: record}.
+std::map<std::string, CsvRecord> rows(const std::string& folder) {
+  const auto records = read_csv(folder + "/decode.csv");
   REQUIRE(records.front() == harness::decode_columns());
   std::map<std::string, CsvRecord> by_key;
   for (std::size_t i = 1; i < records.size(); ++i) by_key[records[i][0]] = records[i];
   return by_key;
+}
+
+std::map<std::string, CsvRecord> rows(const TempDir& dir) {
+  return rows(dir.path().string());
 }
 
 std::string cell(const CsvRecord& r, const std::string& column) {
@@ -78,7 +83,7 @@ CsvRecord bandwidth_row(int n, double gbps) {
   r[0] = "bandwidth|" + std::to_string(n);
   r[1] = "bandwidth";
   r[9] = "ok";
-  r.back() = format_number(gbps);
+  r[17] = format_number(gbps);
   return r;
 }
 
@@ -276,4 +281,60 @@ TEST_CASE("the decode report's speed checks, crossover and summary come from the
         "| `delta` | not in the measured range |", "| `gla` | 9.00 | 0.50 | - | 1.50 |",
         "| 1M | 13.00 | 0.65 |", "could not be run"})
     CHECK(report.find(part) != std::string::npos);
+}
+
+namespace {
+
+// A causal variant whose decoder rejects every call (an Error, not Unsupported): the sweep
+// must make it a row and go on.
+class RejectsDecoding final : public Attention {
+ public:
+  std::string spec() const override { return "test-rejects-decoding"; }
+  Support support() const override { return {}; }
+  std::unique_ptr<TokenDecoder> start_decoding(const DecodeConfig&) const override {
+    throw Error("test-rejects-decoding: k has 1 row, expected 2");
+  }
+
+ protected:
+  void compute(TensorRef, TensorRef, TensorRef, const Mask&, const TokenInputs&, const Dims&,
+               Tensor& out, Saved*) const override {
+    out.fill(0);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the decode sweep measures delta-product's rows and goes on past what cannot decode",
+          "[decoding][harness]") {
+  register_attention(
+      "test-rejects-decoding",
+      [](Params&) -> std::unique_ptr<Attention> { return std::make_unique<RejectsDecoding>(); },
+      9999);
+  TempDir dir("decode-refusals");
+  harness::DecodeSweep s = tiny();
+  s.specs = {"delta-product:steps=2", "linformer:k=4", "test-rejects-decoding",
+             "delta-product:steps=3"};
+  s.kv_heads = {2};
+  CHECK(harness::run_decode_sweep(dir.path().string(), s, nullptr) == 1 + 4 * 3);
+  std::map<std::string, int> statuses;
+  for (const auto& [key, r] : rows(dir)) {
+    if (cell(r, "kind") == "bandwidth") continue;
+    INFO(key << ": " << cell(r, "message"));
+    const std::string spec = cell(r, "spec");
+    ++statuses[cell(r, "variant") + " " + cell(r, "status")];
+    if (spec.rfind("delta-product", 0) == 0) {
+      CHECK(std::stod(cell(r, "time_median_s")) > 0);
+      // Its state S per head, whatever the context and the rows a token brings: H·D·D floats.
+      CHECK(cell(r, "bytes_held") == std::to_string(2 * 8 * 8 * sizeof(float)));
+    } else if (spec == "test-rejects-decoding") {
+      CHECK(cell(r, "message") == "test-rejects-decoding: k has 1 row, expected 2");
+    } else {
+      CHECK(cell(r, "message").find("linformer does not support decoding") != std::string::npos);
+    }
+  }
+  CHECK(statuses == std::map<std::string, int>{{"delta-product ok", 6},
+                                               {"linformer unsupported", 3},
+                                               {"test-rejects-decoding error", 3}});
+  // The report renders the rows that were measured.
+  CHECK(read_text(dir.file("report.md")).find("`delta-product:steps=2`") != std::string::npos);
 }
