@@ -4,7 +4,10 @@
 // report.md and plots/ from the rows, and on stdout the summary of this grid (harness/summary.hpp).
 //   attnlab decode --out DIR [--variant SPEC ...] [--contexts 1024..1048576] [--prefill 256,4096]
 //                  [--dims 64,128] [--kv-heads 8,2] [--heads 8] [--batch 1] [--steps 32]
-//                  [--reps 3] [--memory-budget BYTES] [--bandwidth-mib 1024] [--quiet]
+//                  [--reps 3] [--memory-budget BYTES] [--bandwidth-mib 1024] [--shard I/N]
+//                  [--quiet]
+// Shards as the sweep's: each runs the points i with i mod N = I - 1 into its own folder, and
+// `attnlab merge OUT DIR...` joins them.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -15,6 +18,7 @@
 #include "attnlab/error.hpp"
 #include "harness/config.hpp"
 #include "harness/decode.hpp"
+#include "harness/grid.hpp"
 #include "harness/summary.hpp"
 
 namespace attnlab::cli {
@@ -22,7 +26,7 @@ namespace {
 
 struct DecodeFlags {
   std::string out, contexts = "1024..1048576", prefill = "256,1024,4096", dims = "64,128",
-                   kv_heads = "8,2";
+                   kv_heads = "8,2", shard;
   std::vector<std::string> variants;
   std::int64_t heads = 8, batch = 1, steps = 32, reps = 3, bandwidth_mib = 1024;
   double memory_budget = 0;
@@ -52,6 +56,7 @@ void run(const DecodeFlags& f) {
   s.reps = f.reps;
   s.memory_budget_bytes = f.memory_budget;
   s.bandwidth_bytes = std::size_t(f.bandwidth_mib) << 20;
+  if (!f.shard.empty()) s.shard = harness::parse_shard(f.shard);
   const std::size_t rows = harness::run_decode_sweep(f.out, s, f.quiet ? nullptr : stderr);
   std::printf("%zu rows appended to %s/decode.csv; report: %s/report.md\n", rows, f.out.c_str(),
               f.out.c_str());
@@ -89,6 +94,9 @@ void add_decode_command(CLI::App& app) {
   cmd->add_option("--bandwidth-mib", f->bandwidth_mib,
                   "the bandwidth row's buffer, MiB (far past the caches)")
       ->check(positive);
+  cmd->add_option(
+      "--shard", f->shard,
+      "run the I-th of N disjoint slices of the points: I/N (attnlab merge joins them)");
   cmd->add_flag("--quiet", f->quiet, "no progress lines");
   cmd->callback([f] { run(*f); });
 }

@@ -52,6 +52,7 @@ enum Column : std::size_t {
   kStepsPerToken,
   kBytesHeld,
   kReadGbps,
+  kShard,
   kColumns
 };
 
@@ -59,10 +60,11 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// A point of the sweep.
+// A point of the sweep; `index` in grid order decides its shard.
 struct DecodePoint {
   std::string kind, spec;
   std::int64_t kv = 0, dim = 0, context = 0;
+  std::size_t index = 0;
 };
 
 std::string key_of(const DecodeSweep& s, const DecodePoint& p) {
@@ -83,6 +85,7 @@ CsvRecord base_row(const DecodeSweep& s, const DecodePoint& p) {
   r[kDim] = std::to_string(p.dim);
   r[kContext] = std::to_string(p.context);
   r[kStatus] = "ok";
+  r[kShard] = s.shard.active() ? s.shard.str() : "";
   return r;
 }
 
@@ -213,6 +216,7 @@ void run_prefill(const DecodeSweep& s, const DecodePoint& p, const Attention& a,
   row[kStepsPerToken] = format_number(stepped);
 }
 
+// The points of the sweep's shard, in grid order.
 std::vector<DecodePoint> points(const DecodeSweep& s) {
   std::vector<DecodePoint> all;
   for (const std::string& spec : s.specs)
@@ -221,13 +225,20 @@ std::vector<DecodePoint> points(const DecodeSweep& s) {
         for (const std::int64_t n : s.contexts) all.push_back({"step", spec, kv, d, n});
         for (const std::int64_t n : s.prefill_lengths) all.push_back({"prefill", spec, kv, d, n});
       }
-  return all;
+  std::vector<DecodePoint> mine;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    all[i].index = i;
+    if (s.shard.contains(i)) mine.push_back(all[i]);
+  }
+  return mine;
 }
 
 void check(const DecodeSweep& s) {
   if (s.heads < 1 || s.batch < 1 || s.steps < 1 || s.reps < 1 || s.bandwidth_bytes < 4096)
     throw Error(
         "decode sweep: heads, batch, steps and reps must be >= 1, the bandwidth buffer >= 4 KiB");
+  if (s.shard.count < 1 || s.shard.index < 1 || s.shard.index > s.shard.count)
+    throw Error("--shard '" + s.shard.str() + "': expected I/N with 1 <= I <= N (e.g. 2/4)");
   for (const std::int64_t kv : s.kv_heads)
     if (kv < 1 || s.heads % kv != 0)
       throw Error("--kv-heads " + std::to_string(kv) +
@@ -248,7 +259,7 @@ const std::vector<std::string>& decode_columns() {
       "batch",         "heads",      "kv_heads",   "dim",
       "context",       "status",     "message",    "reps",
       "time_median_s", "time_min_s", "time_max_s", "steps_s_per_token",
-      "bytes_held",    "read_gbps"};
+      "bytes_held",    "read_gbps",  "shard"};
   return names;
 }
 
@@ -280,6 +291,10 @@ std::size_t run_decode_sweep(const std::string& dir, const DecodeSweep& sweep,
   CsvAppendOptions options;
   options.holder = "another decode sweep";
   CsvAppender file(dir + "/decode.csv", decode_columns(), options);
+  if (file.records().front() != decode_columns())
+    throw Error(dir + "/decode.csv:1: the header is not the decode.csv schema of this attnlab (" +
+                std::to_string(file.records().front().size()) + " columns, expected " +
+                std::to_string(kColumns) + "); measure again into a new folder");
   std::vector<std::string> done;
   for (std::size_t i = 1; i < file.records().size(); ++i) done.push_back(file.records()[i][kKey]);
   std::vector<DecodePoint> todo;
@@ -289,6 +304,7 @@ std::size_t run_decode_sweep(const std::string& dir, const DecodeSweep& sweep,
   config.origin = "attnlab decode";
   nlohmann::json extra;
   extra["decode_points"] = todo.size();
+  extra["shard"] = sweep.shard.active() ? sweep.shard.str() : "";
   record_run(dir, config, extra);
   const double budget = sweep.memory_budget_bytes > 0
                             ? sweep.memory_budget_bytes
@@ -296,14 +312,17 @@ std::size_t run_decode_sweep(const std::string& dir, const DecodeSweep& sweep,
   std::size_t appended = 0;
   {  // the yardstick, in every invocation
     CsvRecord row(kColumns);
-    // Numbered: two invocations within one second still get keys of their own.
+    // Numbered: two invocations within one second still get keys of their own; a shard's
+    // carry it, so that shards started together keep theirs when merged.
     const auto earlier = std::count_if(done.begin(), done.end(), [](const std::string& key) {
       return key.rfind("bandwidth|", 0) == 0;
     });
-    row[kKey] = "bandwidth|" + std::to_string(earlier + 1) + "|" + utc_now();
+    row[kKey] = "bandwidth|" + (sweep.shard.active() ? sweep.shard.str() + "|" : std::string()) +
+                std::to_string(earlier + 1) + "|" + utc_now();
     row[kKind] = "bandwidth";
     row[kStatus] = "ok";
     row[kReadGbps] = format_number(measure_read_bandwidth(sweep.bandwidth_bytes));
+    row[kShard] = sweep.shard.active() ? sweep.shard.str() : "";
     file.append(row);
     ++appended;
   }
@@ -343,6 +362,58 @@ std::size_t run_decode_sweep(const std::string& dir, const DecodeSweep& sweep,
   }
   render_decode_report(dir, sweep.gnuplot);
   return appended;
+}
+
+std::pair<std::size_t, std::size_t> merge_decode_results(const std::string& out_dir,
+                                                         const std::vector<std::string>& in_dirs,
+                                                         const std::string& gnuplot) {
+  namespace fs = std::filesystem;
+  if (in_dirs.empty()) throw Error("merge: no input directories");
+  std::vector<std::string> sources;
+  if (fs::exists(out_dir + "/decode.csv")) sources.push_back(out_dir);
+  for (const std::string& d : in_dirs) {
+    if (!fs::exists(d + "/decode.csv")) throw Error("merge: " + d + "/decode.csv does not exist");
+    bool listed = false;  // the same directory given twice is read once
+    for (const std::string& s : sources) listed = listed || fs::equivalent(s, d);
+    if (!listed) sources.push_back(d);
+  }
+  // Columns that differ between two measurements of one point.
+  const std::set<std::size_t> measured = {kReps,          kMedian,   kMin,   kMax,
+                                          kStepsPerToken, kReadGbps, kShard, kBytesHeld};
+  std::vector<CsvRecord> merged;
+  std::map<std::string, std::pair<std::size_t, std::string>> seen;  // key -> (index, source)
+  std::size_t duplicates = 0;
+  for (const std::string& dir : sources) {
+    const auto records = read_csv(dir + "/decode.csv");
+    if (records.empty() || records.front() != decode_columns())
+      throw Error("merge: " + dir +
+                  "/decode.csv:1: the header is not the decode.csv schema of this attnlab");
+    for (std::size_t i = 1; i < records.size(); ++i) {
+      const CsvRecord& r = records[i];
+      if (r.size() != kColumns)
+        throw Error("merge: " + dir + "/decode.csv: record " + std::to_string(i + 1) + " has " +
+                    std::to_string(r.size()) + " fields, expected " + std::to_string(kColumns));
+      const auto it = seen.find(r[kKey]);
+      if (it == seen.end()) {
+        seen.emplace(r[kKey], std::make_pair(merged.size(), dir));
+        merged.push_back(r);
+        continue;
+      }
+      ++duplicates;
+      const CsvRecord& first = merged[it->second.first];
+      for (std::size_t c = 0; c < kColumns; ++c)
+        if (!measured.count(c) && first[c] != r[c])
+          throw Error("merge: key " + r[kKey] + " has conflicting " + decode_columns()[c] + ": '" +
+                      first[c] + "' in " + it->second.second + " and '" + r[c] + "' in " + dir);
+    }
+  }
+  fs::create_directories(out_dir);
+  std::string text = csv_line(decode_columns());
+  for (const CsvRecord& r : merged) text += csv_line(r);
+  write_merged_meta(out_dir, sources);  // before the rows: reads out_dir/meta.json if a source
+  write_atomically(out_dir + "/decode.csv", text);
+  render_decode_report(out_dir, gnuplot);
+  return {merged.size(), duplicates};
 }
 
 std::vector<std::string> decode_point_keys(const DecodeSweep& sweep) {
@@ -552,22 +623,36 @@ std::string tokens_text(std::int64_t n) {
 DecodeResults read_decode_results(const std::string& csv, const std::vector<std::string>* keys) {
   const auto records = read_csv(csv);
   DecodeResults out;
+  if (records.empty()) return out;
+  // Where each column of this attnlab is in the file (an older file lacks the last ones).
+  std::vector<std::size_t> at(kColumns, std::string::npos);
+  for (std::size_t c = 0; c < kColumns; ++c) {
+    const auto& header = records.front();
+    const auto it = std::find(header.begin(), header.end(), decode_columns()[c]);
+    if (it != header.end()) at[c] = std::size_t(it - header.begin());
+  }
+  for (const Column c : {kKey, kKind, kStatus})
+    if (at[c] == std::string::npos)
+      throw Error(csv + ":1: the header has no '" + decode_columns()[c] + "' column");
   std::vector<double> bandwidths;
   const std::set<std::string> wanted =
       keys ? std::set<std::string>(keys->begin(), keys->end()) : std::set<std::string>();
   for (std::size_t i = 1; i < records.size(); ++i) {
-    const CsvRecord& r = records[i];
-    if (r.size() != kColumns || r[kStatus] != "ok") continue;
-    if (r[kKind] == "bandwidth") {
-      bandwidths.push_back(number_or_nan(r[kReadGbps]));
+    if (records[i].size() != records.front().size()) continue;
+    const auto cell = [&](Column c) -> std::string {
+      return at[c] == std::string::npos ? std::string() : records[i][at[c]];
+    };
+    if (cell(kStatus) != "ok") continue;
+    if (cell(kKind) == "bandwidth") {
+      bandwidths.push_back(number_or_nan(cell(kReadGbps)));
       continue;
     }
-    if (keys && !wanted.count(r[kKey])) continue;
-    out.rows.push_back({r[kKind], r[kSpec], r[kVariant], std::stoll(r[kBatch]),
-                        std::stoll(r[kHeads]), std::stoll(r[kKvHeads]), std::stoll(r[kDim]),
-                        std::stoll(r[kContext]), number_or_nan(r[kMedian]),
-                        number_or_nan(r[kStepsPerToken]), number_or_nan(r[kBytesHeld]),
-                        number_or_nan(r[kReadGbps])});
+    if (keys && !wanted.count(cell(kKey))) continue;
+    out.rows.push_back({cell(kKind), cell(kSpec), cell(kVariant), std::stoll(cell(kBatch)),
+                        std::stoll(cell(kHeads)), std::stoll(cell(kKvHeads)),
+                        std::stoll(cell(kDim)), std::stoll(cell(kContext)),
+                        number_or_nan(cell(kMedian)), number_or_nan(cell(kStepsPerToken)),
+                        number_or_nan(cell(kBytesHeld)), number_or_nan(cell(kReadGbps))});
   }
   std::sort(bandwidths.begin(), bandwidths.end());
   out.bandwidth_gbps = bandwidths.empty() ? std::nan("") : bandwidths[bandwidths.size() / 2];

@@ -20,13 +20,17 @@
 //   prefill    one variant, H, Hkv, D at a prompt of `context` tokens: chunked prefill of the
 //              whole prompt into a fresh decoder against `context` steps into another, seconds
 //              per token each (time_median_s, steps_s_per_token), best of `reps`.
+// Every row records its shard (I/N, or empty).
 // A variant whose tokens bring several rows of k and v (delta-product's steps) gets that many
 // random rows per token.
 // A point the variant refuses (decoding on linformer, grouped heads on a variant without) is a
 // row with status `unsupported` and the message; one it rejects (an Error) is `error` with the
 // message; one whose decoder would hold more than the memory budget is `skipped`: no point
 // stops the sweep. Resume: a point whose key is in decode.csv is not run again (a killed sweep
-// loses at most its last point; a torn last line is cut away on opening).
+// loses at most its last point; a torn last line is cut away on opening). Shards: as the
+// sweep's (harness/grid.hpp), point i of the grid (decode_point_keys' order) belongs to shard I/N
+// when i mod N = I - 1; each shard resumes in its own folder and merge_decode_results joins
+// them.
 #pragma once
 
 #include <cstddef>
@@ -34,7 +38,10 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "harness/grid.hpp"
 
 namespace attnlab::harness {
 
@@ -52,6 +59,7 @@ struct DecodeSweep {
   double memory_budget_bytes = 0;             ///< a decoder's most bytes; 0: half of MemAvailable
   std::size_t bandwidth_bytes = std::size_t(1) << 30;  ///< the bandwidth row's buffer
   std::string gnuplot = "gnuplot";  ///< the plots' program (none: .dat and .gp only, a note)
+  Shard shard;                      ///< the slice of the points run (1/1: all)
 };
 
 /// The columns of decode.csv, in file order.
@@ -66,7 +74,7 @@ double measure_read_bandwidth(std::size_t bytes, int reps = 5);
 /// context < 1).
 std::size_t run_decode_sweep(const std::string& dir, const DecodeSweep& sweep, std::FILE* progress);
 
-/// The keys of the sweep's points (decode.csv's `key`), in the order it runs them.
+/// The keys of the sweep's points in its shard (decode.csv's `key`), in the order it runs them.
 std::vector<std::string> decode_point_keys(const DecodeSweep& sweep);
 
 /// One ok step or prefill row of decode.csv, parsed: what the report and the summary read.
@@ -85,8 +93,9 @@ struct DecodeResults {
   double bandwidth_gbps = 0;    ///< the median of the bandwidth rows; NaN when there are none
 };
 
-/// Reads <csv>'s ok rows; with `keys`, only the step and prefill rows whose key is among them
-/// (every bandwidth row is kept: the yardstick of whichever invocation ran them).
+/// Reads <csv>'s ok rows, by the names of its header (a file of an older attnlab, without the shard
+/// column, reads as rows without it); with `keys`, only the step and prefill rows whose key is
+/// among them (every bandwidth row is kept: the yardstick of whichever invocation ran them).
 DecodeResults read_decode_results(const std::string& csv,
                                   const std::vector<std::string>* keys = nullptr);
 
@@ -110,6 +119,15 @@ struct DecodeCheck {
 /// (ratio <= 1) for N >= 256 and D >= 64, per variant and D. One line per check and variant
 /// (the worst over the shapes); "n/a" where the rows hold nothing to judge.
 std::vector<DecodeCheck> decode_speed_checks(const DecodeResults& results);
+
+/// Joins the decode.csv of several shards' folders into <out_dir> (and its own decode.csv when
+/// it has one), one row per key, then renders its report: identical duplicates are dropped
+/// (their timing, shard and thread columns may differ), a key whose other columns differ is an
+/// Error naming both folders, as merge_results does for a sweep; meta.json records every input.
+/// Returns (rows, duplicates dropped).
+std::pair<std::size_t, std::size_t> merge_decode_results(const std::string& out_dir,
+                                                         const std::vector<std::string>& in_dirs,
+                                                         const std::string& gnuplot = "gnuplot");
 
 /// "1K", "64K", "1M", else the number.
 std::string tokens_text(std::int64_t n);

@@ -545,6 +545,22 @@ std::vector<CliCase> cli_cases() {
        {},
        "decode --out res --contexts 0",
        {"--contexts", "not a positive integer"}},
+      {"decode: shard out of range", {}, "decode --out res --shard 3/2", {"--shard", "3/2"}},
+      {"decode: shard syntax", {}, "decode --out res --shard 1of2", {"--shard", "1of2"}},
+      {"decode: an older decode.csv",
+       [](const TempDir& d) {
+         fs::create_directory(d.file("res"));
+         std::ofstream(d.file("res/decode.csv")) << "key,kind\n";
+       },
+       "decode --out res --contexts 8 --dims 4 --prefill none --bandwidth-mib 1",
+       {"res/decode.csv:1", "decode.csv schema"}},
+      {"merge: a foreign decode.csv",
+       [](const TempDir& d) {
+         fs::create_directory(d.file("res"));
+         std::ofstream(d.file("res/decode.csv")) << "key,kind\n";
+       },
+       "merge out res",
+       {"res/decode.csv:1", "decode.csv schema"}},
       // .npy inputs: the file
       {"missing file",
        {},

@@ -1,6 +1,6 @@
 // The decode sweep (harness/decode.hpp) at a tiny size: its rows, the statuses of what a variant
 // refuses, rejects or passes the memory budget with, the bytes a KV cache holds, delta-product's
-// rows per token, and resume; and what is rendered from
+// rows per token, resume, and shards merged; and what is rendered from
 // rows (the speed checks, the crossover against full, the summary's lines) on synthetic rows
 // whose answers are worked out by hand.
 #include <algorithm>
@@ -133,6 +133,7 @@ TEST_CASE("the decode sweep: rows, refusals, bytes held and resume", "[decoding]
     }
     CHECK(std::stod(cell(r, "time_median_s")) > 0);
     if (kind == "prefill") CHECK(std::stod(cell(r, "steps_s_per_token")) > 0);
+    CHECK(cell(r, "shard").empty());
     if (kind == "step" && variant == "full") {  // a cache of context + steps + 2 slots, Hkv heads
       const std::size_t slots = std::stoul(cell(r, "context")) + 3 + 2;
       CHECK(cell(r, "bytes_held") ==
@@ -337,4 +338,57 @@ TEST_CASE("the decode sweep measures delta-product's rows and goes on past what 
                                                {"test-rejects-decoding error", 3}});
   // The report renders the rows that were measured.
   CHECK(read_text(dir.file("report.md")).find("`delta-product:steps=2`") != std::string::npos);
+}
+
+TEST_CASE("decode shards resume on their own and merge into the unsharded run's rows",
+          "[decoding][harness]") {
+  TempDir dir("decode-shards");
+  const auto run = [&](const std::string& name, harness::Shard shard) {
+    harness::DecodeSweep s = tiny();
+    s.shard = shard;
+    return harness::run_decode_sweep(dir.file(name), s, nullptr);
+  };
+  const harness::Shard first = harness::parse_shard("1/2"), second = harness::parse_shard("2/2");
+  // 3 specs · 2 Hkv · 3 points = 18 points, 9 in each shard, and each its bandwidth row.
+  CHECK(run("s1", first) == 1 + 9);
+  CHECK(run("s1", first) == 1);  // resumed: every point of its shard is there
+  CHECK(run("s2", second) == 1 + 9);
+  CHECK(run("all", {}) == 1 + 18);
+  harness::DecodeSweep s = tiny();
+  s.shard = first;
+  const auto keys = harness::decode_point_keys(s);
+  CHECK(keys.size() == 9);
+  for (const auto& [key, r] : rows(dir.file("s1"))) {
+    if (cell(r, "kind") == "bandwidth") continue;
+    CHECK(cell(r, "shard") == "1/2");
+    CHECK(std::find(keys.begin(), keys.end(), key) != keys.end());
+  }
+  const auto [merged, duplicates] =
+      harness::merge_decode_results(dir.file("merged"), {dir.file("s1"), dir.file("s2")});
+  CHECK(merged == 3 + 18);  // s1's two bandwidth rows and s2's have keys of their own
+  CHECK(duplicates == 0);
+  const auto unsharded = rows(dir.file("all"));
+  const auto joined = rows(dir.file("merged"));
+  std::size_t points = 0;
+  for (const auto& [key, r] : unsharded) {
+    if (cell(r, "kind") == "bandwidth") continue;
+    ++points;
+    REQUIRE(joined.count(key));
+    for (const char* column : {"kind", "spec", "kv_heads", "context", "status", "message"})
+      CHECK(cell(joined.at(key), column) == cell(r, column));
+  }
+  CHECK(points == 18);
+  CHECK(read_text(dir.file("merged/report.md")).find("## D = 8, Hkv = 1") != std::string::npos);
+  CHECK(read_text(dir.file("merged/meta.json")).find("merged_from") != std::string::npos);
+  // A folder given twice is read once; merged again into the merged folder, s1's 11 rows are
+  // duplicates.
+  CHECK(harness::merge_decode_results(dir.file("merged"), {dir.file("s1"), dir.file("s1")}) ==
+        std::pair<std::size_t, std::size_t>(21, 11));
+  CHECK_THROWS_WITH(harness::merge_decode_results(dir.file("merged"), {dir.file("none")}),
+                    Catch::Contains("none/decode.csv does not exist"));
+  // Bad shards name --shard, before anything is written.
+  s.shard = harness::Shard{3, 2};
+  CHECK_THROWS_WITH(harness::run_decode_sweep(dir.file("bad"), s, nullptr),
+                    Catch::Contains("--shard '3/2'"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("bad")));
 }
