@@ -53,6 +53,8 @@ enum Column : std::size_t {
   kBytesHeld,
   kReadGbps,
   kShard,
+  kThreads,
+  kOneThread,
   kColumns
 };
 
@@ -133,21 +135,20 @@ bool holds_every_token(const Attention& a) {
   return a.name() == "full" || a.name() == "bigbird";
 }
 
-// One step row: fill the context by extend, then time steps.
-void run_step(const DecodeSweep& s, const DecodePoint& p, const Attention& a, CsvRecord& row) {
-  const auto context = std::size_t(p.context), steps = std::size_t(s.steps);
-  // Bursts of `steps` steps, the least burst median kept (as prefill rows keep the best of
-  // reps). A constant-size decoder's step takes ~10 us, a burst ~0.3 ms, while this shared
-  // machine slows cache-bound code ~1.5x in episodes of ~10 to 400 ms that are none of ours (a
-  // plain read-modify-write stream over the state's bytes slows as much in the same episodes;
-  // a latency-bound chain does not): one burst lands in or out of one, so its median was
-  // bimodal across contexts in no order. A decoder that does not hold every token repeats
-  // bursts for kMinStepSeconds (its work does not depend on the tokens it has seen: no
-  // max_tokens); a KV cache times one (more steps would grow its context, and where its checks
-  // read it, a burst outlasts the episodes).
-  constexpr double kMinStepSeconds = 0.25;
-  const bool repeat = !holds_every_token(a);
-  const auto decoder = a.start_decoding(config_of(s, p, repeat ? 0 : context + steps + 2));
+// Tokens a decoder of this point holds room for: the context, then 2 untimed and `steps` timed
+// steps, twice for a threads row (all threads, then one); 0, no limit, for a decoder that does
+// not hold every token (run_step times it in bursts); a prefill row's prompt.
+std::size_t capacity(const DecodeSweep& s, const DecodePoint& p, const Attention& a) {
+  if (p.kind == "prefill") return std::size_t(p.context);
+  if (!holds_every_token(a)) return 0;
+  return std::size_t(p.context) + std::size_t(s.steps + 2) * (p.kind == "threads" ? 2 : 1);
+}
+
+// A decoder of `a` holding `context` random tokens, filled by extend (room for `capacity`).
+std::unique_ptr<TokenDecoder> filled_decoder(const DecodeSweep& s, const DecodePoint& p,
+                                             const Attention& a) {
+  const auto context = std::size_t(p.context);
+  auto decoder = a.start_decoding(config_of(s, p, capacity(s, p, a)));
   const std::size_t rows = rows_per_token(a);
   constexpr std::size_t kChunk = 4096;  // tokens per extend: the same random chunk again
   const Tokens chunk = tokens(s, p, std::min(context, kChunk), rows);
@@ -159,28 +160,82 @@ void run_step(const DecodeSweep& s, const DecodePoint& p, const Attention& a, Cs
       decoder->extend(token_rows(chunk.k, 0, n * rows), token_rows(chunk.v, 0, n * rows));
     held += n;
   }
-  const Tokens one = tokens(s, p, 1, rows);
-  for (int i = 0; i < 2; ++i) decoder->step(one.q, one.k, one.v);  // untimed
+  return decoder;
+}
+
+// Every timed step's seconds, and the least median of a burst.
+struct Bursts {
   std::vector<double> times;
   double best = INFINITY;
-  for (const auto start = Clock::now();
-       times.empty() || (repeat && seconds_since(start) < kMinStepSeconds);) {
+};
+
+// 2 untimed steps of `one`, then bursts of `steps` timed steps for at least `seconds` (0: one).
+Bursts time_bursts(TokenDecoder& decoder, const Tokens& one, std::size_t steps, double seconds) {
+  for (int i = 0; i < 2; ++i) decoder.step(one.q, one.k, one.v);  // untimed
+  Bursts out;
+  for (const auto start = Clock::now(); out.times.empty() || seconds_since(start) < seconds;) {
     std::vector<double> burst;
     for (std::size_t i = 0; i < steps; ++i) {
       const auto t0 = Clock::now();
-      decoder->step(one.q, one.k, one.v);
+      decoder.step(one.q, one.k, one.v);
       burst.push_back(seconds_since(t0));
     }
-    best = std::min(best, time_stats(burst).median);
-    times.insert(times.end(), burst.begin(), burst.end());
+    out.best = std::min(out.best, time_stats(burst).median);
+    out.times.insert(out.times.end(), burst.begin(), burst.end());
   }
-  const TimeStats t = time_stats(times);
-  row[kReps] = std::to_string(times.size());
-  row[kMedian] = format_number(best);
+  return out;
+}
+
+// One step row: fill the context by extend, then time steps.
+void run_step(const DecodeSweep& s, const DecodePoint& p, const Attention& a, CsvRecord& row) {
+  // Bursts of `steps` steps, the least burst median kept (as prefill rows keep the best of
+  // reps). A constant-size decoder's step takes ~10 us, a burst ~0.3 ms, while this shared
+  // machine slows cache-bound code ~1.5x in episodes of ~10 to 400 ms that are none of ours (a
+  // plain read-modify-write stream over the state's bytes slows as much in the same episodes;
+  // a latency-bound chain does not): one burst lands in or out of one, so its median was
+  // bimodal across contexts in no order. A decoder that does not hold every token repeats
+  // bursts for kMinStepSeconds (its work does not depend on the tokens it has seen: no
+  // max_tokens); a KV cache times one (more steps would grow its context, and where its checks
+  // read it, a burst outlasts the episodes).
+  constexpr double kMinStepSeconds = 0.25;
+  const auto decoder = filled_decoder(s, p, a);
+  const Tokens one = tokens(s, p, 1, rows_per_token(a));
+  const Bursts bursts =
+      time_bursts(*decoder, one, std::size_t(s.steps), holds_every_token(a) ? 0 : kMinStepSeconds);
+  const TimeStats t = time_stats(bursts.times);
+  row[kReps] = std::to_string(bursts.times.size());
+  row[kMedian] = format_number(bursts.best);
   row[kMin] = format_number(t.min);
   row[kMax] = format_number(t.max);
   row[kBytesHeld] = std::to_string(decoder->bytes());
-  row[kReadGbps] = format_number(double(decoder->bytes()) / best / 1e9);
+  row[kReadGbps] = format_number(double(decoder->bytes()) / bursts.best / 1e9);
+}
+
+// Runs its scope on one OpenMP thread, restoring the thread count after (exceptions too).
+class OneThread {
+ public:
+  OneThread() : threads_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(threads_); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int threads_;
+};
+
+// One threads row (full's): a step row's burst, then one more on one thread.
+void run_threads(const DecodeSweep& s, const DecodePoint& p, const Attention& a, CsvRecord& row) {
+  const auto decoder = filled_decoder(s, p, a);
+  const Tokens one = tokens(s, p, 1, rows_per_token(a));
+  const Bursts every = time_bursts(*decoder, one, std::size_t(s.steps), 0);
+  const TimeStats t = time_stats(every.times);
+  row[kReps] = std::to_string(every.times.size());
+  row[kMedian] = format_number(every.best);
+  row[kMin] = format_number(t.min);
+  row[kMax] = format_number(t.max);
+  row[kBytesHeld] = std::to_string(decoder->bytes());
+  const OneThread scope;
+  row[kOneThread] = format_number(time_bursts(*decoder, one, std::size_t(s.steps), 0).best);
 }
 
 // One prefill row: chunked prefill of the prompt against as many steps, per token.
@@ -224,6 +279,10 @@ std::vector<DecodePoint> points(const DecodeSweep& s) {
       for (const std::int64_t kv : s.kv_heads) {
         for (const std::int64_t n : s.contexts) all.push_back({"step", spec, kv, d, n});
         for (const std::int64_t n : s.prefill_lengths) all.push_back({"prefill", spec, kv, d, n});
+        // full's step at the largest context, on every thread and on one.
+        if (spec.substr(0, spec.find(':')) == "full" && !s.contexts.empty())
+          all.push_back(
+              {"threads", spec, kv, d, *std::max_element(s.contexts.begin(), s.contexts.end())});
       }
   std::vector<DecodePoint> mine;
   for (std::size_t i = 0; i < all.size(); ++i) {
@@ -259,7 +318,8 @@ const std::vector<std::string>& decode_columns() {
       "batch",         "heads",      "kv_heads",   "dim",
       "context",       "status",     "message",    "reps",
       "time_median_s", "time_min_s", "time_max_s", "steps_s_per_token",
-      "bytes_held",    "read_gbps",  "shard"};
+      "bytes_held",    "read_gbps",  "shard",      "threads",
+      "time_1thread_s"};
   return names;
 }
 
@@ -305,6 +365,7 @@ std::size_t run_decode_sweep(const std::string& dir, const DecodeSweep& sweep,
   nlohmann::json extra;
   extra["decode_points"] = todo.size();
   extra["shard"] = sweep.shard.active() ? sweep.shard.str() : "";
+  extra["threads"] = omp_get_max_threads();
   record_run(dir, config, extra);
   const double budget = sweep.memory_budget_bytes > 0
                             ? sweep.memory_budget_bytes
@@ -323,6 +384,7 @@ std::size_t run_decode_sweep(const std::string& dir, const DecodeSweep& sweep,
     row[kStatus] = "ok";
     row[kReadGbps] = format_number(measure_read_bandwidth(sweep.bandwidth_bytes));
     row[kShard] = sweep.shard.active() ? sweep.shard.str() : "";
+    row[kThreads] = std::to_string(omp_get_max_threads());
     file.append(row);
     ++appended;
   }
@@ -332,10 +394,10 @@ std::size_t run_decode_sweep(const std::string& dir, const DecodeSweep& sweep,
     bar.start(label);
     const auto t0 = Clock::now();
     CsvRecord row = base_row(sweep, p);
-    const std::size_t tokens =
-        std::size_t(p.context) + (p.kind == "step" ? std::size_t(sweep.steps) + 2 : 0);
+    row[kThreads] = std::to_string(omp_get_max_threads());
     try {
       const auto a = make_attention(p.spec);
+      const std::size_t tokens = capacity(sweep, p, *a);
       if (holds_every_token(*a) && cache_bytes(sweep, p, tokens) > budget) {
         row[kStatus] = "skipped";
         row[kMessage] = "a KV cache of " + std::to_string(tokens) +
@@ -343,6 +405,8 @@ std::size_t run_decode_sweep(const std::string& dir, const DecodeSweep& sweep,
                         " bytes";
       } else if (p.kind == "step") {
         run_step(sweep, p, *a, row);
+      } else if (p.kind == "threads") {
+        run_threads(sweep, p, *a, row);
       } else {
         run_prefill(sweep, p, *a, row);
       }
@@ -378,8 +442,8 @@ std::pair<std::size_t, std::size_t> merge_decode_results(const std::string& out_
     if (!listed) sources.push_back(d);
   }
   // Columns that differ between two measurements of one point.
-  const std::set<std::size_t> measured = {kReps,          kMedian,   kMin,   kMax,
-                                          kStepsPerToken, kReadGbps, kShard, kBytesHeld};
+  const std::set<std::size_t> measured = {kReps,     kMedian, kMin,     kMax,       kStepsPerToken,
+                                          kReadGbps, kShard,  kThreads, kOneThread, kBytesHeld};
   std::vector<CsvRecord> merged;
   std::map<std::string, std::pair<std::size_t, std::string>> seen;  // key -> (index, source)
   std::size_t duplicates = 0;
@@ -473,6 +537,11 @@ std::string ratio_text(double x) {
   return fixed(x, 2);
 }
 
+// "412.3 us", "12.34 ms": a step time.
+std::string step_text(double seconds) {
+  return seconds < 1e-3 ? fixed(seconds * 1e6, 1) + " us" : fixed(seconds * 1e3, 2) + " ms";
+}
+
 DecodeCheck verdict(bool pass, std::string text) {
   return {pass ? "pass" : "FAIL", std::move(text)};
 }
@@ -510,11 +579,39 @@ std::vector<DecodeCheck> full_bandwidth_check(const DecodeResults& results) {
   if (!worst || !std::isfinite(results.bandwidth_gbps))
     return {{"n/a", what + ": no full step row at 64K or more, or no bandwidth row"}};
   const double ratio = worst->gbps / results.bandwidth_gbps;
-  return {verdict(ratio >= kFloor,
-                  what + ": " + ratio_text(ratio) + "x at worst (" + fixed(worst->gbps, 1) +
-                      " of " + fixed(results.bandwidth_gbps, 1) + " GB/s, " +
-                      tokens_text(worst->context) + ", " + shape_text(worst->dim, worst->kv) + ")"),
-          {"n/a", "`full` uses both cores at B = 1: not measured by these rows"}};
+  return {verdict(ratio >= kFloor, what + ": " + ratio_text(ratio) + "x at worst (" +
+                                       fixed(worst->gbps, 1) + " of " +
+                                       fixed(results.bandwidth_gbps, 1) + " GB/s, " +
+                                       tokens_text(worst->context) + ", " +
+                                       shape_text(worst->dim, worst->kv) + ")")};
+}
+
+// Full's step at B = 1 uses every core: one thread's step time / T threads' >= 0.8·T at the
+// worst threads row at contexts >= 64K. A step that ran on one core gives 1.0 (and a
+// memory-bound one that a single core saturates, little more): it fails.
+std::vector<DecodeCheck> full_threads_check(const DecodeResults& results) {
+  constexpr double kEfficiency = 0.8;
+  constexpr std::int64_t kFrom = 65536;
+  const auto speedup = [](const DecodeRow& r) { return r.one_thread_time / r.time; };
+  const auto per_thread = [&](const DecodeRow& r) { return speedup(r) / double(r.threads); };
+  const DecodeRow* worst = nullptr;
+  for (const DecodeRow& r : results.rows)
+    if (r.kind == "threads" && r.batch == 1 && r.context >= kFrom && r.threads > 0 &&
+        std::isfinite(r.one_thread_time) && (!worst || per_thread(r) < per_thread(*worst)))
+      worst = &r;
+  const std::string what =
+      "`full`'s step uses every core at contexts >= 64K (one thread's step time / T threads' "
+      ">= 0.8·T";
+  if (!worst) return {{"n/a", what + "): no threads row of full at B = 1 and 64K or more"}};
+  const double floor = kEfficiency * double(worst->threads);
+  const std::string where = " (" + step_text(worst->one_thread_time) + " on one thread, " +
+                            step_text(worst->time) + " on " + std::to_string(worst->threads) +
+                            ", " + tokens_text(worst->context) + ", " +
+                            shape_text(worst->dim, worst->kv) + ")";
+  if (worst->threads < 2) return {{"n/a", what + "): the run had one thread" + where}};
+  return {verdict(speedup(*worst) >= floor,
+                  what + ", " + fixed(floor, 1) + " on " + std::to_string(worst->threads) +
+                      " threads): " + ratio_text(speedup(*worst)) + " at worst" + where)};
 }
 
 // Constant-memory steps are flat: max / min <= 1.2 (sliding's beyond its window).
@@ -648,11 +745,14 @@ DecodeResults read_decode_results(const std::string& csv, const std::vector<std:
       continue;
     }
     if (keys && !wanted.count(cell(kKey))) continue;
+    const double threads = number_or_nan(cell(kThreads));
     out.rows.push_back({cell(kKind), cell(kSpec), cell(kVariant), std::stoll(cell(kBatch)),
                         std::stoll(cell(kHeads)), std::stoll(cell(kKvHeads)),
                         std::stoll(cell(kDim)), std::stoll(cell(kContext)),
                         number_or_nan(cell(kMedian)), number_or_nan(cell(kStepsPerToken)),
-                        number_or_nan(cell(kBytesHeld)), number_or_nan(cell(kReadGbps))});
+                        number_or_nan(cell(kBytesHeld)), number_or_nan(cell(kReadGbps)),
+                        std::isfinite(threads) ? std::int64_t(threads) : 0,
+                        number_or_nan(cell(kOneThread))});
   }
   std::sort(bandwidths.begin(), bandwidths.end());
   out.bandwidth_gbps = bandwidths.empty() ? std::nan("") : bandwidths[bandwidths.size() / 2];
@@ -679,7 +779,8 @@ std::optional<std::int64_t> cheaper_than_full_from(const DecodeResults& results,
 
 std::vector<DecodeCheck> decode_speed_checks(const DecodeResults& results) {
   std::vector<DecodeCheck> out;
-  for (auto part : {full_bandwidth_check, flat_checks, state_traffic_checks, prefill_checks})
+  for (auto part : {full_bandwidth_check, full_threads_check, flat_checks, state_traffic_checks,
+                    prefill_checks})
     for (DecodeCheck& c : part(results)) out.push_back(std::move(c));
   return out;
 }
@@ -689,7 +790,10 @@ void render_decode_report(const std::string& dir, const std::string& gnuplot) {
   const double bandwidth = results.bandwidth_gbps;
   const std::vector<std::string> specs = specs_of(results);
   std::set<std::int64_t> contexts, prompts;
-  for (const DecodeRow& r : results.rows) (r.kind == "step" ? contexts : prompts).insert(r.context);
+  for (const DecodeRow& r : results.rows) {
+    if (r.kind == "step") contexts.insert(r.context);
+    if (r.kind == "prefill") prompts.insert(r.context);
+  }
   const auto find = [&](const std::string& kind, const std::string& spec, std::int64_t d,
                         std::int64_t kv, std::int64_t n) -> const DecodeRow* {
     for (const DecodeRow& r : results.rows)

@@ -20,7 +20,12 @@
 //   prefill    one variant, H, Hkv, D at a prompt of `context` tokens: chunked prefill of the
 //              whole prompt into a fresh decoder against `context` steps into another, seconds
 //              per token each (time_median_s, steps_s_per_token), best of `reps`.
-// Every row records its shard (I/N, or empty).
+//   threads    `full` at the sweep's largest context, per D and Hkv: a step row's steps
+//              (time_*, on `threads` threads), then as many again with one OpenMP thread
+//              (omp_set_num_threads(1), restored after), their median in time_1thread_s:
+//              whether one sequence's step uses every core. Its own decoder, with room for
+//              both, so that the step rows' bytes_held stay those of context + steps + 2.
+// Every row records its shard (I/N, or empty) and the OpenMP threads it ran on (`threads`).
 // A variant whose tokens bring several rows of k and v (delta-product's steps) gets that many
 // random rows per token.
 // A point the variant refuses (decoding on linformer, grouped heads on a variant without) is a
@@ -77,7 +82,8 @@ std::size_t run_decode_sweep(const std::string& dir, const DecodeSweep& sweep, s
 /// The keys of the sweep's points in its shard (decode.csv's `key`), in the order it runs them.
 std::vector<std::string> decode_point_keys(const DecodeSweep& sweep);
 
-/// One ok step or prefill row of decode.csv, parsed: what the report and the summary read.
+/// One ok step, prefill or threads row of decode.csv, parsed: what the report and the summary
+/// read.
 struct DecodeRow {
   std::string kind, spec, variant;
   std::int64_t batch = 0, heads = 0, kv = 0, dim = 0, context = 0;
@@ -85,17 +91,20 @@ struct DecodeRow {
   double steps_per_token = 0;  ///< prefill rows: seconds per token, token by token
   double bytes = 0;            ///< bytes_held
   double gbps = 0;             ///< read_gbps
+  std::int64_t threads = 0;    ///< the OpenMP threads of time; 0 when the file has no column
+  double one_thread_time = 0;  ///< time_1thread_s (threads rows): full's step on one thread
 };
 
 /// The ok rows of a decode.csv and the run's yardstick.
 struct DecodeResults {
-  std::vector<DecodeRow> rows;  ///< step and prefill rows with status ok, in file order
+  std::vector<DecodeRow> rows;  ///< step, prefill and threads rows with status ok, in file order
   double bandwidth_gbps = 0;    ///< the median of the bandwidth rows; NaN when there are none
 };
 
-/// Reads <csv>'s ok rows, by the names of its header (a file of an older attnlab, without the shard
-/// column, reads as rows without it); with `keys`, only the step and prefill rows whose key is
-/// among them (every bandwidth row is kept: the yardstick of whichever invocation ran them).
+/// Reads <csv>'s ok rows, by the names of its header (a file of an older attnlab, without the
+/// shard, threads and time_1thread_s columns, reads as rows without them); with `keys`, only the
+/// step, prefill and threads rows whose key is among them (every bandwidth row is kept: the
+/// yardstick of whichever invocation ran them).
 DecodeResults read_decode_results(const std::string& csv,
                                   const std::vector<std::string>* keys = nullptr);
 
@@ -116,7 +125,10 @@ struct DecodeCheck {
 /// constant-memory variant's step time is flat, max / min <= 1.2 over the measured contexts
 /// (sliding's beyond its window); a recurrent step at D = 128 takes <= 1.5x one read and one
 /// write of its state at the run's bandwidth; chunked prefill is no slower than token by token
-/// (ratio <= 1) for N >= 256 and D >= 64, per variant and D. One line per check and variant
+/// (ratio <= 1) for N >= 256 and D >= 64, per variant and D; full's step at B = 1 uses every
+/// core: its time on one thread / on the row's T threads >= 0.8·T (1.6 on 2 cores; 1.0, a step
+/// on one core, fails), at the worst threads row at contexts >= 64K. One line per check and
+/// variant
 /// (the worst over the shapes); "n/a" where the rows hold nothing to judge.
 std::vector<DecodeCheck> decode_speed_checks(const DecodeResults& results);
 

@@ -394,6 +394,11 @@ std::string decode_summary(const std::string& dir, const DecodeResults& results)
                  bytes_text(last->bytes), from});
     }
     out += table.str();
+    for (const DecodeRow& r : results.rows)  // full's step on every thread and on one
+      if (r.kind == "threads" && r.dim == dim && r.kv == kv && std::isfinite(r.one_thread_time))
+        out += fmt::format("  full's step at {} on one thread: {}, on {}: {} ({:.2f}x)\n",
+                           tokens_text(r.context), step_time_text(r.one_thread_time), r.threads,
+                           step_time_text(r.time), r.one_thread_time / r.time);
   }
   return out;
 }

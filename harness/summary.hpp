@@ -37,7 +37,7 @@ std::string sweep_summary(const SummaryRun& run, const SummaryRun* reference = n
 /// `dir`: the run's read bandwidth, then per (D, Hkv) a table of each variant's step time at its
 /// largest measured context, the bytes it held there, and the context from which its step is
 /// cheaper than full's (cheaper_than_full_from: "none up to N" when it never is, "-" for full
-/// and where full has no row).
+/// and where full has no row), and full's step time on one thread against all (threads rows).
 std::string decode_summary(const std::string& dir, const DecodeResults& results);
 
 }  // namespace attnlab::harness

@@ -1,8 +1,10 @@
 // The decode sweep (harness/decode.hpp) at a tiny size: its rows, the statuses of what a variant
 // refuses, rejects or passes the memory budget with, the bytes a KV cache holds, delta-product's
-// rows per token, resume, and shards merged; and what is rendered from
+// rows per token, full's one-thread steps, resume, and shards merged; and what is rendered from
 // rows (the speed checks, the crossover against full, the summary's lines) on synthetic rows
 // whose answers are worked out by hand.
+#include <omp.h>
+
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -78,6 +80,13 @@ CsvRecord row(const std::string& kind, const std::string& spec, int dim, int kv,
   return r;
 }
 
+// `r` timed on `threads` threads, and on one in `one_thread` seconds.
+CsvRecord threaded(CsvRecord r, int threads, double one_thread) {
+  r[r.size() - 2] = std::to_string(threads);
+  r.back() = format_number(one_thread);
+  return r;
+}
+
 CsvRecord bandwidth_row(int n, double gbps) {
   CsvRecord r(harness::decode_columns().size());
   r[0] = "bandwidth|" + std::to_string(n);
@@ -113,9 +122,11 @@ std::vector<std::string> line_words(const std::string& text, const std::string& 
 
 TEST_CASE("the decode sweep: rows, refusals, bytes held and resume", "[decoding][harness]") {
   TempDir dir("decode");
-  CHECK(harness::run_decode_sweep(dir.path().string(), tiny(), nullptr) == 1 + 3 * 2 * 3);
+  // 3 specs · 2 Hkv · (2 steps + 1 prefill), and full's threads row per Hkv.
+  constexpr std::size_t kPoints = 3 * 2 * 3 + 2;
+  CHECK(harness::run_decode_sweep(dir.path().string(), tiny(), nullptr) == 1 + kPoints);
   const auto by_key = rows(dir);
-  REQUIRE(by_key.size() == 1 + 3 * 2 * 3);
+  REQUIRE(by_key.size() == 1 + kPoints);
   std::size_t bandwidth = 0;
   for (const auto& [key, r] : by_key) {
     INFO(key << ": " << cell(r, "message"));
@@ -133,9 +144,16 @@ TEST_CASE("the decode sweep: rows, refusals, bytes held and resume", "[decoding]
     }
     CHECK(std::stod(cell(r, "time_median_s")) > 0);
     if (kind == "prefill") CHECK(std::stod(cell(r, "steps_s_per_token")) > 0);
+    CHECK(cell(r, "threads") == std::to_string(omp_get_max_threads()));
     CHECK(cell(r, "shard").empty());
-    if (kind == "step" && variant == "full") {  // a cache of context + steps + 2 slots, Hkv heads
-      const std::size_t slots = std::stoul(cell(r, "context")) + 3 + 2;
+    // full's threads rows: its step at the largest context, 200, on every thread and on one.
+    const bool threads = kind == "threads";
+    if (threads) CHECK((variant == "full" && cell(r, "context") == "200"));
+    CHECK(cell(r, "time_1thread_s").empty() == !threads);
+    if (threads) CHECK(std::stod(cell(r, "time_1thread_s")) > 0);
+    if (variant == "full" && kind != "prefill") {
+      // A cache of context + (steps + 2) slots, twice the steps in a threads row; Hkv heads.
+      const std::size_t slots = std::stoul(cell(r, "context")) + (3 + 2) * (threads ? 2 : 1);
       CHECK(cell(r, "bytes_held") ==
             std::to_string(slots * std::stoul(cell(r, "kv_heads")) * 16 * sizeof(float)));
     }
@@ -164,9 +182,10 @@ TEST_CASE("the decode sweep: rows, refusals, bytes held and resume", "[decoding]
   CHECK(summary.find("B=1 H=2 Hkv=2 D=8") != std::string::npos);
   CHECK(summary.find("B=1 H=2 Hkv=1 D=8") != std::string::npos);
   CHECK(line_words(summary, "gla").size() == 7);  // gla 200 1.2 us 2 KiB 64
+  CHECK(summary.find("full's step at 200 on one thread: ") != std::string::npos);
   // Resume: every point is there, so a second run adds its bandwidth row only.
   CHECK(harness::run_decode_sweep(dir.path().string(), tiny(), nullptr) == 1);
-  CHECK(rows(dir).size() == 2 + 3 * 2 * 3);
+  CHECK(rows(dir).size() == 2 + kPoints);
 }
 
 TEST_CASE("the decode sweep skips a KV cache past the memory budget", "[decoding][harness]") {
@@ -199,6 +218,8 @@ TEST_CASE("the decode report's speed checks, crossover and summary come from the
       row("step", "full", 128, 8, 1024, 1e-4, 8.4e6, 84),
       row("step", "full", 128, 8, 65536, 5e-3, 5.4e8, 16),
       row("step", "full", 128, 8, 1048576, 8e-2, 8.6e9, 13),
+      // full's step at 1M on 2 threads, and on one: 2.00 >= 1.6.
+      threaded(row("threads", "full", 128, 8, 1048576, 8e-2, 8.6e9, 0), 2, 0.16),
       // cheaper than full at 1K, not at 64K, again at 1M: cheaper from 1M (it must stay so).
       row("step", "bigbird", 128, 8, 1024, 5e-5, 8.4e6, 0),
       row("step", "bigbird", 128, 8, 65536, 6e-3, 5.4e8, 0),
@@ -243,7 +264,9 @@ TEST_CASE("the decode report's speed checks, crossover and summary come from the
   const auto checks = harness::decode_speed_checks(results);
   for (const auto& c : checks) INFO(c.verdict << " " << c.text);
   CHECK(verdict_of(checks, {"`full`'s step reads", "0.65x at worst", "1M"}) == "FAIL");
-  CHECK(verdict_of(checks, {"both cores", "not measured"}) == "n/a");
+  // full's threads row at 1M: 0.16 s on one thread against 0.08 s on 2, 2.00 >= 1.6.
+  CHECK(verdict_of(checks, {"`full`'s step uses every core", "1.6 on 2 threads", "2.00 at worst",
+                            "160.00 ms on one thread, 80.00 ms on 2, 1M"}) == "pass");
   CHECK(verdict_of(checks, {"`gla`'s step time is flat", "1.15 at worst", "1K to 1M"}) == "pass");
   CHECK(verdict_of(checks, {"`linear`'s step time is flat", "1.00"}) == "pass");
   CHECK(verdict_of(checks, {"`delta`'s step time is flat", "500.00"}) == "FAIL");
@@ -349,15 +372,16 @@ TEST_CASE("decode shards resume on their own and merge into the unsharded run's 
     return harness::run_decode_sweep(dir.file(name), s, nullptr);
   };
   const harness::Shard first = harness::parse_shard("1/2"), second = harness::parse_shard("2/2");
-  // 3 specs · 2 Hkv · 3 points = 18 points, 9 in each shard, and each its bandwidth row.
-  CHECK(run("s1", first) == 1 + 9);
+  // 3 specs · 2 Hkv · 3 points and full's 2 threads points: 20, 10 in each shard, and each
+  // run its bandwidth row.
+  CHECK(run("s1", first) == 1 + 10);
   CHECK(run("s1", first) == 1);  // resumed: every point of its shard is there
-  CHECK(run("s2", second) == 1 + 9);
-  CHECK(run("all", {}) == 1 + 18);
+  CHECK(run("s2", second) == 1 + 10);
+  CHECK(run("all", {}) == 1 + 20);
   harness::DecodeSweep s = tiny();
   s.shard = first;
   const auto keys = harness::decode_point_keys(s);
-  CHECK(keys.size() == 9);
+  CHECK(keys.size() == 10);
   for (const auto& [key, r] : rows(dir.file("s1"))) {
     if (cell(r, "kind") == "bandwidth") continue;
     CHECK(cell(r, "shard") == "1/2");
@@ -365,7 +389,7 @@ TEST_CASE("decode shards resume on their own and merge into the unsharded run's 
   }
   const auto [merged, duplicates] =
       harness::merge_decode_results(dir.file("merged"), {dir.file("s1"), dir.file("s2")});
-  CHECK(merged == 3 + 18);  // s1's two bandwidth rows and s2's have keys of their own
+  CHECK(merged == 3 + 20);  // s1's two bandwidth rows and s2's have keys of their own
   CHECK(duplicates == 0);
   const auto unsharded = rows(dir.file("all"));
   const auto joined = rows(dir.file("merged"));
@@ -377,13 +401,13 @@ TEST_CASE("decode shards resume on their own and merge into the unsharded run's 
     for (const char* column : {"kind", "spec", "kv_heads", "context", "status", "message"})
       CHECK(cell(joined.at(key), column) == cell(r, column));
   }
-  CHECK(points == 18);
+  CHECK(points == 20);
   CHECK(read_text(dir.file("merged/report.md")).find("## D = 8, Hkv = 1") != std::string::npos);
   CHECK(read_text(dir.file("merged/meta.json")).find("merged_from") != std::string::npos);
-  // A folder given twice is read once; merged again into the merged folder, s1's 11 rows are
+  // A folder given twice is read once; merged again into the merged folder, s1's 12 rows are
   // duplicates.
   CHECK(harness::merge_decode_results(dir.file("merged"), {dir.file("s1"), dir.file("s1")}) ==
-        std::pair<std::size_t, std::size_t>(21, 11));
+        std::pair<std::size_t, std::size_t>(23, 12));
   CHECK_THROWS_WITH(harness::merge_decode_results(dir.file("merged"), {dir.file("none")}),
                     Catch::Contains("none/decode.csv does not exist"));
   // Bad shards name --shard, before anything is written.
@@ -391,4 +415,45 @@ TEST_CASE("decode shards resume on their own and merge into the unsharded run's 
   CHECK_THROWS_WITH(harness::run_decode_sweep(dir.file("bad"), s, nullptr),
                     Catch::Contains("--shard '3/2'"));
   CHECK_FALSE(std::filesystem::exists(dir.file("bad")));
+}
+
+TEST_CASE("full's every-core check reads one thread's step time against the row's threads",
+          "[decoding][harness]") {
+  const auto full = [](std::int64_t context, std::int64_t threads, double time, double one) {
+    harness::DecodeRow r;
+    r.kind = "threads";
+    r.spec = r.variant = "full";
+    r.batch = 1;
+    r.heads = 8;
+    r.kv = 2;
+    r.dim = 64;
+    r.context = context;
+    r.time = time;
+    r.threads = threads;
+    r.one_thread_time = one;
+    return r;
+  };
+  const auto check = [](std::vector<harness::DecodeRow> rows) {
+    harness::DecodeResults results;
+    results.rows = std::move(rows);
+    const auto checks = harness::decode_speed_checks(results);
+    for (const auto& c : checks)
+      if (c.text.find("uses every core") != std::string::npos) return c;
+    return harness::DecodeCheck{};
+  };
+  const double none = std::nan("");
+  // A step that ran on one core: 1.00 < 1.6; the 1K row below 64K is left out (2.00).
+  auto c = check({full(1024, 2, 1e-4, 2e-4), full(65536, 2, 1e-2, 1e-2)});
+  CHECK(c.verdict == "FAIL");
+  CHECK(c.text.find("1.00 at worst (10.00 ms on one thread, 10.00 ms on 2, 64K") !=
+        std::string::npos);
+  // 4 threads: the floor is 3.2; 3.5 passes.
+  c = check({full(1048576, 4, 1e-1, 3.5e-1)});
+  CHECK(c.verdict == "pass");
+  CHECK(c.text.find("3.2 on 4 threads): 3.50") != std::string::npos);
+  // Nothing to judge: no one-thread time, only below 64K, or a run of one thread.
+  CHECK(check({full(65536, 2, 1e-2, none), full(1024, 2, 1e-4, 2e-4)}).verdict == "n/a");
+  c = check({full(65536, 1, 1e-2, 1e-2)});
+  CHECK(c.verdict == "n/a");
+  CHECK(c.text.find("one thread") != std::string::npos);
 }
