@@ -339,6 +339,7 @@ TEST_CASE("the decode sweep measures delta-product's rows and goes on past what 
   s.specs = {"delta-product:steps=2", "linformer:k=4", "test-rejects-decoding",
              "delta-product:steps=3"};
   s.kv_heads = {2};
+  s.gnuplot = "no-such-gnuplot";  // the plots' scripts are tested above
   CHECK(harness::run_decode_sweep(dir.path().string(), s, nullptr) == 1 + 4 * 3);
   std::map<std::string, int> statuses;
   for (const auto& [key, r] : rows(dir)) {
@@ -369,6 +370,7 @@ TEST_CASE("decode shards resume on their own and merge into the unsharded run's 
   const auto run = [&](const std::string& name, harness::Shard shard) {
     harness::DecodeSweep s = tiny();
     s.shard = shard;
+    s.gnuplot = "no-such-gnuplot";  // the plots' scripts are tested above
     return harness::run_decode_sweep(dir.file(name), s, nullptr);
   };
   const harness::Shard first = harness::parse_shard("1/2"), second = harness::parse_shard("2/2");
@@ -387,8 +389,8 @@ TEST_CASE("decode shards resume on their own and merge into the unsharded run's 
     CHECK(cell(r, "shard") == "1/2");
     CHECK(std::find(keys.begin(), keys.end(), key) != keys.end());
   }
-  const auto [merged, duplicates] =
-      harness::merge_decode_results(dir.file("merged"), {dir.file("s1"), dir.file("s2")});
+  const auto [merged, duplicates] = harness::merge_decode_results(
+      dir.file("merged"), {dir.file("s1"), dir.file("s2")}, "no-such-gnuplot");
   CHECK(merged == 3 + 20);  // s1's two bandwidth rows and s2's have keys of their own
   CHECK(duplicates == 0);
   const auto unsharded = rows(dir.file("all"));
@@ -406,7 +408,8 @@ TEST_CASE("decode shards resume on their own and merge into the unsharded run's 
   CHECK(read_text(dir.file("merged/meta.json")).find("merged_from") != std::string::npos);
   // A folder given twice is read once; merged again into the merged folder, s1's 12 rows are
   // duplicates.
-  CHECK(harness::merge_decode_results(dir.file("merged"), {dir.file("s1"), dir.file("s1")}) ==
+  CHECK(harness::merge_decode_results(dir.file("merged"), {dir.file("s1"), dir.file("s1")},
+                                      "no-such-gnuplot") ==
         std::pair<std::size_t, std::size_t>(23, 12));
   CHECK_THROWS_WITH(harness::merge_decode_results(dir.file("merged"), {dir.file("none")}),
                     Catch::Contains("none/decode.csv does not exist"));
