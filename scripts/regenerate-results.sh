@@ -33,7 +33,9 @@ attnlab="$build/cli/attnlab"
 sweep() {  # sweep DIR [sweep flags...]: the sweep renders DIR/report.md and DIR/plots/ itself
   local dir=$1
   shift
-  [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"
+  # A fresh run keeps only DIR/about.json, which says what the folder is (results-index.py).
+  [ "${KEEP:-0}" = 1 ] || find "$dir" -mindepth 1 -maxdepth 1 ! -name about.json -exec rm -rf {} + \
+    2>/dev/null || true
   echo "== $dir: load before $(cut -d' ' -f1-3 /proc/loadavg)"
   "$attnlab" sweep --out "$dir" "$@" | tee "$dir.summary"  # the README's excerpt
   mv "$dir.summary" "$dir/summary.txt"
