@@ -186,6 +186,16 @@ Bursts time_bursts(TokenDecoder& decoder, const Tokens& one, std::size_t steps, 
   return out;
 }
 
+// A row's timing columns from its bursts, and the bytes the decoder holds after them.
+void record_bursts(const Bursts& bursts, const TokenDecoder& decoder, CsvRecord& row) {
+  const TimeStats t = time_stats(bursts.times);
+  row[kReps] = std::to_string(bursts.times.size());
+  row[kMedian] = format_number(bursts.best);
+  row[kMin] = format_number(t.min);
+  row[kMax] = format_number(t.max);
+  row[kBytesHeld] = std::to_string(decoder.bytes());
+}
+
 // One step row: fill the context by extend, then time steps.
 void run_step(const DecodeSweep& s, const DecodePoint& p, const Attention& a, CsvRecord& row) {
   // Bursts of `steps` steps, the least burst median kept (as prefill rows keep the best of
@@ -202,12 +212,7 @@ void run_step(const DecodeSweep& s, const DecodePoint& p, const Attention& a, Cs
   const Tokens one = tokens(s, p, 1, rows_per_token(a));
   const Bursts bursts =
       time_bursts(*decoder, one, std::size_t(s.steps), holds_every_token(a) ? 0 : kMinStepSeconds);
-  const TimeStats t = time_stats(bursts.times);
-  row[kReps] = std::to_string(bursts.times.size());
-  row[kMedian] = format_number(bursts.best);
-  row[kMin] = format_number(t.min);
-  row[kMax] = format_number(t.max);
-  row[kBytesHeld] = std::to_string(decoder->bytes());
+  record_bursts(bursts, *decoder, row);
   row[kReadGbps] = format_number(double(decoder->bytes()) / bursts.best / 1e9);
 }
 
@@ -227,13 +232,7 @@ class OneThread {
 void run_threads(const DecodeSweep& s, const DecodePoint& p, const Attention& a, CsvRecord& row) {
   const auto decoder = filled_decoder(s, p, a);
   const Tokens one = tokens(s, p, 1, rows_per_token(a));
-  const Bursts every = time_bursts(*decoder, one, std::size_t(s.steps), 0);
-  const TimeStats t = time_stats(every.times);
-  row[kReps] = std::to_string(every.times.size());
-  row[kMedian] = format_number(every.best);
-  row[kMin] = format_number(t.min);
-  row[kMax] = format_number(t.max);
-  row[kBytesHeld] = std::to_string(decoder->bytes());
+  record_bursts(time_bursts(*decoder, one, std::size_t(s.steps), 0), *decoder, row);
   const OneThread scope;
   row[kOneThread] = format_number(time_bursts(*decoder, one, std::size_t(s.steps), 0).best);
 }

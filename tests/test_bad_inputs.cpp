@@ -527,6 +527,12 @@ std::string rows_csv(const std::string& extra = "") {
 const std::string kNobody =
     ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : "";
 
+// res/decode.csv in a schema older than the decode sweep's.
+void older_decode_csv(const TempDir& d) {
+  fs::create_directory(d.file("res"));
+  std::ofstream(d.file("res/decode.csv")) << "key,kind\n";
+}
+
 std::vector<CliCase> cli_cases() {
   const std::size_t n3 = 2 * 16 * 8;
   return {
@@ -548,17 +554,11 @@ std::vector<CliCase> cli_cases() {
       {"decode: shard out of range", {}, "decode --out res --shard 3/2", {"--shard", "3/2"}},
       {"decode: shard syntax", {}, "decode --out res --shard 1of2", {"--shard", "1of2"}},
       {"decode: an older decode.csv",
-       [](const TempDir& d) {
-         fs::create_directory(d.file("res"));
-         std::ofstream(d.file("res/decode.csv")) << "key,kind\n";
-       },
+       older_decode_csv,
        "decode --out res --contexts 8 --dims 4 --prefill none --bandwidth-mib 1",
        {"res/decode.csv:1", "decode.csv schema"}},
       {"merge: a foreign decode.csv",
-       [](const TempDir& d) {
-         fs::create_directory(d.file("res"));
-         std::ofstream(d.file("res/decode.csv")) << "key,kind\n";
-       },
+       older_decode_csv,
        "merge out res",
        {"res/decode.csv:1", "decode.csv schema"}},
       // .npy inputs: the file

@@ -265,6 +265,12 @@ struct ModTile {
     }
     return m;
   }
+  // The same modifiers with each row's column range applied in the same pass.
+  kernels::detail::ScoreMods ranged(int parts) const {
+    kernels::detail::ScoreMods m = mods(parts);
+    m.col_lo = lo.data(), m.col_hi = hi.data();
+    return m;
+  }
   // Sets the scores outside each row's range to -infinity, as an element-wise mask does.
   void mask_elements(float* s) const {
     for (std::size_t r = 0; r < rows; ++r)
@@ -281,8 +287,7 @@ TEST_CASE("fold with modifiers and row ranges equals the element-wise mask and s
   for_each_isa([&] {
     for (int parts = 0; parts < 8; ++parts) {
       INFO("parts " << parts);
-      kernels::detail::ScoreMods ranged = t.mods(parts);
-      ranged.col_lo = t.lo.data(), ranged.col_hi = t.hi.data();
+      const kernels::detail::ScoreMods ranged = t.ranged(parts);
       const kernels::detail::ScoreMods plain = t.mods(parts);
       std::vector<float> out_range(t.rows * t.dv), out_elements(t.rows * t.dv),
           out_separate(t.rows * t.dv), lse_range(t.rows), lse_elements(t.rows),
@@ -317,8 +322,7 @@ TEST_CASE("the backward with modifiers and row ranges equals the element-wise ma
   for_each_isa([&] {
     for (int parts = 0; parts < 8; ++parts) {
       INFO("parts " << parts);
-      kernels::detail::ScoreMods ranged = t.mods(parts);
-      ranged.col_lo = t.lo.data(), ranged.col_hi = t.hi.data();
+      const kernels::detail::ScoreMods ranged = t.ranged(parts);
       const kernels::detail::ScoreMods plain = t.mods(parts);
       // The forward's outputs and row log-sum-exp, which the backward reads.
       std::vector<float> out(t.rows * t.dv), lse(t.rows);
