@@ -6,17 +6,19 @@
 //
 // Rows (one per point, `kind`):
 //   bandwidth  the read bandwidth of this invocation: every thread sums its share of a buffer
-//              of 1 GiB (far past the caches; --bandwidth-mib), best of 5, in GB/s (`read_gbps`).
+//              of 1 GiB (far past the caches; --bandwidth-mib) in vectorised lanes, best of 5,
+//              in GB/s (`read_gbps`); on every thread, then (when there are more) on one.
 //   step       one variant, H, Hkv, D at one context: the decoder is made with max_tokens =
 //              context + steps + 2 (a KV cache allocated once; none where it does not hold
 //              every token), filled with `context` random tokens by extend (no attention
 //              computed), then 2 untimed steps and bursts of `steps` timed steps: one for a KV
-//              cache of every token (full, bigbird), as many as fit in 0.25 s for the others
-//              (run_step says why). time_* are seconds per step (B = 1 unless --batch):
-//              time_median_s the least burst median, min and max over every timed step, reps
-//              the steps timed; bytes_held the decoder's bytes after them, read_gbps =
-//              bytes_held / time_median_s (a KV cache reads all it holds at each step; a
-//              recurrent state is read and written).
+//              cache of every token (full, bigbird); for a constant-size decoder (a state or a
+//              ring), its contexts' decoders are all filled first and get bursts in turns, 10
+//              turns of 25 ms each (run_step_turns says why). time_* are seconds per step (B = 1
+//              unless --batch): time_median_s the least burst median, min and max over every
+//              timed step, reps the steps timed; bytes_held the decoder's bytes after them,
+//              read_gbps = bytes_held / time_median_s (a KV cache reads all it holds at each
+//              step; a recurrent state is read and written).
 //   prefill    one variant, H, Hkv, D at a prompt of `context` tokens: chunked prefill of the
 //              whole prompt into a fresh decoder against `context` steps into another, seconds
 //              per token each (time_median_s, steps_s_per_token), best of `reps`.
@@ -32,7 +34,8 @@
 // row with status `unsupported` and the message; one it rejects (an Error) is `error` with the
 // message; one whose decoder would hold more than the memory budget is `skipped`: no point
 // stops the sweep. Resume: a point whose key is in decode.csv is not run again (a killed sweep
-// loses at most its last point; a torn last line is cut away on opening). Shards: as the
+// loses at most its last point, or its last constant-size decoder's contexts timed in turns; a
+// torn last line is cut away on opening). Shards: as the
 // sweep's (harness/grid.hpp), point i of the grid (decode_point_keys' order) belongs to shard I/N
 // when i mod N = I - 1; each shard resumes in its own folder and merge_decode_results joins
 // them.
@@ -98,7 +101,9 @@ struct DecodeRow {
 /// The ok rows of a decode.csv and the run's yardstick.
 struct DecodeResults {
   std::vector<DecodeRow> rows;  ///< step, prefill and threads rows with status ok, in file order
-  double bandwidth_gbps = 0;    ///< the median of the bandwidth rows; NaN when there are none
+  double bandwidth_gbps = 0;    ///< the median of the bandwidth rows on the most threads, or NaN
+  /// The median of the bandwidth rows on one thread, when the run also had more; else NaN.
+  double one_thread_bandwidth_gbps = 0;
 };
 
 /// Reads <csv>'s ok rows, by the names of its header (a file of an older attnlab, without the
@@ -126,10 +131,10 @@ struct DecodeCheck {
 /// (sliding's beyond its window); a recurrent step at D = 128 takes <= 1.5x one read and one
 /// write of its state at the run's bandwidth; chunked prefill is no slower than token by token
 /// (ratio <= 1) for N >= 256 and D >= 64, per variant and D; full's step at B = 1 uses every
-/// core: its time on one thread / on the row's T threads >= 0.8·T (1.6 on 2 cores; 1.0, a step
-/// on one core, fails), at the worst threads row at contexts >= 64K. One line per check and
-/// variant
-/// (the worst over the shapes); "n/a" where the rows hold nothing to judge.
+/// core: its time on one thread / on the row's T threads >= 0.8 x min(T, the run's bandwidth on
+/// T threads / on one), at the worst threads row at contexts >= 64K (n/a where the memory
+/// scales by 1.25 or less: a step on one core would pass). One line per check and variant (the
+/// worst over the shapes); "n/a" where the rows hold nothing to judge.
 std::vector<DecodeCheck> decode_speed_checks(const DecodeResults& results);
 
 /// Joins the decode.csv of several shards' folders into <out_dir> (and its own decode.csv when

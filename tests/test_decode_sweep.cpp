@@ -87,13 +87,19 @@ CsvRecord threaded(CsvRecord r, int threads, double one_thread) {
   return r;
 }
 
-CsvRecord bandwidth_row(int n, double gbps) {
+CsvRecord bandwidth_row(int n, double gbps, int threads) {
   CsvRecord r(harness::decode_columns().size());
   r[0] = "bandwidth|" + std::to_string(n);
   r[1] = "bandwidth";
   r[9] = "ok";
   r[17] = format_number(gbps);
+  r[19] = std::to_string(threads);
   return r;
+}
+
+// Bandwidth rows an invocation writes: on every thread, and on one when it has more.
+std::size_t yardsticks() {
+  return omp_get_max_threads() > 1 ? 2 : 1;
 }
 
 // The verdict of the check whose text holds every part, or "" when none does.
@@ -124,9 +130,9 @@ TEST_CASE("the decode sweep: rows, refusals, bytes held and resume", "[decoding]
   TempDir dir("decode");
   // 3 specs · 2 Hkv · (2 steps + 1 prefill), and full's threads row per Hkv.
   constexpr std::size_t kPoints = 3 * 2 * 3 + 2;
-  CHECK(harness::run_decode_sweep(dir.path().string(), tiny(), nullptr) == 1 + kPoints);
+  CHECK(harness::run_decode_sweep(dir.path().string(), tiny(), nullptr) == yardsticks() + kPoints);
   const auto by_key = rows(dir);
-  REQUIRE(by_key.size() == 1 + kPoints);
+  REQUIRE(by_key.size() == yardsticks() + kPoints);
   std::size_t bandwidth = 0;
   for (const auto& [key, r] : by_key) {
     INFO(key << ": " << cell(r, "message"));
@@ -159,7 +165,7 @@ TEST_CASE("the decode sweep: rows, refusals, bytes held and resume", "[decoding]
     }
     if (kind == "step" && variant == "gla")
       CHECK(cell(r, "bytes_held") == std::to_string(2 * 64 * 4));
-    if (kind == "step") {  // bursts of 3 steps: one for a KV cache, 0.25 s of them for gla
+    if (kind == "step") {  // bursts of 3 steps: one for a KV cache, turns of them for gla
       const std::size_t timed = std::stoul(cell(r, "reps"));
       CHECK(timed % 3 == 0);
       CHECK((variant == "full" ? timed == 3 : timed > 3));
@@ -168,7 +174,7 @@ TEST_CASE("the decode sweep: rows, refusals, bytes held and resume", "[decoding]
       CHECK(median <= std::stod(cell(r, "time_max_s")));
     }
   }
-  CHECK(bandwidth == 1);
+  CHECK(bandwidth == yardsticks());
   // The report, rendered from the rows: a table per (D, Hkv) with every decoded variant.
   const std::string report = read_text(dir.file("report.md"));
   for (const char* part : {"## D = 8, Hkv = 2", "## D = 8, Hkv = 1", "`full`", "`gla`", "N = 32"})
@@ -183,9 +189,9 @@ TEST_CASE("the decode sweep: rows, refusals, bytes held and resume", "[decoding]
   CHECK(summary.find("B=1 H=2 Hkv=1 D=8") != std::string::npos);
   CHECK(line_words(summary, "gla").size() == 7);  // gla 200 1.2 us 2 KiB 64
   CHECK(summary.find("full's step at 200 on one thread: ") != std::string::npos);
-  // Resume: every point is there, so a second run adds its bandwidth row only.
-  CHECK(harness::run_decode_sweep(dir.path().string(), tiny(), nullptr) == 1);
-  CHECK(rows(dir).size() == 2 + kPoints);
+  // Resume: every point is there, so a second run adds its bandwidth rows only.
+  CHECK(harness::run_decode_sweep(dir.path().string(), tiny(), nullptr) == yardsticks());
+  CHECK(rows(dir).size() == 2 * yardsticks() + kPoints);
 }
 
 TEST_CASE("the decode sweep skips a KV cache past the memory budget", "[decoding][harness]") {
@@ -212,13 +218,14 @@ TEST_CASE("the decode report's speed checks, crossover and summary come from the
   const double state = 8 * 128 * 128 * 4;      // a recurrent state of H = 8, D = 128: 512 KiB
   const double ring = 1025 * 8 * 2 * 128 * 4;  // sliding:left=1024's ring of 1025 tokens
   const std::vector<CsvRecord> records = {
-      harness::decode_columns(), bandwidth_row(1, 10), bandwidth_row(2, 20),
-      bandwidth_row(3, 30),  // median 20 GB/s
+      harness::decode_columns(), bandwidth_row(1, 10, 2), bandwidth_row(2, 20, 2),
+      bandwidth_row(3, 30, 2),  // median 20 GB/s on 2 threads
+      bandwidth_row(4, 10, 1),  // 10 on one: the memory scales by 2.0
       // full at 64K reads 16 GB/s (0.8x), at 1M 13 GB/s (0.65x): the check fails at 1M.
       row("step", "full", 128, 8, 1024, 1e-4, 8.4e6, 84),
       row("step", "full", 128, 8, 65536, 5e-3, 5.4e8, 16),
       row("step", "full", 128, 8, 1048576, 8e-2, 8.6e9, 13),
-      // full's step at 1M on 2 threads, and on one: 2.00 >= 1.6.
+      // full's step at 1M on 2 threads, and on one: 2.00 >= 0.8 x min(2, 2.0) = 1.6.
       threaded(row("threads", "full", 128, 8, 1048576, 8e-2, 8.6e9, 0), 2, 0.16),
       // cheaper than full at 1K, not at 64K, again at 1M: cheaper from 1M (it must stay so).
       row("step", "bigbird", 128, 8, 1024, 5e-5, 8.4e6, 0),
@@ -253,7 +260,8 @@ TEST_CASE("the decode report's speed checks, crossover and summary come from the
   }
   const auto results = harness::read_decode_results(dir.file("decode.csv"));
   CHECK(results.bandwidth_gbps == 20);
-  CHECK(results.rows.size() == records.size() - 4);
+  CHECK(results.one_thread_bandwidth_gbps == 10);
+  CHECK(results.rows.size() == records.size() - 5);
 
   CHECK(harness::cheaper_than_full_from(results, "gla", 128, 8) == 1024);
   CHECK(harness::cheaper_than_full_from(results, "bigbird", 128, 8) == 1048576);
@@ -265,8 +273,9 @@ TEST_CASE("the decode report's speed checks, crossover and summary come from the
   for (const auto& c : checks) INFO(c.verdict << " " << c.text);
   CHECK(verdict_of(checks, {"`full`'s step reads", "0.65x at worst", "1M"}) == "FAIL");
   // full's threads row at 1M: 0.16 s on one thread against 0.08 s on 2, 2.00 >= 1.6.
-  CHECK(verdict_of(checks, {"`full`'s step uses every core", "1.6 on 2 threads", "2.00 at worst",
-                            "160.00 ms on one thread, 80.00 ms on 2, 1M"}) == "pass");
+  CHECK(verdict_of(checks, {"`full`'s step uses every core", "here 1.60): 2.00 at worst",
+                            "160.00 ms on one thread, 80.00 ms on 2, 1M",
+                            "bandwidth 20.0 GB/s on 2 threads, 10.0 on one"}) == "pass");
   CHECK(verdict_of(checks, {"`gla`'s step time is flat", "1.15 at worst", "1K to 1M"}) == "pass");
   CHECK(verdict_of(checks, {"`linear`'s step time is flat", "1.00"}) == "pass");
   CHECK(verdict_of(checks, {"`delta`'s step time is flat", "500.00"}) == "FAIL");
@@ -340,7 +349,7 @@ TEST_CASE("the decode sweep measures delta-product's rows and goes on past what 
              "delta-product:steps=3"};
   s.kv_heads = {2};
   s.gnuplot = "no-such-gnuplot";  // the plots' scripts are tested above
-  CHECK(harness::run_decode_sweep(dir.path().string(), s, nullptr) == 1 + 4 * 3);
+  CHECK(harness::run_decode_sweep(dir.path().string(), s, nullptr) == yardsticks() + 4 * 3);
   std::map<std::string, int> statuses;
   for (const auto& [key, r] : rows(dir)) {
     if (cell(r, "kind") == "bandwidth") continue;
@@ -376,10 +385,10 @@ TEST_CASE("decode shards resume on their own and merge into the unsharded run's 
   const harness::Shard first = harness::parse_shard("1/2"), second = harness::parse_shard("2/2");
   // 3 specs · 2 Hkv · 3 points and full's 2 threads points: 20, 10 in each shard, and each
   // run its bandwidth row.
-  CHECK(run("s1", first) == 1 + 10);
-  CHECK(run("s1", first) == 1);  // resumed: every point of its shard is there
-  CHECK(run("s2", second) == 1 + 10);
-  CHECK(run("all", {}) == 1 + 20);
+  CHECK(run("s1", first) == yardsticks() + 10);
+  CHECK(run("s1", first) == yardsticks());  // resumed: every point of its shard is there
+  CHECK(run("s2", second) == yardsticks() + 10);
+  CHECK(run("all", {}) == yardsticks() + 20);
   harness::DecodeSweep s = tiny();
   s.shard = first;
   const auto keys = harness::decode_point_keys(s);
@@ -391,7 +400,7 @@ TEST_CASE("decode shards resume on their own and merge into the unsharded run's 
   }
   const auto [merged, duplicates] = harness::merge_decode_results(
       dir.file("merged"), {dir.file("s1"), dir.file("s2")}, "no-such-gnuplot");
-  CHECK(merged == 3 + 20);  // s1's two bandwidth rows and s2's have keys of their own
+  CHECK(merged == 3 * yardsticks() + 20);  // s1's 2 runs' bandwidth rows and s2's: keys apart
   CHECK(duplicates == 0);
   const auto unsharded = rows(dir.file("all"));
   const auto joined = rows(dir.file("merged"));
@@ -406,11 +415,11 @@ TEST_CASE("decode shards resume on their own and merge into the unsharded run's 
   CHECK(points == 20);
   CHECK(read_text(dir.file("merged/report.md")).find("## D = 8, Hkv = 1") != std::string::npos);
   CHECK(read_text(dir.file("merged/meta.json")).find("merged_from") != std::string::npos);
-  // A folder given twice is read once; merged again into the merged folder, s1's 12 rows are
+  // A folder given twice is read once; merged again into the merged folder, s1's rows are
   // duplicates.
   CHECK(harness::merge_decode_results(dir.file("merged"), {dir.file("s1"), dir.file("s1")},
                                       "no-such-gnuplot") ==
-        std::pair<std::size_t, std::size_t>(23, 12));
+        std::pair<std::size_t, std::size_t>(3 * yardsticks() + 20, 2 * yardsticks() + 10));
   CHECK_THROWS_WITH(harness::merge_decode_results(dir.file("merged"), {dir.file("none")}),
                     Catch::Contains("none/decode.csv does not exist"));
   // Bad shards name --shard, before anything is written.
@@ -420,7 +429,7 @@ TEST_CASE("decode shards resume on their own and merge into the unsharded run's 
   CHECK_FALSE(std::filesystem::exists(dir.file("bad")));
 }
 
-TEST_CASE("full's every-core check reads one thread's step time against the row's threads",
+TEST_CASE("full's every-core check weighs its speed-up against the memory's",
           "[decoding][harness]") {
   const auto full = [](std::int64_t context, std::int64_t threads, double time, double one) {
     harness::DecodeRow r;
@@ -436,27 +445,42 @@ TEST_CASE("full's every-core check reads one thread's step time against the row'
     r.one_thread_time = one;
     return r;
   };
-  const auto check = [](std::vector<harness::DecodeRow> rows) {
+  // The bandwidth on every thread and on one, GB/s.
+  const auto check = [](std::vector<harness::DecodeRow> rows, double all, double one) {
     harness::DecodeResults results;
     results.rows = std::move(rows);
+    results.bandwidth_gbps = all;
+    results.one_thread_bandwidth_gbps = one;
     const auto checks = harness::decode_speed_checks(results);
     for (const auto& c : checks)
       if (c.text.find("uses every core") != std::string::npos) return c;
     return harness::DecodeCheck{};
   };
   const double none = std::nan("");
-  // A step that ran on one core: 1.00 < 1.6; the 1K row below 64K is left out (2.00).
-  auto c = check({full(1024, 2, 1e-4, 2e-4), full(65536, 2, 1e-2, 1e-2)});
+  // Memory that scales by 2: a step that ran on one core, 1.00 < 1.6, fails; the 1K row below
+  // 64K is left out (2.00).
+  auto c = check({full(1024, 2, 1e-4, 2e-4), full(65536, 2, 1e-2, 1e-2)}, 20, 10);
   CHECK(c.verdict == "FAIL");
-  CHECK(c.text.find("1.00 at worst (10.00 ms on one thread, 10.00 ms on 2, 64K") !=
+  CHECK(c.text.find("here 1.60): 1.00 at worst (10.00 ms on one thread, 10.00 ms on 2, 64K") !=
         std::string::npos);
-  // 4 threads: the floor is 3.2; 3.5 passes.
-  c = check({full(1048576, 4, 1e-1, 3.5e-1)});
+  // 4 threads, memory scaling by 4: the floor is 3.2; 3.5 passes.
+  c = check({full(1048576, 4, 1e-1, 3.5e-1)}, 40, 10);
   CHECK(c.verdict == "pass");
-  CHECK(c.text.find("3.2 on 4 threads): 3.50") != std::string::npos);
-  // Nothing to judge: no one-thread time, only below 64K, or a run of one thread.
-  CHECK(check({full(65536, 2, 1e-2, none), full(1024, 2, 1e-4, 2e-4)}).verdict == "n/a");
-  c = check({full(65536, 1, 1e-2, 1e-2)});
+  CHECK(c.text.find("here 3.20): 3.50") != std::string::npos);
+  // Memory that scales by 1.5 from one thread: the floor is 1.2, whatever the threads.
+  CHECK(check({full(65536, 2, 1e-2, 1.3e-2)}, 15, 10).verdict == "pass");
+  c = check({full(65536, 2, 1e-2, 1.1e-2)}, 15, 10);
+  CHECK(c.verdict == "FAIL");
+  CHECK(c.text.find("here 1.20): 1.10") != std::string::npos);
+  // Memory that scales by 1.2: a one-core step would pass 0.96, the rows cannot tell.
+  c = check({full(65536, 2, 1e-2, 1e-2)}, 12, 10);
   CHECK(c.verdict == "n/a");
-  CHECK(c.text.find("one thread") != std::string::npos);
+  CHECK(c.text.find("scales by 1.20") != std::string::npos);
+  // Nothing to judge: no one-thread bandwidth, no one-thread time, only below 64K, or a run
+  // of one thread.
+  CHECK(check({full(65536, 2, 1e-2, 1e-2)}, 20, none).verdict == "n/a");
+  CHECK(check({full(65536, 2, 1e-2, none), full(1024, 2, 1e-4, 2e-4)}, 20, 10).verdict == "n/a");
+  c = check({full(65536, 1, 1e-2, 1e-2)}, 20, 10);
+  CHECK(c.verdict == "n/a");
+  CHECK(c.text.find("T >= 2") != std::string::npos);
 }
