@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""Renders results/masks/README.md from bench_masks.json and masks_vs_torch.json (one run each)."""
+"""Renders results/masks/README.md from bench_masks.json and masks_vs_torch.json (one run each):
+medians over each case's repetitions, with their spread ((max - min) / median, in %)."""
 import json
 import sys
 from pathlib import Path
 
-from report_parts import benchmark_medians, mask_dense_rate, mask_references, met
+from report_parts import benchmark_medians, benchmark_spreads, mask_dense_rate, mask_references, met
 
 out = Path(sys.argv[1])
 bench = json.loads((out / "bench_masks.json").read_text())
@@ -12,11 +13,19 @@ load_after = (out / "load_after.txt").read_text().strip() if (out / "load_after.
 ctx = bench["context"]
 
 
-def by_label(prefix, key):
-    """{label: median of `key`} over the runs whose name starts with `prefix`."""
-    values = benchmark_medians(bench, key)
+def by_label(prefix, key, of=benchmark_medians):
+    """{label: median (or, with of=benchmark_spreads, spread) of `key`} over the runs whose name
+    starts with `prefix`."""
+    values = of(bench, key)
     labels = {b["run_name"]: b.get("label", "") for b in bench["benchmarks"]}
-    return {labels[name]: v for name, v in values.items() if name.startswith(prefix)}
+    return {labels[name]: values[name] for name in sorted(values) if name.startswith(prefix)}
+
+
+def pct(spread):
+    return f"{100 * spread:.0f}%"
+
+
+repetitions = max(b.get("repetitions", 1) for b in bench["benchmarks"])
 
 
 print("# The softmax engine under masks and score modifiers\n")
@@ -36,57 +45,69 @@ def ms(config, key):
 
 
 def twins(config, key):
-    return ", ".join(f"{t:.0f}" for t in refs[config][key][1])
+    return ", ".join(f"{t:.0f}" for t in sorted(refs[config][key][1]))
 
 
-print("Plain full is timed three times in this run (the dense mask, the plain modifier and Hkv = "
-      "8 below: the same call) and plain causal full twice; every ratio below stands against the "
-      "median of those twins, since single calls this long vary between twins. Plain full: "
-      f"forward {ms('dense', 'forward_ms'):.0f} ms (twins {twins('dense', 'forward_ms')}), "
-      f"backward {ms('dense', 'backward_ms'):.0f} ms ({twins('dense', 'backward_ms')}); plain "
-      f"causal: forward {ms('causal', 'forward_ms'):.0f} ms ({twins('causal', 'forward_ms')}), "
-      f"backward {ms('causal', 'backward_ms'):.0f} ms ({twins('causal', 'backward_ms')}).\n")
+print(f"Every case ran {repetitions} times, its repetitions interleaved at random with every other "
+      "case's (Google Benchmark's --benchmark_repetitions with "
+      "--benchmark_enable_random_interleaving), so that all of them met the same stretch of the "
+      "machine's load; each figure below is the median over a case's repetitions and *spread* is "
+      "(max - min) / median of them. Plain full and plain causal full are the dense and causal "
+      "masks' rows, the references of every ratio. Plain full: forward "
+      f"{ms('dense', 'forward_ms'):.0f} ms (each: {twins('dense', 'forward_ms')}), backward "
+      f"{ms('dense', 'backward_ms'):.0f} ms ({twins('dense', 'backward_ms')}); plain causal: "
+      f"forward {ms('causal', 'forward_ms'):.0f} ms ({twins('causal', 'forward_ms')}), backward "
+      f"{ms('causal', 'backward_ms'):.0f} ms ({twins('causal', 'backward_ms')}).\n")
 
 fwd = by_label("BM_mask/", "forward_GFLOPS")
 bwd = by_label("BM_mask/", "backward_GFLOPS")
+fwd_spread = by_label("BM_mask/", "forward_GFLOPS", benchmark_spreads)
+bwd_spread = by_label("BM_mask/", "backward_GFLOPS", benchmark_spreads)
 dense_fwd, dense_bwd = mask_dense_rate(bench, "forward"), mask_dense_rate(bench, "backward")
 print("## Masks against dense full\n")
 print("GFLOP/s over the visible pairs only (forward 4·D FLOP per pair, backward 10·D); the "
       f"target is 0.85x of dense full's rate at the reference time ({dense_fwd:.1f} GFLOP/s "
       f"forward, {dense_bwd:.1f} backward).\n")
-print("| mask (spec) | forward GFLOP/s | x dense | >= 0.85 | backward GFLOP/s | x dense | >= 0.85 |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
+print("| mask (spec) | forward GFLOP/s | spread | x dense | >= 0.85 | backward GFLOP/s | spread "
+      "| x dense | >= 0.85 |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for name in fwd:
     rf, rb = fwd[name] / dense_fwd, bwd[name] / dense_bwd
-    print(f"| {name} | {fwd[name]:.1f} | {rf:.2f} | {met(rf, '>= 0.85')} | {bwd[name]:.1f} | "
-          f"{rb:.2f} | {met(rb, '>= 0.85')} |")
+    print(f"| {name} | {fwd[name]:.1f} | {pct(fwd_spread[name])} | {rf:.2f} | {met(rf, '>= 0.85')} "
+          f"| {bwd[name]:.1f} | {pct(bwd_spread[name])} | {rb:.2f} | {met(rb, '>= 0.85')} |")
 
 f_ms, b_ms = by_label("BM_modifier/", "forward_ms"), by_label("BM_modifier/", "backward_ms")
+f_spread = by_label("BM_modifier/", "forward_ms", benchmark_spreads)
+b_spread = by_label("BM_modifier/", "backward_ms", benchmark_spreads)
 print("\n## Score modifiers against plain full\n")
 print("Milliseconds per call; the forgetting gate is causal, so it stands against plain causal "
       "full. Targets: forward at most 1.15x, backward at most 1.25x.\n")
-print("| modifier | forward ms | x plain | <= 1.15 | backward ms | x plain | <= 1.25 |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
+print("| modifier | forward ms | spread | x plain | <= 1.15 | backward ms | spread | x plain | "
+      "<= 1.25 |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for name in f_ms:
     if name.startswith("plain"):
         continue
     base = "causal" if "causal" in name else "dense"
     rf, rb = f_ms[name] / ms(base, "forward_ms"), b_ms[name] / ms(base, "backward_ms")
-    print(f"| {name} | {f_ms[name]:.0f} | {rf:.2f} | {met(rf, '<= 1.15')} | {b_ms[name]:.0f} | "
-          f"{rb:.2f} | {met(rb, '<= 1.25')} |")
+    print(f"| {name} | {f_ms[name]:.0f} | {pct(f_spread[name])} | {rf:.2f} | {met(rf, '<= 1.15')} "
+          f"| {b_ms[name]:.0f} | {pct(b_spread[name])} | {rb:.2f} | {met(rb, '<= 1.25')} |")
 
 g_f, g_b = by_label("BM_grouped/", "forward_ms"), by_label("BM_grouped/", "backward_ms")
+gf_spread = by_label("BM_grouped/", "forward_ms", benchmark_spreads)
+gb_spread = by_label("BM_grouped/", "backward_ms", benchmark_spreads)
 print("\n## Grouped KV heads\n")
 print("Hq = 8 query heads served by Hkv KV heads, against plain full (Hkv = Hq = 8, the reference "
       "above); the target is no slower.\n")
-print("| KV heads | forward ms | x Hkv = 8 | <= 1 | backward ms | x Hkv = 8 | <= 1 |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
+print("| KV heads | forward ms | spread | x Hkv = 8 | <= 1 | backward ms | spread | x Hkv = 8 | "
+      "<= 1 |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for name in g_f:
     if name == "Hkv = 8":
         continue
     rf, rb = g_f[name] / ms("dense", "forward_ms"), g_b[name] / ms("dense", "backward_ms")
-    print(f"| {name} | {g_f[name]:.0f} | {rf:.2f} | {met(rf, '<= 1')} | {g_b[name]:.0f} | "
-          f"{rb:.2f} | {met(rb, '<= 1')} |")
+    print(f"| {name} | {g_f[name]:.0f} | {pct(gf_spread[name])} | {rf:.2f} | {met(rf, '<= 1')} "
+          f"| {g_b[name]:.0f} | {pct(gb_spread[name])} | {rb:.2f} | {met(rb, '<= 1')} |")
 
 torch_file = out / "masks_vs_torch.json"
 if torch_file.exists():

@@ -3,15 +3,20 @@
 # full, and grouped KV heads, from one run of bench_masks (issue 43's speed section); then
 # forward + backward against PyTorch given the same dense mask (masks_vs_torch.py); then the page.
 # Usage: benchmarks/run_masks.sh [build-dir]   (default: build; needs bench_masks built)
-# About 15 minutes on 2 cores: the dense cases at N = 16384 take tens of seconds a call.
+# Every case runs REPETITIONS times (default 6) in random interleaving, at least 2 s of calls per
+# repetition, and the page gives medians and their spread. About 16 minutes on 2 quiet cores:
+# one pass over the cases takes about 130 s (dense full alone 14 s a call), plus one untimed warm
+# call per case and the PyTorch comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 out=results/masks
 mkdir -p "$out"
 . benchmarks/context.sh
+repetitions=${REPETITIONS:-6}
 bench_context "$build" HEAD -- lib benchmarks/bench_masks.cpp benchmarks/common.hpp
-"$build/benchmarks/bench_masks" --benchmark_filter='^BM_' \
+"$build/benchmarks/bench_masks" --benchmark_filter='^BM_' --benchmark_min_time=2 \
+  --benchmark_repetitions="$repetitions" --benchmark_enable_random_interleaving=true \
   --benchmark_out="$out/bench_masks.json" --benchmark_out_format=json "${context[@]}"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" > "$out/load_after.txt"
 /usr/bin/python3 benchmarks/masks_vs_torch.py "$build/benchmarks/bench_masks" "$out"
