@@ -1,7 +1,9 @@
 // The softmax engine under each mask and score modifier (issue 43's speed section), in one binary
 // so that every ratio comes from one run: B = 1, Hq = 8, D = 64, N = 16384 unless stated.
 //   BM_mask        forward and backward of each mask against dense full: GFLOP/s over the
-//                  visible pairs only (forward 4·D per pair, backward 10·D: five GEMMs for two).
+//                  visible pairs only (forward 4·D per pair, backward 10·D: five GEMMs for two);
+//                  MoBA (block 512, top-3, causal) at N = 65536 (issue 46), its pairs those it
+//                  attends (flops()), its selection timed with it.
 //   BM_modifier    ALiBi, softcap, sinks and the forgetting gate (time; plain full and plain
 //                  causal full are BM_mask's dense and causal).
 //   BM_grouped     Hkv = 2 and 1 query-head groups (time; Hkv = 8 is BM_mask's dense).
@@ -89,6 +91,11 @@ MaskCase mask_case(int index, std::size_t n) {
     case 8:
       c.name = "sliding 128/128";
       c.spec = "sliding:left=128,right=128";
+      break;
+    case 9:  // issue 46's MoBA case, at N = 65536: its selection is inside the timed call
+      c.name = "MoBA block 512, top-3, causal";
+      c.spec = "moba:block=512,topk=3";
+      c.mask.causal = Causal::top_left;
       break;
     default:
       throw std::invalid_argument("no mask case " + std::to_string(index));
@@ -278,6 +285,11 @@ BENCHMARK(BM_mask)
     ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 8}, {16384}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK(BM_mask)
+    ->ArgNames({"mask", "N"})
+    ->ArgsProduct({{9}, {65536}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_modifier)
     ->ArgNames({"modifier", "N"})
     ->ArgsProduct({{1, 2, 3, 5}, {16384}})  // 0 and 4 would repeat BM_mask's dense and causal
@@ -300,7 +312,7 @@ BENCHMARK(BM_mask)->Name("ab_mask")->ArgsProduct({{0, 1}, {4096}});
 BENCHMARK(BM_modifier)->Name("ab_modifier")->ArgsProduct({{0, 1, 2, 3, 4, 5}, {4096}});
 BENCHMARK(BM_grouped)->Name("ab_grouped")->ArgsProduct({{8, 2, 1}, {4096}});
 // The same at a tiny size, to check that everything runs (--benchmark_filter=tiny).
-BENCHMARK(BM_mask)->Name("tiny_mask")->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 8}, {512}});
+BENCHMARK(BM_mask)->Name("tiny_mask")->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {512}});
 BENCHMARK(BM_modifier)->Name("tiny_modifier")->ArgsProduct({{0, 1, 2, 3, 4, 5}, {512}});
 BENCHMARK(BM_grouped)->Name("tiny_grouped")->ArgsProduct({{8, 2, 1}, {512}});
 BENCHMARK(BM_train)->Name("tiny_train")->ArgsProduct({{4, 2}, {512}});

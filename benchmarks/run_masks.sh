@@ -6,7 +6,8 @@
 # Every case runs REPETITIONS times (default 6) in random interleaving, at least 2 s of calls per
 # repetition, and the page gives medians and their spread. About 16 minutes on 2 quiet cores:
 # one pass over the cases takes about 130 s (dense full alone 14 s a call), plus one untimed warm
-# call per case and the PyTorch comparison.
+# call per case and the PyTorch comparison; MoBA at N = 65536 adds about 10 s a pass (0.6 TFLOP
+# forward and backward, an estimate from its FLOPs, not yet timed quietly).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
