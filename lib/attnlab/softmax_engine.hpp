@@ -29,6 +29,10 @@
 // threads. The modifiers' gradients: d_bias (a dense [B, H, Nq, Nk] buffer, summed over the
 // bias's broadcast axes in a fixed order), d_sinks and d_alibi_slopes (per row, then summed per
 // head in order), d_log_decay (per row and per key, then a reverse cumulative sum).
+//
+// Memory: both lay out the keys (the backward also the values) once per KV head into scratch
+// that the calling thread keeps from call to call, B·Hkv·(Dk + Dv)·Nk floats at most (64 MiB at
+// B = 1, Hkv = 8, D = 64, N = 16384).
 #pragma once
 
 #include <cstddef>
