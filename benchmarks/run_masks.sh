@@ -4,10 +4,12 @@
 # forward + backward against PyTorch given the same dense mask (masks_vs_torch.py); then the page.
 # Usage: benchmarks/run_masks.sh [build-dir]   (default: build; needs bench_masks built)
 # Every case runs REPETITIONS times (default 6) in random interleaving, at least 2 s of calls per
-# repetition, and the page gives medians and their spread. About 16 minutes on 2 quiet cores:
-# one pass over the cases takes about 130 s (dense full alone 14 s a call), plus one untimed warm
-# call per case and the PyTorch comparison; MoBA at N = 65536 adds about 10 s a pass (0.6 TFLOP
-# forward and backward, an estimate from its FLOPs, not yet timed quietly).
+# repetition, and the page gives medians and their spread. About 18 minutes on 2 quiet cores, from
+# the call times of the last quiet run: one pass over the cases takes about 140 s (dense full 14 s
+# a call; a cheap case about 3 s, its calls repeated up to the 2 s minimum), the untimed warm
+# calls (one per case) about 120 s, the PyTorch comparison about a minute; MoBA at N = 65536 adds
+# about 10 s a pass (0.6 TFLOP forward and backward, an estimate from its FLOPs, not yet timed
+# quietly).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
