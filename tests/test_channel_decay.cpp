@@ -85,23 +85,111 @@ TEST_CASE("per-channel gates equal their float64 recurrence", "[linear-family]")
 }
 
 TEST_CASE("per-channel gates: packed documents run each document alone", "[linear-family]") {
-  const auto a = make_scan("kda");
-  const std::size_t n = 90, dk = 4, dv = 5;
-  const Tensor q = random_tensor(1, 2, n, dk, 1), k = random_tensor(1, 2, n, dk, 2),
-               v = random_tensor(1, 2, n, dv, 3), g = channel_gates(1, 2, n, dk, -2, 0, false, 4);
-  Mask packed;
-  packed.causal = Causal::top_left;
-  packed.documents = {0, 20, 90};
-  const Tensor out = a->forward(q, k, v, packed, channel_inputs(g, nullptr));
-  for (const auto& [lo, hi] : {std::pair<std::size_t, std::size_t>{0, 20}, {20, 90}}) {
-    const auto part = [&](const Tensor& t) -> Tensor {
-      return xt::view(t, xt::all(), xt::all(), xt::range(lo, hi), xt::all());
-    };
-    Mask causal;
-    causal.causal = Causal::top_left;
-    const Tensor gd = part(g);
-    const Tensor alone = a->forward(part(q), part(k), part(v), causal, channel_inputs(gd, nullptr));
-    CHECK((part(out) == alone));  // bitwise: the same recurrence from the same zero state
+  for (const char* spec : {"gla", "kda"}) {  // the chunked form and the recurrence
+    INFO(spec);
+    const auto a = make_scan(spec);
+    const std::size_t n = 90, dk = 4, dv = 5;
+    const Tensor q = random_tensor(1, 2, n, dk, 1), k = random_tensor(1, 2, n, dk, 2),
+                 v = random_tensor(1, 2, n, dv, 3), g = channel_gates(1, 2, n, dk, -2, 0, false, 4);
+    Mask packed;
+    packed.causal = Causal::top_left;
+    packed.documents = {0, 20, 90};
+    const Tensor out = a->forward(q, k, v, packed, channel_inputs(g, nullptr));
+    for (const auto& [lo, hi] : {std::pair<std::size_t, std::size_t>{0, 20}, {20, 90}}) {
+      const auto part = [&](const Tensor& t) -> Tensor {
+        return xt::view(t, xt::all(), xt::all(), xt::range(lo, hi), xt::all());
+      };
+      Mask causal;
+      causal.causal = Causal::top_left;
+      const Tensor gd = part(g);
+      const Tensor alone =
+          a->forward(part(q), part(k), part(v), causal, channel_inputs(gd, nullptr));
+      CHECK((part(out) == alone));  // bitwise: the same computation from the same zero state
+    }
+  }
+}
+
+TEST_CASE("per-channel gates under weak, strong and overwhelming decay, final-state gradients",
+          "[linear-family]") {
+  // gla runs the chunked form (sub-chunk factors, log-space pairs), kda the recurrence: each
+  // against the float64 recurrence, forward over two chunks and a ragged end, backward (with
+  // an initial state and the final state's gradient in the loss) against central differences.
+  enum class Decay { weak, mixed, overwhelming };
+  for (const char* spec : {"gla", "kda"}) {
+    const auto a = make_scan(spec);
+    const bool with_beta = a->rule().delta;
+    for (const Decay decay : {Decay::weak, Decay::mixed, Decay::overwhelming}) {
+      INFO(spec << " decay " << int(decay));
+      const auto gates = [&](std::size_t n, std::size_t dk, std::uint64_t seed) {
+        if (decay == Decay::weak) return channel_gates(1, 2, n, dk, -1e-3, 0, false, seed);
+        if (decay == Decay::mixed) return channel_gates(1, 2, n, dk, -20, 0, true, seed);
+        Tensor all = Tensor::from_shape({std::size_t(1), std::size_t(2), n, dk});
+        all.fill(-1e4f);  // every step forgets all but its own write: e^-1e4 is 0
+        return all;
+      };
+      Mask causal;
+      causal.causal = Causal::top_left;
+      {  // forward, dk = 8: products over full sub-chunks
+        const std::size_t n = 141, dk = 8, dv = 6;
+        const Tensor q = random_tensor(1, 2, n, dk, 51), k = random_tensor(1, 2, n, dk, 52),
+                     v = random_tensor(1, 2, n, dv, 53), s0 = random_tensor(1, 2, dk, dv, 54);
+        const Tensor g = gates(n, dk, 55);
+        const TokenTensor beta = uniform_tokens(1, 2, n, 0, 1, 56);
+        TokenInputs in = channel_inputs(g, with_beta ? &beta : nullptr);
+        in.initial_state = StateRef{TensorRef(s0), std::nullopt};
+        Tensor out;
+        Saved saved;
+        a->forward(q, k, v, causal, in, out, saved);
+        REQUIRE(xt::all(xt::isfinite(out)));
+        const Recurrence ref = recurrence_of(*a, causal, dk, 2);
+        xt::xarray<double> final64;
+        require_close(
+            out, Tensor64(ref(recurrence_inputs(q, k, v, in), true, with_beta, true, &final64)),
+            kRtol, kAtol);
+        require_close(saved.final_state.memory, Tensor64(final64), kRtol, kAtol);
+      }
+      // backward: dk = 3 and N = 70, across a chunk edge and four sub-chunk edges
+      const std::size_t n = 70, dk = 3, dv = 2;
+      const Tensor q = random_tensor(1, 2, n, dk, 61), k = random_tensor(1, 2, n, dk, 62),
+                   v = random_tensor(1, 2, n, dv, 63), s0 = random_tensor(1, 2, dk, dv, 64),
+                   d_out = random_tensor(1, 2, n, dv, 65),
+                   d_final = random_tensor(1, 2, dk, dv, 66);
+      const Tensor g = gates(n, dk, 67);
+      const TokenTensor beta = uniform_tokens(1, 2, n, 0.05, 1, 68);
+      TokenInputs in = channel_inputs(g, with_beta ? &beta : nullptr);
+      in.initial_state = StateRef{TensorRef(s0), std::nullopt};
+      Tensor out;
+      Saved saved;
+      a->forward(q, k, v, causal, in, out, saved);
+      in.d_final_state = StateRef{TensorRef(d_final), std::nullopt};
+      AllGradients grads;
+      a->backward(q, k, v, causal, in, out, d_out, saved, grads);
+      std::vector<xt::xarray<double>> ours = {
+          xt::cast<double>(grads.qkv.dq), xt::cast<double>(grads.qkv.dk),
+          xt::cast<double>(grads.qkv.dv), xt::cast<double>(grads.d_channel_log_decay)};
+      std::vector<std::string> names = {"q", "k", "v", "g"};
+      if (with_beta) ours.push_back(xt::cast<double>(grads.d_beta)), names.push_back("beta");
+      ours.push_back(xt::cast<double>(grads.d_initial_state.memory)), names.push_back("S0");
+      for (const auto& x : ours) REQUIRE(xt::all(xt::isfinite(x)));
+      // The loss out·d_out + S_N·d_final: both flattened into one array.
+      const Recurrence ref = recurrence_of(*a, causal, dk, 2);
+      const auto joined = [](const auto& a, const auto& b) {
+        xt::xarray<double> x = xt::zeros<double>({a.size() + b.size()});
+        std::copy(a.begin(), a.end(), x.begin());
+        std::copy(b.begin(), b.end(), x.begin() + std::ptrdiff_t(a.size()));
+        return x;
+      };
+      const auto both = [&](const Arrays64& x) -> xt::xarray<double> {
+        xt::xarray<double> final64;
+        const xt::xarray<double> o = ref(x, true, with_beta, true, &final64);
+        return joined(o, final64);
+      };
+      const xt::xarray<double> weights = joined(d_out, d_final);
+      const Arrays64 fd = test::central_differences(both, recurrence_inputs(q, k, v, in), weights);
+      // fp32 gradients against fp64 differences: the engine's bound for its scalar gates.
+      for (std::size_t i = 0; i < ours.size(); ++i)
+        require_close_grad(ours[i], fd[i], 1e-4, 2e-5, std::string(spec) + " d" + names[i]);
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 // repeated call's), against the float64 definitions (variants/recurrence_reference.hpp), whose
 // grouped heads read k and v through h / (H / Hkv), and against central differences of them;
 // decoding; and a head count that does not divide.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,47 @@ TEST_CASE("grouped heads equal the call with k and v repeated, and the float64 d
             CHECK((g.d_initial_state.key_sum == r.d_initial_state.key_sum));
           }
   }
+}
+
+TEST_CASE("grouped heads with a per-channel decay equal the call with k and v repeated",
+          "[linear][grouped]") {
+  // gla's chunked form and kda's recurrence under channel_log_decay [B, H, N, Dk], one per
+  // query head: outputs, dq and dg bitwise, dk and dv the group sums, and the float64 definition.
+  const std::size_t H = 4, kv = 2, dk = 5, dv = 3;
+  for (const char* spec : {"gla", "kda"})
+    for (const int layout : {0, 1, 2}) {  // causal padded, non-causal cross, causal documents
+      INFO(spec << " layout " << layout);
+      const bool causal = layout != 1, docs = layout == 2;
+      const std::size_t B = docs ? 1 : 2, n = 70, nq = causal ? n : 11;
+      const auto a = make_attention(spec);
+      Case c;
+      c.q = random_tensor(B, H, nq, dk, 700 + layout);
+      c.k = random_tensor(B, kv, n, dk, 701);
+      c.v = random_tensor(B, kv, n, dv, 702);
+      if (a->support().beta) c.beta = uniform_tokens(B, H, n, 0, 1, 703);
+      if (causal) c.mask.causal = Causal::top_left;
+      if (layout == 0) c.mask.key_lengths = {std::int64_t(n), std::int64_t(n - 9)};
+      if (docs) c.mask.documents = {0, 23, std::int64_t(n)};
+      Tensor g = random_tensor(B, H, n, dk, 704);
+      for (float& x : g) x = -std::abs(x);
+      TokenInputs in = c.in();
+      in.channel_log_decay = TensorRef(g);
+      const Tensor k_rep = repeat_kv(c.k, H), v_rep = repeat_kv(c.v, H);
+      Tensor out, out_rep;
+      Saved saved, saved_rep;
+      a->forward(c.q, c.k, c.v, c.mask, in, out, saved);
+      a->forward(c.q, k_rep, v_rep, c.mask, in, out_rep, saved_rep);
+      CHECK((out == out_rep));
+      require_close(out, own_reference(*a, c.q, c.k, c.v, c.mask, in), kRtol, kAtol);
+      const Tensor d_out = random_tensor(B, H, nq, dv, 705);
+      const AllGradients gr = a->backward(c.q, c.k, c.v, c.mask, in, out, d_out, saved);
+      const AllGradients r = a->backward(c.q, k_rep, v_rep, c.mask, in, out_rep, d_out, saved_rep);
+      CHECK((gr.qkv.dq == r.qkv.dq));
+      CHECK((gr.qkv.dk == group_sum(r.qkv.dk, kv)));
+      CHECK((gr.qkv.dv == group_sum(r.qkv.dv, kv)));
+      CHECK((gr.d_channel_log_decay == r.d_channel_log_decay));
+      CHECK((gr.d_beta == r.d_beta));
+    }
 }
 
 TEST_CASE("grouped heads' key and value gradients against central differences",

@@ -8,8 +8,9 @@
 //   computes g = logsigmoid(x W_g) / tau). Without g the decay is 1: plain causal linear
 //   attention with the identity feature map and no normaliser. Or, in its place, a log-decay
 //   per key channel g [B, H, Nk, Dk] (TokenInputs::channel_log_decay): GLA as published,
-//   S_t = Diag(exp g_t) S_{t-1} + k_t v_t^T, which the engine runs token by token (see
-//   variants/linear_scan.hpp; O(N·Dk·Dv) per head, each decay of one step: no overflow).
+//   S_t = Diag(exp g_t) S_{t-1} + k_t v_t^T, in the engine's chunked form with sub-chunks and
+//   the decay inside a chunk in log space (see variants/linear_scan.hpp: no overflow for any
+//   g <= 0, a decay of -1e4 per step gives exact zeros, not NaN).
 //
 // What it computes, per batch item and head, q times the softmax scale (Mask::scale), no
 // feature map and no denominator (GLA normalises the output afterwards, outside attention):
@@ -17,7 +18,8 @@
 //       = sum_{j <= t} exp(g_{j+1} + ... + g_t) (q_t·k_j) v_j;
 //   non-causal: every query reads the last state.
 // Chunked form with the decay as exponentials of differences of cumulative g inside each chunk
-// of 64 tokens: no overflow for any g <= 0. Cost O(B·H·N·(64·(Dk + Dv) + Dk·Dv)), O(Dk·Dv) state.
+// of 64 tokens: no overflow for any g <= 0. Cost O(B·H·N·(64·(Dk + Dv) + Dk·Dv)), O(Dk·Dv) state
+// (per-channel g: plus O(B·H·N·16·Dk) exponentials for the pairs inside 16-token sub-chunks).
 // Masks: as the engine (causal Nq == Nk, key padding, non-causal cross-attention, Dv != Dk,
 // grouped KV heads with a state and a g per query head).
 // Exact reductions: g = 0 is unnormalised causal linear attention; a constant g per head is

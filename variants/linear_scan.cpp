@@ -314,7 +314,7 @@ struct Grads {
   float *dq, *dk, *dv, *dg, *dbeta;
 };
 
-// ---- Per-channel decay: the recurrence token by token (see the header) ----
+// ---- Per-channel decay under the delta rule: the recurrence token by token (see the header) ----
 
 // One write with a per-channel decay: S = Diag(exp g) S, then k v^T (sum rule) or
 // k (beta (v - S^T k))^T (delta rule). k prepared; tmp holds dv floats.
@@ -437,6 +437,269 @@ void channel_chunk_backward(const Head& h, std::size_t t0, std::size_t rows, std
     prepare_rows_backward(h.q + t0 * dk, rows, dk, h.normalise, h.q_scale, qnorm.data(),
                           gr.dq + t0 * dk);
   if (h.normalise) prepare_rows_backward(h.k + t0 * dk, kv, dk, true, 1.0f, knorm.data(), dkc);
+}
+
+// ---- Per-channel decay, sum rule: the chunked form with sub-chunks (see the header) ----
+
+// Tokens per sub-chunk: pairs inside one are weighted elementwise (an exp per pair and channel),
+// pairs across two by one product of factored rows.
+constexpr std::size_t kSub = 16;
+
+// Per-thread scratch of one chunk under a per-channel decay (rows of dk unless said).
+struct ChannelChunk {
+  std::size_t dk;
+  std::vector<double> b;           // [C] rows: cumulative log-decay per channel in the chunk
+  std::vector<float> decay, tail;  // e^{b_i}, e^{b_last - b_j}
+  std::vector<float> qf, qs;       // [kSub]: e^{b_i - ref}, q_i times it (ref: b at r0)
+  std::vector<float> kf, ks, kst;  // [C]: e^{ref - b_j}, k_j times it, ks transposed [dk x C]
+  std::vector<float> pair, grad;   // [kSub]: e^{b_i - b_j} of one row; [C]: a product's rows
+  std::vector<float> db;           // [C]: the gradient of b
+  explicit ChannelChunk(std::size_t dk_)
+      : dk(dk_),
+        b(C * dk_),
+        decay(C * dk_),
+        tail(C * dk_),
+        qf(kSub * dk_),
+        qs(kSub * dk_),
+        kf(C * dk_),
+        ks(C * dk_),
+        kst(dk_ * C),
+        pair(kSub * dk_),
+        grad(C * dk_),
+        db(C * dk_) {}
+};
+
+// b, decay and tail of the chunk from g [rows x dk]: b summed in float64 (a g of -1e4 does not
+// swallow the small ones after it), every exponent a difference <= 0, exponentiated by the
+// vectorised exp2 (exactly 0 below 2^-126). Rows from kv on hold b at kv - 1 (padding).
+void channel_decays(const float* g, std::size_t rows, std::size_t kv, ChannelChunk& cc) {
+  const std::size_t dk = cc.dk;
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t c = 0; c < dk; ++c) {
+      const double before = i > 0 ? cc.b[(i - 1) * dk + c] : 0.0;
+      cc.b[i * dk + c] = before + (i < kv ? g[i * dk + c] : 0.0f);
+      cc.decay[i * dk + c] = static_cast<float>(cc.b[i * dk + c] * kLog2e);
+    }
+  kernels::exp2_inplace(cc.decay.data(), rows * dk);
+  if (kv == 0) return;
+  const double* last = &cc.b[(kv - 1) * dk];
+  for (std::size_t j = 0; j < kv; ++j)
+    for (std::size_t c = 0; c < dk; ++c)
+      cc.tail[j * dk + c] = static_cast<float>((last[c] - cc.b[j * dk + c]) * kLog2e);
+  kernels::exp2_inplace(cc.tail.data(), kv * dk);
+}
+
+// The factored rows of query sub-chunk [r0, r1) against the `before` keys of earlier
+// sub-chunks, with ref = b_{r0}: qs_i = q_i ∘ e^{b_i - ref}, ks_j = k_j ∘ e^{ref - b_j}. b never
+// grows, so both exponents are <= 0 and qs_i · ks_j = sum_c q_ic k_jc e^{b_ic - b_jc}; a factor
+// that underflows to 0 stands for a product below it.
+void sub_chunk_factors(const float* q, const float* k, std::size_t r0, std::size_t r1,
+                       std::size_t before, ChannelChunk& cc) {
+  const std::size_t dk = cc.dk;
+  const double* ref = &cc.b[r0 * dk];
+  for (std::size_t i = r0; i < r1; ++i)
+    for (std::size_t c = 0; c < dk; ++c)
+      cc.qf[(i - r0) * dk + c] = static_cast<float>((cc.b[i * dk + c] - ref[c]) * kLog2e);
+  for (std::size_t j = 0; j < before; ++j)
+    for (std::size_t c = 0; c < dk; ++c)
+      cc.kf[j * dk + c] = static_cast<float>((ref[c] - cc.b[j * dk + c]) * kLog2e);
+  kernels::exp2_inplace(cc.qf.data(), (r1 - r0) * dk);
+  kernels::exp2_inplace(cc.kf.data(), before * dk);
+  for (std::size_t x = 0; x < (r1 - r0) * dk; ++x) cc.qs[x] = q[r0 * dk + x] * cc.qf[x];
+  for (std::size_t x = 0; x < before * dk; ++x) cc.ks[x] = k[x] * cc.kf[x];
+}
+
+// e^{b_i - b_j} per channel for the keys j in [r0, r0 + n) of row i's own sub-chunk, into
+// cc.pair (n rows): the exponents are taken in float64 and are <= 0 (j <= i).
+void sub_chunk_pairs(std::size_t i, std::size_t r0, std::size_t n, ChannelChunk& cc) {
+  const std::size_t dk = cc.dk;
+  const double* bi = &cc.b[i * dk];
+  for (std::size_t j = 0; j < n; ++j)
+    for (std::size_t c = 0; c < dk; ++c)
+      cc.pair[j * dk + c] = static_cast<float>((bi[c] - cc.b[(r0 + j) * dk + c]) * kLog2e);
+  kernels::exp2_inplace(cc.pair.data(), n * dk);
+}
+
+// A [rows x kv] (row stride C), A_ij = sum_c q_ic k_jc e^{b_ic - b_jc} for j <= i, 0 above:
+// across sub-chunks one product of factored rows per query sub-chunk, within one elementwise.
+void channel_scores(const float* q, const float* k, std::size_t rows, std::size_t kv,
+                    ChannelChunk& cc, float* a) {
+  const std::size_t dk = cc.dk;
+  for (std::size_t r0 = 0; r0 < rows; r0 += kSub) {
+    const std::size_t r1 = std::min(rows, r0 + kSub), before = std::min(r0, kv);
+    if (before > 0) {
+      sub_chunk_factors(q, k, r0, r1, before, cc);
+      kernels::transpose(before, dk, cc.ks.data(), dk, cc.kst.data(), C);
+      kernels::gemm_tile(r1 - r0, before, dk, cc.qs.data(), dk, cc.kst.data(), C, a + r0 * C, C,
+                         false);
+    }
+    for (std::size_t i = r0; i < r1; ++i) {
+      float* row = a + i * C;
+      const std::size_t seen = std::min(i + 1, kv);
+      if (seen > r0) {
+        sub_chunk_pairs(i, r0, seen - r0, cc);
+        for (std::size_t j = r0; j < seen; ++j) {
+          float* e = &cc.pair[(j - r0) * dk];
+          for (std::size_t c = 0; c < dk; ++c) e[c] *= k[j * dk + c];
+          row[j] = dot(q + i * dk, e, dk);
+        }
+      }
+      std::fill(row + std::max(seen, before), row + kv, 0.0f);
+    }
+  }
+}
+
+// channel_scores' gradients: given dA (lower, row stride C), adds sum_j dA_ij k_j ∘ e^{b_i - b_j}
+// into dq_i and sum_i dA_ij q_i ∘ e^{b_i - b_j} into dk_j, in the same factored and elementwise
+// parts.
+void channel_scores_backward(const float* q, const float* k, std::size_t rows, std::size_t kv,
+                             const float* da, ChannelChunk& cc, float* dq, float* dk_out) {
+  const std::size_t dk = cc.dk;
+  for (std::size_t r0 = 0; r0 < rows; r0 += kSub) {
+    const std::size_t r1 = std::min(rows, r0 + kSub), before = std::min(r0, kv);
+    if (before > 0) {
+      sub_chunk_factors(q, k, r0, r1, before, cc);
+      kernels::gemm_tile(r1 - r0, dk, before, da + r0 * C, C, cc.ks.data(), dk, cc.grad.data(), dk,
+                         false);
+      for (std::size_t x = 0; x < (r1 - r0) * dk; ++x) dq[r0 * dk + x] += cc.grad[x] * cc.qf[x];
+      kernels::gemm_tile_at(before, dk, r1 - r0, da + r0 * C, C, cc.qs.data(), dk, cc.grad.data(),
+                            dk, false);
+      for (std::size_t x = 0; x < before * dk; ++x) dk_out[x] += cc.grad[x] * cc.kf[x];
+    }
+    for (std::size_t i = r0; i < r1; ++i) {
+      const std::size_t seen = std::min(i + 1, kv);
+      if (seen <= r0) continue;
+      sub_chunk_pairs(i, r0, seen - r0, cc);
+      const float* qi = q + i * dk;
+      float* dqi = dq + i * dk;
+      for (std::size_t j = r0; j < seen; ++j) {
+        const float x = da[i * C + j];
+        const float* e = &cc.pair[(j - r0) * dk];
+        const float* kj = k + j * dk;
+        float* dkj = dk_out + j * dk;
+        for (std::size_t c = 0; c < dk; ++c) {
+          dqi[c] += x * kj[c] * e[c];
+          dkj[c] += x * qi[c] * e[c];
+        }
+      }
+    }
+  }
+}
+
+// One chunk of a per-channel decay under the sum rule, as chunk(): with Qd = Q ∘ e^b and
+// Kt = K ∘ e^{b_last - b},  O = Qd S_0 + A V,  S_C = Diag(e^{b_last}) S_0 + Kt^T V.
+void channel_chunk(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv, float* s,
+                   float* out, Chunk& w, ChannelChunk& cc) {
+  const std::size_t dk = w.dk, dv = w.dv;
+  const float* k = chunk_keys(h, t0, kv, w);
+  const float* v = h.v + t0 * dv;
+  channel_decays(h.gc + t0 * dk, rows, kv, cc);
+  if (out) {
+    const float* q = chunk_queries(h, t0, rows, w);
+    for (std::size_t x = 0; x < rows * dk; ++x) w.qd[x] = q[x] * cc.decay[x];
+    float* o = out + t0 * dv;
+    kernels::gemm_tile(rows, dv, dk, w.qd.data(), dk, s, dv, o, dv, false);
+    if (kv > 0) {
+      channel_scores(q, k, rows, kv, cc, w.a.data());
+      lower_times(rows, dv, kv, w.a.data(), C, v, dv, o, dv, true);
+    }
+  }
+  if (kv == 0) return;
+  const float* last = &cc.decay[(kv - 1) * dk];
+  for (std::size_t r = 0; r < dk; ++r)
+    for (std::size_t c = 0; c < dv; ++c) s[r * dv + c] *= last[r];
+  for (std::size_t x = 0; x < kv * dk; ++x) w.qd[x] = k[x] * cc.tail[x];
+  kernels::gemm_tile_at(dk, dv, kv, w.qd.data(), dk, v, dv, s, dv, true);
+}
+
+// run_chunks' walk for a per-channel decay under the sum rule (no key sum).
+void channel_run_chunks(const Head& h, std::size_t dk, std::size_t dv, float* s, float* out,
+                        float* checkpoints, Chunk& w) {
+  const std::size_t state = state_floats(dk, dv);
+  std::fill(s, s + state, 0.0f);
+  if (h.initial) std::copy(h.initial, h.initial + dk * dv, s);
+  ChannelChunk cc(dk);
+  const std::size_t positions = h.causal ? h.nk : h.valid;
+  for (std::size_t t0 = 0, c = 0; t0 < positions; t0 += C, ++c) {
+    if (checkpoints) std::copy(s, s + state, checkpoints + c * state);
+    const std::size_t rows = std::min(C, positions - t0);
+    const std::size_t kv = std::min(rows, h.valid > t0 ? h.valid - t0 : 0);
+    channel_chunk(h, t0, rows, kv, s, h.causal ? out : nullptr, w, cc);
+  }
+}
+
+// channel_chunk's gradients, from s0, the state before it; ds on entry the gradient of the
+// state after the chunk, on return of the one before. With dA = (dO V^T) below the diagonal:
+//   dV = A^T dO + Kt dS,  dQ = (dO S_0^T) ∘ e^b + d(A)/dQ,  dK = d(A)/dK + (V dS^T) ∘ e^{b_L - b},
+//   dS_0 = Diag(e^{b_L}) dS + Qd^T dO.
+// Every factor is e^{x b_i - y b_j} with its q_i or k_j beside it, so the gradient of b is
+//   db_i = q_i ∘ dq_i - k_i ∘ dk_i  (+ at the last key L: sum_j k_j ∘ dk_j^state
+//          + e^{b_L} ∘ rowsum(S_0 ∘ dS), what b_L does through Kt and Diag(e^{b_L}) S_0),
+// dq and dk those of the prepared rows, and dg_t = sum_{i >= t} db_i per channel.
+void channel_chunk_backward_sum(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv,
+                                const float* s0, float* ds, const Grads& gr, Chunk& w,
+                                ChannelChunk& cc) {
+  const std::size_t dk = w.dk, dv = w.dv;
+  const float* k = chunk_keys(h, t0, kv, w);
+  const float* v = h.v + t0 * dv;
+  channel_decays(h.gc + t0 * dk, rows, kv, cc);
+  std::fill(cc.db.begin(), cc.db.begin() + rows * dk, 0.0f);
+  float* dkc = gr.dk + t0 * dk;
+  float* dvc = gr.dv + t0 * dv;
+  std::fill(dkc + kv * dk, dkc + rows * dk, 0.0f);  // padding writes nothing
+  std::fill(dvc + kv * dv, dvc + rows * dv, 0.0f);
+  if (kv > 0) {  // the writes into S_C
+    for (std::size_t x = 0; x < kv * dk; ++x) w.qd[x] = k[x] * cc.tail[x];
+    kernels::gemm_tile(kv, dv, dk, w.qd.data(), dk, ds, dv, dvc, dv, false);
+    kernels::transpose(dk, dv, ds, dv, w.st.data(), dk);
+    kernels::gemm_tile(kv, dk, dv, v, dv, w.st.data(), dk, dkc, dk, false);
+    float* db_last = &cc.db[(kv - 1) * dk];
+    for (std::size_t j = 0; j < kv; ++j)
+      for (std::size_t c = 0; c < dk; ++c) {
+        dkc[j * dk + c] *= cc.tail[j * dk + c];
+        db_last[c] += k[j * dk + c] * dkc[j * dk + c];
+      }
+    const float* last = &cc.decay[(kv - 1) * dk];
+    for (std::size_t r = 0; r < dk; ++r) {
+      db_last[r] += last[r] * dot(s0 + r * dv, ds + r * dv, dv);
+      for (std::size_t c = 0; c < dv; ++c) ds[r * dv + c] *= last[r];
+    }
+  }
+  if (h.causal) {  // the reads
+    const float* q = chunk_queries(h, t0, rows, w);
+    const float* d_out = gr.d_out + t0 * dv;
+    float* dq = gr.dq + t0 * dk;
+    kernels::transpose(dk, dv, s0, dv, w.st.data(), dk);
+    kernels::gemm_tile(rows, dk, dv, d_out, dv, w.st.data(), dk, dq, dk, false);
+    for (std::size_t x = 0; x < rows * dk; ++x) {
+      dq[x] *= cc.decay[x];
+      w.qd[x] = q[x] * cc.decay[x];
+    }
+    kernels::gemm_tile_at(dk, dv, rows, w.qd.data(), dk, d_out, dv, ds, dv, true);
+    if (kv > 0) {
+      channel_scores(q, k, rows, kv, cc, w.a.data());
+      kernels::transpose(kv, dv, v, dv, w.vt.data(), C);
+      lower_result(rows, kv, dv, d_out, dv, w.vt.data(), C, w.da.data(), C);
+      causal_weights(w.da.data(), rows, kv, false, w);  // zero above the diagonal
+      lower_transposed_times(kv, dv, rows, w.a.data(), C, d_out, dv, dvc, dv, true);
+      channel_scores_backward(q, k, rows, kv, w.da.data(), cc, dq, dkc);
+    }
+    for (std::size_t x = 0; x < rows * dk; ++x) cc.db[x] += q[x] * dq[x];
+  }
+  for (std::size_t x = 0; x < kv * dk; ++x) cc.db[x] -= k[x] * dkc[x];
+  if (h.causal && !queries_as_given(h))
+    prepare_rows_backward(h.q + t0 * dk, rows, dk, h.normalise, h.q_scale, w.qnorm.data(),
+                          gr.dq + t0 * dk);
+  if (h.normalise) prepare_rows_backward(h.k + t0 * dk, kv, dk, true, 1.0f, w.knorm.data(), dkc);
+  if (gr.dg) {  // b_i = g_1 + ... + g_min(i, kv) per channel: dg_t sums db from t on
+    std::vector<double>& acc = cc.b;  // b is read no more
+    std::fill(acc.begin(), acc.begin() + dk, 0.0);
+    for (std::size_t i = rows; i-- > 0;)
+      for (std::size_t c = 0; c < dk; ++c) {
+        acc[c] += cc.db[i * dk + c];
+        gr.dg[(t0 + i) * dk + c] = i < kv ? static_cast<float>(acc[c]) : 0.0f;
+      }
+  }
 }
 
 // The delta rule's part of a chunk's backward, after chunk_backward has the gradient dU of its
@@ -731,8 +994,10 @@ void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* d
              float* checkpoints, StateOut final_state) {
   std::vector<float> s(state_floats(dk, dv));
   Chunk w(dk, dv);
-  if (h.gc)
-    channel_run(h, dk, dv, s.data(), out, checkpoints);  // no key sum: the scan clients only
+  if (h.gc && h.beta)  // no key sum under a per-channel decay: the scan clients only
+    channel_run(h, dk, dv, s.data(), out, checkpoints);
+  else if (h.gc)
+    channel_run_chunks(h, dk, dv, s.data(), out, checkpoints, w);
   else
     run_chunks(h, dk, dv, den != nullptr, s.data(), out, den, checkpoints, w);
   write_state(s.data(), dk, dv, den != nullptr, final_state);
@@ -778,8 +1043,10 @@ void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
   Chunk w(dk, dv);
   if (!checkpoints || !h.causal) {  // non-causal: also the last state
     saved.resize(chunks * state);
-    if (h.gc)
+    if (h.gc && h.beta)
       channel_run(h, dk, dv, s.data(), nullptr, saved.data());
+    else if (h.gc)
+      channel_run_chunks(h, dk, dv, s.data(), nullptr, saved.data(), w);
     else
       run_chunks(h, dk, dv, key_sum, s.data(), nullptr, nullptr, saved.data(), w);
     checkpoints = saved.data();
@@ -812,11 +1079,15 @@ void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
   if (dg) std::fill(dg + positions * g_width, dg + h.nk * g_width, 0.0f);
   if (dbeta) std::fill(dbeta + positions, dbeta + h.nk, 0.0f);
   const Grads gr{d_out, d_den, dq, dk_out, dv_out, dg, dbeta};
+  std::unique_ptr<ChannelChunk> cc;
+  if (h.gc && !h.beta) cc = std::make_unique<ChannelChunk>(dk);
   for (std::size_t c = chunks; c-- > 0;) {
     const std::size_t t0 = c * C, rows = std::min(C, positions - t0);
     const std::size_t kv = std::min(rows, h.valid > t0 ? h.valid - t0 : 0);
-    if (h.gc)
+    if (h.gc && h.beta)
       channel_chunk_backward(h, t0, rows, kv, checkpoints + c * state, ds.data(), gr, dk, dv);
+    else if (h.gc)
+      channel_chunk_backward_sum(h, t0, rows, kv, checkpoints + c * state, ds.data(), gr, w, *cc);
     else
       chunk_backward(h, t0, rows, kv, checkpoints + c * state, ds.data(), dz, gr, w);
   }
