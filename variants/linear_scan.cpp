@@ -441,8 +441,8 @@ void channel_chunk_backward(const Head& h, std::size_t t0, std::size_t rows, std
 
 // ---- Per-channel decay, sum rule: the chunked form with sub-chunks (see the header) ----
 
-// Tokens per sub-chunk: pairs inside one are weighted elementwise (an exp per pair and channel),
-// pairs across two by one product of factored rows.
+// Tokens per sub-chunk: pairs inside one are weighted elementwise (a product per pair and
+// channel, advance_pairs), pairs across two by one matrix product of factored rows.
 constexpr std::size_t kSub = 16;
 
 // Per-thread scratch of one chunk under a per-channel decay (rows of dk unless said).
@@ -450,6 +450,7 @@ struct ChannelChunk {
   std::size_t dk;
   std::vector<double> b;           // [C] rows: cumulative log-decay per channel in the chunk
   std::vector<float> decay, tail;  // e^{b_i}, e^{b_last - b_j}
+  std::vector<float> step;         // e^{g_i} (1 for padding): one token's decay
   std::vector<float> qf, qs;       // [kSub]: e^{b_i - ref}, q_i times it (ref: b at r0)
   std::vector<float> kf, ks, kst;  // [C]: e^{ref - b_j}, k_j times it, ks transposed [dk x C]
   std::vector<float> pair, grad;   // [kSub]: e^{b_i - b_j} of one row; [C]: a product's rows
@@ -459,6 +460,7 @@ struct ChannelChunk {
         b(C * dk_),
         decay(C * dk_),
         tail(C * dk_),
+        step(C * dk_),
         qf(kSub * dk_),
         qs(kSub * dk_),
         kf(C * dk_),
@@ -479,8 +481,10 @@ void channel_decays(const float* g, std::size_t rows, std::size_t kv, ChannelChu
       const double before = i > 0 ? cc.b[(i - 1) * dk + c] : 0.0;
       cc.b[i * dk + c] = before + (i < kv ? g[i * dk + c] : 0.0f);
       cc.decay[i * dk + c] = static_cast<float>(cc.b[i * dk + c] * kLog2e);
+      cc.step[i * dk + c] = i < kv ? g[i * dk + c] * static_cast<float>(kLog2e) : 0.0f;
     }
   kernels::exp2_inplace(cc.decay.data(), rows * dk);
+  kernels::exp2_inplace(cc.step.data(), rows * dk);
   if (kv == 0) return;
   const double* last = &cc.b[(kv - 1) * dk];
   for (std::size_t j = 0; j < kv; ++j)
@@ -509,15 +513,18 @@ void sub_chunk_factors(const float* q, const float* k, std::size_t r0, std::size
   for (std::size_t x = 0; x < before * dk; ++x) cc.ks[x] = k[x] * cc.kf[x];
 }
 
-// e^{b_i - b_j} per channel for the keys j in [r0, r0 + n) of row i's own sub-chunk, into
-// cc.pair (n rows): the exponents are taken in float64 and are <= 0 (j <= i).
-void sub_chunk_pairs(std::size_t i, std::size_t r0, std::size_t n, ChannelChunk& cc) {
+// The weights of row i's pairs inside its sub-chunk from r0, e^{b_i - b_j} per channel for the
+// keys j in [r0, min(i + 1, kv)), in cc.pair row j - r0: row i - 1's times e^{g_i}, and 1 for
+// j = i. Products of one-step decays (each <= 1, a relative error of one rounding per step):
+// no exponential per pair, and -1e4 gives exact zeros as the direct exp(b_i - b_j) would.
+void advance_pairs(std::size_t i, std::size_t r0, std::size_t kv, ChannelChunk& cc) {
   const std::size_t dk = cc.dk;
-  const double* bi = &cc.b[i * dk];
-  for (std::size_t j = 0; j < n; ++j)
-    for (std::size_t c = 0; c < dk; ++c)
-      cc.pair[j * dk + c] = static_cast<float>((bi[c] - cc.b[(r0 + j) * dk + c]) * kLog2e);
-  kernels::exp2_inplace(cc.pair.data(), n * dk);
+  const float* a = &cc.step[i * dk];
+  for (std::size_t j = r0; j < std::min(i, kv); ++j) {
+    float* e = &cc.pair[(j - r0) * dk];
+    for (std::size_t c = 0; c < dk; ++c) e[c] *= a[c];
+  }
+  if (i < kv) std::fill_n(&cc.pair[(i - r0) * dk], dk, 1.0f);
 }
 
 // A [rows x kv] (row stride C), A_ij = sum_c q_ic k_jc e^{b_ic - b_jc} for j <= i, 0 above:
@@ -537,11 +544,11 @@ void channel_scores(const float* q, const float* k, std::size_t rows, std::size_
       float* row = a + i * C;
       const std::size_t seen = std::min(i + 1, kv);
       if (seen > r0) {
-        sub_chunk_pairs(i, r0, seen - r0, cc);
+        advance_pairs(i, r0, kv, cc);
         for (std::size_t j = r0; j < seen; ++j) {
-          float* e = &cc.pair[(j - r0) * dk];
-          for (std::size_t c = 0; c < dk; ++c) e[c] *= k[j * dk + c];
-          row[j] = dot(q + i * dk, e, dk);
+          const float* e = &cc.pair[(j - r0) * dk];
+          for (std::size_t c = 0; c < dk; ++c) cc.grad[c] = e[c] * k[j * dk + c];
+          row[j] = dot(q + i * dk, cc.grad.data(), dk);
         }
       }
       std::fill(row + std::max(seen, before), row + kv, 0.0f);
@@ -569,12 +576,12 @@ void channel_scores_backward(const float* q, const float* k, std::size_t rows, s
     for (std::size_t i = r0; i < r1; ++i) {
       const std::size_t seen = std::min(i + 1, kv);
       if (seen <= r0) continue;
-      sub_chunk_pairs(i, r0, seen - r0, cc);
+      advance_pairs(i, r0, kv, cc);
       const float* qi = q + i * dk;
       float* dqi = dq + i * dk;
       for (std::size_t j = r0; j < seen; ++j) {
         const float x = da[i * C + j];
-        const float* e = &cc.pair[(j - r0) * dk];
+        const float* e = &cc.pair[(j - r0) * dk];  // e^{b_i - b_j}
         const float* kj = k + j * dk;
         float* dkj = dk_out + j * dk;
         for (std::size_t c = 0; c < dk; ++c) {

