@@ -85,7 +85,7 @@ TEST_CASE("per-channel gates equal their float64 recurrence", "[linear-family]")
 }
 
 TEST_CASE("per-channel gates: packed documents run each document alone", "[linear-family]") {
-  for (const char* spec : {"gla", "kda"}) {  // the chunked form and the recurrence
+  for (const char* spec : {"gla", "kda"}) {  // the sum and the delta rule
     INFO(spec);
     const auto a = make_scan(spec);
     const std::size_t n = 90, dk = 4, dv = 5;
@@ -111,9 +111,10 @@ TEST_CASE("per-channel gates: packed documents run each document alone", "[linea
 
 TEST_CASE("per-channel gates under weak, strong and overwhelming decay, final-state gradients",
           "[linear-family]") {
-  // gla runs the chunked form (sub-chunk factors, log-space pairs), kda the recurrence: each
-  // against the float64 recurrence, forward over two chunks and a ragged end, backward (with
-  // an initial state and the final state's gradient in the loss) against central differences.
+  // The chunked form (sub-chunk factors, pair weights in sub-chunks) under the sum rule (gla)
+  // and the delta rule (kda), against the float64 recurrence: forward over two chunks and a
+  // ragged end, backward (an initial state and the final state's gradient in the loss) against
+  // central differences.
   enum class Decay { weak, mixed, overwhelming };
   for (const char* spec : {"gla", "kda"}) {
     const auto a = make_scan(spec);

@@ -19,7 +19,7 @@
 //   non-causal: every query reads the last state.
 // Chunked form with the decay as exponentials of differences of cumulative g inside each chunk
 // of 64 tokens: no overflow for any g <= 0. Cost O(B·H·N·(64·(Dk + Dv) + Dk·Dv)), O(Dk·Dv) state
-// (per-channel g: plus O(B·H·N·16·Dk) exponentials for the pairs inside 16-token sub-chunks).
+// (per-channel g: plus O(B·H·N·16·Dk) for the weights of the pairs inside 16-token sub-chunks).
 // Masks: as the engine (causal Nq == Nk, key padding, non-causal cross-attention, Dv != Dk,
 // grouped KV heads with a state and a g per query head).
 // Exact reductions: g = 0 is unnormalised causal linear attention; a constant g per head is

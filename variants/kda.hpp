@@ -14,10 +14,11 @@
 // softmax scale:
 //   S_t = (I - beta_t k_t k_t^T) Diag(exp g_t) S_{t-1} + beta_t k_t v_t^T; causal
 //   out_t = S_t^T q_t; non-causal: every query reads the last state. With the per-channel
-//   decay the engine runs the recurrence token by token (each decay of one step, exp(g) <= 1:
-//   no overflow, g = -1e4 underflows to 0 without NaN).
-// Cost: O(B·H·N·Dk·Dv) time, O(Dk·Dv) state per head; the backward saves one state per 64
-//   tokens and recomputes each chunk's states. Masks: as delta.
+//   decay the engine runs the chunked WY form with 16-token sub-chunks and the decay inside a
+//   chunk in log space (variants/linear_scan.hpp: no overflow for any g <= 0, g = -1e4
+//   underflows to exact zeros without NaN).
+// Cost: O(B·H·N·(64·(Dk + Dv) + Dk·Dv)) time, O(Dk·Dv) state per head; the backward saves one
+//   state per 64 tokens. Masks: as delta.
 // Exact reductions: equal channels (g_t,c = g_t) equal gated-delta with that g; g = 0 equals
 //   delta; beta = 0 is pure decay of an empty memory, zeros. Backward: q, k, v, g per channel,
 //   beta, and the initial state.

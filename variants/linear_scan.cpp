@@ -205,13 +205,16 @@ void scale_rows(const float* x, const float* f, std::size_t rows, std::size_t di
 // The delta rule's pseudo-values U [kv x dv] of the chunk from t0 (into w.u), from its keys k
 // (chunk_keys) and the state s before it; leaves T = (I + L)^{-1} in w.t and K K^T in w.kk.
 // Needs decay_factors (when decaying) and w.kt, the chunk's keys transposed.
+// Per-channel decay: `ke` = K ∘ e^b and w.kk already holding sum_c k_ic k_jc e^{b_ic - b_jc}
+// below the diagonal (channel_scores), so that L_ij = beta_i w.kk_ij and R's key part is beta ke.
 const float* pseudo_values(const Head& h, std::size_t t0, std::size_t kv, const float* k,
-                           const float* s, Chunk& w) {
+                           const float* s, Chunk& w, const float* ke = nullptr) {
   const std::size_t dk = w.dk, dv = w.dv;
   const float* v = h.v + t0 * dv;
   const float* beta = h.beta + t0;
   const bool decays = h.g != nullptr;
-  lower_result(kv, kv, dk, k, dk, w.kt.data(), C, w.kk.data(), C);  // read below the diagonal
+  if (!ke)
+    lower_result(kv, kv, dk, k, dk, w.kt.data(), C, w.kk.data(), C);  // read below the diagonal
   // T = (I + L)^{-1} row by row: T_i = e_i - L_i T, one vector-matrix product per row (over
   // T's rows above i, zero right of their diagonal; a loop of row updates through memory was
   // bound by store-to-load latency). Then X = T [diag(beta) V | diag(beta e^b) K] as one
@@ -223,14 +226,18 @@ const float* pseudo_values(const Head& h, std::size_t t0, std::size_t kv, const 
     if (i > 0) {
       float* minus_l = &w.m[i * C];
       for (std::size_t j = 0; j < i; ++j)
-        minus_l[j] = -beta[i] * (decays ? w.e[i * C + j] : 1.0f) * w.kk[i * C + j];
+        minus_l[j] = ke ? -beta[i] * w.kk[i * C + j]
+                        : -beta[i] * (decays ? w.e[i * C + j] : 1.0f) * w.kk[i * C + j];
       kernels::gemm_tile(1, i, i, minus_l, C, w.t.data(), C, ti, C, false);
     }
     ti[i] = 1.0f;
     const float eb = decays ? w.eb[i] : 1.0f;
     float* r = &w.r[i * wide];
     for (std::size_t c = 0; c < dv; ++c) r[c] = beta[i] * v[i * dv + c];
-    for (std::size_t c = 0; c < dk; ++c) r[dv + c] = beta[i] * eb * k[i * dk + c];
+    if (ke)
+      for (std::size_t c = 0; c < dk; ++c) r[dv + c] = beta[i] * ke[i * dk + c];
+    else
+      for (std::size_t c = 0; c < dk; ++c) r[dv + c] = beta[i] * eb * k[i * dk + c];
   }
   lower_times(kv, wide, kv, w.t.data(), C, w.r.data(), wide, w.x.data(), wide, false);
   // U = X_V - X_K S
@@ -314,132 +321,7 @@ struct Grads {
   float *dq, *dk, *dv, *dg, *dbeta;
 };
 
-// ---- Per-channel decay under the delta rule: the recurrence token by token (see the header) ----
-
-// One write with a per-channel decay: S = Diag(exp g) S, then k v^T (sum rule) or
-// k (beta (v - S^T k))^T (delta rule). k prepared; tmp holds dv floats.
-void channel_write(float* s, const float* g, const float* k, const float* v, const float* beta,
-                   std::size_t dk, std::size_t dv, float* tmp) {
-  for (std::size_t r = 0; r < dk; ++r) {
-    const float a = std::exp(g[r]);  // of one step: <= 1, and exactly 0 for g = -1e4
-    for (std::size_t c = 0; c < dv; ++c) s[r * dv + c] *= a;
-  }
-  const float* u = v;
-  if (beta) {
-    vec_mat(k, s, dk, dv, tmp);
-    for (std::size_t c = 0; c < dv; ++c) tmp[c] = *beta * (v[c] - tmp[c]);
-    u = tmp;
-  }
-  rank1(s, k, u, dk, dv);
-}
-
-// run_chunks' walk for a per-channel decay: token by token from S_0 (or the initial state),
-// causal queries reading S_t, the state before every C-th position into checkpoints.
-void channel_run(const Head& h, std::size_t dk, std::size_t dv, float* s, float* out,
-                 float* checkpoints) {
-  const std::size_t state = state_floats(dk, dv);
-  std::fill(s, s + state, 0.0f);
-  if (h.initial) std::copy(h.initial, h.initial + dk * dv, s);
-  std::vector<float> qp(dk), kp(dk), tmp(dv);
-  float norm = 0.0f;
-  const std::size_t positions = h.causal ? h.nk : h.valid;
-  for (std::size_t t = 0; t < positions; ++t) {
-    if (checkpoints && t % C == 0) std::copy(s, s + state, checkpoints + t / C * state);
-    if (t < h.valid) {
-      prepare_rows(h.k + t * dk, 1, dk, h.normalise, 1.0f, kp.data(), &norm);
-      channel_write(s, h.gc + t * dk, kp.data(), h.v + t * dv, h.beta ? h.beta + t : nullptr, dk,
-                    dv, tmp.data());
-    }
-    if (h.causal && out) {
-      prepare_rows(h.q + t * dk, 1, dk, h.normalise, h.q_scale, qp.data(), &norm);
-      vec_mat(qp.data(), s, dk, dv, out + t * dv);
-    }
-  }
-}
-
-// One chunk's backward for a per-channel decay, from s0, the state before it; ds on entry the
-// gradient of the state after the chunk, on return of the one before. Token t, with
-// P = Diag(a) S_{t-1}, a = exp(g_t), w = P^T k, u = v (sum) or beta (v - w) (delta), writes
-// S_t = P + k u^T and (causal) reads out_t = S_t^T q_t; backwards:
-//   dS_t += q dout^T, dq = S_t dout, dk = dS_t u, du = dS_t^T k, dP = dS_t,
-//   delta: dv = beta du, dbeta = du·(v - w), dw = -beta du, dP += k dw^T, dk += P dw;
-//   sum: dv = du;  dg_c = sum_j dP_cj P_cj;  dS_{t-1} = Diag(a) dP.
-// Writes the chunk's rows of dk, dv, dg [x dk], dbeta and (causal) dq, those of q and k as
-// given (back through their preparation).
-void channel_chunk_backward(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv,
-                            const float* s0, float* ds, const Grads& gr, std::size_t dk,
-                            std::size_t dv) {
-  const std::size_t pv = dk * dv;
-  std::vector<float> states((rows + 1) * pv), kp(rows * dk), knorm(rows), qp(rows * dk),
-      qnorm(rows), tmp(dv), p(pv), u(dv), du(dv), dw(dv);
-  std::copy(s0, s0 + pv, states.begin());
-  prepare_rows(h.k + t0 * dk, kv, dk, h.normalise, 1.0f, kp.data(), knorm.data());
-  if (h.causal)
-    prepare_rows(h.q + t0 * dk, rows, dk, h.normalise, h.q_scale, qp.data(), qnorm.data());
-  for (std::size_t r = 0; r < rows; ++r) {  // states[r + 1]: the state after token t0 + r
-    std::copy(states.begin() + r * pv, states.begin() + (r + 1) * pv,
-              states.begin() + (r + 1) * pv);
-    if (r < kv)
-      channel_write(states.data() + (r + 1) * pv, h.gc + (t0 + r) * dk, kp.data() + r * dk,
-                    h.v + (t0 + r) * dv, h.beta ? h.beta + t0 + r : nullptr, dk, dv, tmp.data());
-  }
-  float* dkc = gr.dk + t0 * dk;
-  float* dvc = gr.dv + t0 * dv;
-  std::fill(dkc + kv * dk, dkc + rows * dk, 0.0f);  // padding writes nothing
-  std::fill(dvc + kv * dv, dvc + rows * dv, 0.0f);
-  if (gr.dg) std::fill(gr.dg + (t0 + kv) * dk, gr.dg + (t0 + rows) * dk, 0.0f);
-  if (gr.dbeta) std::fill(gr.dbeta + t0 + kv, gr.dbeta + t0 + rows, 0.0f);
-  for (std::size_t r = rows; r-- > 0;) {
-    const std::size_t t = t0 + r;
-    if (h.causal) {
-      const float* s = states.data() + (r + 1) * pv;
-      const float* dout = gr.d_out + t * dv;
-      float* dq = gr.dq + t * dk;
-      for (std::size_t i = 0; i < dk; ++i) dq[i] = dot(s + i * dv, dout, dv);
-      rank1(ds, qp.data() + r * dk, dout, dk, dv);
-    }
-    if (r >= kv) continue;
-    const float* prev = states.data() + r * pv;
-    const float* g = h.gc + t * dk;
-    const float* k = kp.data() + r * dk;
-    const float* v = h.v + t * dv;
-    for (std::size_t i = 0; i < dk; ++i) {
-      const float a = std::exp(g[i]);
-      for (std::size_t c = 0; c < dv; ++c) p[i * dv + c] = a * prev[i * dv + c];
-    }
-    vec_mat(k, ds, dk, dv, du.data());  // du = dS^T k
-    float* dkt = dkc + r * dk;
-    if (h.beta) {
-      const float beta = h.beta[t];
-      vec_mat(k, p.data(), dk, dv, tmp.data());  // w = P^T k
-      for (std::size_t c = 0; c < dv; ++c) u[c] = beta * (v[c] - tmp[c]);
-      float dbeta = 0.0f;
-      for (std::size_t c = 0; c < dv; ++c) {
-        dvc[r * dv + c] = beta * du[c];
-        dbeta += du[c] * (v[c] - tmp[c]);
-        dw[c] = -beta * du[c];
-      }
-      if (gr.dbeta) gr.dbeta[t] = dbeta;
-      for (std::size_t i = 0; i < dk; ++i)
-        dkt[i] = dot(ds + i * dv, u.data(), dv) + dot(p.data() + i * dv, dw.data(), dv);
-      rank1(ds, k, dw.data(), dk, dv);  // dP = dS + k dw^T
-    } else {
-      for (std::size_t c = 0; c < dv; ++c) dvc[r * dv + c] = du[c];
-      for (std::size_t i = 0; i < dk; ++i) dkt[i] = dot(ds + i * dv, v, dv);
-    }
-    for (std::size_t i = 0; i < dk; ++i) {  // dS now holds dP
-      if (gr.dg) gr.dg[t * dk + i] = dot(ds + i * dv, p.data() + i * dv, dv);
-      const float a = std::exp(g[i]);
-      for (std::size_t c = 0; c < dv; ++c) ds[i * dv + c] *= a;
-    }
-  }
-  if (h.causal)
-    prepare_rows_backward(h.q + t0 * dk, rows, dk, h.normalise, h.q_scale, qnorm.data(),
-                          gr.dq + t0 * dk);
-  if (h.normalise) prepare_rows_backward(h.k + t0 * dk, kv, dk, true, 1.0f, knorm.data(), dkc);
-}
-
-// ---- Per-channel decay, sum rule: the chunked form with sub-chunks (see the header) ----
+// ---- Per-channel decay: the chunked form with sub-chunks (see the header) ----
 
 // Tokens per sub-chunk: pairs inside one are weighted elementwise (a product per pair and
 // channel, advance_pairs), pairs across two by one matrix product of factored rows.
@@ -455,6 +337,7 @@ struct ChannelChunk {
   std::vector<float> kf, ks, kst;  // [C]: e^{ref - b_j}, k_j times it, ks transposed [dk x C]
   std::vector<float> pair, grad;   // [kSub]: e^{b_i - b_j} of one row; [C]: a product's rows
   std::vector<float> db;           // [C]: the gradient of b
+  std::vector<float> ke, dk_rows;  // [C] delta rule: K ∘ e^b; key gradients whose b_i grows
   explicit ChannelChunk(std::size_t dk_)
       : dk(dk_),
         b(C * dk_),
@@ -468,7 +351,9 @@ struct ChannelChunk {
         kst(dk_ * C),
         pair(kSub * dk_),
         grad(C * dk_),
-        db(C * dk_) {}
+        db(C * dk_),
+        ke(C * dk_),
+        dk_rows(C * dk_) {}
 };
 
 // b, decay and tail of the chunk from g [rows x dk]: b summed in float64 (a g of -1e4 does not
@@ -593,14 +478,25 @@ void channel_scores_backward(const float* q, const float* k, std::size_t rows, s
   }
 }
 
-// One chunk of a per-channel decay under the sum rule, as chunk(): with Qd = Q ∘ e^b and
-// Kt = K ∘ e^{b_last - b},  O = Qd S_0 + A V,  S_C = Diag(e^{b_last}) S_0 + Kt^T V.
+// The delta rule's pseudo-values U of the chunk under a per-channel decay (into w.u): the WY
+// form of the header with L_ij = beta_i sum_c k_ic k_jc e^{b_ic - b_jc} (channel_scores, into
+// w.kk) and R = diag(beta) (V - (K ∘ e^b) S_0) (K ∘ e^b into cc.ke); T left in w.t.
+const float* channel_pseudo_values(const Head& h, std::size_t t0, std::size_t kv, const float* k,
+                                   const float* s, Chunk& w, ChannelChunk& cc) {
+  channel_scores(k, k, kv, kv, cc, w.kk.data());  // its diagonal is not read
+  for (std::size_t x = 0; x < kv * w.dk; ++x) cc.ke[x] = k[x] * cc.decay[x];
+  return pseudo_values(h, t0, kv, k, s, w, cc.ke.data());
+}
+
+// One chunk under a per-channel decay, as chunk(): with Qd = Q ∘ e^b, Kt = K ∘ e^{b_last - b}
+// and U = V (sum rule) or the pseudo-values (delta rule),
+//   O = Qd S_0 + A U,  S_C = Diag(e^{b_last}) S_0 + Kt^T U.
 void channel_chunk(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv, float* s,
                    float* out, Chunk& w, ChannelChunk& cc) {
   const std::size_t dk = w.dk, dv = w.dv;
   const float* k = chunk_keys(h, t0, kv, w);
-  const float* v = h.v + t0 * dv;
   channel_decays(h.gc + t0 * dk, rows, kv, cc);
+  const float* v = h.beta && kv > 0 ? channel_pseudo_values(h, t0, kv, k, s, w, cc) : h.v + t0 * dv;
   if (out) {
     const float* q = chunk_queries(h, t0, rows, w);
     for (std::size_t x = 0; x < rows * dk; ++x) w.qd[x] = q[x] * cc.decay[x];
@@ -619,7 +515,7 @@ void channel_chunk(const Head& h, std::size_t t0, std::size_t rows, std::size_t 
   kernels::gemm_tile_at(dk, dv, kv, w.qd.data(), dk, v, dv, s, dv, true);
 }
 
-// run_chunks' walk for a per-channel decay under the sum rule (no key sum).
+// run_chunks' walk for a per-channel decay (no key sum).
 void channel_run_chunks(const Head& h, std::size_t dk, std::size_t dv, float* s, float* out,
                         float* checkpoints, Chunk& w) {
   const std::size_t state = state_floats(dk, dv);
@@ -635,29 +531,87 @@ void channel_run_chunks(const Head& h, std::size_t dk, std::size_t dv, float* s,
   }
 }
 
+// The delta rule's part of channel_chunk_backward_chunked, after it has dU in w.du (as
+// delta_backward, per channel; channel_pseudo_values left T, U, the L's weights and Ke = K ∘ e^b):
+//   dR = T^T dU, dV = diag(beta) dR, dS_0 -= (diag(beta) Ke)^T dR,
+//   dK += -diag(beta) dR S_0^T ∘ e^b  (b_i grows with it: db_i += k_i ∘ that),
+//   dL = -(dR U^T) below the diagonal, dbeta_i = dR_i·(v_i - (Ke S_0)_i) + sum_j dL_ij L_ij /
+//   beta_i, and dL through L_ij = beta_i sum_c k_ic k_jc e^{b_ic - b_jc} as
+//   channel_scores_backward: its row side (k_i, whose b_i grows) into cc.dk_rows, its column side
+//   straight into dK.
+// The caller's db -= k ∘ dK counts every key gradient as the column side's: the row side's is
+// added twice here to turn its sign.
+void channel_delta_backward(const Head& h, std::size_t t0, std::size_t kv, const float* k,
+                            const float* s0, float* ds, const Grads& gr, Chunk& w,
+                            ChannelChunk& cc) {
+  const std::size_t dk = w.dk, dv = w.dv;
+  const float* v = h.v + t0 * dv;
+  const float* beta = h.beta + t0;
+  float* dkc = gr.dk + t0 * dk;
+  float* dvc = gr.dv + t0 * dv;
+  float* dr = w.dr.data();
+  lower_transposed_times(kv, dv, kv, w.t.data(), C, w.du.data(), dv, dr, dv, false);
+  kernels::gemm_tile(kv, dv, dk, cc.ke.data(), dk, s0, dv, w.pred.data(), dv, false);
+  for (std::size_t i = 0; i < kv; ++i) {
+    const float* dri = dr + i * dv;
+    if (gr.dbeta) gr.dbeta[t0 + i] = dot(dri, v + i * dv, dv) - dot(dri, &w.pred[i * dv], dv);
+    for (std::size_t c = 0; c < dv; ++c) dvc[i * dv + c] = beta[i] * dri[c];
+    for (std::size_t r = 0; r < dk; ++r) w.qd[i * dk + r] = -beta[i] * cc.ke[i * dk + r];
+  }
+  kernels::gemm_tile_at(dk, dv, kv, w.qd.data(), dk, dr, dv, ds, dv, true);
+  kernels::transpose(dk, dv, s0, dv, w.st.data(), dk);
+  kernels::gemm_tile(kv, dk, dv, dr, dv, w.st.data(), dk, cc.dk_rows.data(), dk, false);
+  for (std::size_t i = 0; i < kv; ++i)
+    for (std::size_t r = 0; r < dk; ++r) cc.dk_rows[i * dk + r] *= -beta[i] * cc.decay[i * dk + r];
+  kernels::transpose(kv, dv, w.u.data(), dv, w.vt.data(), C);
+  lower_result(kv, kv, dv, dr, dv, w.vt.data(), C, w.m.data(), C);
+  for (std::size_t i = 0; i < kv; ++i) {  // w.m: the gradient of L's weights, beta_i dL_ij
+    float* row = &w.m[i * C];
+    double along = 0.0;
+    for (std::size_t j = 0; j < i; ++j) {
+      const float dl = -row[j];
+      along += double(dl) * w.kk[i * C + j];
+      row[j] = dl * beta[i];
+    }
+    std::fill(row + i, row + kv, 0.0f);
+    if (gr.dbeta) gr.dbeta[t0 + i] += static_cast<float>(along);
+  }
+  channel_scores_backward(k, k, kv, kv, w.m.data(), cc, cc.dk_rows.data(), dkc);
+  for (std::size_t x = 0; x < kv * dk; ++x) {
+    cc.db[x] += 2.0f * k[x] * cc.dk_rows[x];
+    dkc[x] += cc.dk_rows[x];
+  }
+}
+
 // channel_chunk's gradients, from s0, the state before it; ds on entry the gradient of the
-// state after the chunk, on return of the one before. With dA = (dO V^T) below the diagonal:
-//   dV = A^T dO + Kt dS,  dQ = (dO S_0^T) ∘ e^b + d(A)/dQ,  dK = d(A)/dK + (V dS^T) ∘ e^{b_L - b},
+// state after the chunk, on return of the one before. U = V (sum rule; dV = dU) or the
+// pseudo-values (delta rule: channel_delta_backward takes dU on). With dA = (dO U^T) below the
+// diagonal:
+//   dU = A^T dO + Kt dS,  dQ = (dO S_0^T) ∘ e^b + d(A)/dQ,  dK = d(A)/dK + (U dS^T) ∘ e^{b_L - b},
 //   dS_0 = Diag(e^{b_L}) dS + Qd^T dO.
 // Every factor is e^{x b_i - y b_j} with its q_i or k_j beside it, so the gradient of b is
 //   db_i = q_i ∘ dq_i - k_i ∘ dk_i  (+ at the last key L: sum_j k_j ∘ dk_j^state
 //          + e^{b_L} ∘ rowsum(S_0 ∘ dS), what b_L does through Kt and Diag(e^{b_L}) S_0),
-// dq and dk those of the prepared rows, and dg_t = sum_{i >= t} db_i per channel.
-void channel_chunk_backward_sum(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv,
-                                const float* s0, float* ds, const Grads& gr, Chunk& w,
-                                ChannelChunk& cc) {
+// dq and dk those of the prepared rows (the delta rule adds its own terms), and
+// dg_t = sum_{i >= t} db_i per channel.
+void channel_chunk_backward_chunked(const Head& h, std::size_t t0, std::size_t rows, std::size_t kv,
+                                    const float* s0, float* ds, const Grads& gr, Chunk& w,
+                                    ChannelChunk& cc) {
   const std::size_t dk = w.dk, dv = w.dv;
   const float* k = chunk_keys(h, t0, kv, w);
-  const float* v = h.v + t0 * dv;
   channel_decays(h.gc + t0 * dk, rows, kv, cc);
+  const bool delta = h.beta && kv > 0;
+  const float* v = delta ? channel_pseudo_values(h, t0, kv, k, s0, w, cc) : h.v + t0 * dv;
   std::fill(cc.db.begin(), cc.db.begin() + rows * dk, 0.0f);
   float* dkc = gr.dk + t0 * dk;
   float* dvc = gr.dv + t0 * dv;
+  float* du = delta ? w.du.data() : dvc;            // the gradient of U (V under the sum rule)
   std::fill(dkc + kv * dk, dkc + rows * dk, 0.0f);  // padding writes nothing
   std::fill(dvc + kv * dv, dvc + rows * dv, 0.0f);
+  if (gr.dbeta) std::fill(gr.dbeta + t0 + kv, gr.dbeta + t0 + rows, 0.0f);
   if (kv > 0) {  // the writes into S_C
     for (std::size_t x = 0; x < kv * dk; ++x) w.qd[x] = k[x] * cc.tail[x];
-    kernels::gemm_tile(kv, dv, dk, w.qd.data(), dk, ds, dv, dvc, dv, false);
+    kernels::gemm_tile(kv, dv, dk, w.qd.data(), dk, ds, dv, du, dv, false);
     kernels::transpose(dk, dv, ds, dv, w.st.data(), dk);
     kernels::gemm_tile(kv, dk, dv, v, dv, w.st.data(), dk, dkc, dk, false);
     float* db_last = &cc.db[(kv - 1) * dk];
@@ -688,11 +642,12 @@ void channel_chunk_backward_sum(const Head& h, std::size_t t0, std::size_t rows,
       kernels::transpose(kv, dv, v, dv, w.vt.data(), C);
       lower_result(rows, kv, dv, d_out, dv, w.vt.data(), C, w.da.data(), C);
       causal_weights(w.da.data(), rows, kv, false, w);  // zero above the diagonal
-      lower_transposed_times(kv, dv, rows, w.a.data(), C, d_out, dv, dvc, dv, true);
+      lower_transposed_times(kv, dv, rows, w.a.data(), C, d_out, dv, du, dv, true);
       channel_scores_backward(q, k, rows, kv, w.da.data(), cc, dq, dkc);
     }
     for (std::size_t x = 0; x < rows * dk; ++x) cc.db[x] += q[x] * dq[x];
   }
+  if (delta) channel_delta_backward(h, t0, kv, k, s0, ds, gr, w, cc);
   for (std::size_t x = 0; x < kv * dk; ++x) cc.db[x] -= k[x] * dkc[x];
   if (h.causal && !queries_as_given(h))
     prepare_rows_backward(h.q + t0 * dk, rows, dk, h.normalise, h.q_scale, w.qnorm.data(),
@@ -1001,9 +956,7 @@ void forward(const Head& h, std::size_t dk, std::size_t dv, float* out, float* d
              float* checkpoints, StateOut final_state) {
   std::vector<float> s(state_floats(dk, dv));
   Chunk w(dk, dv);
-  if (h.gc && h.beta)  // no key sum under a per-channel decay: the scan clients only
-    channel_run(h, dk, dv, s.data(), out, checkpoints);
-  else if (h.gc)
+  if (h.gc)  // no key sum under a per-channel decay: the scan clients only
     channel_run_chunks(h, dk, dv, s.data(), out, checkpoints, w);
   else
     run_chunks(h, dk, dv, den != nullptr, s.data(), out, den, checkpoints, w);
@@ -1050,9 +1003,7 @@ void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
   Chunk w(dk, dv);
   if (!checkpoints || !h.causal) {  // non-causal: also the last state
     saved.resize(chunks * state);
-    if (h.gc && h.beta)
-      channel_run(h, dk, dv, s.data(), nullptr, saved.data());
-    else if (h.gc)
+    if (h.gc)
       channel_run_chunks(h, dk, dv, s.data(), nullptr, saved.data(), w);
     else
       run_chunks(h, dk, dv, key_sum, s.data(), nullptr, nullptr, saved.data(), w);
@@ -1087,14 +1038,13 @@ void backward(const Head& h, std::size_t dk, std::size_t dv, const float* d_out,
   if (dbeta) std::fill(dbeta + positions, dbeta + h.nk, 0.0f);
   const Grads gr{d_out, d_den, dq, dk_out, dv_out, dg, dbeta};
   std::unique_ptr<ChannelChunk> cc;
-  if (h.gc && !h.beta) cc = std::make_unique<ChannelChunk>(dk);
+  if (h.gc) cc = std::make_unique<ChannelChunk>(dk);
   for (std::size_t c = chunks; c-- > 0;) {
     const std::size_t t0 = c * C, rows = std::min(C, positions - t0);
     const std::size_t kv = std::min(rows, h.valid > t0 ? h.valid - t0 : 0);
-    if (h.gc && h.beta)
-      channel_chunk_backward(h, t0, rows, kv, checkpoints + c * state, ds.data(), gr, dk, dv);
-    else if (h.gc)
-      channel_chunk_backward_sum(h, t0, rows, kv, checkpoints + c * state, ds.data(), gr, w, *cc);
+    if (h.gc)
+      channel_chunk_backward_chunked(h, t0, rows, kv, checkpoints + c * state, ds.data(), gr, w,
+                                     *cc);
     else
       chunk_backward(h, t0, rows, kv, checkpoints + c * state, ds.data(), dz, gr, w);
   }

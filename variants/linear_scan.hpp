@@ -42,25 +42,26 @@
 // Cost: O(N·C·(Dk + Dv) + N·Dk·Dv) per head, matrix products per chunk (kernels::gemm_tile);
 // memory O(Dk·Dv + C·(C + Dk + Dv)) per thread: q and k are prepared (scaled, normalised) chunk
 // by chunk, in cache, not copied per head.
-// Per-channel decay (Head::gc), sum rule (GLA as published): the same chunks, with b_i a row of
-// Dk cumulative log-decays (float64) and, as flash-linear-attention's chunked GLA, sub-chunks of
-// 16 tokens. A query sub-chunk from r reads the keys of earlier sub-chunks through factored rows,
-// (q_i ∘ e^{b_i - b_r}) · (k_j ∘ e^{b_r - b_j}), both exponents <= 0, one matrix product per
-// sub-chunk; pairs inside one sub-chunk are weighted elementwise, sum_c q_ic k_jc e^{b_ic - b_jc}.
-//   O = (Q ∘ e^b) S_0 + A V,  S_C = Diag(e^{b_C}) S_0 + (K ∘ e^{b_C - b})^T V.
+// Per-channel decay (Head::gc: GLA as published; with the delta rule Kimi Delta Attention): the
+// same chunks, with b_i a row of Dk cumulative log-decays (float64) and, as
+// flash-linear-attention's chunked GLA and KDA, sub-chunks of 16 tokens. A query sub-chunk from
+// r reads the keys of earlier sub-chunks through factored rows, (q_i ∘ e^{b_i - b_r}) ·
+// (k_j ∘ e^{b_r - b_j}), both exponents <= 0, one matrix product per sub-chunk; pairs inside
+// one sub-chunk are weighted elementwise, A_ij = sum_c q_ic k_jc e^{b_ic - b_jc}, the weights of
+// row i those of row i - 1 times e^{g_i} (products of one-step decays <= 1).
+//   sum rule:   U = V.
+//   delta rule: the WY form above with L_ij = beta_i sum_c k_ic k_jc e^{b_ic - b_jc} (the same
+//               sub-chunk products, keys against keys) and R = diag(beta) (V - (K ∘ e^b) S_0).
+//   O = (Q ∘ e^b) S_0 + A U,  S_C = Diag(e^{b_C}) S_0 + (K ∘ e^{b_C - b})^T U.
 // Nothing overflows for any g <= 0, and a factor that underflows to 0 stands for a product
 // below it (g = -1e4 per step: exact zeros, no NaN). The backward transposes these products;
-// d(log_decay) per channel is the suffix sum of db_i = q_i ∘ dq_i - k_i ∘ dk_i plus the state's
-// terms at the chunk's last key (derived in channel_chunk_backward_sum). Cost as the scalar
-// gate's chunked form plus O(N·16·Dk) exponentials for the pairs inside sub-chunks.
-// Per-channel decay under the delta rule (Kimi Delta Attention): not yet chunked; the recurrence
-// itself, token by token (a rank-1 write and a read per token, O(Dk·Dv) each), saving the same
-// chunk-start states; the backward walks each chunk in reverse from its saved state, recomputing
-// the chunk's states and taking the recurrence's gradients token by token (derived in
-// channel_chunk_backward). Each decay is exp(g) <= 1 of one step, so nothing overflows and a
-// decay of -1e4 per step underflows to an exact 0 (no NaN); d(log_decay) per channel is a_c
-// times the gradient of a_c. O(N·Dk·Dv) per head as the chunked form, with rank-1 products in
-// place of chunk GEMMs. Neither per-channel form carries the key sum z (no client asks for it).
+// d(log_decay) per channel is the suffix sum of db_i = q_i ∘ dq_i - k_i ∘ dk_i (each factor
+// e^{b_i - b_j} carries q_i or k_i on the side that grows with b_i, k_j on the side that
+// shrinks), with the terms of the state at the chunk's last key and the delta rule's keys on
+// the growing side (derived in channel_chunk_backward_chunked). Cost as the scalar gate's
+// chunked form plus O(N·16·Dk) for the weights of the pairs inside sub-chunks and a few
+// exponentials per token and channel; the per-channel form carries no key sum z (no client
+// asks for it).
 // The sum rule can carry the key sum z beside S (z_t = a_t z_{t-1} + k_t, den_t = q_t·z_t, in the
 // same chunks: z_C = e^{b_C} z_0 + K^T e^{b_C - b}, den = diag(e^b) Q z_0 + (Q K^T ∘ E) 1), which
 // is linear attention's denominator without a column of ones in V.
