@@ -27,7 +27,6 @@
 #include "harness/meta.hpp"
 #include "harness/plot.hpp"
 #include "harness/progress.hpp"
-#include "variants/delta_product.hpp"
 
 namespace attnlab::harness {
 namespace {
@@ -109,8 +108,7 @@ Tokens tokens(const DecodeSweep& s, const DecodePoint& p, std::size_t n, std::si
 // Rows of k and v a token brings: delta-product's steps (its decoder takes n_h rows of k, v,
 // g and beta per token; g and beta are not given, so beta is the spec's), else 1.
 std::size_t rows_per_token(const Attention& a) {
-  const auto* product = dynamic_cast<const DeltaProductAttention*>(&a);
-  return product ? std::size_t(product->steps()) : 1;
+  return a.support().rows_per_token;
 }
 
 // Rows [first, first + n) of a token tensor's third axis.

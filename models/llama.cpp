@@ -12,6 +12,7 @@ AttentionOptions llama_attention(const LayerConfig& c) {
   o.tied_qk = c.tied_qk;
   o.short_conv = c.short_conv;
   o.head_norm = c.head_norm;
+  o.channel_gate = c.channel_gate;
   o.bias = false;
   o.rope_base = c.rope_base;
   o.names = AttentionNames::llama;
@@ -159,7 +160,7 @@ LlamaModel::LlamaModel(const ModelConfig& config) : LlamaModel(config, true) {}
 
 LlamaModel::LlamaModel(const ModelConfig& config, bool initialise)
     : embed_tokens(validated(config).vocab, config.layer.d_model),
-      layers(config.layers, LlamaBlock(config.layer)),
+      layers(make_layers<LlamaBlock>(config.layer, config.layers)),
       norm(make_norm(config.layer, config.layer.final_norm)),
       config_(config) {
   config_.layer.pre_ln = true;
@@ -221,7 +222,9 @@ std::vector<std::string> LlamaModel::load(const std::string& dir) {
 
 LlamaModel LlamaModel::with_attention(const std::string& spec) const {
   LlamaModel copy = *this;
-  for (LlamaBlock& block : copy.layers) block.set_attention(spec);
+  const std::vector<std::string> specs = layer_specs(spec);
+  for (std::size_t i = 0; i < copy.layers.size(); ++i)
+    copy.layers[i].set_attention(specs[i % specs.size()]);
   copy.config_.layer.spec = spec;
   return copy;
 }

@@ -121,7 +121,8 @@ MultiHeadAttention::MultiHeadAttention(std::size_t d_model, std::size_t heads,
     throw Error("multi-head attention: tied W_Q = W_K with kv_heads=" + std::to_string(kv_heads_) +
                 " < heads=" + std::to_string(heads) + ": W_K has fewer rows than W_Q");
   if (options.rope_base != 0) rotary_.emplace(d_model / heads, options.rope_base);
-  const std::size_t rows = block_offset(3);  // W_Q, W_K, W_V stacked
+  key_rows_ = make_attention(spec)->support().rows_per_token;  // W_K's, W_V's rows depend on it
+  const std::size_t rows = block_offset(3);                    // W_Q, W_K, W_V stacked
   in_proj_weight = Matrix::from_shape({rows, d_model});
   in_proj_bias = Vector::from_shape({options.bias ? rows : 0});
   in_proj_weight.fill(0);
@@ -176,6 +177,14 @@ void MultiHeadAttention::set_attention(const std::string& spec) {
                           " key and value heads for heads=" + std::to_string(heads_) +
                           " query heads; kv_heads=" + std::to_string(heads_) +
                           " gives each query head its own)");
+  const std::size_t key_rows = backend->support().rows_per_token;
+  if (key_rows != key_rows_)
+    throw Error("multi-head attention: core '" + backend->spec() + "' takes " +
+                std::to_string(key_rows) + " key rows per token, the layer projects " +
+                std::to_string(key_rows_) + " (W_K and W_V are shaped for them)");
+  if (options_.channel_gate && key_rows != 1)
+    throw Unsupported(backend->name(),
+                      "channel-gate with " + std::to_string(key_rows) + " key rows per token");
   core_.spec = spec;
   core_.backend = std::move(backend);
   core_.canonical = core_.backend->spec();
@@ -183,32 +192,80 @@ void MultiHeadAttention::set_attention(const std::string& spec) {
   core_.own = !attention_parameters.empty();
   core_.held = attention_parameters;  // what the core drew
   const Support s = core_.backend->support();
+  if (options_.channel_gate && !s.channel_decay)
+    throw Unsupported(core_.backend->name(),
+                      "channel-gate (a per-channel log-decay [B, H, N, Dk]; gla, kda and "
+                      "gated-delta take one)");
+  if (!options_.channel_gate) {
+    channel_gate.reset();
+  } else if (!channel_gate || channel_gate->kda() != s.beta) {
+    const std::size_t dk = head_dim();  // KDA's rank is the head dimension, GLA's 16
+    channel_gate.emplace(d_model(), s.beta ? dk : ChannelGate::kGlaRank, heads_, dk, s.beta);
+  }
   const auto gate = [&](std::optional<Linear>& proj, bool wanted) {
     if (!wanted) {
       proj.reset();
     } else if (!proj) {
-      proj.emplace(d_model(), heads_);
+      proj.emplace(d_model(), &proj == &beta_proj ? key_rows_ * heads_ : heads_);
       proj->weight.fill(0);
       proj->bias.fill(0);
     }
   };
-  gate(gate_proj, s.log_decay);
+  gate(gate_proj, s.log_decay && !options_.channel_gate);
   gate(beta_proj, s.beta);
 }
 
+ChannelGate::ChannelGate(std::size_t d_model, std::size_t rank, std::size_t heads,
+                         std::size_t head_dim, bool kda)
+    : down(d_model, rank, false), up(rank, heads * head_dim) {
+  down.weight.fill(0);
+  up.weight.fill(0);
+  up.bias.fill(0);
+  if (kda) a_log.emplace(Vector::from_shape({heads})).fill(0);
+}
+
+void ChannelGate::initialize(std::uint64_t seed, const std::string& prefix) {
+  down.initialize(seed, prefix + "down.");
+  up.initialize(seed, prefix + "up.");
+  if (!a_log) return;
+  // fla's KimiDeltaAttention: A uniform in [1, 16]; dt = exp(u (log 0.1 - log 0.001) +
+  // log 0.001), at least 1e-4, and b_up = softplus^-1(dt) = dt + log(-expm1(-dt)).
+  fill_uniform(parameter(prefix + "a_log", *a_log), 1.0, seed);
+  for (float& a : *a_log) a = static_cast<float>(std::log(1.0 + 15.0 * (a + 1.0) / 2.0));
+  fill_uniform(parameter(prefix + "up.bias", up.bias), 1.0, seed);
+  for (float& b : up.bias) {
+    const double u = (b + 1.0) / 2.0;
+    const double dt =
+        std::max(1e-4, std::exp(u * (std::log(0.1) - std::log(0.001)) + std::log(0.001)));
+    b = static_cast<float>(dt + std::log(-std::expm1(-dt)));
+  }
+}
+
+void ChannelGate::parameters(const std::string& prefix, Parameters& out) {
+  down.parameters(prefix + "down.", out);
+  up.parameters(prefix + "up.", out);
+  if (a_log) out.push_back(parameter(prefix + "a_log", *a_log));
+}
+
 TokenInputs Gates::inputs() const {
-  return TokenInputs::of(g.size() ? &g : nullptr, beta.size() ? &beta : nullptr);
+  TokenInputs in = TokenInputs::of(g.size() ? &g : nullptr, beta.size() ? &beta : nullptr);
+  if (channel_g.size()) in.channel_log_decay = TensorRef(channel_g);
+  return in;
 }
 
 Gates MultiHeadAttention::gates(const Activations& memory) const {
   Gates out;
   const std::size_t batch = memory.shape()[0], n = memory.shape()[1];
-  // [B, Nk, H] pre-activations -> [B, H, Nk] through f.
+  // [B, Nk, r·H] pre-activations -> [B, H, key_rows·Nk] through f: column c to head c % H and
+  // row j·key_rows + c / H (r = 1: each token's first row; the others stay 0).
   const auto heads_of = [&](const Activations& pre, auto f) {
-    TokenTensor t = TokenTensor::from_shape({batch, heads_, n});
+    TokenTensor t = TokenTensor::from_shape({batch, heads_, key_rows_ * n});
+    t.fill(0);
+    const std::size_t columns = pre.shape()[2];
     for (std::size_t b = 0; b < batch; ++b)
       for (std::size_t j = 0; j < n; ++j)
-        for (std::size_t h = 0; h < heads_; ++h) t(b, h, j) = f(double(pre(b, j, h)));
+        for (std::size_t c = 0; c < columns; ++c)
+          t(b, c % heads_, j * key_rows_ + c / heads_) = f(double(pre(b, j, c)));
     return t;
   };
   if (gate_proj) {
@@ -216,6 +273,24 @@ Gates MultiHeadAttention::gates(const Activations& memory) const {
     out.g = heads_of(out.g_pre, [](double x) {  // logsigmoid(x) = -log(1 + e^-x), stably
       return static_cast<float>((std::min(x, 0.0) - std::log1p(std::exp(-std::abs(x)))) / kGateTau);
     });
+  }
+  if (channel_gate) {
+    const ChannelGate& c = *channel_gate;
+    const std::size_t dk = head_dim();
+    out.channel_hidden = c.down.forward(memory);
+    out.channel_pre = c.up.forward(out.channel_hidden);
+    out.channel_g = Tensor::from_shape({batch, heads_, n, dk});
+    for (std::size_t b = 0; b < batch; ++b)
+      for (std::size_t j = 0; j < n; ++j)
+        for (std::size_t h = 0; h < heads_; ++h)
+          for (std::size_t i = 0; i < dk; ++i) {
+            const double x = out.channel_pre(b, j, h * dk + i);
+            // softplus(x) = -logsigmoid(-x) = max(x, 0) + log1p(e^-|x|), stably
+            const double softplus = std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x)));
+            out.channel_g(b, h, j, i) = static_cast<float>(
+                c.kda() ? -std::exp(double((*c.a_log)(h))) * softplus
+                        : (x - softplus) / kGateTau);  // logsigmoid(x) = x - softplus(x)
+          }
   }
   if (beta_proj) {
     out.beta_pre = beta_proj->forward(memory);
@@ -256,22 +331,27 @@ void MultiHeadAttention::project(const Activations& query, const Activations& me
   // One product per block (with W_K = W_Q and memory = query, k is then bitwise q), into one
   // buffer reused by the three: a fresh one each costs page faults (milliseconds per MiB here).
   // The short convolution's backward needs all three: then each block has its own rows.
-  shape_buffer(y, {short_conv() ? 3 * rows : rows, d});
+  // A row holds the widest block: W_K's and W_V's are wider than d_model with several key rows
+  // per token (DeltaProduct).
+  const std::size_t columns = std::max(d, block_size(1));
+  shape_buffer(y, {short_conv() ? 3 * rows : rows, columns});
   // Block `which` (0: q, 1: k, 2: v): block_size(which) = its heads · dk columns.
   auto block = [&](const Activations& x, std::size_t which, Tensor& heads) {
     const std::size_t n = x.shape()[1], width = block_size(which), offset = block_offset(which);
     const std::size_t dk = head_dim(), count = which == 0 ? heads_ : kv_heads_;
-    float* u = y.data() + (short_conv() ? which * rows * d : 0);
+    float* u = y.data() + (short_conv() ? which * rows * columns : 0);
     affine(x.data(), batch * n, d, d, in_proj_weight.data() + offset * d, width, d,
            bias() ? in_proj_bias.data() + offset : nullptr, u, width);
-    if (!short_conv()) return split_heads(u, batch, n, count, dk, heads);
+    // Keys and values: key_rows rows of width count·dk per token (u's rows split in as many).
+    const std::size_t rows_per_token = which == 0 ? 1 : key_rows_;
+    if (!short_conv()) return split_heads(u, batch, n * rows_per_token, count, dk, heads);
     const std::vector<float> taps = conv_taps(conv_weight->data() + offset * kConvWidth, width);
     std::vector<float> pre(width), s(width);
     // Decoding: the kConvWidth - 1 rows held (zeros before the first token, as the forward's
     // padding) go in front of this call's rows, and the last of them are held for the next.
     constexpr std::size_t history = kConvWidth - 1;
     std::vector<float> joined(state ? (history + n) * width : 0);
-    shape_buffer(heads, {batch, count, n, dk});
+    shape_buffer(heads, {batch, count, n * rows_per_token, dk});
     for (std::size_t b = 0; b < batch; ++b) {
       const float* rows = u + b * n * width;
       std::size_t first = 0;
@@ -287,7 +367,9 @@ void MultiHeadAttention::project(const Activations& query, const Activations& me
         causal_conv_row(taps.data(), rows, first + i, width, pre.data());
         sigmoid(pre.data(), width, s.data());
         for (std::size_t c = 0; c < width; ++c) s[c] *= pre[c];
-        for (std::size_t h = 0; h < count; ++h) std::copy_n(&s[h * dk], dk, &heads(b, h, i, 0));
+        for (std::size_t r = 0; r < rows_per_token; ++r)
+          for (std::size_t h = 0; h < count; ++h)
+            std::copy_n(&s[(r * count + h) * dk], dk, &heads(b, h, i * rows_per_token + r, 0));
       }
     }
   };
@@ -297,7 +379,7 @@ void MultiHeadAttention::project(const Activations& query, const Activations& me
   if (rotary_) {  // positions enter q and k alone, before the core (and its feature map)
     const std::size_t first = state ? state->position : 0;  // decoding: after the held tokens
     rotary_->apply(out.q, false, first);
-    rotary_->apply(out.k, false, first);
+    rotary_->apply(out.k, false, first, key_rows_);
   }
 }
 
@@ -323,13 +405,20 @@ void MultiHeadAttention::forward(const Activations& query, const Activations& me
   }
   project(query, memory, t.in, t.projected);
   t.gates = gates(memory);
+  Mask rows_mask;  // several key rows per token: key padding counted in rows
+  if (key_rows_ != 1 && mask.has_key_lengths()) {
+    rows_mask = mask;
+    for (std::int64_t& length : rows_mask.key_lengths) length *= std::int64_t(key_rows_);
+    if (keep) t.mask = rows_mask;
+  }
+  const Mask& core_mask = rows_mask.has_key_lengths() ? rows_mask : mask;
   {
     const Attention& core = attention();
     const TimedPart timed(StepPart::attention);
     if (keep)
-      core.forward(t.in.q, t.in.k, t.in.v, mask, t.gates.inputs(), t.heads, t.saved);
+      core.forward(t.in.q, t.in.k, t.in.v, core_mask, t.gates.inputs(), t.heads, t.saved);
     else
-      core.forward(t.in.q, t.in.k, t.in.v, mask, t.gates.inputs(), t.heads);
+      core.forward(t.in.q, t.in.k, t.in.v, core_mask, t.gates.inputs(), t.heads);
   }
   output(t, keep != nullptr, y);
 }
@@ -501,6 +590,7 @@ void MultiHeadAttention::initialize(std::uint64_t seed, const std::string& prefi
                  1.0 / std::sqrt(double(kConvWidth)), seed);
   if (head_norm_weight) head_norm_weight->fill(1);
   if (gate_proj) gate_proj->initialize(seed, prefix + "gate_proj.");
+  if (channel_gate) channel_gate->initialize(seed, prefix + "channel_gate.");
   if (beta_proj) beta_proj->initialize(seed, prefix + "beta_proj.");
 }
 
@@ -519,6 +609,7 @@ void MultiHeadAttention::parameters(const std::string& prefix, Parameters& out) 
   if (conv_weight) out.push_back(parameter(prefix + "conv_weight", *conv_weight));
   if (head_norm_weight) out.push_back(parameter(prefix + "head_norm.weight", *head_norm_weight));
   if (gate_proj) gate_proj->parameters(prefix + "gate_proj.", out);
+  if (channel_gate) channel_gate->parameters(prefix + "channel_gate.", out);
   if (beta_proj) beta_proj->parameters(prefix + "beta_proj.", out);
   for (ParameterTensor& p : attention_parameters)
     out.push_back({prefix + "attention_" + p.name, p.shape, p.values.data()});
@@ -569,7 +660,7 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
   Gradients& g = all.qkv;
   if (mha.rotary()) {  // back through the rotation of q and k
     mha.rotary()->apply(g.dq, true);
-    mha.rotary()->apply(g.dk, true);
+    mha.rotary()->apply(g.dk, true, 0, mha.key_rows());
   }
   // q = query W_Q^T + b_Q, k = memory W_K^T + b_K, v = memory W_V^T + b_V: this call's block
   // gradients first (a tie adds them before they join the accumulator).
@@ -594,7 +685,8 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
     const float* d_projection = blocks[which]->data();
     if (mha.short_conv()) {  // back through SiLU and the convolution to the projection
       shape_buffer(trace.d_projection, {batch, n, width});
-      mha.short_conv_backward(which, batch, n, trace.projected.data() + which * rows * d,
+      mha.short_conv_backward(which, batch, n,
+                              trace.projected.data() + which * rows * trace.projected.shape()[1],
                               blocks[which]->data(), trace.d_projection.data(), *grad.conv_weight);
       d_projection = trace.d_projection.data();
     }
@@ -609,18 +701,50 @@ AttentionInputGrads& backward(const MultiHeadAttention& mha, AttentionTrace& tra
                                  std::optional<Linear>& proj_grad, bool log_decay) {
     if (!proj || d_token.size() == 0) return;
     Activations d_pre = Activations::from_shape(pre.shape());
+    const std::size_t heads = mha.heads(), rows = mha.key_rows();
     for (std::size_t b = 0; b < pre.shape()[0]; ++b)
       for (std::size_t j = 0; j < pre.shape()[1]; ++j)
-        for (std::size_t h = 0; h < pre.shape()[2]; ++h) {
-          const double x = pre(b, j, h), s = 1.0 / (1.0 + std::exp(-x));
-          d_pre(b, j, h) = static_cast<float>(
-              d_token(b, h, j) *
+        for (std::size_t c = 0; c < pre.shape()[2]; ++c) {  // as gates(): head c % H, row c / H
+          const double x = pre(b, j, c), s = 1.0 / (1.0 + std::exp(-x));
+          d_pre(b, j, c) = static_cast<float>(
+              d_token(b, c % heads, j * rows + c / heads) *
               (log_decay ? (1.0 - s) / MultiHeadAttention::kGateTau : s * (1.0 - s)));
         }
     const Activations d_memory = backward(*proj, trace.memory, d_pre, *proj_grad);
     add(out.memory.data(), d_memory.data(), out.memory.data(), out.memory.size());
   };
   gate_backward(all.d_log_decay, trace.gates.g_pre, mha.gate_proj, grad.gate_proj, true);
+  if (mha.channel_gate && all.d_channel_log_decay.size()) {
+    // GLA: g = logsigmoid(pre) / tau, dpre = dg sigmoid(-pre) / tau. KDA: g = -A softplus(pre),
+    // A = exp(a_log): dpre = -A sigmoid(pre) dg, da_log = sum dg g.
+    const ChannelGate& c = *mha.channel_gate;
+    ChannelGate& cg = *grad.channel_gate;
+    const Activations& pre = trace.gates.channel_pre;
+    const Tensor& dg = all.d_channel_log_decay;
+    const std::size_t dk = mha.head_dim(), heads = mha.heads();
+    Activations d_pre = Activations::from_shape(pre.shape());
+    std::vector<double> d_a_log(heads, 0.0);
+    for (std::size_t b = 0; b < pre.shape()[0]; ++b)
+      for (std::size_t j = 0; j < pre.shape()[1]; ++j)
+        for (std::size_t h = 0; h < heads; ++h)
+          for (std::size_t i = 0; i < dk; ++i) {
+            const double x = pre(b, j, h * dk + i), s = 1.0 / (1.0 + std::exp(-x));
+            const double d = dg(b, h, j, i);
+            if (c.kda()) {
+              const double a = std::exp(double((*c.a_log)(h)));
+              d_pre(b, j, h * dk + i) = static_cast<float>(-a * s * d);
+              d_a_log[h] += d * trace.gates.channel_g(b, h, j, i);
+            } else {
+              d_pre(b, j, h * dk + i) =
+                  static_cast<float>(d * (1.0 - s) / MultiHeadAttention::kGateTau);
+            }
+          }
+    if (c.kda())
+      for (std::size_t h = 0; h < heads; ++h) (*cg.a_log)(h) += static_cast<float>(d_a_log[h]);
+    const Activations d_hidden = backward(c.up, trace.gates.channel_hidden, d_pre, cg.up);
+    const Activations d_memory = backward(c.down, trace.memory, d_hidden, cg.down);
+    add(out.memory.data(), d_memory.data(), out.memory.data(), out.memory.size());
+  }
   gate_backward(all.d_beta, trace.gates.beta_pre, mha.beta_proj, grad.beta_proj, false);
   // The core's learned tensors: its gradients, named and shaped as attention_parameters.
   for (const ParameterTensor& d_core : all.parameters) {

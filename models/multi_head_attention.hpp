@@ -31,10 +31,29 @@
 // projection gate_proj, [H, d_model]) and beta = sigmoid(memory W_beta^T + b_beta) (beta_proj).
 // They exist only for such a core (parameters "gate_proj.*", "beta_proj.*"); a core that takes
 // neither leaves the layer exactly torch.nn.MultiheadAttention.
+// Per-channel gates (AttentionOptions::channel_gate; the model switch channel-gate): for a core
+// that takes a log-decay per key channel (Support::channel_decay), g [B, H, Nk, dk] comes from a
+// low-rank projection (ChannelGate) in place of gate_proj: pre = memory W_down^T W_up^T + b_up,
+// parameters "channel_gate.down.weight" [rank, d_model], "channel_gate.up.weight" [H·dk, rank],
+// "channel_gate.up.bias" [H·dk]. With a core without the delta rule (gla) it is GLA's (Yang et
+// al. 2024; fla's gk_proj): rank 16, g = logsigmoid(pre) / kGateTau. With a delta-rule core
+// (support().beta: kda, gated-delta) it is Kimi Delta Attention's (Kimi Team 2025; fla's f_proj
+// and KDA gate): rank dk, g = -exp(a_log[h]) · softplus(pre), with "channel_gate.a_log" [H] and
+// b_up as its dt_bias. A core without Support::channel_decay is refused (Unsupported naming the
+// core and channel-gate); decoding refuses it too (no decoder takes a per-channel g).
 // The core's own learned tensors (linformer's E and F, Attention::parameters) are the layer's
 // parameters "attention_<name>" (attnlab.torch's MultiheadAttention's names), learned like every
 // weight: attention() hands their current values to the core before it runs, and the backward
 // adds the core's gradients of them (AllGradients::parameters).
+// Several rows per token (DeltaProduct, Siems et al. 2025; a core whose
+// Support::rows_per_token n_h > 1): W_K and W_V project n_h keys and values per token (n_h·kv_dim
+// rows each, key j of token t from rows j·kv_dim.. of the block, as fla's GatedDeltaProduct's
+// 'b t (n h d) -> b (t n) h d'), beta_proj n_h betas (column j·H + h), and the core gets k, v,
+// beta [.., n_h·Nk, ..] with row t·n_h + j the j-th of token t; gate_proj's g sits on each
+// token's first row, 0 on the others (the paper's one gate per token); key_lengths are scaled
+// by n_h for the core; rotary turns all n_h keys of a token by its position. The short
+// convolution runs over the n_h·kv_dim channels of each block. The channel gate is refused
+// with it (Unsupported).
 // Short convolution (short_conv; DeltaNet's and Gated DeltaNet's ShortConvolution, Based's and
 // H3's short filters): each of the projections x W_Q^T + b_Q, x W_K^T + b_K, x W_V^T + b_V goes
 // through a causal depthwise convolution of width kConvWidth over the sequence, then SiLU:
@@ -56,10 +75,11 @@
 // keeps every head; all ones is bitwise the same.
 // Backward (conventions of models/layers.hpp): the core through Attention::backward (every
 // backend that has one); its gates' gradients dg and dbeta come back from AllGradients and pass
-// through logsigmoid / 16 and sigmoid; the short convolution's filters through SiLU and the
-// convolution; the head norm's gain through the normalisation; the core's own learned tensors
-// get AllGradients::parameters. Tied W_Q = W_K: the K block's gradient is added to the Q block's
-// and both blocks hold the sum, so that an update keeps them equal.
+// through logsigmoid / 16 and sigmoid (a per-channel dg through its form and both
+// projections); the short convolution's filters through SiLU and the convolution; the head
+// norm's gain through the normalisation; the core's own learned tensors get
+// AllGradients::parameters. Tied W_Q = W_K: the K block's gradient is added to the Q block's and
+// both blocks hold the sum, so that an update keeps them equal.
 // Llama's attention (AttentionOptions: no biases, rotary, the "llama" names): the same layer
 // without b_Q, b_K, b_V, b_O, with q and k rotated (models/rotary.hpp) after the projections and
 // the short convolution and before the core, and its parameters named as Hugging Face's
@@ -104,15 +124,45 @@ struct AttentionOptions {
   /// Key and value heads (0: as many as query heads). Must divide the query heads; fewer than
   /// them (grouped heads) needs a core that takes them, and no tied_qk.
   std::size_t kv_heads = 0;
+  /// A per-channel log-decay [B, H, N, Dk] from the low-rank gate (ChannelGate) in place of the
+  /// scalar gate_proj: needs a core that takes one (Support::channel_decay: gla, kda,
+  /// gated-delta).
+  bool channel_gate = false;
+};
+
+/// The per-channel gate of GLA and Kimi Delta Attention (see the header comment): a low-rank
+/// projection of the memory to one pre-activation per head and key channel,
+/// pre = memory W_down^T W_up^T + b_up, then GLA's g = logsigmoid(pre) / kGateTau or KDA's
+/// g = -exp(a_log[h]) · softplus(pre) (b_up is KDA's dt_bias).
+struct ChannelGate {
+  /// GLA's rank of W_down (gate_low_rank_dim); KDA's is the head dimension.
+  static constexpr std::size_t kGlaRank = 16;
+  /// Zero weights (a_log present for KDA's form); call initialize or load weights.
+  ChannelGate(std::size_t d_model, std::size_t rank, std::size_t heads, std::size_t head_dim,
+              bool kda);
+  Linear down;                  ///< W_down [rank, d_model], no bias
+  Linear up;                    ///< W_up [heads·dk, rank] and b_up [heads·dk]
+  std::optional<Vector> a_log;  ///< KDA's log decay rate per head [heads]; empty: GLA's form
+  /// Whether the form is KDA's.
+  bool kda() const { return a_log.has_value(); }
+  /// W_down and W_up as torch.nn.Linear's default; GLA: b_up likewise; KDA (fla's
+  /// KimiDeltaAttention): a_log = log A, A uniform in [1, 16], and b_up the inverse softplus of
+  /// dt, log dt uniform in [log 0.001, log 0.1]. Streams from (seed, prefix + name).
+  void initialize(std::uint64_t seed, const std::string& prefix);
+  /// Appends prefix + "down.weight", "up.weight", "up.bias", then "a_log" (KDA).
+  void parameters(const std::string& prefix, Parameters& out);
 };
 
 /// A core's per-token inputs as the gate projections computed them, with their pre-activations
 /// (for the backward). Empty tensors: not used by the core.
 struct Gates {
-  TokenTensor g;         ///< log-decay [B, H, Nk]
-  TokenTensor beta;      ///< delta rule strength [B, H, Nk]
-  Activations g_pre;     ///< memory W_g^T + b_g [B, Nk, H]
-  Activations beta_pre;  ///< memory W_beta^T + b_beta [B, Nk, H]
+  TokenTensor g;               ///< log-decay [B, H, Nk]
+  TokenTensor beta;            ///< delta rule strength [B, H, Nk]
+  Tensor channel_g;            ///< per-channel log-decay [B, H, Nk, Dk] (the channel gate)
+  Activations g_pre;           ///< memory W_g^T + b_g [B, Nk, H]
+  Activations beta_pre;        ///< memory W_beta^T + b_beta [B, Nk, H]
+  Activations channel_hidden;  ///< memory W_down^T [B, Nk, rank]
+  Activations channel_pre;     ///< channel_hidden W_up^T + b_up [B, Nk, H·dk]
   /// Pointers to the ones present, for Attention::forward.
   TokenInputs inputs() const;
 };
@@ -187,7 +237,10 @@ class MultiHeadAttention {
   Vector in_proj_bias;              ///< b_Q, b_K, b_V stacked likewise (empty without biases)
   Linear out_proj;                  ///< W_O [d_model, d_model], b_O (none without biases)
   std::optional<Linear> gate_proj;  ///< W_g [H, d_model], b_g: when the core takes g
-  std::optional<Linear> beta_proj;  ///< W_beta [H, d_model], b_beta: when the core takes beta
+  /// W_beta [key_rows()·H, d_model], b_beta: when the core takes beta
+  std::optional<Linear> beta_proj;
+  /// The per-channel gate (in place of gate_proj): with AttentionOptions::channel_gate.
+  std::optional<ChannelGate> channel_gate;
   /// The short convolution's filters [d_model + 2 kv_dim(), kConvWidth] (see the header
   /// comment): when built with short_conv.
   std::optional<Matrix> conv_weight;
@@ -253,10 +306,10 @@ class MultiHeadAttention {
   /// `memory`.
   QKV project(const Activations& query, const Activations& memory) const;
   /// The same into `out` and the projection rows `scratch`, both shaped by shape_buffer: a
-  /// training step reuses them. `scratch` is [B·max(Nq, Nk), d_model], or with the short
-  /// convolution [3·B·max(Nq, Nk), d_model] holding the three projections before it (block
-  /// `which` from row which·B·max(Nq, Nk), packed in rows of block_size(which) floats), which
-  /// its backward needs.
+  /// training step reuses them. `scratch` is [B·max(Nq, Nk), w], or with the short
+  /// convolution [3·B·max(Nq, Nk), w] holding the three projections before it (block `which`
+  /// from row which·B·max(Nq, Nk), packed in rows of block_size(which) floats), which its
+  /// backward needs; w = max(d_model, block_size(1)).
   void project(const Activations& query, const Activations& memory, QKV& out,
                Matrix& scratch) const;
 
@@ -305,12 +358,17 @@ class MultiHeadAttention {
   std::size_t kv_heads() const { return kv_heads_; }
   /// The width of the key and value projections, kv_heads · d_k.
   std::size_t kv_dim() const { return kv_heads_ * head_dim(); }
+  /// Keys, values and betas projected per token: the core's Support::rows_per_token
+  /// (DeltaProduct's n_h; 1 for every other core).
+  std::size_t key_rows() const { return key_rows_; }
   /// The first row of block `which` (0: W_Q, 1: W_K, 2: W_V; 3: their end) in in_proj_weight.
   std::size_t block_offset(std::size_t which) const {
-    return which == 0 ? 0 : d_model() + (which - 1) * kv_dim();
+    return which == 0 ? 0 : d_model() + (which - 1) * key_rows_ * kv_dim();
   }
-  /// The rows of block `which`: d_model for W_Q, kv_dim() for W_K and W_V.
-  std::size_t block_size(std::size_t which) const { return which == 0 ? d_model() : kv_dim(); }
+  /// The rows of block `which`: d_model for W_Q, key_rows() · kv_dim() for W_K and W_V.
+  std::size_t block_size(std::size_t which) const {
+    return which == 0 ? d_model() : key_rows_ * kv_dim();
+  }
   /// Whether W_Q = W_K (and b_Q = b_K).
   bool tied_qk() const { return options_.tied_qk; }
   /// Whether the projections have biases.
@@ -356,6 +414,7 @@ class MultiHeadAttention {
 
   std::size_t heads_;
   std::size_t kv_heads_;
+  std::size_t key_rows_ = 1;
   AttentionOptions options_;
   std::optional<Rotary> rotary_;
   mutable Core core_;  // attention() hands the core its tensors: logically const

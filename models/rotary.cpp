@@ -18,7 +18,8 @@ Rotary::Rotary(std::size_t head_dim, double base) : head_dim_(head_dim), base_(b
                 ", expected a finite number > 0");
 }
 
-void Rotary::apply(Tensor& x, bool inverse, std::size_t first) const {
+void Rotary::apply(Tensor& x, bool inverse, std::size_t first,
+                   std::size_t rows_per_position) const {
   if (x.shape()[3] != head_dim_)
     throw Error("rotary embeddings: heads of dimension " + std::to_string(x.shape()[3]) +
                 ", expected " + std::to_string(head_dim_));
@@ -28,7 +29,7 @@ void Rotary::apply(Tensor& x, bool inverse, std::size_t first) const {
   for (std::size_t j = 0; j < half; ++j) {
     const double theta = std::pow(base_, -2.0 * double(j) / double(head_dim_));
     for (std::size_t p = 0; p < n; ++p) {
-      const double angle = double(first + p) * theta;
+      const double angle = double(first + p / rows_per_position) * theta;
       cos[p * half + j] = static_cast<float>(std::cos(angle));
       sin[p * half + j] = static_cast<float>(inverse ? -std::sin(angle) : std::sin(angle));
     }

@@ -26,8 +26,11 @@ class Rotary {
 
   /// Rotates x [B, H, N, dk] in place, token i at position first + i (first > 0: the new
   /// tokens of an incremental decoder, after the `first` it holds); `inverse` rotates back (the
-  /// backward of the rotation). Throws Error when x's last axis is not head_dim.
-  void apply(Tensor& x, bool inverse = false, std::size_t first = 0) const;
+  /// backward of the rotation). `rows_per_position` rows share a position (row i is at
+  /// first + i / rows_per_position: DeltaProduct's keys of one token). Throws Error when x's
+  /// last axis is not head_dim.
+  void apply(Tensor& x, bool inverse = false, std::size_t first = 0,
+             std::size_t rows_per_position = 1) const;
 
   /// The base of the angles.
   double base() const { return base_; }

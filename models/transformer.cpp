@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <utility>
 
 #include "attnlab/error.hpp"
@@ -28,6 +29,7 @@ constexpr Switch kSwitches[] = {
     {"no-final-norm", &LayerConfig::final_norm, false},
     {"short-conv", &LayerConfig::short_conv, true},
     {"head-norm", &LayerConfig::head_norm, true},
+    {"channel-gate", &LayerConfig::channel_gate, true},
 };
 
 void add_into(Activations& y, const Activations& x) {
@@ -71,6 +73,17 @@ void norm_parameters(std::optional<LayerNorm>& norm, const std::string& name, Pa
   if (norm) norm->parameters(name, out);
 }
 
+// The options of a layer's attention: `self` for self-attention (the short convolution is
+// self-attention's alone).
+AttentionOptions attention_options(const LayerConfig& c, bool self) {
+  AttentionOptions o;
+  o.tied_qk = c.tied_qk;
+  o.short_conv = self && c.short_conv;
+  o.head_norm = c.head_norm;
+  o.channel_gate = c.channel_gate;
+  return o;
+}
+
 std::string layer_prefix(const std::string& prefix, std::size_t i) {
   return prefix + "layers." + std::to_string(i) + ".";
 }
@@ -88,7 +101,25 @@ void LayerConfig::validate() const {
     fail("no-final-norm without pre-ln: only a pre-LN stack ends in a final LayerNorm");
   if (short_conv && tied_qk)
     fail("short-conv with tied-qk: the convolution would make k differ from q");
-  make_attention(spec);  // throws Error quoting the spec
+  for (const std::string& part : layer_specs(spec)) {
+    const std::unique_ptr<Attention> core = make_attention(part);  // throws Error quoting it
+    if (channel_gate && !core->support().channel_decay)
+      fail("channel-gate with spec '" + part +
+           "': its core takes no per-channel log-decay (gla, kda and gated-delta do)");
+  }
+}
+
+std::vector<std::string> layer_specs(const std::string& spec) {
+  std::vector<std::string> parts;
+  for (std::size_t start = 0;;) {
+    const std::size_t end = spec.find(';', start);
+    parts.push_back(spec.substr(start, end == std::string::npos ? end : end - start));
+    if (parts.back().empty())
+      throw Error("model spec '" + spec +
+                  "': an empty layer spec (the layers' specs are separated by ';')");
+    if (end == std::string::npos) return parts;
+    start = end + 1;
+  }
 }
 
 void apply_switches(LayerConfig& config, const std::string& list) {
@@ -129,8 +160,7 @@ std::string switches_text(const LayerConfig& config) {
 // ------------------------------------------------------------------------------ EncoderLayer
 
 EncoderLayer::EncoderLayer(const LayerConfig& config)
-    : self_attn(config.d_model, config.heads, config.spec, config.tied_qk, config.short_conv,
-                config.head_norm),
+    : self_attn(config.d_model, config.heads, config.spec, attention_options(config, true)),
       ffn(make_ffn(config)),
       norm1(make_norm(config, true)),
       norm2(make_norm(config, config.feed_forward)),
@@ -202,10 +232,8 @@ void EncoderLayer::set_attention(const std::string& spec) {
 // ------------------------------------------------------------------------------ DecoderLayer
 
 DecoderLayer::DecoderLayer(const LayerConfig& config)
-    : self_attn(config.d_model, config.heads, config.spec, config.tied_qk, config.short_conv,
-                config.head_norm),
-      multihead_attn(config.d_model, config.heads, config.spec, config.tied_qk, false,
-                     config.head_norm),
+    : self_attn(config.d_model, config.heads, config.spec, attention_options(config, true)),
+      multihead_attn(config.d_model, config.heads, config.spec, attention_options(config, false)),
       ffn(make_ffn(config)),
       norm1(make_norm(config, true)),
       norm2(make_norm(config, true)),
@@ -276,7 +304,8 @@ void DecoderLayer::set_attention(const std::string& spec) {
 
 template <class Layer>
 Stack<Layer>::Stack(const LayerConfig& config, std::size_t count)
-    : layers(count, Layer(config)), norm(make_norm(config, config.pre_ln && config.final_norm)) {}
+    : layers(make_layers<Layer>(config, count)),
+      norm(make_norm(config, config.pre_ln && config.final_norm)) {}
 
 template <class Layer>
 void Stack<Layer>::initialize(std::uint64_t seed, const std::string& prefix) {
@@ -299,7 +328,8 @@ void Stack<Layer>::check(const std::string& prefix) const {
 
 template <class Layer>
 void Stack<Layer>::set_attention(const std::string& spec) {
-  for (auto& layer : layers) layer.set_attention(spec);
+  const std::vector<std::string> specs = layer_specs(spec);
+  for (std::size_t i = 0; i < layers.size(); ++i) layers[i].set_attention(specs[i % specs.size()]);
 }
 
 template class Stack<EncoderLayer>;

@@ -22,6 +22,10 @@
 //               not with tied-qk); the parameters "self_attn.conv_weight"
 //   head-norm   every attention's heads normalised (RMS) with a learned gain before W_O (Gated
 //               DeltaNet's output norm; models/multi_head_attention.hpp): "*.head_norm.weight"
+//   channel-gate  every attention's log-decay per key channel [B, H, N, Dk] from a low-rank
+//               projection (GLA's with gla, Kimi Delta Attention's with kda or gated-delta;
+//               models/multi_head_attention.hpp) in place of the scalar gate: "*.channel_gate.*";
+//               needs a core that takes one (Support::channel_decay)
 // Stacks: Encoder and Decoder run L layers in turn; EncoderModel adds the token embedding scaled
 // by sqrt(d_model) and the sinusoidal positional encoding in front of an Encoder. What is not
 // learned gets no gradient: the positional encoding is a constant added to the scaled embedding.
@@ -63,7 +67,9 @@ struct LayerConfig {
   std::size_t d_model = 512;  ///< model width
   std::size_t heads = 8;      ///< attention heads; d_model must be a multiple
   std::size_t ffn = 2048;     ///< FFN hidden size
-  std::string spec = "full";  ///< the attention core's factory string
+  /// The attention core's factory string; in a model's config "A;B" alternates the layers'
+  /// cores (layer_specs).
+  std::string spec = "full";
   bool pre_ln = false;        ///< LayerNorm inside the residual branch (pre-LN) instead of after
   bool skip = true;           ///< residual connections
   bool feed_forward = true;   ///< the FFN sublayer
@@ -72,6 +78,7 @@ struct LayerConfig {
   bool tied_qk = false;       ///< W_Q = W_K
   bool short_conv = false;    ///< the self-attentions' short convolution on q, k, v
   bool head_norm = false;     ///< every attention's head norm
+  bool channel_gate = false;  ///< per-channel gates (GLA's, KDA's) in place of scalar ones
   double eps = 1e-5;          ///< LayerNorm's epsilon (PyTorch's default); RMSNorm's in Llama
   /// Key and value heads (0: as many as `heads`); grouped heads in the Llama block only.
   std::size_t kv_heads = 0;
@@ -80,13 +87,34 @@ struct LayerConfig {
   double rope_base = 10000;
 
   /// Throws Error naming the first bad field (sizes, divisibility, eps, the spec, no-final-norm
-  /// without pre-ln, short-conv with tied-qk).
+  /// without pre-ln, short-conv with tied-qk, channel-gate with a core that takes no per-channel
+  /// log-decay).
   void validate() const;
 };
 
+/// The layers' specs of a model's spec: "A;B;..." gives layer i the (i mod count)-th (Based's
+/// alternation of linear-attention and sliding-window layers, Arora et al. 2024); a spec without
+/// ';' is every layer's. Throws Error for an empty part.
+std::vector<std::string> layer_specs(const std::string& spec);
+
+/// `count` layers built from `config`, layer i with the i-th of layer_specs(config.spec) (mod
+/// their count); layers of one spec are copies of one layer (sharing its core).
+template <class Layer>
+std::vector<Layer> make_layers(const LayerConfig& config, std::size_t count) {
+  std::vector<Layer> prototypes, layers;
+  for (const std::string& spec : layer_specs(config.spec)) {
+    LayerConfig c = config;
+    c.spec = spec;
+    prototypes.emplace_back(c);
+  }
+  layers.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) layers.push_back(prototypes[i % prototypes.size()]);
+  return layers;
+}
+
 /// Sets the switches named in `list` ("pre-ln,no-skip,no-ffn,no-norm,tied-qk,no-final-norm,
-/// short-conv,head-norm", any subset, comma separated, "" for none). Throws Error naming an unknown
-/// switch and listing the known ones.
+/// short-conv,head-norm,channel-gate", any subset, comma separated, "" for none). Throws Error
+/// naming an unknown switch and listing the known ones.
 void apply_switches(LayerConfig& config, const std::string& list);
 
 /// Every switch's name, in the order above, ", " separated (for help texts and errors).

@@ -17,8 +17,9 @@ LlamaTaskModel is `attnlab train --arch llama` (models/llama.hpp) in plain torch
 Face's LlamaForCausalLM state_dict names ("model.embed_tokens.weight", "model.layers.0.self_attn.
 q_proj.weight", ..., "model.norm.weight", "lm_head.weight"): RMSNorm, rotary embeddings with
 rotate_half, SwiGLU, no biases, grouped key and value heads by repeating k and v, a causal core
-(full, sliding:left=W,right=0, or gated-delta with its learned gates), and attnlab's short-conv
-and head-norm switches.
+(full, sliding:left=W,right=0, gated-delta with its learned gates, kda with KDA's per-channel
+gate, delta-product:steps=R with R keys per token), and attnlab's short-conv, head-norm and
+channel-gate (KDA's form) switches.
 """
 import math
 import os
@@ -159,13 +160,15 @@ class RMSNorm(nn.Module):
 def gated_delta(q, k, v, g, beta):
     """attnlab's gated-delta core (variants/gated_delta.hpp), token by token: q and k
     L2-normalised, q times 1/sqrt(d_k); S_t = a_t S_{t-1} + beta_t k_t (v_t - a_t S_{t-1}^T k_t)^T,
-    a_t = exp(g_t), out_t = S_t^T q_t. q, k, v [B, H, N, d]; g, beta [B, H, N]."""
+    a_t = exp(g_t), out_t = S_t^T q_t. q, k, v [B, H, N, d]; g, beta [B, H, N], or g [B, H, N, d]
+    per key channel (kda: a_t = Diag(exp g_t))."""
     q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) / math.sqrt(q.shape[-1])
     k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
     state = torch.zeros(q.shape[0], q.shape[1], k.shape[-1], v.shape[-1], dtype=q.dtype)
     outs = []
     for t in range(q.shape[2]):
-        prior = torch.exp(g[:, :, t])[:, :, None, None] * state
+        decay = torch.exp(g[:, :, t])
+        prior = (decay[..., None] if g.dim() == 4 else decay[:, :, None, None]) * state
         read = torch.einsum("bhkv,bhk->bhv", prior, k[:, :, t])
         u = beta[:, :, t, None] * (v[:, :, t] - read)
         state = prior + k[:, :, t, :, None] * u[:, :, None, :]
@@ -174,51 +177,82 @@ def gated_delta(q, k, v, g, beta):
 
 
 class LlamaAttention(nn.Module):
-    """LlamaAttention with attnlab's core `spec` (full, sliding:left=W,right=0, gated-delta),
-    causal; k and v have kv_heads heads, repeated for the query heads they serve."""
+    """LlamaAttention with attnlab's core `spec` (full, sliding:left=W,right=0, gated-delta,
+    kda with channel_gate, delta-product:steps=R), causal; k and v have kv_heads heads, repeated
+    for the query heads they serve. delta-product: k_proj, v_proj and beta_proj project R rows
+    per token (key j of token t from output rows j kv d_k..), the gate on each token's first row.
+    channel_gate: KDA's per-channel gate (models/multi_head_attention.hpp),
+    g = -exp(a_log[h]) softplus(up(down(x)))."""
 
     WIDTH = 4
 
-    def __init__(self, d_model, heads, kv_heads, spec, rope_base, short_conv, head_norm):
+    def __init__(self, d_model, heads, kv_heads, spec, rope_base, short_conv, head_norm,
+                 channel_gate=False):
         super().__init__()
         self.heads, self.kv_heads, self.spec, self.rope_base = heads, kv_heads, spec, rope_base
         dk = d_model // heads
+        self.rows = int(spec.split("steps=")[1].split(",")[0]) \
+            if spec.startswith("delta-product") else 1
         self.q_proj = nn.Linear(d_model, d_model, bias=False)
-        self.k_proj = nn.Linear(d_model, kv_heads * dk, bias=False)
-        self.v_proj = nn.Linear(d_model, kv_heads * dk, bias=False)
+        self.k_proj = nn.Linear(d_model, self.rows * kv_heads * dk, bias=False)
+        self.v_proj = nn.Linear(d_model, self.rows * kv_heads * dk, bias=False)
         self.o_proj = nn.Linear(d_model, d_model, bias=False)
         self.conv_weight = None
         if short_conv:
-            self.conv_weight = nn.Parameter(torch.empty(d_model + 2 * kv_heads * dk, self.WIDTH))
+            self.conv_weight = nn.Parameter(
+                torch.empty(d_model + 2 * self.rows * kv_heads * dk, self.WIDTH))
             nn.init.uniform_(self.conv_weight, -self.WIDTH ** -0.5, self.WIDTH ** -0.5)
         self.head_norm = nn.ParameterDict({"weight": nn.Parameter(torch.ones(dk))}) \
             if head_norm else None
-        if spec.startswith("gated-delta"):  # attnlab's learned gates, one per head and token
+        self.delta = spec.startswith(("gated-delta", "kda", "delta-product"))
+        self.channel_gate = None
+        if channel_gate:  # KDA's: rank d_k, a_log per head
+            self.channel_gate = nn.Module()
+            self.channel_gate.down = nn.Linear(d_model, dk, bias=False)
+            self.channel_gate.up = nn.Linear(dk, heads * dk)
+            self.channel_gate.a_log = nn.Parameter(torch.zeros(heads))
+        elif self.delta:  # attnlab's learned gates, one per head and token
             self.gate_proj = nn.Linear(d_model, heads)
-            self.beta_proj = nn.Linear(d_model, heads)
+        if self.delta:
+            self.beta_proj = nn.Linear(d_model, self.rows * heads)
 
     def forward(self, x, lengths=None):
         b, n, d = x.shape
-        h, kv = self.heads, self.kv_heads
+        h, kv, r = self.heads, self.kv_heads, self.rows
         dk = d // h
         qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
         if self.conv_weight is not None:
             conv = nn.functional.conv1d(qkv.transpose(1, 2), self.conv_weight[:, None, :],
                                         padding=self.WIDTH - 1, groups=qkv.shape[-1])[..., :n]
             qkv = nn.functional.silu(conv).transpose(1, 2)
-        q, k, v = qkv.split([d, kv * dk, kv * dk], dim=-1)
+        q, k, v = qkv.split([d, r * kv * dk, r * kv * dk], dim=-1)
         q = q.reshape(b, n, h, dk).transpose(1, 2)
-        k = k.reshape(b, n, kv, dk).transpose(1, 2)
-        v = v.reshape(b, n, kv, dk).transpose(1, 2)
+        k = k.reshape(b, n * r, kv, dk).transpose(1, 2)  # row t r + j: key j of token t
+        v = v.reshape(b, n * r, kv, dk).transpose(1, 2)
         cos, sin = rotary_tables(n, dk, self.rope_base)
         q = q * cos + rotate_half(q) * sin
+        if r > 1:  # a token's r keys at its position
+            cos, sin = cos.repeat_interleave(r, dim=0), sin.repeat_interleave(r, dim=0)
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(h // kv, dim=1)  # grouped heads: query head i reads kv head i // g
         v = v.repeat_interleave(h // kv, dim=1)
-        if self.spec.startswith("gated-delta"):
-            g = nn.functional.logsigmoid(self.gate_proj(x)).transpose(1, 2) / 16.0
+        if self.delta and r == 1:  # the plain layer (the same torch operations as before)
             beta = torch.sigmoid(self.beta_proj(x)).transpose(1, 2)
+            if self.channel_gate is not None:
+                pre = self.channel_gate.up(self.channel_gate.down(x)).reshape(b, n, h, dk)
+                g = -torch.exp(self.channel_gate.a_log)[None, :, None, None] \
+                    * nn.functional.softplus(pre.transpose(1, 2))
+            else:
+                g = nn.functional.logsigmoid(self.gate_proj(x)).transpose(1, 2) / 16.0
             heads = gated_delta(q, k, v, g, beta)
+        elif self.delta:  # r rows per token: the gate on the first, the query on the last
+            beta = torch.sigmoid(self.beta_proj(x)).reshape(b, n, r, h).permute(0, 3, 1, 2) \
+                .reshape(b, h, n * r)
+            g = x.new_zeros(b, h, n * r)
+            g[:, :, ::r] = nn.functional.logsigmoid(self.gate_proj(x)).transpose(1, 2) / 16.0
+            spread = q.new_zeros(b, h, n * r, dk)
+            spread[:, :, r - 1::r] = q
+            heads = gated_delta(spread, k, v, g, beta)[:, :, r - 1::r]
         else:
             i = torch.arange(n)[:, None]
             j = torch.arange(n)[None, :]
@@ -251,10 +285,10 @@ class LlamaMLP(nn.Module):
 
 class LlamaBlock(nn.Module):
     def __init__(self, d_model, heads, kv_heads, ffn, spec, rope_base, eps, short_conv,
-                 head_norm):
+                 head_norm, channel_gate=False):
         super().__init__()
         self.self_attn = LlamaAttention(d_model, heads, kv_heads, spec, rope_base, short_conv,
-                                        head_norm)
+                                        head_norm, channel_gate)
         self.mlp = LlamaMLP(d_model, ffn)
         self.input_layernorm = RMSNorm(d_model, eps)
         self.post_attention_layernorm = RMSNorm(d_model, eps)
@@ -272,16 +306,17 @@ class LlamaTaskModel(nn.Module):
 
     def __init__(self, vocab, classes, d_model=64, heads=4, ffn=256, layers=2, spec="full",
                  kv_heads=None, rope_base=10000.0, eps=1e-5, tied=False, per_token=True,
-                 short_conv=False, head_norm=False):
+                 short_conv=False, head_norm=False, channel_gate=False):
         super().__init__()
         self.model = nn.Module()
         self.model.embed_tokens = nn.Embedding(vocab, d_model)
         self.model.layers = nn.ModuleList(
             LlamaBlock(d_model, heads, kv_heads or heads, ffn, spec, rope_base, eps, short_conv,
-                       head_norm) for _ in range(layers))
+                       head_norm, channel_gate) for _ in range(layers))
         self.model.norm = RMSNorm(d_model, eps)
         self.lm_head = nn.Linear(d_model, classes, bias=False)
-        own = ("self_attn.gate_proj", "self_attn.beta_proj", "conv_weight")  # attnlab's additions
+        own = ("self_attn.gate_proj", "self_attn.beta_proj", "conv_weight",  # attnlab's additions
+               "channel_gate")
         for name, p in self.named_parameters():
             if p.dim() == 2 and not any(part in name for part in own):
                 nn.init.normal_(p, std=0.02)

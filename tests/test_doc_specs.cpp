@@ -84,13 +84,17 @@ TEST_CASE("every factory string in the docs and docstrings is one make_attention
         bad_seen.insert(spec);
         continue;
       }
-      // A sweep pattern ("linformer:k=[64,128,256]") stands for each spec it expands to.
-      const std::vector<std::string> specs = spec.find('[') != std::string::npos
-                                                 ? harness::expand_spec(spec)
-                                                 : std::vector<std::string>{spec};
-      for (const std::string& one : specs) {
-        CHECK_NOTHROW(make_attention(one));
-        ++checked;
+      // A model's cycle of layers' cores ("A;B", models::layer_specs) stands for each part; a
+      // sweep pattern ("linformer:k=[64,128,256]") for each spec it expands to.
+      std::stringstream parts(spec);
+      for (std::string part; std::getline(parts, part, ';');) {
+        const std::vector<std::string> specs = part.find('[') != std::string::npos
+                                                   ? harness::expand_spec(part)
+                                                   : std::vector<std::string>{part};
+        for (const std::string& one : specs) {
+          CHECK_NOTHROW(make_attention(one));
+          ++checked;
+        }
       }
     }
   }

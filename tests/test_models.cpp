@@ -120,6 +120,89 @@ TEST_CASE("multi-head attention equals a direct fp64 computation", "[models]") {
   }
 }
 
+TEST_CASE("per-channel gates follow GLA's and KDA's forms in fp64", "[models]") {
+  for (const std::string spec : {"gla", "kda"}) {
+    INFO(spec);
+    AttentionOptions o;
+    o.channel_gate = true;
+    MultiHeadAttention m(16, 2, spec, o);
+    m.initialize(3, "");
+    Parameters p;
+    m.parameters("", p);
+    perturb(p, 4);
+    const ChannelGate& c = *m.channel_gate;
+    REQUIRE(c.kda() == (spec == "kda"));
+    CHECK(c.down.weight.shape()[0] == (spec == "kda" ? 8 : ChannelGate::kGlaRank));
+    CHECK_FALSE(m.gate_proj);
+    const Activations x = random_activations(2, 5, 16, 5);
+    const Gates g = m.gates(x);
+    REQUIRE(g.channel_g.shape() == std::array<std::size_t, 4>{2, 2, 5, 8});
+    CHECK(g.g.size() == 0);
+    const std::size_t rank = c.down.weight.shape()[0];
+    for (std::size_t b = 0; b < 2; ++b)
+      for (std::size_t j = 0; j < 5; ++j)
+        for (std::size_t h = 0; h < 2; ++h)
+          for (std::size_t i = 0; i < 8; ++i) {
+            double pre = c.up.bias(h * 8 + i);  // x W_down^T W_up^T + b_up
+            for (std::size_t r = 0; r < rank; ++r) {
+              double hidden = 0;
+              for (std::size_t e = 0; e < 16; ++e)
+                hidden += double(c.down.weight(r, e)) * x(b, j, e);
+              pre += double(c.up.weight(h * 8 + i, r)) * hidden;
+            }
+            const double softplus = std::log1p(std::exp(pre));
+            const double want = c.kda() ? -std::exp(double((*c.a_log)(h))) * softplus
+                                        : (pre - softplus) / MultiHeadAttention::kGateTau;
+            // float32 products over 16 and rank terms: a few ulps of |pre|
+            CHECK(g.channel_g(b, h, j, i) == Approx(want).epsilon(1e-5).margin(1e-6));
+          }
+  }
+}
+
+TEST_CASE("DeltaProduct's rows per token: with the second steps' beta 0 it is gated-delta",
+          "[models]") {
+  // The layer's layout (key j of token t from rows j·kv_dim.. of W_K, beta column j·H + h, the
+  // short convolution over both keys' channels) checked by a reduction: a gated-delta layer
+  // holding the first key's rows equals the two-step layer whose second steps write nothing
+  // (beta = sigmoid(-40), 4e-18) and whose gate sits on the first rows.
+  AttentionOptions o;
+  o.short_conv = true;
+  o.head_norm = true;
+  MultiHeadAttention two(16, 2, "delta-product:steps=2", o), one(16, 2, "gated-delta", o);
+  REQUIRE(two.key_rows() == 2);
+  two.initialize(5, "");
+  Parameters p;
+  two.parameters("", p);
+  perturb(p, 6);
+  const std::size_t d = 16, kv = 16;
+  // one's rows: Q block, then the first kv rows of two's K and V blocks
+  const std::size_t from[] = {0, d, d + 2 * kv}, to[] = {0, d, d + kv};
+  for (std::size_t block = 0; block < 3; ++block)
+    for (std::size_t r = 0; r < (block == 0 ? d : kv); ++r) {
+      for (std::size_t e = 0; e < d; ++e)
+        one.in_proj_weight(to[block] + r, e) = two.in_proj_weight(from[block] + r, e);
+      one.in_proj_bias(to[block] + r) = two.in_proj_bias(from[block] + r);
+      for (std::size_t t = 0; t < MultiHeadAttention::kConvWidth; ++t)
+        (*one.conv_weight)(to[block] + r, t) = (*two.conv_weight)(from[block] + r, t);
+    }
+  one.out_proj = two.out_proj;
+  *one.head_norm_weight = *two.head_norm_weight;
+  *one.gate_proj = *two.gate_proj;
+  for (std::size_t h = 0; h < 2; ++h) {
+    for (std::size_t e = 0; e < d; ++e) {
+      one.beta_proj->weight(h, e) = two.beta_proj->weight(h, e);
+      two.beta_proj->weight(2 + h, e) = 0;
+    }
+    one.beta_proj->bias(h) = two.beta_proj->bias(h);
+    two.beta_proj->bias(2 + h) = -40;
+  }
+  const Activations x = random_activations(2, 7, 16, 7);
+  Mask causal;
+  causal.causal = Causal::top_left;
+  // float32: the same products in another order (the core runs 14 rows instead of 7)
+  require_close(to64(two.forward(x, causal)), to64(one.forward(x, causal)), 1e-5, 1e-6);
+}
+
 TEST_CASE("head mask: all ones is the plain forward, zeros remove heads, traced and backward agree",
           "[models]") {
   const LayerConfig c = small_config("pre-ln");
@@ -226,6 +309,29 @@ TEST_CASE("stacks run their layers in turn; the model embeds, scales and adds po
     if (model.encoder.norm) h = layer_norm64(h, *model.encoder.norm);
     require_close(out, h, kRtol, kAtol);
   }
+}
+
+TEST_CASE("a model's spec 'A;B' alternates its layers' cores (Based's layers)", "[models]") {
+  ModelConfig c;
+  c.layer = small_config("pre-ln");
+  c.layer.spec = "linear:feature=taylor;sliding:left=3,right=0";
+  c.layers = 3;
+  c.vocab = 20;
+  const EncoderModel model(c);
+  const char* expected[] = {"linear", "sliding", "linear"};
+  for (std::size_t i = 0; i < 3; ++i)
+    CHECK(model.encoder.layers[i].self_attn.spec().starts_with(expected[i]));
+  CHECK(layer_specs("full") == std::vector<std::string>{"full"});
+  // Swapping the cores follows the same rule; one spec gives every layer the same.
+  const EncoderModel swapped = model.with_attention("full;sliding:left=2,right=0");
+  CHECK(swapped.encoder.layers[2].self_attn.spec() == "full");
+  CHECK(swapped.encoder.layers[1].self_attn.spec().starts_with("sliding"));
+  for (const std::string bad : {"full;", ";full", "full;;linear"}) {
+    INFO(bad);
+    require_error([&] { (void)layer_specs(bad); }, {"'" + bad + "'", "empty layer spec"});
+  }
+  c.layer.spec = "full;fulll";
+  require_error([&] { c.layer.validate(); }, {"'fulll'"});
 }
 
 TEST_CASE("a model with full attention equals the same model with sliding wide enough",
@@ -429,6 +535,26 @@ TEST_CASE("bad configurations and inputs are refused with the name of the proble
   m.layer = small_config();
   m.layers = 0;
   require_error([&] { EncoderModel e(m); }, {"layers=0"});
+
+  // The channel gate needs a core that takes a per-channel decay, and one row per token.
+  apply_switches(c, "channel-gate");
+  CHECK(switches_text(c) == "no-ffn,channel-gate");
+  require_error([&] { c.validate(); }, {"channel-gate", "'full'"});
+  c.spec = "kda";
+  CHECK_NOTHROW(c.validate());
+  c.channel_gate = false;
+  c.spec = "full";
+  AttentionOptions channel;
+  channel.channel_gate = true;
+  require_error([&] { MultiHeadAttention(16, 4, "gated-delta-x", channel); }, {"gated-delta-x"});
+  require_error([&] { MultiHeadAttention(16, 4, "full", channel); }, {"full", "channel-gate"});
+  require_error([&] { MultiHeadAttention(16, 4, "delta-product:steps=2", channel); },
+                {"delta-product", "channel-gate", "2 key rows"});
+  // A layer's W_K and W_V are shaped for its core's rows per token.
+  MultiHeadAttention product(16, 4, "delta-product:steps=2");
+  require_error([&] { product.set_attention("gated-delta"); },
+                {"'gated-delta", "1 key rows per token", "projects 2"});
+  CHECK(product.spec().starts_with("delta-product"));  // refused: unchanged
 
   MultiHeadAttention mha(16, 4);
   require_error([&] { mha.forward(random_activations(1, 3, 8, 1)); }, {"query [1, 3, 8]", "16"});

@@ -151,8 +151,12 @@ TEST_CASE("the plain-torch Llama block and models load with Hugging Face's names
                    kTolerance},
         // torch's own float32 output is up to 1.1e-5 from the twin's in float64 here (measured:
         // the same module .double()), so two float32 runs may part by twice that.
-        std::tuple{"llama_model_gated_delta_gqa", "gated-delta", "short-conv,head-norm", 2,
-                   3e-5}}) {
+        std::tuple{"llama_model_gated_delta_gqa", "gated-delta", "short-conv,head-norm", 2, 3e-5},
+        // KDA's per-channel gate; DeltaProduct's two keys, values and betas per token (the
+        // recurrence over twice the rows: the same float32 margin as the one above)
+        std::tuple{"llama_model_kda", "kda", "short-conv,head-norm,channel-gate", 0, 3e-5},
+        std::tuple{"llama_model_delta_product_gqa", "delta-product:steps=2", "short-conv,head-norm",
+                   2, 3e-5}}) {
     INFO(name);
     const Case c = load_case(name);
     ModelConfig m;

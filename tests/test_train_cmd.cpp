@@ -210,6 +210,28 @@ TEST_CASE(
           0);
   CHECK(fs::exists(dir.file("m/checkpoint/lm_head.weight.npy")));
   CHECK(fs::exists(dir.file("m/checkpoint/model.layers.0.self_attn.gate_proj.weight.npy")));
+  // The per-channel gate (KDA's form with kda) and DeltaProduct's two keys per token are
+  // checkpointed under their names and shapes.
+  REQUIRE(attnlab_cli(dir, tiny + "--task mqar:pairs=2,vocab=16 --spec kda --switches "
+                                  "pre-ln,short-conv,head-norm,channel-gate --out kda")
+              .code == 0);
+  const std::string gate = "kda/checkpoint/model.layers.0.self_attn.channel_gate.";
+  CHECK(load_npy_float(dir.file(gate + "down.weight.npy")).shape()[0] == 8);  // rank dk
+  CHECK(load_npy_float(dir.file(gate + "up.bias.npy"), {1}).shape()[0] == 16);
+  CHECK(load_npy_float(dir.file(gate + "a_log.npy"), {1}).shape()[0] == 2);
+  CHECK_FALSE(fs::exists(dir.file("kda/checkpoint/model.layers.0.self_attn.gate_proj.weight.npy")));
+  REQUIRE(attnlab_cli(dir, tiny + "--task mqar:pairs=2,vocab=16 --spec delta-product:steps=2 "
+                                  "--switches pre-ln,short-conv --out dp")
+              .code == 0);
+  CHECK(load_npy_float(dir.file("dp/checkpoint/model.layers.0.self_attn.k_proj.weight.npy"))
+            .shape()[0] == 32);
+  CHECK(load_npy_float(dir.file("dp/checkpoint/model.layers.0.self_attn.beta_proj.weight.npy"))
+            .shape()[0] == 4);
+  // Based's layers: a Taylor-map linear attention, then a causal window, alternating.
+  REQUIRE(attnlab_cli(dir, tiny + "--task mqar:pairs=2,vocab=16 --spec "
+                                  "'linear:feature=taylor;sliding:left=3,right=0' --out based")
+              .code == 0);
+  CHECK(read_text(dir.file("based/summary.json")).find("sliding:left=3") != std::string::npos);
   // Grouped heads (MQA): k_proj and v_proj have d_k rows; kv_heads is part of the run's identity.
   REQUIRE(attnlab_cli(dir, tiny + "--task mqar:pairs=2,vocab=16 --spec full --kv-heads 1 --out g")
               .code == 0);
@@ -238,6 +260,12 @@ TEST_CASE(
   one_line("train --arch gpt --task copy --spec full --n 16", "arch 'gpt'");
   one_line(mqar + "--kv-heads 3", "kv_heads=3");
   one_line(mqar + "--kv-heads 1 --switches tied-qk", "tied-qk");
+  one_line(mqar + "--switches channel-gate", "channel-gate");
+  one_line(tiny + "--task mqar:pairs=2,vocab=16 --spec 'full;'", "empty layer spec");
+  one_line(tiny +
+               "--task mqar:pairs=2,vocab=16 --spec delta-product:steps=2 --switches "
+               "channel-gate",
+           "channel-gate");
   one_line(mqar + "--rope-base 0", "rope_base");
   one_line(mqar + "--rope-base -5", "rope_base");
   one_line("train --arch llama --task copy --spec full --n 16 --d-model 18 --heads 2",

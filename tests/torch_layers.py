@@ -12,7 +12,8 @@ they are not 0 and 1, runs it on seeded float32 inputs, and writes OUT_DIR/<case
 The Llama cases are scripts/torch_twin.py's plain-torch Llama (Hugging Face's names): a block, and
 whole models (full, sliding, gated-delta with the short convolution and head norm as the core;
 full with 2 key and value heads for 4 query heads, sliding with the short convolution and head
-norm and 1, gated-delta with them and 2), whose output is the final norm's (the features
+norm and 1, gated-delta with them and 2; kda with KDA's per-channel gate, delta-product with two
+keys per token and 2), whose output is the final norm's (the features
 lm_head reads).
 Runs with autograd on (the default): torch's inference fast paths, which pad and pack
 differently, are then not taken. Exits 3 with a message when torch cannot be imported.
@@ -57,13 +58,15 @@ def save(out_dir, case, module, out, **inputs):
 
 
 LLAMA_BASE = 100.0  # a small rotary base turns every pair of channels visibly over 7 tokens
-LLAMA_MODELS = {  # case: (spec, short-conv and head-norm, key and value heads)
+LLAMA_MODELS = {  # case: (spec, short-conv and head-norm, key and value heads[, channel-gate])
     "llama_model_full": ("full", False, HEADS),
     "llama_model_sliding": ("sliding:left=3,right=0", False, HEADS),
     "llama_model_gated_delta": ("gated-delta", True, HEADS),
     "llama_model_full_gqa": ("full", False, 2),  # grouped heads: the twin repeats k and v
     "llama_model_sliding_mqa": ("sliding:left=3,right=0", True, 1),
     "llama_model_gated_delta_gqa": ("gated-delta", True, 2),  # a recurrent state per query head
+    "llama_model_kda": ("kda", True, HEADS, True),  # KDA's per-channel gate
+    "llama_model_delta_product_gqa": ("delta-product:steps=2", True, 2),  # 2 keys per token
 }
 
 
@@ -76,11 +79,12 @@ def llama_cases(out_dir, x):
             p.add_(0.3 * torch.randn_like(p))
     save(out_dir, "llama_block", block, block(x), x=x)
     tokens = torch.randint(0, 20, (2, 7))
-    for case, (spec, switches, kv_heads) in LLAMA_MODELS.items():
+    for case, (spec, switches, kv_heads, *channel) in LLAMA_MODELS.items():
         with torch.no_grad():
             model = torch_twin.LlamaTaskModel(20, 20, D_MODEL, HEADS, FFN, 2, spec=spec,
                                               kv_heads=kv_heads, rope_base=LLAMA_BASE,
-                                              short_conv=switches, head_norm=switches)
+                                              short_conv=switches, head_norm=switches,
+                                              channel_gate=bool(channel))
             for p in model.parameters():
                 p.add_(0.3 * torch.randn_like(p))
         save(out_dir, case, model, model.features(tokens), tokens=tokens.float())

@@ -208,10 +208,25 @@ models::EncoderModel& TaskModel::encoder_body(const std::string& who) {
   return const_cast<models::EncoderModel&>(std::as_const(*this).encoder_body(who));
 }
 
-const std::string& TaskModel::spec() const {
+std::string TaskModel::spec() const {
+  std::vector<std::string> specs;
   if (const auto* llama = std::get_if<models::LlamaModel>(&body))
-    return llama->layers.at(0).self_attn.spec();
-  return std::get<models::EncoderModel>(body).encoder.layers.at(0).self_attn.spec();
+    for (const auto& layer : llama->layers) specs.push_back(layer.self_attn.spec());
+  else
+    for (const auto& layer : std::get<models::EncoderModel>(body).encoder.layers)
+      specs.push_back(layer.self_attn.spec());
+  // The shortest cycle the layers repeat ("A;B" for A, B, A), as models::layer_specs reads it.
+  std::size_t period = 1;
+  while (period < specs.size()) {
+    bool repeats = true;
+    for (std::size_t i = period; i < specs.size(); ++i)
+      repeats = repeats && specs[i] == specs[i % period];
+    if (repeats) break;
+    ++period;
+  }
+  std::string out;
+  for (std::size_t i = 0; i < period && i < specs.size(); ++i) out += (i ? ";" : "") + specs[i];
+  return out;
 }
 
 std::size_t TaskModel::d_model() const {

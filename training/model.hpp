@@ -87,8 +87,8 @@ class TaskModel {
   /// The same, to change.
   models::EncoderModel& encoder_body(const std::string& who);
 
-  /// The attention core's canonical spec (every layer has the same).
-  const std::string& spec() const;
+  /// The attention cores' canonical specs: one, or the layers' cycle "A;B" (models::layer_specs).
+  std::string spec() const;
 
   /// d_model.
   std::size_t d_model() const;

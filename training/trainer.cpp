@@ -102,16 +102,13 @@ void TrainConfig::validate() const {
         made->spec() + "' has " + std::to_string(made->classes()) + " classes and " +
         std::to_string(made->vocab()) + " tokens");
   adam.validate();
-  if (causal_model()) {
-    const auto attention = make_attention(spec);
-    if (!attention->support().causal)
+  for (const std::string& part : models::layer_specs(spec)) {  // each layer's core
+    const auto attention = make_attention(part);
+    if (causal_model() && !attention->support().causal)
       throw Unsupported(attention->name(),
                         "causal masks, which train --causal needs in every "
                         "attention call");
-  }
-  if (kv_heads != 0 && kv_heads != heads) {
-    const auto attention = make_attention(spec);
-    if (!attention->support().grouped_heads)
+    if (kv_heads != 0 && kv_heads != heads && !attention->support().grouped_heads)
       throw Unsupported(attention->name(), "grouped heads, which train --kv-heads " +
                                                std::to_string(kv_heads) + " < --heads " +
                                                std::to_string(heads) + " needs");
@@ -146,12 +143,14 @@ double TrainConfig::memory_bytes() const {
 std::string TrainConfig::describe() const {
   std::ostringstream s;
   s.precision(17);
-  s << "task " << make_task(task, n)->spec() << "\nspec " << make_attention(spec)->spec() << "\nn "
-    << n << "\nlayers " << layers << "\nd_model " << d_model << "\nheads " << heads << "\nffn "
-    << ffn << "\nswitches " << switches << "\nbatch " << batch << "\nseed " << seed
-    << "\neval_size " << eval_size << "\nlr " << adam.lr << "\nbeta1 " << adam.beta1 << "\nbeta2 "
-    << adam.beta2 << "\neps " << adam.eps << "\nweight_decay " << adam.weight_decay << "\nwarmup "
-    << adam.warmup << "\n";
+  std::string canonical;  // each layer's spec as the factory prints it
+  for (const std::string& part : models::layer_specs(spec))
+    canonical += (canonical.empty() ? "" : ";") + make_attention(part)->spec();
+  s << "task " << make_task(task, n)->spec() << "\nspec " << canonical << "\nn " << n << "\nlayers "
+    << layers << "\nd_model " << d_model << "\nheads " << heads << "\nffn " << ffn << "\nswitches "
+    << switches << "\nbatch " << batch << "\nseed " << seed << "\neval_size " << eval_size
+    << "\nlr " << adam.lr << "\nbeta1 " << adam.beta1 << "\nbeta2 " << adam.beta2 << "\neps "
+    << adam.eps << "\nweight_decay " << adam.weight_decay << "\nwarmup " << adam.warmup << "\n";
   if (causal) s << "causal 1\n";
   if (!init.empty()) s << "init " << init << "\n";
   if (arch != models::Arch::transformer) s << "arch " << models::arch_name(arch) << "\n";

@@ -157,6 +157,7 @@ Support DeltaProductAttention::support() const {
   if (steps_ == 1) return s;  // gated-delta itself
   s.causal_cross = true;      // Nk = steps · Nq: query t reads the state after its own rows
   s.documents = false;
+  s.rows_per_token = std::size_t(steps_);
   return s;
 }
 

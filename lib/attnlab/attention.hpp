@@ -57,6 +57,10 @@ struct Support {
   /// its quality, so comparisons (attnlab sweep, demo) measure it against its own float64
   /// definition (variants/recurrence_reference.hpp) and list it apart.
   bool approximates_softmax = true;
+  /// Key rows per query token: k, v and the per-token inputs (g, beta) carry this many rows per
+  /// token, row t·rows_per_token + j the j-th of token t (DeltaProduct's n_h steps; 1 for every
+  /// other backend). A model layer projects that many keys, values and betas per token.
+  std::size_t rows_per_token = 1;
 
   /// Everything the softmax engine (lib/attnlab/softmax_engine.hpp) honours, backward included.
   static Support softmax_engine();
