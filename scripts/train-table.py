@@ -161,6 +161,72 @@ TABLES = {
         "metric": "accuracy",
         "select": "accuracy",
     },
+    # Issue 46's accuracy cells: the frontier of the linear family and block-sparse softmax in
+    # the Zoology protocol, at N = 128 and 256, d_model 64 and 128 (the zoology grid's points of
+    # the same names and options), beside the zoology table's rows. Each in the layer its paper
+    # uses (docs/models.md): KDA and GLA with their per-channel gates (channel-gate), the short
+    # convolution and the head norm; DeltaProduct (n_h = 2) in Gated DeltaNet's layer; MoBA with
+    # the paper's top-3 over blocks of 32 (4 blocks at N = 128, 8 at N = 256); Based's layers
+    # alternating Taylor-map linear attention (d' = 16) and a causal window of 64 keys, with the
+    # short convolution that stands in for its BaseConv layers. Two rates: 1e-3 and 3e-3 were
+    # the best of the zoology grid's delta-rule rows with the head norm at these points.
+    "frontier-zoology": {
+        "title": "Zoology's MQAR (vocabulary 8192), issue 46's variants: held-out accuracy "
+                 "against model width",
+        "options": ["--causal", "--layers", "2", "--heads", "1", "--batch", "64", "--warmup",
+                    "100", "--eval-size", "512", "--eval-every", "100",
+                    "--checkpoint-every", "250"],
+        "grid": [{"name": f"n{n}-d{d}", "n": n, "pairs": n // 16, "d_model": d,
+                  "options": ["--task", f"mqar:pairs={n // 16},vocab=8192", "--n", str(n),
+                              "--d-model", str(d), "--ffn", str(4 * d)]}
+                 for n in (128, 256) for d in (64, 128)],
+        "steps": 2000,
+        "variants": ["kda+short-conv+head-norm+channel-gate",
+                     "gla+short-conv+head-norm+channel-gate",
+                     "delta-product:steps=2+short-conv+head-norm",
+                     "moba:block=32,topk=3",
+                     "linear:feature=taylor,taylor_dim=16;sliding:left=63,right=0+short-conv"],
+        "rates": [1e-3, 3e-3],
+        "seeds": [1, 2, 3],
+        "metric": "accuracy",
+        "select": "accuracy",
+        "beside": "zoology",
+        # the row there each variant stands beside: its nearest relative in that table
+        "beside_rows": {"kda+short-conv+head-norm+channel-gate": "gated-delta+short-conv+head-norm",
+                        "gla+short-conv+head-norm+channel-gate": "linear+short-conv",
+                        "delta-product:steps=2+short-conv+head-norm":
+                            "gated-delta+short-conv+head-norm",
+                        "moba:block=32,topk=3": "full",
+                        "linear:feature=taylor,taylor_dim=16;sliding:left=63,right=0+short-conv":
+                            "linear+short-conv"},
+    },
+    # The same variants on the KJV language model of text-llama (its options, its two rates),
+    # beside that table's rows.
+    "frontier-text": {
+        "title": "Byte-level language model of the King James Bible (task `text`), Llama-style "
+                 "block (2 KV heads), issue 46's variants: validation bits per byte",
+        "options": ["--task", "text", "--arch", "llama", "--kv-heads", "2", "--n", "256",
+                    "--layers", "2", "--d-model", "64", "--heads", "4", "--ffn", "256",
+                    "--batch", "8", "--warmup", "30", "--eval-size", "64", "--eval-every", "100",
+                    "--checkpoint-every", "50"],
+        "steps": 300,
+        "variants": ["kda+short-conv+head-norm+channel-gate",
+                     "gla+short-conv+head-norm+channel-gate",
+                     "delta-product:steps=2+short-conv+head-norm",
+                     "moba:block=32,topk=3",
+                     "linear:feature=taylor,taylor_dim=16;sliding:left=63,right=0+short-conv"],
+        "rates": [3e-3, 1e-2],
+        "seeds": [1, 2, 3],
+        "metric": "bits",
+        "beside": "text-llama",
+        "beside_rows": {"kda+short-conv+head-norm+channel-gate": "gated-delta+short-conv+head-norm",
+                        "gla+short-conv+head-norm+channel-gate": "linear",
+                        "delta-product:steps=2+short-conv+head-norm":
+                            "gated-delta+short-conv+head-norm",
+                        "moba:block=32,topk=3": "full",
+                        "linear:feature=taylor,taylor_dim=16;sliding:left=63,right=0+short-conv":
+                            "linear"},
+    },
 }
 
 
@@ -171,7 +237,8 @@ def grid(t):
 
 def cell_path(point, variant, rate, seed):
     """One run's folder below a table's runs, raw/ or torch/."""
-    return Path(point["name"]) / variant.replace(":", "_").replace("=", "-").replace(",", "_") / \
+    return Path(point["name"]) / variant.replace(":", "_").replace("=", "-").replace(",", "_") \
+        .replace(";", "_then_") / \
         f"lr-{rate:g}" / f"seed-{seed}"
 
 
@@ -289,27 +356,40 @@ def passes_half(rows):
 
 
 def beside(t, means, runs, out):
-    """Lines setting each variant's cell (means: variant -> (mean, sd)) beside the row of the
-    table t["beside"] names (the same task in the 2017 block), read from that table's raw/ as its
-    own page reads it. A spec with switches stands beside its bare spec's row there
+    """Lines setting each variant's cell (means: (point, variant) -> (mean, sd)) beside a row of
+    the table t["beside"] names, read from that table's raw/ as its own page reads it, at the
+    point of the same name (a grid's) or its only one. The row there is t["beside_rows"]'s for
+    the variant, else its bare spec's: a spec with switches stands beside its spec without them
     (gated-delta+short-conv+head-norm beside gated-delta, which the 2017 table ran without)."""
     if "beside" not in t:
         return []
     name, other = t["beside"], TABLES[t["beside"]]
-    lines = ["", f"## Beside the 2017 block ([`{name}`](../{name}/README.md))", "",
-             f"Each cell above beside `{name}`'s row of the same spec without switches (that "
-             f"table's protocol: its rates, its best one). {t['metric'].capitalize()}: mean "
-             "+/- sd over the seeds.", "",
-             f"| variant here | {t['metric']} here | row there | {t['metric']} there | here - there |",
-             "|---|---|---|---|---|"]
-    for variant in t["variants"]:
-        bare = variant.split("+")[0]
-        there = cell(other, runs, name, grid(other)[0], bare, out / name / "raw")[1] \
-            if bare in other["variants"] else None
-        here = means.get(("", variant))
-        show = lambda c: "not run" if c is None else f"{c[0]:.3f} +/- {c[1]:.3f}"
-        diff = f"{here[0] - there[0]:+.3f}" if here and there else "-"
-        lines.append(f"| `{variant}` | {show(here)} | `{bare}` | {show(there)} | {diff} |")
+    rows = t.get("beside_rows", {})
+    has_grid = "grid" in t
+    there_points = {p["name"]: p for p in grid(other)}
+    title = f"Beside [`{name}`](../{name}/README.md)" if rows else \
+        f"Beside the 2017 block ([`{name}`](../{name}/README.md))"
+    which = f"the row of `{name}` named beside it, its nearest relative there" if rows else \
+        f"`{name}`'s row of the same spec without switches"
+    lines = ["", f"## {title}", "",
+             f"Each cell above beside {which} (that table's protocol: its rates, its best one"
+             + ("; at the point of the same name" if has_grid else "") +
+             f"). {t['metric'].capitalize()}: mean +/- sd over the seeds.", "",
+             ("| point " if has_grid else "") +
+             f"| variant here | {t['metric']} here | row there | {t['metric']} there | "
+             "here - there |", ("|---" if has_grid else "") + "|---|---|---|---|---|"]
+    show = lambda c: "not run" if c is None else \
+        f"{c[0]:.3f}" + ("" if math.isnan(c[1]) else f" +/- {c[1]:.3f}")
+    for point in grid(t):
+        there_point = there_points.get(point["name"], grid(other)[0])
+        for variant in t["variants"]:
+            row = rows.get(variant, variant.split("+")[0])
+            there = cell(other, runs, name, there_point, row, out / name / "raw")[1] \
+                if row in other["variants"] else None
+            here = means.get((point["name"], variant))
+            diff = f"{here[0] - there[0]:+.3f}" if here and there else "-"
+            lines.append("| " + (f"`{point['name']}` | " if has_grid else "") +
+                         f"`{variant}` | {show(here)} | `{row}` | {show(there)} | {diff} |")
     return lines
 
 

@@ -1,5 +1,5 @@
 """The training scripts refuse bad options with one line naming the value (exit status non-zero),
-and train-table.py keeps a variant spec's own commas.
+and train-table.py keeps a variant spec's own commas (and ';').
 
 Usage: scripts_bad_inputs.py SCRIPTS_DIR
 """
@@ -37,6 +37,18 @@ spec.loader.exec_module(train_table)
 specs = train_table.split_specs("gated-delta,sliding:left=16,right=0,linear,sliding:left=[4,16],right=0")
 if specs != ["gated-delta", "sliding:left=16,right=0", "linear", "sliding:left=[4,16],right=0"]:
     failures.append(f"split_specs: {specs}")
+# A model spec of alternating layers keeps its ';' and its commas, and its runs' folder has no ';'.
+based = "linear:feature=taylor,taylor_dim=16;sliding:left=63,right=0+short-conv"
+specs = train_table.split_specs(based + ",moba:block=32,topk=3")
+if specs != [based, "moba:block=32,topk=3"]:
+    failures.append(f"split_specs: {specs}")
+if ";" in str(train_table.cell_path({"name": "n128-d64"}, based, 1e-3, 1)):
+    failures.append(f"cell_path keeps ';': {train_table.cell_path({'name': ''}, based, 1e-3, 1)}")
+# Every frontier variant's row there exists in the table it stands beside.
+for name, t in train_table.TABLES.items():
+    for variant, row in t.get("beside_rows", {}).items():
+        if variant not in t["variants"] or row not in train_table.TABLES[t["beside"]]["variants"]:
+            failures.append(f"{name}: beside_rows {variant} -> {row}")
 
 for f in failures:
     print("FAILED:", f)
