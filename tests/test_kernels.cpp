@@ -171,6 +171,34 @@ TEST_CASE("row_max and exp2_shifted_sum over every length up to three vectors", 
   });
 }
 
+TEST_CASE("row_dots equals float64 for every row and key block and tail", "[exact]") {
+  for_each_isa([] {
+    for (std::size_t rows : {1, 2, 3, 4, 5, 8})
+      for (std::size_t cols : {1, 2, 7, 8, 9, 17})
+        for (std::size_t dk : {1, 7, 8, 16, 33, 64}) {
+          INFO(rows << " rows, " << cols << " keys, dk " << dk);
+          const std::size_t ld = cols + 5;
+          const std::vector<float> q = normal(rows * dk, rows), keys = normal(cols * dk, dk);
+          std::vector<float> scores(rows * ld, -1.0f);
+          kernels::row_dots(rows, cols, dk, q.data(), keys.data(), scores.data(), ld);
+          for (std::size_t r = 0; r < rows; ++r)
+            for (std::size_t j = 0; j < ld; ++j) {
+              if (j >= cols) {  // past the keys: untouched
+                CHECK(scores[r * ld + j] == -1.0f);
+                continue;
+              }
+              double want = 0, size = 0;
+              for (std::size_t p = 0; p < dk; ++p) {
+                want += double(q[r * dk + p]) * keys[j * dk + p];
+                size += std::abs(double(q[r * dk + p]) * keys[j * dk + p]);
+              }
+              // float32 sums of dk products in any order: within dk ulps of the magnitudes.
+              CHECK(std::abs(scores[r * ld + j] - want) <= 1.2e-7 * double(dk) * size);
+            }
+        }
+  });
+}
+
 TEST_CASE("transpose moves every element once and nothing else", "[exact]") {
   for_each_isa([] {
     for (std::size_t rows : {1, 7, 8, 15, 16, 17, 33, 48})

@@ -316,11 +316,7 @@ class KvCacheDecoder final : public TokenDecoder {
       for (std::size_t j0 = from; j0 < to; j0 += kPiece) {
         const std::size_t cols = std::min(kPiece, to - j0), s0 = run.slot + (j0 - at),
                           pos0 = run.pos + (j0 - at);
-        for (std::size_t j = 0; j < cols; ++j) {  // each key read once for the group
-          const float* key = keys + (s0 + j) * c.dk;
-          for (std::size_t r = 0; r < w.rows; ++r)
-            scores[r * kPiece + j] = scan::dot(qs + r * c.dk, key, c.dk);
-        }
+        kernels::row_dots(w.rows, cols, c.dk, qs, keys + s0 * c.dk, scores, kPiece);
         for (std::size_t r = 0; r < w.rows; ++r) {
           float* row = scores + r * kPiece;
           if (mods) modify(w.b, w.h0 + r, p, s0, pos0, cols, row, terms);

@@ -283,6 +283,11 @@ float row_max(const float* x, std::size_t n) {
   return table().row_max(x, n);
 }
 
+void row_dots(std::size_t rows, std::size_t cols, std::size_t dk, const float* q, const float* keys,
+              float* scores, std::size_t ld) {
+  table().row_dots(rows, cols, dk, q, keys, scores, ld);
+}
+
 void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst,
                std::size_t ldd) {
   table().transpose(rows, cols, src, lds, dst, ldd);

@@ -108,6 +108,12 @@ void score_mods(const detail::ScoreMods& mods, float* scores, std::size_t ld, st
 /// max of x[0..n); -infinity when n = 0.
 float row_max(const float* x, std::size_t n);
 
+/// scores[r * ld + j] = q_r · key_j for r < rows, j < cols: a group of query rows q[r * dk + p]
+/// against keys stored row by row, keys[j * dk + p] (the decoder's KV cache), each key read once
+/// for the whole group.
+void row_dots(std::size_t rows, std::size_t cols, std::size_t dk, const float* q, const float* keys,
+              float* scores, std::size_t ld);
+
 /// dst[c * ldd + j] = src[j * lds + c] for j < rows, c < cols (the two must not overlap).
 void transpose(std::size_t rows, std::size_t cols, const float* src, std::size_t lds, float* dst,
                std::size_t ldd);

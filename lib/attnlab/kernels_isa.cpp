@@ -152,6 +152,58 @@ float row_max(const float* x, size_t n) {
   return reduce_max(top);
 }
 
+// R query rows against K keys, every (row, key) pair an accumulator of its own: R·K independent
+// FMA chains hide the FMA's latency, each key chunk is loaded once for the R rows.
+template <size_t R, size_t K>
+void row_dots_block(size_t dk, const float* q, const float* keys, float* scores, size_t ld) {
+  vec acc[R][K];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t j = 0; j < K; ++j) acc[r][j] = splat(0.0f);
+  size_t p = 0;
+  for (; p + kWidth <= dk; p += kWidth)
+    for (size_t j = 0; j < K; ++j) {
+      const vec key = load(keys + j * dk + p);
+      for (size_t r = 0; r < R; ++r) acc[r][j] = fma(load(q + r * dk + p), key, acc[r][j]);
+    }
+  if (p < dk)
+    for (size_t j = 0; j < K; ++j) {
+      const vec key = load(keys + j * dk + p, dk - p, splat(0.0f));
+      for (size_t r = 0; r < R; ++r)
+        acc[r][j] = fma(load(q + r * dk + p, dk - p, splat(0.0f)), key, acc[r][j]);
+    }
+  for (size_t r = 0; r < R; ++r)
+    for (size_t j = 0; j < K; ++j) scores[r * ld + j] = reduce_add(acc[r][j]);
+}
+
+// Rows of R at a time, keys K at a time (8 accumulators), the last keys one at a time.
+template <size_t R, size_t K>
+void row_dots_rows(size_t cols, size_t dk, const float* q, const float* keys, float* scores,
+                   size_t ld) {
+  size_t j = 0;
+  for (; j + K <= cols; j += K) row_dots_block<R, K>(dk, q, keys + j * dk, scores + j, ld);
+  for (; j < cols; ++j) row_dots_block<R, 1>(dk, q, keys + j * dk, scores + j, ld);
+}
+
+void row_dots(size_t rows, size_t cols, size_t dk, const float* q, const float* keys, float* scores,
+              size_t ld) {
+  size_t r = 0;
+  for (; r + 4 <= rows; r += 4)
+    row_dots_rows<4, 2>(cols, dk, q + r * dk, keys, scores + r * ld, ld);
+  switch (rows - r) {
+    case 3:
+      row_dots_rows<3, 2>(cols, dk, q + r * dk, keys, scores + r * ld, ld);
+      break;
+    case 2:
+      row_dots_rows<2, 4>(cols, dk, q + r * dk, keys, scores + r * ld, ld);
+      break;
+    case 1:
+      row_dots_rows<1, 8>(cols, dk, q + r * dk, keys, scores + r * ld, ld);
+      break;
+    default:
+      break;
+  }
+}
+
 void exp2_inplace(float* x, size_t n) {
   size_t i = 0;
   for (; i + kWidth <= n; i += kWidth) store(x + i, exp2(load(x + i)));
@@ -555,8 +607,8 @@ void widen_bf16(const std::uint16_t* src, float* dst, size_t n) {
 }  // namespace
 
 extern const Table ATTNLAB_KERNEL_TABLE;
-const Table ATTNLAB_KERNEL_TABLE = {gemm_tile,  gemm_tile_at,  exp2_inplace, exp2_shifted_sum,
-                                    row_max,    transpose,     fold,         softmax_grad,
-                                    score_mods, round_to_bf16, widen_bf16};
+const Table ATTNLAB_KERNEL_TABLE = {gemm_tile,    gemm_tile_at, exp2_inplace,  exp2_shifted_sum,
+                                    row_max,      row_dots,     transpose,     fold,
+                                    softmax_grad, score_mods,   round_to_bf16, widen_bf16};
 
 }  // namespace attnlab::kernels::detail

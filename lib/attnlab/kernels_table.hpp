@@ -82,6 +82,8 @@ struct Table {
   void (*exp2_inplace)(float* x, std::size_t n);
   float (*exp2_shifted_sum)(float* x, std::size_t n, float shift);
   float (*row_max)(const float* x, std::size_t n);
+  void (*row_dots)(std::size_t rows, std::size_t cols, std::size_t dk, const float* q,
+                   const float* keys, float* scores, std::size_t ld);
   void (*transpose)(std::size_t rows, std::size_t cols, const float* src, std::size_t lds,
                     float* dst, std::size_t ldd);
   /// OnlineSoftmax::fold: the masked score tile (modified first by mods, when not null) and
