@@ -42,6 +42,31 @@ from pathlib import Path
 SMALL_ENCODER = ["--layers", "2", "--d-model", "64", "--heads", "4", "--ffn", "256", "--batch", "32"]
 FAMILIES = ["full", "linear", "sliding:left=16,right=16", "linformer:k=32", "gated-delta"]
 
+# The Zoology MQAR protocol's options and its grid points (N, d_model), shared by the zoology
+# table and issue 46's; the Llama-style KJV model at N = 256, shared by text-llama and issue 46's.
+ZOOLOGY_OPTIONS = ["--causal", "--layers", "2", "--heads", "1", "--batch", "64", "--warmup", "100",
+                   "--eval-size", "512", "--eval-every", "100", "--checkpoint-every", "250"]
+
+
+def mqar_grid(ns, ds):
+    return [{"name": f"n{n}-d{d}", "n": n, "pairs": n // 16, "d_model": d,
+             "options": ["--task", f"mqar:pairs={n // 16},vocab=8192", "--n", str(n),
+                         "--d-model", str(d), "--ffn", str(4 * d)]}
+            for n in ns for d in ds]
+
+
+LLAMA_TEXT = ["--task", "text", "--arch", "llama", "--kv-heads", "2", "--n", "256", "--layers",
+              "2", "--d-model", "64", "--heads", "4", "--ffn", "256", "--batch", "8", "--warmup",
+              "30", "--eval-size", "64", "--eval-every", "100", "--checkpoint-every", "50"]
+
+# Issue 46's variants, in both of its tables.
+KDA = "kda+short-conv+head-norm+channel-gate"
+GLA = "gla+short-conv+head-norm+channel-gate"
+DELTA_PRODUCT = "delta-product:steps=2+short-conv+head-norm"
+MOBA = "moba:block=32,topk=3"
+BASED = "linear:feature=taylor,taylor_dim=16;sliding:left=63,right=0+short-conv"
+FRONTIER = [KDA, GLA, DELTA_PRODUCT, MOBA, BASED]
+
 # TABLE: what it trains and its options (every run of a table has the same ones but the spec,
 # the rate and the seed). Sized for a shared 2-core machine: hours, not days.
 TABLES = {
@@ -77,10 +102,7 @@ TABLES = {
     "text-llama": {
         "title": "Byte-level language model of the King James Bible (task `text`), Llama-style "
                  "block (2 KV heads), validation bits per byte",
-        "options": ["--task", "text", "--arch", "llama", "--kv-heads", "2", "--n", "256",
-                    "--layers", "2", "--d-model", "64", "--heads", "4", "--ffn", "256",
-                    "--batch", "8", "--warmup", "30", "--eval-size", "64", "--eval-every", "100",
-                    "--checkpoint-every", "50"],
+        "options": LLAMA_TEXT,
         "steps": 300,
         "variants": ["full", "sliding:left=32,right=0", "linear",
                      "gated-delta+short-conv+head-norm"],
@@ -141,13 +163,8 @@ TABLES = {
     # and cannot show). The runs go panel by panel (every seed of N = 64 first).
     "zoology": {
         "title": "Zoology's MQAR (vocabulary 8192): held-out accuracy against model width",
-        "options": ["--causal", "--layers", "2", "--heads", "1", "--batch", "64", "--warmup",
-                    "100", "--eval-size", "512", "--eval-every", "100",
-                    "--checkpoint-every", "250"],
-        "grid": [{"name": f"n{n}-d{d}", "n": n, "pairs": n // 16, "d_model": d,
-                  "options": ["--task", f"mqar:pairs={n // 16},vocab=8192", "--n", str(n),
-                              "--d-model", str(d), "--ffn", str(4 * d)]}
-                 for n in (64, 128, 256) for d in (32, 64, 128)],
+        "options": ZOOLOGY_OPTIONS,
+        "grid": mqar_grid((64, 128, 256), (32, 64, 128)),
         "steps": 2000,
         # sliding: a causal window of 16 keys, so a 2-layer model sees 32 tokens back at most;
         # +short-conv, +head-norm: the linear family with the short convolution its papers use,
@@ -173,59 +190,35 @@ TABLES = {
     "frontier-zoology": {
         "title": "Zoology's MQAR (vocabulary 8192), issue 46's variants: held-out accuracy "
                  "against model width",
-        "options": ["--causal", "--layers", "2", "--heads", "1", "--batch", "64", "--warmup",
-                    "100", "--eval-size", "512", "--eval-every", "100",
-                    "--checkpoint-every", "250"],
-        "grid": [{"name": f"n{n}-d{d}", "n": n, "pairs": n // 16, "d_model": d,
-                  "options": ["--task", f"mqar:pairs={n // 16},vocab=8192", "--n", str(n),
-                              "--d-model", str(d), "--ffn", str(4 * d)]}
-                 for n in (128, 256) for d in (64, 128)],
+        "options": ZOOLOGY_OPTIONS,
+        "grid": mqar_grid((128, 256), (64, 128)),
         "steps": 2000,
-        "variants": ["kda+short-conv+head-norm+channel-gate",
-                     "gla+short-conv+head-norm+channel-gate",
-                     "delta-product:steps=2+short-conv+head-norm",
-                     "moba:block=32,topk=3",
-                     "linear:feature=taylor,taylor_dim=16;sliding:left=63,right=0+short-conv"],
+        "variants": FRONTIER,
         "rates": [1e-3, 3e-3],
         "seeds": [1, 2, 3],
         "metric": "accuracy",
         "select": "accuracy",
         "beside": "zoology",
         # the row there each variant stands beside: its nearest relative in that table
-        "beside_rows": {"kda+short-conv+head-norm+channel-gate": "gated-delta+short-conv+head-norm",
-                        "gla+short-conv+head-norm+channel-gate": "linear+short-conv",
-                        "delta-product:steps=2+short-conv+head-norm":
-                            "gated-delta+short-conv+head-norm",
-                        "moba:block=32,topk=3": "full",
-                        "linear:feature=taylor,taylor_dim=16;sliding:left=63,right=0+short-conv":
-                            "linear+short-conv"},
+        "beside_rows": {KDA: "gated-delta+short-conv+head-norm", GLA: "linear+short-conv",
+                        DELTA_PRODUCT: "gated-delta+short-conv+head-norm", MOBA: "full",
+                        BASED: "linear+short-conv"},
     },
     # The same variants on the KJV language model of text-llama (its options, its two rates),
     # beside that table's rows.
     "frontier-text": {
         "title": "Byte-level language model of the King James Bible (task `text`), Llama-style "
                  "block (2 KV heads), issue 46's variants: validation bits per byte",
-        "options": ["--task", "text", "--arch", "llama", "--kv-heads", "2", "--n", "256",
-                    "--layers", "2", "--d-model", "64", "--heads", "4", "--ffn", "256",
-                    "--batch", "8", "--warmup", "30", "--eval-size", "64", "--eval-every", "100",
-                    "--checkpoint-every", "50"],
+        "options": LLAMA_TEXT,
         "steps": 300,
-        "variants": ["kda+short-conv+head-norm+channel-gate",
-                     "gla+short-conv+head-norm+channel-gate",
-                     "delta-product:steps=2+short-conv+head-norm",
-                     "moba:block=32,topk=3",
-                     "linear:feature=taylor,taylor_dim=16;sliding:left=63,right=0+short-conv"],
+        "variants": FRONTIER,
         "rates": [3e-3, 1e-2],
         "seeds": [1, 2, 3],
         "metric": "bits",
         "beside": "text-llama",
-        "beside_rows": {"kda+short-conv+head-norm+channel-gate": "gated-delta+short-conv+head-norm",
-                        "gla+short-conv+head-norm+channel-gate": "linear",
-                        "delta-product:steps=2+short-conv+head-norm":
-                            "gated-delta+short-conv+head-norm",
-                        "moba:block=32,topk=3": "full",
-                        "linear:feature=taylor,taylor_dim=16;sliding:left=63,right=0+short-conv":
-                            "linear"},
+        "beside_rows": {KDA: "gated-delta+short-conv+head-norm", GLA: "linear",
+                        DELTA_PRODUCT: "gated-delta+short-conv+head-norm", MOBA: "full",
+                        BASED: "linear"},
     },
 }
 
